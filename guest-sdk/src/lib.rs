@@ -1,0 +1,169 @@
+//! Write sandpipe plugins: a blocking stdin → framer → handler → stdout loop.
+//!
+//! The same plugin source builds for `wasm32-wasip2` (and `wasm32-wasip1`) and natively: it
+//! only uses std's stdin and stdout, so the plugin behaves the same whether sandpipe runs it
+//! inside wasmtime or as a native child process, and it also runs under any other host that
+//! speaks the same framing.
+//!
+//! ```text
+//!   stdin ──read──► BytesMut ──Framer::decode──► frame ──► your handler
+//!                                                              │
+//!   stdout ◄──write + flush per frame── Framer::encode ◄───────┘
+//! ```
+//!
+//! What it does not do: threads, async, or protocol logic (that lives in `sandpipe-proto`).
+//!
+//! No cargo features.
+//!
+//! ```no_run
+//! use sandpipe_guest::{Framing, Stdio};
+//!
+//! fn main() -> Result<(), sandpipe_guest::GuestError> {
+//!     let mut io = Stdio::new(Framing::JsonLines);
+//!     while let Some(frame) = io.recv()? {
+//!         io.send(&frame)?; // echo
+//!     }
+//!     Ok(())
+//! }
+//! ```
+
+use std::io::{self, Read, Write};
+
+use bytes::BytesMut;
+pub use sandpipe_proto::frame::{Bytes, FrameError, FrameLimits, Framer, Framing};
+use sandpipe_proto::frame::AnyFramer;
+
+/// What can go wrong in the plugin's own loop.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum GuestError {
+    /// Reading stdin or writing stdout failed.
+    Io(io::Error),
+    /// The host sent bytes that are not a valid frame, or a frame given to `send` is invalid.
+    Frame(FrameError),
+}
+
+impl std::fmt::Display for GuestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GuestError::Io(e) => write!(f, "stdio: {e}"),
+            GuestError::Frame(e) => write!(f, "framing: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for GuestError {}
+
+impl From<io::Error> for GuestError {
+    fn from(e: io::Error) -> Self {
+        GuestError::Io(e)
+    }
+}
+
+impl From<FrameError> for GuestError {
+    fn from(e: FrameError) -> Self {
+        GuestError::Frame(e)
+    }
+}
+
+/// Size of one read from stdin.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Framed stdin and stdout of this process.
+#[derive(Debug)]
+pub struct Stdio {
+    framer: AnyFramer,
+    inbuf: BytesMut,
+    outbuf: BytesMut,
+    eof: bool,
+}
+
+impl Stdio {
+    /// Framed stdio with the default [`FrameLimits`].
+    pub fn new(framing: Framing) -> Self {
+        Self::with_limits(framing, FrameLimits::default())
+    }
+
+    /// Framed stdio with explicit limits.
+    pub fn with_limits(framing: Framing, limits: FrameLimits) -> Self {
+        Self {
+            framer: framing.framer(limits),
+            inbuf: BytesMut::with_capacity(READ_CHUNK),
+            outbuf: BytesMut::new(),
+            eof: false,
+        }
+    }
+
+    /// The next frame from stdin, or `None` once the host closed stdin.
+    pub fn recv(&mut self) -> Result<Option<Bytes>, GuestError> {
+        loop {
+            if self.eof {
+                return Ok(self.framer.decode_eof(&mut self.inbuf)?);
+            }
+            if let Some(frame) = self.framer.decode(&mut self.inbuf)? {
+                return Ok(Some(frame));
+            }
+            let start = self.inbuf.len();
+            self.inbuf.resize(start + READ_CHUNK, 0);
+            let n = match io::stdin().lock().read(&mut self.inbuf[start..]) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+                Err(e) => {
+                    self.inbuf.truncate(start);
+                    return Err(e.into());
+                }
+            };
+            self.inbuf.truncate(start + n);
+            if n == 0 {
+                self.eof = true;
+            }
+        }
+    }
+
+    /// Frame `frame`, write it to stdout and flush, so the host sees it at once.
+    pub fn send(&mut self, frame: &[u8]) -> Result<(), GuestError> {
+        self.outbuf.clear();
+        self.framer.encode(frame, &mut self.outbuf)?;
+        let mut out = io::stdout().lock();
+        out.write_all(&self.outbuf)?;
+        out.flush()?;
+        Ok(())
+    }
+}
+
+/// Answer every frame on stdin with the handler's reply (if any) until stdin closes.
+pub fn serve<F>(framing: Framing, mut handler: F) -> Result<(), GuestError>
+where
+    F: FnMut(Bytes) -> Option<Vec<u8>>,
+{
+    let mut io = Stdio::new(framing);
+    while let Some(frame) = io.recv()? {
+        if let Some(reply) = handler(frame) {
+            io.send(&reply)?;
+        }
+    }
+    Ok(())
+}
+
+/// End the plugin with `code`, keeping the code visible to the host.
+///
+/// Under WASI preview 2, `std::process::exit(n)` reports only success or failure (every
+/// non-zero code arrives as 1), so on `wasm32-wasip2` this calls `wasi:cli/exit.exit-with-code`
+/// instead. Stdout is flushed first.
+pub fn exit(code: u8) -> ! {
+    let _ = io::stdout().flush();
+    exit_impl(code)
+}
+
+#[cfg(all(target_os = "wasi", target_env = "p2"))]
+fn exit_impl(code: u8) -> ! {
+    wasip2::cli::exit::exit_with_code(code);
+    // exit-with-code does not return; if a host lacks it the trap above ends the plugin.
+    #[allow(clippy::empty_loop)]
+    loop {}
+}
+
+#[cfg(not(all(target_os = "wasi", target_env = "p2")))]
+fn exit_impl(code: u8) -> ! {
+    std::process::exit(i32::from(code))
+}

@@ -1,0 +1,154 @@
+//! The `sandpipe` command line: one file per subcommand; `src/bin/sandpipe.rs` only calls
+//! [`main`].
+
+mod run;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Exit codes `sandpipe` itself uses. Any other code is the plugin's own.
+pub mod exit_code {
+    /// The plugin ran out of fuel.
+    pub const OUT_OF_FUEL: i32 = 121;
+    /// The plugin hit the memory cap.
+    pub const MEMORY_LIMIT: i32 = 122;
+    /// A frame in either direction was malformed or too large.
+    pub const BAD_FRAME: i32 = 123;
+    /// The plugin ran past `--timeout` (the same code as coreutils `timeout`).
+    pub const DEADLINE: i32 = 124;
+    /// sandpipe could not load or start the plugin (bad file, refused imports, bad option).
+    pub const HOST_ERROR: i32 = 125;
+    /// The plugin trapped (128 + SIGABRT, what a crashing native binary gives).
+    pub const TRAP: i32 = 134;
+    /// The host killed the plugin (128 + SIGKILL); a native plugin killed by signal N gives
+    /// 128 + N.
+    pub const KILLED: i32 = 137;
+}
+
+const EXIT_CODES_HELP: &str = "\
+Exit status:
+  the plugin's own code when it exits by itself (under WASI p2 a guest must use
+  wasi:cli/exit.exit-with-code, e.g. sandpipe_guest::exit, to report codes other than 0/1)
+  121  out of fuel (--fuel)
+  122  memory limit (--max-memory)
+  123  bad frame, from the plugin or on sandpipe's stdin (--framing, --max-frame)
+  124  deadline exceeded (--timeout)
+  125  sandpipe could not load or start the plugin
+  134  the plugin trapped (wasm trap, or a native crash signal)
+  128+N  the plugin was killed by signal N (137 when sandpipe killed it)
+Each sandpipe-made status prints one line starting with `sandpipe:` on stderr.";
+
+/// Run untrusted stdio plugins as sandboxed WASI components.
+#[derive(Debug, Parser)]
+#[command(name = "sandpipe", version, about, long_about = None, after_help = EXIT_CODES_HELP)]
+pub struct Cli {
+    /// More logging on stderr (-v: info, -vv: debug). `SANDPIPE_LOG` takes an env-filter.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run PLUGIN with sandpipe's stdin and stdout as its own, so `sandpipe run plugin.wasm`
+    /// can stand in for a plugin binary in any engine's command line.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Run(run::RunArgs),
+}
+
+/// Cache options shared by subcommands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CacheArgs {
+    /// Directory of compiled artifacts [default: $SANDPIPE_CACHE_DIR, $XDG_CACHE_HOME/sandpipe
+    /// or ~/.cache/sandpipe].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Do not read or write the artifact cache (always compile).
+    #[arg(long, conflicts_with = "cache_dir")]
+    pub no_cache: bool,
+}
+
+impl CacheArgs {
+    fn dir(&self) -> Option<PathBuf> {
+        if self.no_cache { None } else { self.cache_dir.clone().or_else(crate::default_cache_dir) }
+    }
+}
+
+/// Parse the command line, run it, and return the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sandpipe: starting the async runtime: {e}");
+            return exit_code::HOST_ERROR;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+        }
+    });
+    // Don't wait for the stdin pump: it may be parked in a blocking read of our stdin.
+    runtime.shutdown_background();
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("sandpipe: {e:#}");
+            exit_code::HOST_ERROR
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SANDPIPE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+/// `64MiB`, `1GB`, `4096`, or `none`.
+fn parse_memory(s: &str) -> Result<Option<u64>, String> {
+    if s.eq_ignore_ascii_case("none") || s.eq_ignore_ascii_case("unlimited") {
+        return Ok(None);
+    }
+    parse_size(s).map(Some)
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    s.parse::<bytesize::ByteSize>().map(|b| b.as_u64()).map_err(|e| format!("invalid size {s:?}: {e}"))
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_memory("64MiB"), Ok(Some(64 << 20)));
+        assert_eq!(parse_memory("none"), Ok(None));
+        assert_eq!(parse_size("1KiB"), Ok(1024));
+        assert!(parse_size("lots").is_err());
+        assert_eq!(parse_duration("2s"), Ok(std::time::Duration::from_secs(2)));
+        assert_eq!(parse_duration("1500ms"), Ok(std::time::Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

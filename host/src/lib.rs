@@ -1,0 +1,226 @@
+//! sandpipe: run untrusted stdio plugins as sandboxed WASI components, or, unsandboxed, as
+//! native processes, behind one session API.
+//!
+//! ```text
+//!   Host::load(path) ──► Plugin ─┬─ Component / CoreModule  (wasmtime: fuel, memory cap,
+//!                                │                            deadline, preopens, no sockets)
+//!                                └─ NativeUnsandboxed        (child process: env, rlimit,
+//!                                                             process group, deadline)
+//!   Host::start(&plugin, &policy, &options) ──► Session { send, recv, close_stdin,
+//!                                                         shutdown, wait ─► Exit }
+//! ```
+//!
+//! The plugin's stdout goes through a framer from `sandpipe-proto` (JSON Lines, CBOR sequence,
+//! LSP `Content-Length`) so each protocol keeps its exact framing; its stderr is drained
+//! continuously and its last lines are kept for error reports.
+//!
+//! What it does not do: protocol logic (that is `sandpipe-proto`'s state machines), or any
+//! sandboxing of native plugins beyond what [`native`](crate::PluginKind::NativeUnsandboxed)
+//! lists.
+//!
+//! No cargo features.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use sandpipe::{Host, Policy, SessionOptions};
+//! use sandpipe_proto::frame::Framing;
+//! use std::time::Duration;
+//!
+//! let host = Host::new()?;
+//! let plugin = host.load("echo-lines.wasm")?;
+//! let policy = Policy::default().fuel(1_000_000_000).deadline(Duration::from_secs(5));
+//! let mut session = host.start(&plugin, &policy, &SessionOptions::framed(Framing::JsonLines)).await?;
+//! session.send(br#"{"id":1}"#).await?;
+//! assert_eq!(session.recv().await?.as_deref(), Some(&br#"{"id":1}"#[..]));
+//! let exit = session.shutdown(Duration::from_secs(1)).await;
+//! assert!(exit.success());
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod native;
+mod policy;
+mod sandbox;
+mod session;
+mod stderr;
+mod transport;
+
+pub mod cli;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub use error::{Exit, HostError, SessionError};
+pub use policy::{Access, DEFAULT_MAX_MEMORY, ImportPolicy, Policy, Preopen};
+pub use sandbox::{LoadSource, default_cache_dir};
+pub use session::{Session, SessionControl, SessionOptions, SessionReader, SessionWriter};
+pub use stderr::{StderrMode, StderrTail};
+
+use sandbox::{Compiled, Sandbox, WasmKind};
+use sha2::{Digest, Sha256};
+
+/// Loads plugins and starts sessions. Holds one wasmtime engine (with its epoch ticker thread),
+/// the compiled plugins seen so far, and the on-disk artifact cache.
+#[derive(Debug)]
+pub struct Host {
+    sandbox: Sandbox,
+}
+
+/// What kind of plugin a file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PluginKind {
+    /// A WASI preview 2 component (`wasi:cli/run`), sandboxed.
+    Component,
+    /// A WASI preview 1 core module (`_start`), sandboxed.
+    CoreModule,
+    /// Anything else: run as a native child process, NOT sandboxed.
+    NativeUnsandboxed,
+}
+
+impl PluginKind {
+    /// A short name: `component`, `p1 module` or `native (unsandboxed)`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PluginKind::Component => "component",
+            PluginKind::CoreModule => "p1 module",
+            PluginKind::NativeUnsandboxed => "native (unsandboxed)",
+        }
+    }
+}
+
+/// A loaded plugin: cheap to clone, startable many times.
+#[derive(Debug, Clone)]
+pub struct Plugin {
+    path: PathBuf,
+    kind: PluginKind,
+    size: u64,
+    sha256: String,
+    load_source: Option<LoadSource>,
+    load_time: Duration,
+    compiled: Option<Compiled>,
+}
+
+impl Plugin {
+    /// A native program, run as a child process without a sandbox.
+    pub fn native_unsandboxed(program: impl Into<PathBuf>) -> Result<Plugin, HostError> {
+        let path = resolve_program(&program.into());
+        let bytes = std::fs::read(&path).map_err(|source| HostError::Read { path: path.clone(), source })?;
+        Ok(Plugin {
+            sha256: hex(&Sha256::digest(&bytes)),
+            size: bytes.len() as u64,
+            path,
+            kind: PluginKind::NativeUnsandboxed,
+            load_source: None,
+            load_time: Duration::ZERO,
+            compiled: None,
+        })
+    }
+
+    /// The plugin file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// Component, core module or native.
+    pub fn kind(&self) -> PluginKind {
+        self.kind
+    }
+    /// File size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    /// Lowercase hex sha256 of the file.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+    /// Where the compiled code came from (`None` for native plugins).
+    pub fn load_source(&self) -> Option<LoadSource> {
+        self.load_source
+    }
+    /// How long loading took (compile, cache read, or in-memory lookup).
+    pub fn load_time(&self) -> Duration {
+        self.load_time
+    }
+    /// Imports: component interface names (`wasi:cli/stdin@0.2.6`) or `module#name` for a core
+    /// module. Empty for native plugins.
+    pub fn imports(&self) -> &[String] {
+        self.compiled.as_ref().map(Compiled::imports).unwrap_or(&[])
+    }
+    /// Exports. Empty for native plugins.
+    pub fn exports(&self) -> &[String] {
+        self.compiled.as_ref().map(Compiled::exports).unwrap_or(&[])
+    }
+}
+
+impl Host {
+    /// A host with the default artifact cache ([`default_cache_dir`]).
+    pub fn new() -> Result<Host, HostError> {
+        Self::with_cache_dir(default_cache_dir().as_deref())
+    }
+
+    /// A host with the given artifact cache directory, or none.
+    pub fn with_cache_dir(cache_dir: Option<&Path>) -> Result<Host, HostError> {
+        Ok(Host { sandbox: Sandbox::new(cache_dir)? })
+    }
+
+    /// Load a plugin. A WASI component or core module (told by its header) is compiled, or
+    /// taken from the caches; anything else becomes [`PluginKind::NativeUnsandboxed`].
+    /// A bare name without `/` that is not a file is looked up in `PATH`, as a shell would.
+    pub fn load(&self, path: impl AsRef<Path>) -> Result<Plugin, HostError> {
+        let started = Instant::now();
+        let path = resolve_program(path.as_ref());
+        let bytes = std::fs::read(&path).map_err(|source| HostError::Read { path: path.clone(), source })?;
+        let sha256 = hex(&Sha256::digest(&bytes));
+        let Some(wasm_kind) = sandbox::detect(&bytes) else {
+            return Ok(Plugin {
+                path,
+                kind: PluginKind::NativeUnsandboxed,
+                size: bytes.len() as u64,
+                sha256,
+                load_source: None,
+                load_time: started.elapsed(),
+                compiled: None,
+            });
+        };
+        let (compiled, source) = self.sandbox.load(&path, &bytes, &sha256, wasm_kind)?;
+        let load_time = started.elapsed();
+        tracing::debug!(plugin = %path.display(), ?source, ?load_time, "loaded plugin");
+        Ok(Plugin {
+            path,
+            kind: match wasm_kind {
+                WasmKind::Component => PluginKind::Component,
+                WasmKind::CoreModule => PluginKind::CoreModule,
+            },
+            size: bytes.len() as u64,
+            sha256,
+            load_source: Some(source),
+            load_time,
+            compiled: Some(compiled),
+        })
+    }
+
+    /// Start a session with `plugin` under `policy`.
+    pub async fn start(&self, plugin: &Plugin, policy: &Policy, options: &SessionOptions) -> Result<Session, HostError> {
+        let argv0 = sandbox::argv0_for(&plugin.path);
+        let transport = match &plugin.compiled {
+            Some(compiled) => {
+                self.sandbox.start(compiled, policy, &argv0, options.stderr, options.stderr_tail_lines).await?
+            }
+            None => native::spawn(&plugin.path, policy, options.stderr, options.stderr_tail_lines)?,
+        };
+        Ok(Session::new(transport, options))
+    }
+}
+
+fn resolve_program(path: &Path) -> PathBuf {
+    if path.exists() || path.components().count() != 1 {
+        return path.to_owned();
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|dir| dir.join(path)).find(|p| p.is_file()))
+        .unwrap_or_else(|| path.to_owned())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,173 @@
+//! What a plugin may do: the deny-by-default policy shared by wasm and native sessions.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Access to a preopened directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Read files and list directories; every write, create, rename or delete is refused.
+    ReadOnly,
+    /// Read and write inside the directory.
+    ReadWrite,
+}
+
+/// A host directory made visible to the plugin at a guest path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preopen {
+    /// The directory on the host.
+    pub host: PathBuf,
+    /// Where the plugin sees it, e.g. `/data`.
+    pub guest: String,
+    /// What the plugin may do in it.
+    pub access: Access,
+}
+
+/// Which component imports a plugin may have.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ImportPolicy {
+    /// Link the whole `wasi:cli` world (filesystem and sockets included) and deny at run time.
+    /// Components from Python and JS toolchains import sockets and filesystem even when they
+    /// never use them, so this is the default.
+    #[default]
+    LinkAll,
+    /// Refuse, before instantiating, a component that imports anything outside this list.
+    ///
+    /// Entries are interface names such as `wasi:cli/stdin`, optionally versioned
+    /// (`wasi:cli/stdin@0.2`); patch versions are ignored, so `@0.2` and `@0.2.6` both match an
+    /// import of `wasi:cli/stdin@0.2.12`. For a WASI p1 core module, entries are module names
+    /// such as `wasi_snapshot_preview1`.
+    Strict(Vec<String>),
+}
+
+/// The sandbox policy. Deny by default; [`Policy::default`] gives:
+/// - `fuel`: `None`, no instruction budget (fuel metering is still compiled in, so a budget can
+///   be set per session without recompiling);
+/// - `max_memory`: 256 MiB of linear memory (native: the address-space rlimit);
+/// - `deadline`: `None`, no wall-clock limit;
+/// - `preopens`: none, the plugin sees no filesystem at all;
+/// - `env`: empty, nothing is inherited from the host;
+/// - `args`: none beyond argv\[0\] (the plugin's file name);
+/// - sockets: no address may be bound or connected, no name lookup (not configurable yet);
+/// - `imports`: [`ImportPolicy::LinkAll`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Policy {
+    /// Total fuel (roughly, wasm instructions) for the whole session. Wasm only.
+    pub fuel: Option<u64>,
+    /// Memory cap in bytes: linear memory for wasm, `RLIMIT_AS` for native. `None` = no cap.
+    pub max_memory: Option<u64>,
+    /// Wall-clock deadline from the start of the session.
+    pub deadline: Option<Duration>,
+    /// Directories the plugin may see.
+    pub preopens: Vec<Preopen>,
+    /// Environment variables the plugin sees, and nothing else.
+    pub env: Vec<(String, String)>,
+    /// Arguments after argv\[0\].
+    pub args: Vec<String>,
+    /// Which imports a component may have.
+    pub imports: ImportPolicy,
+}
+
+/// The default memory cap.
+pub const DEFAULT_MAX_MEMORY: u64 = 256 << 20;
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            fuel: None,
+            max_memory: Some(DEFAULT_MAX_MEMORY),
+            deadline: None,
+            preopens: Vec::new(),
+            env: Vec::new(),
+            args: Vec::new(),
+            imports: ImportPolicy::LinkAll,
+        }
+    }
+}
+
+impl Policy {
+    /// Set the fuel budget.
+    pub fn fuel(mut self, fuel: u64) -> Self {
+        self.fuel = Some(fuel);
+        self
+    }
+    /// Set the memory cap (`None` removes it).
+    pub fn max_memory(mut self, bytes: Option<u64>) -> Self {
+        self.max_memory = bytes;
+        self
+    }
+    /// Set the wall-clock deadline.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+    /// Add a preopened directory.
+    pub fn preopen(mut self, host: impl Into<PathBuf>, guest: impl Into<String>, access: Access) -> Self {
+        self.preopens.push(Preopen { host: host.into(), guest: guest.into(), access });
+        self
+    }
+    /// Add an environment variable.
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+    /// Add an argument.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+    /// Set the import policy.
+    pub fn imports(mut self, imports: ImportPolicy) -> Self {
+        self.imports = imports;
+        self
+    }
+}
+
+/// `wasi:cli/stdin@0.2.12` -> (`wasi:cli/stdin`, Some(`0.2`)): the interface and its
+/// compatibility version (major.minor for 0.x, major otherwise), patch ignored.
+pub(crate) fn import_key(name: &str) -> (&str, Option<String>) {
+    match name.split_once('@') {
+        None => (name, None),
+        Some((iface, version)) => {
+            let mut parts = version.split('.');
+            let major = parts.next().unwrap_or("");
+            let minor = parts.next().unwrap_or("0");
+            let compat = if major == "0" { format!("0.{minor}") } else { major.to_owned() };
+            (iface, Some(compat))
+        }
+    }
+}
+
+/// Whether `import` is allowed by `allowed` (see [`ImportPolicy::Strict`]).
+pub(crate) fn import_allowed(allowed: &[String], import: &str) -> bool {
+    let (iface, version) = import_key(import);
+    allowed.iter().any(|entry| {
+        let (want_iface, want_version) = import_key(entry);
+        want_iface == iface && (want_version.is_none() || want_version == version)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strict_imports_ignore_patch_versions() {
+        let allowed = vec!["wasi:cli/stdin@0.2".to_owned(), "wasi:io/streams".to_owned()];
+        let cases = [
+            ("wasi:cli/stdin@0.2.0", true),
+            ("wasi:cli/stdin@0.2.12", true),
+            ("wasi:cli/stdin@0.3.0", false),
+            ("wasi:io/streams@0.2.6", true),
+            ("wasi:sockets/tcp@0.2.6", false),
+            ("wasi:cli/stdout@0.2.6", false),
+        ];
+        for (import, want) in cases {
+            assert_eq!(import_allowed(&allowed, import), want, "{import}");
+        }
+        assert!(import_allowed(&["wasi:cli/stdin@0.2.6".to_owned()], "wasi:cli/stdin@0.2.1"));
+        assert!(import_allowed(&["wasi_snapshot_preview1".to_owned()], "wasi_snapshot_preview1"));
+    }
+}

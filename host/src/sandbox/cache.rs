@@ -1,0 +1,70 @@
+//! The on-disk cache of compiled artifacts.
+//!
+//! One file per (wasm content, codegen settings): `<dir>/wasmtime-<version>/<sha256>-<engine>.cwasm`
+//! where `<engine>` hashes [`wasmtime::Engine::precompile_compatibility_hash`] (fuel, epochs and
+//! memory settings change generated code, so each configuration keeps its own artifact).
+
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use wasmtime::Engine;
+
+/// Where compiled artifacts live.
+#[derive(Debug, Clone)]
+pub(crate) struct ArtifactCache {
+    dir: PathBuf,
+    engine_key: u64,
+}
+
+impl ArtifactCache {
+    pub(crate) fn new(root: &Path, engine: &Engine) -> Self {
+        // DefaultHasher::new() uses fixed keys, so the key is stable for one build of sandpipe;
+        // a rebuild with another std may change it, which only costs one recompile.
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut h);
+        let dir = root.join(format!("wasmtime-{}", wasmtime_version()));
+        Self { dir, engine_key: h.finish() }
+    }
+
+    pub(crate) fn path_for(&self, sha256_hex: &str) -> PathBuf {
+        self.dir.join(format!("{sha256_hex}-{:016x}.cwasm", self.engine_key))
+    }
+
+    /// Write `bytes` atomically: a reader never sees a half-written artifact.
+    pub(crate) fn store(&self, sha256_hex: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+        create_private_dir(&self.dir)?;
+        let path = self.path_for(sha256_hex);
+        let tmp = self.dir.join(format!(".{sha256_hex}.{}.tmp", std::process::id()));
+        {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &path)?;
+        Ok(path)
+    }
+}
+
+/// The wasmtime version compiled in (artifacts are only valid for the exact version).
+pub(crate) fn wasmtime_version() -> &'static str {
+    "48.0.8" // keep equal to the `=48.0.8` pin in the workspace Cargo.toml
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    // 0700: loading an artifact trusts its contents, so only this user may write them.
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// The default cache root: `$SANDPIPE_CACHE_DIR`, else `$XDG_CACHE_HOME/sandpipe`, else
+/// `$HOME/.cache/sandpipe`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("SANDPIPE_CACHE_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(d).join("sandpipe"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("sandpipe"))
+}

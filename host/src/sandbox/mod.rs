@@ -1,0 +1,530 @@
+//! The wasmtime sandbox: the only module that names wasmtime types.
+//!
+//! ```text
+//!  Sandbox (one Engine: fuel + epochs compiled in, a 10 ms epoch ticker thread)
+//!    ├─ load(bytes)  ─ sha256 ─► in-process map ─► on-disk .cwasm cache ─► compile
+//!    │                               └──────────────► Compiled { CommandPre | InstancePre }
+//!    └─ start(compiled, policy) ─► Store { WasiCtx, Limiter } + duplex pipes
+//!                                    └─ runner task: instantiate, call run, classify ─► Exit
+//! ```
+
+mod cache;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use cache::default_cache_dir;
+use cache::ArtifactCache;
+use tokio::io::DuplexStream;
+use tokio::sync::watch;
+use wasmtime::component::{Component, ResourceTable};
+use wasmtime::{Engine, InstancePre, Module, ResourceLimiter, Store, Trap, UpdateDeadline};
+use wasmtime_wasi::cli::{AsyncStdinStream, AsyncStdoutStream};
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::p2::bindings::CommandPre;
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::error::{Exit, HostError};
+use crate::policy::{Access, ImportPolicy, Policy, import_allowed};
+use crate::stderr::{StderrMode, StderrTail};
+use crate::transport::{KillSwitch, Transport};
+
+/// How often the epoch ticker bumps the engine's epoch. Each bump lets a running guest yield
+/// to tokio (so kills and timeouts are noticed) and checks its deadline.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// Capacity of each in-memory stdio pipe, and the stdout write budget the guest sees.
+const PIPE_BYTES: usize = 64 * 1024;
+/// Table elements one store may hold in all (a table-growth bomb stops here).
+const MAX_TABLE_ELEMENTS: usize = 1 << 20;
+
+/// Where a loaded plugin's compiled code came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LoadSource {
+    /// Compiled now (and written to the on-disk cache, if there is one).
+    Compiled,
+    /// Read from the on-disk cache: no compilation.
+    DiskCache,
+    /// Already loaded in this process: the pre-instance is reused.
+    Memory,
+}
+
+/// Whether a wasm binary is a component or a core module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WasmKind {
+    Component,
+    CoreModule,
+}
+
+/// Classify by header: `\0asm` then version 1 (core module) or 0x0d layer 1 (component).
+pub(crate) fn detect(bytes: &[u8]) -> Option<WasmKind> {
+    match bytes.get(..8)? {
+        [0, b'a', b's', b'm', 1, 0, 0, 0] => Some(WasmKind::CoreModule),
+        [0, b'a', b's', b'm', 0x0d, 0, 1, 0] => Some(WasmKind::Component),
+        [0, b'a', b's', b'm', ..] => Some(WasmKind::Component), // unknown version: let wasmtime say why
+        _ => None,
+    }
+}
+
+/// A compiled plugin, ready to instantiate many times.
+#[derive(Clone)]
+pub(crate) enum Compiled {
+    Component { pre: CommandPre<State2>, imports: Vec<String>, exports: Vec<String> },
+    Module { pre: InstancePre<State1>, imports: Vec<String>, exports: Vec<String> },
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Compiled::Component { .. } => f.write_str("Compiled::Component"),
+            Compiled::Module { .. } => f.write_str("Compiled::Module"),
+        }
+    }
+}
+
+impl Compiled {
+    pub(crate) fn imports(&self) -> &[String] {
+        match self {
+            Compiled::Component { imports, .. } | Compiled::Module { imports, .. } => imports,
+        }
+    }
+    pub(crate) fn exports(&self) -> &[String] {
+        match self {
+            Compiled::Component { exports, .. } | Compiled::Module { exports, .. } => exports,
+        }
+    }
+}
+
+/// Store state for a component (WASI p2).
+pub(crate) struct State2 {
+    ctx: WasiCtx,
+    table: ResourceTable,
+    limiter: Limiter,
+}
+
+impl WasiView for State2 {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.ctx, table: &mut self.table }
+    }
+}
+
+/// Store state for a core module (WASI p1).
+pub(crate) struct State1 {
+    wasi: WasiP1Ctx,
+    limiter: Limiter,
+}
+
+/// Caps linear memory across all of a store's memories, and remembers a refusal so a guest
+/// that then aborts is reported as [`Exit::MemoryLimit`] rather than a bare trap.
+#[derive(Debug)]
+struct Limiter {
+    max_memory: Option<usize>,
+    memory_in_use: usize,
+    table_elements: usize,
+    denied: Arc<AtomicBool>,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let grow = desired.saturating_sub(current);
+        let total = self.memory_in_use.saturating_add(grow);
+        if let Some(max) = self.max_memory
+            && total > max
+        {
+            self.denied.store(true, Ordering::Relaxed);
+            return Ok(false);
+        }
+        self.memory_in_use = total;
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let grow = desired.saturating_sub(current);
+        let total = self.table_elements.saturating_add(grow);
+        if total > MAX_TABLE_ELEMENTS {
+            return Ok(false);
+        }
+        self.table_elements = total;
+        Ok(true)
+    }
+}
+
+/// The error an epoch callback raises once the deadline has passed.
+#[derive(Debug)]
+struct DeadlineHit;
+
+impl std::fmt::Display for DeadlineHit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("wall-clock deadline exceeded")
+    }
+}
+
+impl std::error::Error for DeadlineHit {}
+
+/// One engine, its linkers, and the compiled plugins it has seen.
+pub(crate) struct Sandbox {
+    engine: Engine,
+    linker2: wasmtime::component::Linker<State2>,
+    linker1: wasmtime::Linker<State1>,
+    cache: Option<ArtifactCache>,
+    loaded: Mutex<HashMap<String, Compiled>>,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox").field("cache", &self.cache).finish_non_exhaustive()
+    }
+}
+
+fn engine_err(e: impl std::fmt::Display) -> HostError {
+    HostError::Engine { message: e.to_string() }
+}
+
+impl Sandbox {
+    pub(crate) fn new(cache_dir: Option<&Path>) -> Result<Self, HostError> {
+        let mut config = wasmtime::Config::new();
+        config.consume_fuel(true);
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config).map_err(engine_err)?;
+
+        let mut linker2 = wasmtime::component::Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker2).map_err(engine_err)?;
+        let mut linker1 = wasmtime::Linker::new(&engine);
+        wasmtime_wasi::p1::add_to_linker_async(&mut linker1, |s: &mut State1| &mut s.wasi).map_err(engine_err)?;
+
+        spawn_epoch_ticker(&engine);
+        let cache = cache_dir.map(|d| ArtifactCache::new(d, &engine));
+        Ok(Self { engine, linker2, linker1, cache, loaded: Mutex::new(HashMap::new()) })
+    }
+
+    /// Compile (or fetch) `bytes`, whose sha256 is `sha_hex`.
+    pub(crate) fn load(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        sha_hex: &str,
+        kind: WasmKind,
+    ) -> Result<(Compiled, LoadSource), HostError> {
+        if let Some(c) = self.loaded.lock().unwrap_or_else(|p| p.into_inner()).get(sha_hex) {
+            return Ok((c.clone(), LoadSource::Memory));
+        }
+        let compile_err = |e: wasmtime::Error| HostError::Compile { path: path.to_owned(), message: format!("{e:#}") };
+        let (compiled, source) = match kind {
+            WasmKind::Component => {
+                let (component, source) = self.component(bytes, sha_hex).map_err(compile_err)?;
+                let ty = component.component_type();
+                let imports = ty.imports(&self.engine).map(|(n, _)| n.to_owned()).collect();
+                let exports = ty.exports(&self.engine).map(|(n, _)| n.to_owned()).collect();
+                let pre = self.linker2.instantiate_pre(&component).map_err(compile_err)?;
+                let pre = CommandPre::new(pre).map_err(compile_err)?;
+                (Compiled::Component { pre, imports, exports }, source)
+            }
+            WasmKind::CoreModule => {
+                let (module, source) = self.module(bytes, sha_hex).map_err(compile_err)?;
+                let imports = module.imports().map(|i| format!("{}#{}", i.module(), i.name())).collect();
+                let exports = module.exports().map(|e| e.name().to_owned()).collect();
+                let pre = self.linker1.instantiate_pre(&module).map_err(compile_err)?;
+                (Compiled::Module { pre, imports, exports }, source)
+            }
+        };
+        self.loaded.lock().unwrap_or_else(|p| p.into_inner()).insert(sha_hex.to_owned(), compiled.clone());
+        Ok((compiled, source))
+    }
+
+    fn component(&self, bytes: &[u8], sha_hex: &str) -> wasmtime::Result<(Component, LoadSource)> {
+        if let Some(cache) = &self.cache {
+            let path = cache.path_for(sha_hex);
+            if path.exists() {
+                // SAFETY: the artifact is one this process family wrote itself (atomically, into
+                // a 0700 directory keyed by content hash and engine settings), and wasmtime checks
+                // its header against this engine's version and settings before using it.
+                #[allow(unsafe_code)]
+                let loaded = unsafe { Component::deserialize_file(&self.engine, &path) };
+                match loaded {
+                    Ok(c) => return Ok((c, LoadSource::DiskCache)),
+                    Err(e) => tracing::warn!(path = %path.display(), "discarding unusable cached artifact: {e}"),
+                }
+            }
+        }
+        let component = Component::from_binary(&self.engine, bytes)?;
+        self.store_artifact(sha_hex, component.serialize());
+        Ok((component, LoadSource::Compiled))
+    }
+
+    fn module(&self, bytes: &[u8], sha_hex: &str) -> wasmtime::Result<(Module, LoadSource)> {
+        if let Some(cache) = &self.cache {
+            let path = cache.path_for(sha_hex);
+            if path.exists() {
+                // SAFETY: as for components above: our own artifact, header-checked by wasmtime.
+                #[allow(unsafe_code)]
+                let loaded = unsafe { Module::deserialize_file(&self.engine, &path) };
+                match loaded {
+                    Ok(m) => return Ok((m, LoadSource::DiskCache)),
+                    Err(e) => tracing::warn!(path = %path.display(), "discarding unusable cached artifact: {e}"),
+                }
+            }
+        }
+        let module = Module::from_binary(&self.engine, bytes)?;
+        self.store_artifact(sha_hex, module.serialize());
+        Ok((module, LoadSource::Compiled))
+    }
+
+    /// A cache that cannot be written costs a recompile next time, never a failed load.
+    fn store_artifact(&self, sha_hex: &str, artifact: wasmtime::Result<Vec<u8>>) {
+        let Some(cache) = &self.cache else { return };
+        match artifact.map_err(|e| e.to_string()).and_then(|b| cache.store(sha_hex, &b).map_err(|e| e.to_string())) {
+            Ok(path) => tracing::debug!(path = %path.display(), "cached compiled artifact"),
+            Err(e) => tracing::warn!("could not cache compiled artifact: {e}"),
+        }
+    }
+
+    /// Check the strict import policy.
+    pub(crate) fn check_imports(compiled: &Compiled, policy: &Policy) -> Result<(), HostError> {
+        let ImportPolicy::Strict(allowed) = &policy.imports else { return Ok(()) };
+        let mut offending: Vec<String> = Vec::new();
+        for import in compiled.imports() {
+            // Core-module imports are `module#name`; the policy names modules.
+            let name = import.split('#').next().unwrap_or(import);
+            if !import_allowed(allowed, name) && !offending.iter().any(|o| o == name) {
+                offending.push(name.to_owned());
+            }
+        }
+        if offending.is_empty() { Ok(()) } else { Err(HostError::ImportsRefused { offending }) }
+    }
+
+    /// Instantiate and start running `compiled` under `policy`.
+    pub(crate) async fn start(
+        &self,
+        compiled: &Compiled,
+        policy: &Policy,
+        argv0: &str,
+        stderr_mode: StderrMode,
+        tail_lines: usize,
+    ) -> Result<Transport, HostError> {
+        Self::check_imports(compiled, policy)?;
+        let (host_in, guest_in) = tokio::io::duplex(PIPE_BYTES);
+        let (guest_out, host_out) = tokio::io::duplex(PIPE_BYTES);
+        let (guest_err, host_err) = tokio::io::duplex(PIPE_BYTES);
+        let builder = wasi_builder(policy, argv0, guest_in, guest_out, guest_err)?;
+
+        let denied = Arc::new(AtomicBool::new(false));
+        let limiter = Limiter {
+            max_memory: policy.max_memory.map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
+            memory_in_use: 0,
+            table_elements: 0,
+            denied: denied.clone(),
+        };
+        let started = Instant::now();
+        let deadline = policy.deadline.map(|d| (started + d, d));
+        let stderr = StderrTail::new(tail_lines);
+        let stderr_task = tokio::spawn(stderr.clone().drain(host_err, stderr_mode, argv0.to_owned()));
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let (kill, kill_rx) = KillSwitch::new();
+        let limits = Limits { fuel: policy.fuel, max_memory: policy.max_memory, deadline, denied };
+
+        match compiled {
+            Compiled::Component { pre, .. } => {
+                let mut b = builder;
+                let state = State2 { ctx: b.build(), table: ResourceTable::new(), limiter };
+                let mut store = Store::new(&self.engine, state);
+                store.limiter(|s| &mut s.limiter);
+                arm(&mut store, &limits)?;
+                let command = pre
+                    .instantiate_async(&mut store)
+                    .await
+                    .map_err(|e| HostError::Instantiate { message: format!("{e:#}") })?;
+                let tail = stderr.clone();
+                tokio::spawn(async move {
+                    let run = async { command.wasi_cli_run().call_run(&mut store).await.map(|r| r.map_err(|()| 1)) };
+                    let exit = supervise(run, &limits, kill_rx, &tail).await;
+                    drop(store); // closes the guest's pipe ends: the host reader sees EOF
+                    finish(exit, stderr_task, &tail, exit_tx).await;
+                });
+            }
+            Compiled::Module { pre, .. } => {
+                let mut b = builder;
+                let state = State1 { wasi: b.build_p1(), limiter };
+                let mut store = Store::new(&self.engine, state);
+                store.limiter(|s| &mut s.limiter);
+                arm(&mut store, &limits)?;
+                let instance = pre
+                    .instantiate_async(&mut store)
+                    .await
+                    .map_err(|e| HostError::Instantiate { message: format!("{e:#}") })?;
+                let start = instance
+                    .get_typed_func::<(), ()>(&mut store, "_start")
+                    .map_err(|e| HostError::Instantiate { message: format!("{e:#}") })?;
+                let tail = stderr.clone();
+                tokio::spawn(async move {
+                    let run = async { start.call_async(&mut store, ()).await.map(Ok) };
+                    let exit = supervise(run, &limits, kill_rx, &tail).await;
+                    drop(store);
+                    finish(exit, stderr_task, &tail, exit_tx).await;
+                });
+            }
+        }
+        Ok(Transport { stdin: Box::pin(host_in), stdout: Box::pin(host_out), exit: exit_rx, kill, stderr })
+    }
+}
+
+/// The limits one store runs under.
+struct Limits {
+    fuel: Option<u64>,
+    max_memory: Option<u64>,
+    deadline: Option<(Instant, Duration)>,
+    denied: Arc<AtomicBool>,
+}
+
+fn arm<T>(store: &mut Store<T>, limits: &Limits) -> Result<(), HostError> {
+    store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).map_err(engine_err)?;
+    // Every epoch tick, yield to tokio (so a spinning guest never starves the runtime and a
+    // kill is noticed) and check the deadline from inside the guest.
+    let deadline = limits.deadline.map(|(at, _)| at);
+    store.epoch_deadline_callback(move |_| match deadline {
+        Some(at) if Instant::now() >= at => Err(wasmtime::Error::new(DeadlineHit)),
+        _ => Ok(UpdateDeadline::Yield(1)),
+    });
+    store.set_epoch_deadline(1);
+    Ok(())
+}
+
+/// Run the guest to its end, a kill, or the deadline; classify how it ended.
+async fn supervise(
+    run: impl Future<Output = wasmtime::Result<Result<(), i32>>>,
+    limits: &Limits,
+    mut kill_rx: watch::Receiver<bool>,
+    tail: &StderrTail,
+) -> Exit {
+    // The outer timer covers a guest blocked in a host call (a stdin read, a sleep), where
+    // no epoch check runs.
+    let timer = async {
+        match limits.deadline {
+            Some((at, _)) => tokio::time::sleep_until(at.into()).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        r = run => classify(r, limits, tail),
+        () = timer => Exit::DeadlineExceeded { limit: limits.deadline.map(|(_, d)| d).unwrap_or_default() },
+        _ = kill_rx.wait_for(|k| *k) => Exit::Killed { signal: None },
+    }
+}
+
+fn classify(r: wasmtime::Result<Result<(), i32>>, limits: &Limits, tail: &StderrTail) -> Exit {
+    let err = match r {
+        Ok(Ok(())) => return Exit::Exited(0),
+        Ok(Err(code)) => return Exit::Exited(code),
+        Err(e) => e,
+    };
+    let memory_denied = limits.denied.load(Ordering::Relaxed);
+    if let Some(exit) = err.downcast_ref::<I32Exit>() {
+        return Exit::Exited(exit.0);
+    }
+    if err.downcast_ref::<DeadlineHit>().is_some() {
+        return Exit::DeadlineExceeded { limit: limits.deadline.map(|(_, d)| d).unwrap_or_default() };
+    }
+    match err.downcast_ref::<Trap>() {
+        Some(Trap::OutOfFuel) => return Exit::OutOfFuel { limit: limits.fuel.unwrap_or(u64::MAX) },
+        Some(Trap::Interrupt) => {
+            return Exit::DeadlineExceeded { limit: limits.deadline.map(|(_, d)| d).unwrap_or_default() };
+        }
+        _ => {}
+    }
+    // A refused memory.grow returns -1 to the guest; a Rust guest then aborts (a trap).
+    if memory_denied {
+        return Exit::MemoryLimit { limit: limits.max_memory.unwrap_or(0) };
+    }
+    Exit::Trap { message: trap_message(&err), stderr_tail: tail.lines() }
+}
+
+/// `wasm trap: wasm `unreachable` instruction executed (in abort)`: the trap and the innermost
+/// named frame.
+fn trap_message(err: &wasmtime::Error) -> String {
+    let mut msg = match err.downcast_ref::<Trap>() {
+        Some(t) => format!("wasm trap: {t}"),
+        None => err.root_cause().to_string(),
+    };
+    if let Some(bt) = err.downcast_ref::<wasmtime::WasmBacktrace>()
+        && let Some(name) = bt.frames().iter().find_map(|f| f.func_name())
+    {
+        msg.push_str(&format!(" (in {name})"));
+    }
+    msg
+}
+
+/// Publish the exit once stderr is drained, so a trap's tail holds the guest's last words.
+pub(crate) async fn finish(
+    exit: Exit,
+    stderr_task: tokio::task::JoinHandle<()>,
+    tail: &StderrTail,
+    exit_tx: watch::Sender<Option<Exit>>,
+) {
+    // The guest's pipe ends are gone, so the drain reaches EOF at once; the timeout only
+    // guards against a native grandchild that still holds stderr open.
+    let _ = tokio::time::timeout(Duration::from_secs(1), stderr_task).await;
+    let exit = match exit {
+        Exit::Trap { message, .. } => Exit::Trap { message, stderr_tail: tail.lines() },
+        other => other,
+    };
+    let _ = exit_tx.send(Some(exit));
+}
+
+fn wasi_builder(
+    policy: &Policy,
+    argv0: &str,
+    stdin: DuplexStream,
+    stdout: DuplexStream,
+    stderr: DuplexStream,
+) -> Result<WasiCtxBuilder, HostError> {
+    let mut b = WasiCtxBuilder::new();
+    b.stdin(AsyncStdinStream::new(stdin))
+        .stdout(AsyncStdoutStream::new(PIPE_BYTES, stdout))
+        .stderr(AsyncStdoutStream::new(PIPE_BYTES, stderr));
+    b.arg(argv0);
+    for a in &policy.args {
+        b.arg(a);
+    }
+    for (k, v) in &policy.env {
+        b.env(k, v);
+    }
+    for p in &policy.preopens {
+        let perms = match p.access {
+            Access::ReadOnly => FsPerms::ReadOnly,
+            Access::ReadWrite => FsPerms::ReadWrite,
+        };
+        b.preopened_dir(&p.host, &p.guest, perms)
+            .map_err(|e| HostError::Preopen { host: p.host.clone(), message: format!("{e:#}") })?;
+    }
+    // The whole wasi:sockets world is linked (toolchains import it unconditionally) but no
+    // address may be used and no name looked up.
+    b.allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .socket_addr_check(|_, _| Box::pin(async { false }));
+    Ok(b)
+}
+
+fn spawn_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    // One thread per Sandbox (not per process): it ends when the engine is dropped.
+    let spawned = std::thread::Builder::new().name("sandpipe-epoch".into()).spawn(move || {
+        loop {
+            std::thread::sleep(EPOCH_TICK);
+            match weak.upgrade() {
+                Some(engine) => engine.increment_epoch(),
+                None => break,
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!("could not start the epoch ticker; deadlines fall back to the outer timer: {e}");
+    }
+}
+
+/// A file name suitable for argv\[0\].
+pub(crate) fn argv0_for(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| PathBuf::from(path).display().to_string())
+}

@@ -1,0 +1,313 @@
+//! One session with one running plugin, the same for wasm and native.
+//!
+//! ```text
+//!   send(frame) ─► Framer::encode ─► plugin stdin          (bounded pipe: backpressure)
+//!   recv()      ◄─ Framer::decode ◄─ plugin stdout         (buffer ≤ max_frame_bytes + 64 KiB)
+//!   wait()      ◄─ Exit, published after stdout and stderr are closed
+//! ```
+//!
+//! Ordering guarantee: `recv` reads stdout until EOF before it reports anything else, and a
+//! plugin's stdout only reaches EOF once the plugin is gone, so every frame the plugin
+//! completed before it failed is delivered before the failure is seen.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use sandpipe_proto::frame::{AnyFramer, FrameLimits, Framer, Framing};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+
+use crate::error::{Exit, SessionError};
+use crate::stderr::{StderrMode, StderrTail};
+use crate::transport::{KillSwitch, Transport};
+
+/// How stdout is read.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Options for one session. Defaults:
+/// - `framing`: `None`, raw bytes (no frame validation);
+/// - `frame_limits`: [`FrameLimits::default`] (16 MiB frames);
+/// - `stderr`: [`StderrMode::Log`];
+/// - `stderr_tail_lines`: 20.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SessionOptions {
+    /// Framing of both directions; `None` passes bytes through unchecked.
+    pub framing: Option<Framing>,
+    /// Frame limits for both directions.
+    pub frame_limits: FrameLimits,
+    /// Where the plugin's stderr goes.
+    pub stderr: StderrMode,
+    /// How many stderr lines to keep for error reports.
+    pub stderr_tail_lines: usize,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        Self { framing: None, frame_limits: FrameLimits::default(), stderr: StderrMode::Log, stderr_tail_lines: 20 }
+    }
+}
+
+impl SessionOptions {
+    /// Options with the given framing.
+    pub fn framed(framing: Framing) -> Self {
+        Self { framing: Some(framing), ..Self::default() }
+    }
+    /// Set the frame limits.
+    pub fn frame_limits(mut self, limits: FrameLimits) -> Self {
+        self.frame_limits = limits;
+        self
+    }
+    /// Set where stderr goes.
+    pub fn stderr(mut self, mode: StderrMode) -> Self {
+        self.stderr = mode;
+        self
+    }
+}
+
+/// A running plugin. Dropping it kills the plugin.
+#[derive(Debug)]
+pub struct Session {
+    writer: SessionWriter,
+    reader: SessionReader,
+    control: SessionControl,
+}
+
+/// The sending half: frames to the plugin's stdin.
+pub struct SessionWriter {
+    stdin: Option<Pin<Box<dyn AsyncWrite + Send>>>,
+    framer: Option<AnyFramer>,
+    buf: BytesMut,
+    _kill: KillSwitch,
+}
+
+/// The receiving half: frames from the plugin's stdout.
+pub struct SessionReader {
+    stdout: Pin<Box<dyn AsyncRead + Send>>,
+    framer: Option<AnyFramer>,
+    buf: BytesMut,
+    eof: bool,
+    failed: Option<sandpipe_proto::frame::FrameError>,
+    stderr: StderrTail,
+    _kill: KillSwitch,
+}
+
+/// Exit status, stderr tail and kill, shareable between tasks.
+#[derive(Debug, Clone)]
+pub struct SessionControl {
+    exit: watch::Receiver<Option<Exit>>,
+    kill: KillSwitch,
+    stderr: StderrTail,
+}
+
+impl std::fmt::Debug for SessionWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionWriter").field("open", &self.stdin.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for SessionReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionReader").field("buffered", &self.buf.len()).field("eof", &self.eof).finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    pub(crate) fn new(t: Transport, opts: &SessionOptions) -> Self {
+        let framer = || opts.framing.map(|f| f.framer(opts.frame_limits));
+        Session {
+            writer: SessionWriter { stdin: Some(t.stdin), framer: framer(), buf: BytesMut::new(), _kill: t.kill.clone() },
+            reader: SessionReader {
+                stdout: t.stdout,
+                framer: framer(),
+                buf: BytesMut::with_capacity(READ_CHUNK),
+                eof: false,
+                failed: None,
+                stderr: t.stderr.clone(),
+                _kill: t.kill.clone(),
+            },
+            control: SessionControl { exit: t.exit, kill: t.kill, stderr: t.stderr },
+        }
+    }
+
+    /// Send one frame (validated and framed per the session's framing).
+    pub async fn send(&mut self, frame: &[u8]) -> Result<(), SessionError> {
+        self.writer.send(frame).await
+    }
+
+    /// Receive the next frame; `Ok(None)` once the plugin closed stdout cleanly.
+    pub async fn recv(&mut self) -> Result<Option<Bytes>, SessionError> {
+        self.reader.recv().await
+    }
+
+    /// Close the plugin's stdin (it sees EOF).
+    pub async fn close_stdin(&mut self) {
+        self.writer.close().await;
+    }
+
+    /// Wait for the plugin to end. Does not read stdout: read it to the end first, or a
+    /// plugin blocked on a full stdout pipe only ends at its deadline.
+    pub async fn wait(&self) -> Exit {
+        self.control.wait().await
+    }
+
+    /// Kill the plugin now.
+    pub fn kill(&self) {
+        self.control.kill();
+    }
+
+    /// The plugin's last stderr lines.
+    pub fn stderr_tail(&self) -> Vec<String> {
+        self.control.stderr_tail()
+    }
+
+    /// Close stdin, give the plugin `grace` to exit, then kill it. Frames the plugin writes
+    /// meanwhile are read and dropped (so it never blocks on stdout), and counted in the log.
+    pub async fn shutdown(mut self, grace: Duration) -> Exit {
+        self.writer.close().await;
+        let control = self.control.clone();
+        let mut reader = self.reader;
+        let drain = async move {
+            let n = reader.discard_to_eof().await;
+            if n > 0 {
+                tracing::debug!(bytes = n, "discarded plugin output during shutdown");
+            }
+            std::future::pending::<()>().await
+        };
+        let graceful = async {
+            tokio::select! {
+                exit = control.wait() => Some(exit),
+                () = tokio::time::sleep(grace) => None,
+            }
+        };
+        let exit = tokio::select! {
+            exit = graceful => exit,
+            () = drain => None,
+        };
+        match exit {
+            Some(exit) => exit,
+            None => {
+                control.kill();
+                control.wait().await
+            }
+        }
+    }
+
+    /// Split into halves that can live in different tasks. The plugin is killed when all three
+    /// are dropped.
+    pub fn into_split(self) -> (SessionWriter, SessionReader, SessionControl) {
+        (self.writer, self.reader, self.control)
+    }
+
+    /// The control half (cheap to clone).
+    pub fn control(&self) -> &SessionControl {
+        &self.control
+    }
+}
+
+impl SessionWriter {
+    /// Send one frame.
+    pub async fn send(&mut self, frame: &[u8]) -> Result<(), SessionError> {
+        let stdin = self.stdin.as_mut().ok_or(SessionError::AlreadyClosed)?;
+        let bytes: &[u8] = match &mut self.framer {
+            Some(framer) => {
+                self.buf.clear();
+                framer.encode(frame, &mut self.buf).map_err(SessionError::BadFrameToPlugin)?;
+                &self.buf
+            }
+            None => frame,
+        };
+        let written = async {
+            stdin.write_all(bytes).await?;
+            stdin.flush().await
+        };
+        written.await.map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => SessionError::StdinClosed,
+            _ => SessionError::Io(e),
+        })
+    }
+
+    /// Close the plugin's stdin; later sends fail with [`SessionError::AlreadyClosed`].
+    pub async fn close(&mut self) {
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = stdin.shutdown().await;
+        }
+    }
+}
+
+impl SessionReader {
+    /// Receive the next frame; `Ok(None)` once stdout closed at a frame boundary. A frame cut
+    /// off by the plugin's end is [`SessionError::BadFrameFromPlugin`] with
+    /// `FrameError::Truncated`; check [`SessionControl::wait`] for why it ended.
+    pub async fn recv(&mut self) -> Result<Option<Bytes>, SessionError> {
+        if let Some(error) = &self.failed {
+            return Err(SessionError::BadFrameFromPlugin { error: error.clone(), stderr_tail: self.stderr.lines() });
+        }
+        loop {
+            let decoded = match &mut self.framer {
+                Some(framer) if self.eof => framer.decode_eof(&mut self.buf),
+                Some(framer) => framer.decode(&mut self.buf),
+                None if !self.buf.is_empty() => Ok(Some(self.buf.split().freeze())),
+                None if self.eof => Ok(None),
+                None => Ok(None),
+            };
+            match decoded {
+                Ok(Some(frame)) => return Ok(Some(frame)),
+                Ok(None) if self.eof => return Ok(None),
+                Ok(None) => {}
+                Err(error) => {
+                    self.failed = Some(error.clone());
+                    return Err(SessionError::BadFrameFromPlugin { error, stderr_tail: self.stderr.lines() });
+                }
+            }
+            self.buf.reserve(READ_CHUNK);
+            let n = self.stdout.read_buf(&mut self.buf).await.map_err(SessionError::Io)?;
+            if n == 0 {
+                self.eof = true;
+            }
+        }
+    }
+
+    /// Read and drop everything up to EOF; returns the byte count.
+    pub async fn discard_to_eof(&mut self) -> u64 {
+        let mut total = self.buf.len() as u64;
+        self.buf.clear();
+        let mut scratch = vec![0u8; READ_CHUNK];
+        loop {
+            match self.stdout.read(&mut scratch).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n as u64,
+            }
+        }
+        self.eof = true;
+        total
+    }
+}
+
+impl SessionControl {
+    /// Wait for the plugin to end.
+    pub async fn wait(&self) -> Exit {
+        let mut rx = self.exit.clone();
+        match rx.wait_for(Option::is_some).await {
+            Ok(exit) => exit.clone().unwrap_or(Exit::Killed { signal: None }),
+            // The runner is gone without publishing: it was dropped with the runtime.
+            Err(_) => Exit::Killed { signal: None },
+        }
+    }
+
+    /// The exit, if the plugin has ended.
+    pub fn try_exit(&self) -> Option<Exit> {
+        self.exit.borrow().clone()
+    }
+
+    /// Kill the plugin now.
+    pub fn kill(&self) {
+        self.kill.kill();
+    }
+
+    /// The plugin's last stderr lines.
+    pub fn stderr_tail(&self) -> Vec<String> {
+        self.stderr.lines()
+    }
+}

@@ -1,0 +1,45 @@
+//! What a running plugin looks like to a session, whichever way it runs.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+
+use crate::error::Exit;
+use crate::stderr::StderrTail;
+
+/// A running plugin: its stdio, how it ended, and a way to stop it.
+pub(crate) struct Transport {
+    pub(crate) stdin: Pin<Box<dyn AsyncWrite + Send>>,
+    pub(crate) stdout: Pin<Box<dyn AsyncRead + Send>>,
+    /// `None` while running; the exit once the plugin is gone.
+    pub(crate) exit: watch::Receiver<Option<Exit>>,
+    pub(crate) kill: KillSwitch,
+    pub(crate) stderr: StderrTail,
+}
+
+/// Kills the plugin when asked, or when the last clone is dropped (a dropped session never
+/// leaves a plugin running).
+#[derive(Debug, Clone)]
+pub(crate) struct KillSwitch(Arc<KillOnDrop>);
+
+#[derive(Debug)]
+struct KillOnDrop(watch::Sender<bool>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.send(true);
+    }
+}
+
+impl KillSwitch {
+    pub(crate) fn new() -> (Self, watch::Receiver<bool>) {
+        let (tx, rx) = watch::channel(false);
+        (Self(Arc::new(KillOnDrop(tx))), rx)
+    }
+
+    pub(crate) fn kill(&self) {
+        let _ = self.0.0.send(true);
+    }
+}

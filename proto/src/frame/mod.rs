@@ -1,0 +1,166 @@
+//! The three framers: [`JsonLines`], [`CborSeq`] and [`ContentLength`].
+//!
+//! All follow the tokio-util codec contract:
+//! - `decode` returns `Ok(Some(frame))` and removes the frame's bytes (and its delimiters) from
+//!   the front of `src`; `Ok(None)` when more bytes are needed (nothing is consumed that would be
+//!   needed later, but scan state is kept so a frame arriving in pieces is scanned once: linear,
+//!   not quadratic); `Err` when the stream is corrupt. After an `Err` the stream is done.
+//! - `decode_eof` is called once the peer has closed: it returns the last complete frame, or
+//!   `Ok(None)` when `src` holds nothing but ignorable bytes, or `Err(FrameError::Truncated)`
+//!   when a frame was cut off.
+//! - `encode` validates one frame and appends it, with its framing, to `dst`.
+//! - Every length read from the stream is checked against [`FrameLimits`] before anything is
+//!   allocated for it.
+
+mod cbor_seq;
+mod content_length;
+mod error;
+mod json_lines;
+
+pub use bytes::{Bytes, BytesMut};
+pub use cbor_seq::CborSeq;
+pub use content_length::ContentLength;
+pub use error::FrameError;
+pub use json_lines::JsonLines;
+
+/// Limits applied by every framer. Defaults:
+/// - `max_frame_bytes`: 16 MiB (real plugins send 1–2 MiB frames);
+/// - `max_header_bytes`: 8 KiB (the whole header block of a `Content-Length` frame);
+/// - `max_depth`: 128 (CBOR nesting of arrays, maps and tags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FrameLimits {
+    /// Largest frame payload accepted, in bytes (not counting delimiters or headers).
+    pub max_frame_bytes: usize,
+    /// Largest `Content-Length` header block, in bytes.
+    pub max_header_bytes: usize,
+    /// Deepest CBOR nesting accepted.
+    pub max_depth: usize,
+}
+
+impl FrameLimits {
+    /// Default limits with a different `max_frame_bytes`.
+    pub fn with_max_frame_bytes(max_frame_bytes: usize) -> Self {
+        Self {
+            max_frame_bytes,
+            ..Self::default()
+        }
+    }
+}
+
+impl Default for FrameLimits {
+    fn default() -> Self {
+        Self {
+            max_frame_bytes: 16 << 20,
+            max_header_bytes: 8 << 10,
+            max_depth: 128,
+        }
+    }
+}
+
+/// The framing of a byte stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Framing {
+    /// One JSON value per line (`\n` or `\r\n`); blank lines are skipped.
+    JsonLines,
+    /// CBOR items back to back (RFC 8742).
+    CborSeq,
+    /// LSP base protocol: `Content-Length` headers, a blank line, then the body.
+    ContentLength,
+}
+
+impl Framing {
+    /// A fresh framer for this framing.
+    pub fn framer(self, limits: FrameLimits) -> AnyFramer {
+        match self {
+            Framing::JsonLines => AnyFramer::JsonLines(JsonLines::new(limits)),
+            Framing::CborSeq => AnyFramer::CborSeq(CborSeq::new(limits)),
+            Framing::ContentLength => AnyFramer::ContentLength(ContentLength::new(limits)),
+        }
+    }
+
+    /// The name used on the command line and in transcripts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Framing::JsonLines => "lines",
+            Framing::CborSeq => "cbor",
+            Framing::ContentLength => "content-length",
+        }
+    }
+}
+
+impl std::str::FromStr for Framing {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "lines" | "jsonl" | "json-lines" => Ok(Framing::JsonLines),
+            "cbor" | "cbor-seq" => Ok(Framing::CborSeq),
+            "content-length" | "lsp" => Ok(Framing::ContentLength),
+            other => Err(format!(
+                "unknown framing {other:?} (expected lines, cbor or content-length)"
+            )),
+        }
+    }
+}
+
+/// A sans-IO frame decoder and encoder. See the module docs for the contract.
+pub trait Framer {
+    /// Take the next complete frame from the front of `src`.
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, FrameError>;
+
+    /// Like [`Framer::decode`], after the peer closed the stream: leftover bytes that do not
+    /// form a frame are an error ([`FrameError::Truncated`]), except ignorable ones (blank
+    /// lines for [`JsonLines`]).
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, FrameError>;
+
+    /// Check that `frame` is one valid frame and append it, framed, to `dst`.
+    fn encode(&mut self, frame: &[u8], dst: &mut BytesMut) -> Result<(), FrameError>;
+}
+
+/// Any of the three framers, chosen at run time without a `Box<dyn Framer>`.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyFramer {
+    /// See [`JsonLines`].
+    JsonLines(JsonLines),
+    /// See [`CborSeq`].
+    CborSeq(CborSeq),
+    /// See [`ContentLength`].
+    ContentLength(ContentLength),
+}
+
+impl Framer for AnyFramer {
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, FrameError> {
+        match self {
+            AnyFramer::JsonLines(f) => f.decode(src),
+            AnyFramer::CborSeq(f) => f.decode(src),
+            AnyFramer::ContentLength(f) => f.decode(src),
+        }
+    }
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, FrameError> {
+        match self {
+            AnyFramer::JsonLines(f) => f.decode_eof(src),
+            AnyFramer::CborSeq(f) => f.decode_eof(src),
+            AnyFramer::ContentLength(f) => f.decode_eof(src),
+        }
+    }
+    fn encode(&mut self, frame: &[u8], dst: &mut BytesMut) -> Result<(), FrameError> {
+        match self {
+            AnyFramer::JsonLines(f) => f.encode(frame, dst),
+            AnyFramer::CborSeq(f) => f.encode(frame, dst),
+            AnyFramer::ContentLength(f) => f.encode(frame, dst),
+        }
+    }
+}
+
+/// Bytes rendered for an error message: printable ASCII kept, everything else escaped,
+/// cut to `max` input bytes with a trailing `...` when longer.
+pub fn escape_snippet(bytes: &[u8], max: usize) -> String {
+    let cut = bytes.len().min(max);
+    let mut s = bytes[..cut].escape_ascii().to_string();
+    if bytes.len() > max {
+        s.push_str("...");
+    }
+    s
+}

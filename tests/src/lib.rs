@@ -1,0 +1,87 @@
+//! Builds the example and test plugins from source, once per test process, for
+//! `wasm32-wasip2`, `wasm32-wasip1` and the host, and hands out their paths.
+//!
+//! No `.wasm` is committed: every test runs what this builds. The plugins get their own target
+//! directory (`<target>/plugins`) so the nested `cargo build` never waits on the outer
+//! `cargo test`'s lock.
+//!
+//! ```no_run
+//! let echo = sandpipe_tests::plugin("echo-lines", sandpipe_tests::Target::Wasm);
+//! assert!(echo.exists());
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// Which build of a plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// A WASI p2 component (`wasm32-wasip2`).
+    Wasm,
+    /// A WASI p1 core module (`wasm32-wasip1`).
+    WasmP1,
+    /// A native executable for this machine.
+    Native,
+}
+
+impl Target {
+    /// All three.
+    pub const ALL: [Target; 3] = [Target::Wasm, Target::WasmP1, Target::Native];
+
+    fn triple(self) -> Option<&'static str> {
+        match self {
+            Target::Wasm => Some("wasm32-wasip2"),
+            Target::WasmP1 => Some("wasm32-wasip1"),
+            Target::Native => None,
+        }
+    }
+}
+
+/// The packages holding plugins.
+const PACKAGES: [&str; 2] = ["sandpipe-example-echo", "sandpipe-test-plugins"];
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ lives in the workspace").to_owned()
+}
+
+/// Where plugins are built.
+pub fn plugin_target_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));
+    let target = if target.is_absolute() { target } else { workspace_root().join(target) };
+    target.join("plugins")
+}
+
+/// Path to plugin `bin` built for `target`, building all plugins first if this process has not.
+pub fn plugin(bin: &str, target: Target) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        for t in Target::ALL {
+            build(t);
+        }
+    });
+    let dir = plugin_target_dir();
+    match target.triple() {
+        Some(triple) => dir.join(triple).join("release").join(format!("{bin}.wasm")),
+        None => dir.join("release").join(bin),
+    }
+}
+
+fn build(target: Target) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace_root()).arg("build").arg("--release").arg("--quiet").arg("--target-dir").arg(plugin_target_dir());
+    for p in PACKAGES {
+        cmd.arg("-p").arg(p);
+    }
+    if let Some(triple) = target.triple() {
+        cmd.arg("--target").arg(triple);
+    }
+    let status = cmd.status().expect("running cargo to build the test plugins");
+    assert!(
+        status.success(),
+        "building the test plugins for {target:?} failed; is the target installed? \
+         run `rustup target add wasm32-wasip2 wasm32-wasip1`"
+    );
+}
