@@ -30,8 +30,8 @@
 use std::io::{self, Read, Write};
 
 use bytes::BytesMut;
-pub use sandpipe_proto::frame::{Bytes, FrameError, FrameLimits, Framer, Framing};
 use sandpipe_proto::frame::AnyFramer;
+pub use sandpipe_proto::frame::{Bytes, FrameError, FrameLimits, Framer, Framing};
 
 /// What can go wrong in the plugin's own loop.
 #[derive(Debug)]

@@ -60,10 +60,18 @@ impl fmt::Display for Exit {
             Exit::Exited(code) => write!(f, "plugin exited with code {code}"),
             Exit::OutOfFuel { limit } => write!(f, "plugin ran out of fuel (limit {limit})"),
             Exit::MemoryLimit { limit } => {
-                write!(f, "plugin exceeded the memory limit of {}", bytesize::ByteSize(*limit).display().iec())
+                write!(
+                    f,
+                    "plugin exceeded the memory limit of {}",
+                    bytesize::ByteSize(*limit).display().iec()
+                )
             }
             Exit::DeadlineExceeded { limit } => {
-                write!(f, "plugin exceeded its deadline of {}", humantime::format_duration(*limit))
+                write!(
+                    f,
+                    "plugin exceeded its deadline of {}",
+                    humantime::format_duration(*limit)
+                )
             }
             Exit::Trap { message, .. } => write!(f, "plugin trapped: {message}"),
             Exit::Killed { signal: Some(sig) } => write!(f, "plugin was killed by signal {sig}"),

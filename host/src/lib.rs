@@ -105,7 +105,10 @@ impl Plugin {
     /// A native program, run as a child process without a sandbox.
     pub fn native_unsandboxed(program: impl Into<PathBuf>) -> Result<Plugin, HostError> {
         let path = resolve_program(&program.into());
-        let bytes = std::fs::read(&path).map_err(|source| HostError::Read { path: path.clone(), source })?;
+        let bytes = std::fs::read(&path).map_err(|source| HostError::Read {
+            path: path.clone(),
+            source,
+        })?;
         Ok(Plugin {
             sha256: hex(&Sha256::digest(&bytes)),
             size: bytes.len() as u64,
@@ -160,7 +163,9 @@ impl Host {
 
     /// A host with the given artifact cache directory, or none.
     pub fn with_cache_dir(cache_dir: Option<&Path>) -> Result<Host, HostError> {
-        Ok(Host { sandbox: Sandbox::new(cache_dir)? })
+        Ok(Host {
+            sandbox: Sandbox::new(cache_dir)?,
+        })
     }
 
     /// Load a plugin. A WASI component or core module (told by its header) is compiled, or
@@ -169,7 +174,10 @@ impl Host {
     pub fn load(&self, path: impl AsRef<Path>) -> Result<Plugin, HostError> {
         let started = Instant::now();
         let path = resolve_program(path.as_ref());
-        let bytes = std::fs::read(&path).map_err(|source| HostError::Read { path: path.clone(), source })?;
+        let bytes = std::fs::read(&path).map_err(|source| HostError::Read {
+            path: path.clone(),
+            source,
+        })?;
         let sha256 = hex(&Sha256::digest(&bytes));
         let Some(wasm_kind) = sandbox::detect(&bytes) else {
             return Ok(Plugin {
@@ -200,13 +208,31 @@ impl Host {
     }
 
     /// Start a session with `plugin` under `policy`.
-    pub async fn start(&self, plugin: &Plugin, policy: &Policy, options: &SessionOptions) -> Result<Session, HostError> {
+    pub async fn start(
+        &self,
+        plugin: &Plugin,
+        policy: &Policy,
+        options: &SessionOptions,
+    ) -> Result<Session, HostError> {
         let argv0 = sandbox::argv0_for(&plugin.path);
         let transport = match &plugin.compiled {
             Some(compiled) => {
-                self.sandbox.start(compiled, policy, &argv0, options.stderr, options.stderr_tail_lines).await?
+                self.sandbox
+                    .start(
+                        compiled,
+                        policy,
+                        &argv0,
+                        options.stderr,
+                        options.stderr_tail_lines,
+                    )
+                    .await?
             }
-            None => native::spawn(&plugin.path, policy, options.stderr, options.stderr_tail_lines)?,
+            None => native::spawn(
+                &plugin.path,
+                policy,
+                options.stderr,
+                options.stderr_tail_lines,
+            )?,
         };
         Ok(Session::new(transport, options))
     }
@@ -217,7 +243,11 @@ fn resolve_program(path: &Path) -> PathBuf {
         return path.to_owned();
     }
     std::env::var_os("PATH")
-        .and_then(|paths| std::env::split_paths(&paths).map(|dir| dir.join(path)).find(|p| p.is_file()))
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(path))
+                .find(|p| p.is_file())
+        })
         .unwrap_or_else(|| path.to_owned())
 }
 

@@ -104,8 +104,17 @@ impl Policy {
         self
     }
     /// Add a preopened directory.
-    pub fn preopen(mut self, host: impl Into<PathBuf>, guest: impl Into<String>, access: Access) -> Self {
-        self.preopens.push(Preopen { host: host.into(), guest: guest.into(), access });
+    pub fn preopen(
+        mut self,
+        host: impl Into<PathBuf>,
+        guest: impl Into<String>,
+        access: Access,
+    ) -> Self {
+        self.preopens.push(Preopen {
+            host: host.into(),
+            guest: guest.into(),
+            access,
+        });
         self
     }
     /// Add an environment variable.
@@ -134,7 +143,11 @@ pub(crate) fn import_key(name: &str) -> (&str, Option<String>) {
             let mut parts = version.split('.');
             let major = parts.next().unwrap_or("");
             let minor = parts.next().unwrap_or("0");
-            let compat = if major == "0" { format!("0.{minor}") } else { major.to_owned() };
+            let compat = if major == "0" {
+                format!("0.{minor}")
+            } else {
+                major.to_owned()
+            };
             (iface, Some(compat))
         }
     }
@@ -155,7 +168,10 @@ mod tests {
 
     #[test]
     fn strict_imports_ignore_patch_versions() {
-        let allowed = vec!["wasi:cli/stdin@0.2".to_owned(), "wasi:io/streams".to_owned()];
+        let allowed = vec![
+            "wasi:cli/stdin@0.2".to_owned(),
+            "wasi:io/streams".to_owned(),
+        ];
         let cases = [
             ("wasi:cli/stdin@0.2.0", true),
             ("wasi:cli/stdin@0.2.12", true),
@@ -167,7 +183,13 @@ mod tests {
         for (import, want) in cases {
             assert_eq!(import_allowed(&allowed, import), want, "{import}");
         }
-        assert!(import_allowed(&["wasi:cli/stdin@0.2.6".to_owned()], "wasi:cli/stdin@0.2.1"));
-        assert!(import_allowed(&["wasi_snapshot_preview1".to_owned()], "wasi_snapshot_preview1"));
+        assert!(import_allowed(
+            &["wasi:cli/stdin@0.2.6".to_owned()],
+            "wasi:cli/stdin@0.2.1"
+        ));
+        assert!(import_allowed(
+            &["wasi_snapshot_preview1".to_owned()],
+            "wasi_snapshot_preview1"
+        ));
     }
 }

@@ -45,14 +45,22 @@ pub struct SessionOptions {
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        Self { framing: None, frame_limits: FrameLimits::default(), stderr: StderrMode::Log, stderr_tail_lines: 20 }
+        Self {
+            framing: None,
+            frame_limits: FrameLimits::default(),
+            stderr: StderrMode::Log,
+            stderr_tail_lines: 20,
+        }
     }
 }
 
 impl SessionOptions {
     /// Options with the given framing.
     pub fn framed(framing: Framing) -> Self {
-        Self { framing: Some(framing), ..Self::default() }
+        Self {
+            framing: Some(framing),
+            ..Self::default()
+        }
     }
     /// Set the frame limits.
     pub fn frame_limits(mut self, limits: FrameLimits) -> Self {
@@ -103,13 +111,18 @@ pub struct SessionControl {
 
 impl std::fmt::Debug for SessionWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionWriter").field("open", &self.stdin.is_some()).finish_non_exhaustive()
+        f.debug_struct("SessionWriter")
+            .field("open", &self.stdin.is_some())
+            .finish_non_exhaustive()
     }
 }
 
 impl std::fmt::Debug for SessionReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionReader").field("buffered", &self.buf.len()).field("eof", &self.eof).finish_non_exhaustive()
+        f.debug_struct("SessionReader")
+            .field("buffered", &self.buf.len())
+            .field("eof", &self.eof)
+            .finish_non_exhaustive()
     }
 }
 
@@ -117,7 +130,12 @@ impl Session {
     pub(crate) fn new(t: Transport, opts: &SessionOptions) -> Self {
         let framer = || opts.framing.map(|f| f.framer(opts.frame_limits));
         Session {
-            writer: SessionWriter { stdin: Some(t.stdin), framer: framer(), buf: BytesMut::new(), _kill: t.kill.clone() },
+            writer: SessionWriter {
+                stdin: Some(t.stdin),
+                framer: framer(),
+                buf: BytesMut::new(),
+                _kill: t.kill.clone(),
+            },
             reader: SessionReader {
                 stdout: t.stdout,
                 framer: framer(),
@@ -127,7 +145,11 @@ impl Session {
                 stderr: t.stderr.clone(),
                 _kill: t.kill.clone(),
             },
-            control: SessionControl { exit: t.exit, kill: t.kill, stderr: t.stderr },
+            control: SessionControl {
+                exit: t.exit,
+                kill: t.kill,
+                stderr: t.stderr,
+            },
         }
     }
 
@@ -213,7 +235,9 @@ impl SessionWriter {
         let bytes: &[u8] = match &mut self.framer {
             Some(framer) => {
                 self.buf.clear();
-                framer.encode(frame, &mut self.buf).map_err(SessionError::BadFrameToPlugin)?;
+                framer
+                    .encode(frame, &mut self.buf)
+                    .map_err(SessionError::BadFrameToPlugin)?;
                 &self.buf
             }
             None => frame,
@@ -223,7 +247,9 @@ impl SessionWriter {
             stdin.flush().await
         };
         written.await.map_err(|e| match e.kind() {
-            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => SessionError::StdinClosed,
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+                SessionError::StdinClosed
+            }
             _ => SessionError::Io(e),
         })
     }
@@ -242,7 +268,10 @@ impl SessionReader {
     /// `FrameError::Truncated`; check [`SessionControl::wait`] for why it ended.
     pub async fn recv(&mut self) -> Result<Option<Bytes>, SessionError> {
         if let Some(error) = &self.failed {
-            return Err(SessionError::BadFrameFromPlugin { error: error.clone(), stderr_tail: self.stderr.lines() });
+            return Err(SessionError::BadFrameFromPlugin {
+                error: error.clone(),
+                stderr_tail: self.stderr.lines(),
+            });
         }
         loop {
             let decoded = match &mut self.framer {
@@ -258,11 +287,18 @@ impl SessionReader {
                 Ok(None) => {}
                 Err(error) => {
                     self.failed = Some(error.clone());
-                    return Err(SessionError::BadFrameFromPlugin { error, stderr_tail: self.stderr.lines() });
+                    return Err(SessionError::BadFrameFromPlugin {
+                        error,
+                        stderr_tail: self.stderr.lines(),
+                    });
                 }
             }
             self.buf.reserve(READ_CHUNK);
-            let n = self.stdout.read_buf(&mut self.buf).await.map_err(SessionError::Io)?;
+            let n = self
+                .stdout
+                .read_buf(&mut self.buf)
+                .await
+                .map_err(SessionError::Io)?;
             if n == 0 {
                 self.eof = true;
             }

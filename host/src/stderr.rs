@@ -40,7 +40,12 @@ const MAX_LINE_BYTES: usize = 1024;
 impl StderrTail {
     /// A tail that keeps `max_lines` lines.
     pub fn new(max_lines: usize) -> Self {
-        Self { inner: Arc::new(Mutex::new(TailInner { max_lines, ..TailInner::default() })) }
+        Self {
+            inner: Arc::new(Mutex::new(TailInner {
+                max_lines,
+                ..TailInner::default()
+            })),
+        }
     }
 
     /// The kept lines, oldest first, including an unterminated last line.
@@ -55,7 +60,10 @@ impl StderrTail {
 
     /// Bytes seen in all.
     pub fn total_bytes(&self) -> u64 {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).total_bytes
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .total_bytes
     }
 
     /// Feed bytes; returns the lines completed by them (for logging).
@@ -82,7 +90,9 @@ impl StderrTail {
                 }
                 None => {
                     let room = MAX_LINE_BYTES.saturating_sub(inner.partial.len());
-                    inner.partial.extend_from_slice(&bytes[..bytes.len().min(room)]);
+                    inner
+                        .partial
+                        .extend_from_slice(&bytes[..bytes.len().min(room)]);
                     bytes = &[];
                 }
             }
@@ -91,7 +101,12 @@ impl StderrTail {
     }
 
     /// Read `stream` to EOF, keeping the tail and sending the bytes where `mode` says.
-    pub(crate) async fn drain(self, mut stream: impl AsyncRead + Unpin, mode: StderrMode, plugin: String) {
+    pub(crate) async fn drain(
+        self,
+        mut stream: impl AsyncRead + Unpin,
+        mode: StderrMode,
+        plugin: String,
+    ) {
         let mut buf = vec![0u8; 8 * 1024];
         let mut host_stderr = tokio::io::stderr();
         loop {
@@ -132,7 +147,7 @@ mod tests {
         tail.push(b"one\ntwo\r\nthr");
         tail.push(b"ee\nfour");
         assert_eq!(tail.lines(), vec!["two", "three", "four"]);
-        assert_eq!(tail.total_bytes(), 20);
+        assert_eq!(tail.total_bytes(), 19);
     }
 
     #[test]

@@ -43,3 +43,9 @@ impl KillSwitch {
         let _ = self.0.0.send(true);
     }
 }
+
+/// Resolves once the kill switch is thrown or dropped.
+pub(crate) async fn killed(rx: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is not Send: drop it here, inside this function.
+    let _ = rx.wait_for(|k| *k).await.map(|_| ());
+}

@@ -43,13 +43,22 @@ const PACKAGES: [&str; 2] = ["sandpipe-example-echo", "sandpipe-test-plugins"];
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ lives in the workspace").to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives in the workspace")
+        .to_owned()
 }
 
 /// Where plugins are built.
 pub fn plugin_target_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));
-    let target = if target.is_absolute() { target } else { workspace_root().join(target) };
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let target = if target.is_absolute() {
+        target
+    } else {
+        workspace_root().join(target)
+    };
     target.join("plugins")
 }
 
@@ -71,14 +80,21 @@ pub fn plugin(bin: &str, target: Target) -> PathBuf {
 fn build(target: Target) {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(workspace_root()).arg("build").arg("--release").arg("--quiet").arg("--target-dir").arg(plugin_target_dir());
+    cmd.current_dir(workspace_root())
+        .arg("build")
+        .arg("--release")
+        .arg("--quiet")
+        .arg("--target-dir")
+        .arg(plugin_target_dir());
     for p in PACKAGES {
         cmd.arg("-p").arg(p);
     }
     if let Some(triple) = target.triple() {
         cmd.arg("--target").arg(triple);
     }
-    let status = cmd.status().expect("running cargo to build the test plugins");
+    let status = cmd
+        .status()
+        .expect("running cargo to build the test plugins");
     assert!(
         status.success(),
         "building the test plugins for {target:?} failed; is the target installed? \

@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use sandpipe::{Exit, Host, Plugin, PluginKind, Policy, Session, SessionError, SessionOptions, StderrMode};
+use sandpipe::{
+    Exit, Host, Plugin, PluginKind, Policy, Session, SessionError, SessionOptions, StderrMode,
+};
 use sandpipe_proto::frame::{FrameError, FrameLimits, Framing};
 use sandpipe_tests::{Target, plugin};
 
@@ -21,9 +23,17 @@ fn opts(framing: Framing) -> SessionOptions {
     SessionOptions::framed(framing).stderr(StderrMode::Discard)
 }
 
-async fn start(host: &Host, bin: &str, target: Target, policy: &Policy, framing: Framing) -> Session {
+async fn start(
+    host: &Host,
+    bin: &str,
+    target: Target,
+    policy: &Policy,
+    framing: Framing,
+) -> Session {
     let p = load(host, bin, target);
-    host.start(&p, policy, &opts(framing)).await.expect("start session")
+    host.start(&p, policy, &opts(framing))
+        .await
+        .expect("start session")
 }
 
 /// Every frame up to the end of stdout, and how reading ended.
@@ -40,14 +50,18 @@ async fn recv_all(s: &mut Session) -> (Vec<Vec<u8>>, Result<(), SessionError>) {
 
 fn cbor_frames() -> Vec<Vec<u8>> {
     vec![
-        vec![0xf6],                                             // null: ATP's start item
+        vec![0xf6],                                                 // null: ATP's start item
         vec![0xa2, 0x61, b'a', 0x01, 0x61, b'b', 0x82, 0x02, 0x03], // {"a":1,"b":[2,3]}
-        vec![0x9f, 0x01, 0x5f, 0x41, 0x00, 0xff, 0xff],          // [_ 1, (_ h'00')]
+        vec![0x9f, 0x01, 0x5f, 0x41, 0x00, 0xff, 0xff],             // [_ 1, (_ h'00')]
     ]
 }
 
 fn lines_frames() -> Vec<Vec<u8>> {
-    vec![br#"{"id":1}"#.to_vec(), br#"{"id":"two","params":[1,2,3]}"#.to_vec(), b"[]".to_vec()]
+    vec![
+        br#"{"id":1}"#.to_vec(),
+        br#"{"id":"two","params":[1,2,3]}"#.to_vec(),
+        b"[]".to_vec(),
+    ]
 }
 
 #[tokio::test]
@@ -56,7 +70,11 @@ async fn echo_plugins_answer_in_every_framing_wasm_p1_and_native() {
     let cases = [
         ("echo-lines", Framing::JsonLines, lines_frames()),
         ("echo-cbor", Framing::CborSeq, cbor_frames()),
-        ("echo-content-length", Framing::ContentLength, lines_frames()),
+        (
+            "echo-content-length",
+            Framing::ContentLength,
+            lines_frames(),
+        ),
     ];
     for target in Target::ALL {
         for (bin, framing, frames) in &cases {
@@ -67,10 +85,17 @@ async fn echo_plugins_answer_in_every_framing_wasm_p1_and_native() {
                 Target::Native => PluginKind::NativeUnsandboxed,
             };
             assert_eq!(p.kind(), want_kind, "{bin} {target:?}");
-            let mut s = host.start(&p, &Policy::default(), &opts(*framing)).await.expect("start");
+            let mut s = host
+                .start(&p, &Policy::default(), &opts(*framing))
+                .await
+                .expect("start");
             for f in frames {
                 s.send(f).await.expect("send");
-                assert_eq!(s.recv().await.expect("recv").as_deref(), Some(&f[..]), "{bin} {target:?}");
+                assert_eq!(
+                    s.recv().await.expect("recv").as_deref(),
+                    Some(&f[..]),
+                    "{bin} {target:?}"
+                );
             }
             s.close_stdin().await;
             assert_eq!(s.recv().await.expect("eof").as_deref(), None);
@@ -93,11 +118,18 @@ async fn fuel_stops_the_spinner_after_its_frame() {
 #[tokio::test]
 async fn native_spinner_has_no_fuel_but_meets_its_deadline() {
     let host = host();
-    let policy = Policy::default().fuel(50_000_000).deadline(Duration::from_millis(500));
+    let policy = Policy::default()
+        .fuel(50_000_000)
+        .deadline(Duration::from_millis(500));
     let mut s = start(&host, "spin", Target::Native, &policy, Framing::JsonLines).await;
     let (frames, _) = recv_all(&mut s).await;
     assert_eq!(frames.len(), 1);
-    assert_eq!(s.wait().await, Exit::DeadlineExceeded { limit: Duration::from_millis(500) });
+    assert_eq!(
+        s.wait().await,
+        Exit::DeadlineExceeded {
+            limit: Duration::from_millis(500)
+        }
+    );
 }
 
 #[tokio::test]
@@ -109,7 +141,13 @@ async fn memory_cap_stops_the_allocator() {
     assert!(frames.is_empty());
     assert_eq!(s.wait().await, Exit::MemoryLimit { limit: 32 << 20 });
     // The guest's own last words are kept.
-    assert!(s.stderr_tail().iter().any(|l| l.contains("allocated 16 MiB")), "{:?}", s.stderr_tail());
+    assert!(
+        s.stderr_tail()
+            .iter()
+            .any(|l| l.contains("allocated 16 MiB")),
+        "{:?}",
+        s.stderr_tail()
+    );
 }
 
 #[tokio::test]
@@ -120,9 +158,15 @@ async fn native_allocator_dies_at_its_rlimit() {
     let _ = recv_all(&mut s).await;
     // Rust aborts when malloc fails under RLIMIT_AS: the native counterpart of a trap.
     match s.wait().await {
-        Exit::Trap { message, stderr_tail } => {
+        Exit::Trap {
+            message,
+            stderr_tail,
+        } => {
             assert!(message.contains("SIGABRT"), "{message}");
-            assert!(stderr_tail.iter().any(|l| l.contains("memory allocation")), "{stderr_tail:?}");
+            assert!(
+                stderr_tail.iter().any(|l| l.contains("memory allocation")),
+                "{stderr_tail:?}"
+            );
         }
         other => panic!("expected a crash under RLIMIT_AS, got {other:?}"),
     }
@@ -139,9 +183,17 @@ async fn deadline_stops_a_plugin_blocked_in_a_host_call() {
             let mut s = start(&host, "sleep-stdin", target, &policy, Framing::JsonLines).await;
             let (frames, _) = recv_all(&mut s).await;
             assert!(frames.is_empty());
-            assert_eq!(s.wait().await, Exit::DeadlineExceeded { limit }, "{target:?} {arg}");
+            assert_eq!(
+                s.wait().await,
+                Exit::DeadlineExceeded { limit },
+                "{target:?} {arg}"
+            );
             // Not a speed assertion: a generous bound that only a missing deadline can break.
-            assert!(started.elapsed() < Duration::from_secs(30), "{target:?} {arg}: {:?}", started.elapsed());
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{target:?} {arg}: {:?}",
+                started.elapsed()
+            );
         }
     }
 }
@@ -150,18 +202,36 @@ async fn deadline_stops_a_plugin_blocked_in_a_host_call() {
 async fn frames_completed_before_a_trap_reach_the_caller() {
     let host = host();
     for target in [Target::Wasm, Target::Native] {
-        let mut s = start(&host, "trap-mid-frame", target, &Policy::default(), Framing::JsonLines).await;
+        let mut s = start(
+            &host,
+            "trap-mid-frame",
+            target,
+            &Policy::default(),
+            Framing::JsonLines,
+        )
+        .await;
         let (frames, end) = recv_all(&mut s).await;
-        assert_eq!(frames, vec![br#"{"id":1}"#.to_vec(), br#"{"id":2}"#.to_vec()], "{target:?}");
+        assert_eq!(
+            frames,
+            vec![br#"{"id":1}"#.to_vec(), br#"{"id":2}"#.to_vec()],
+            "{target:?}"
+        );
         match end {
-            Err(SessionError::BadFrameFromPlugin { error: FrameError::Truncated { got, .. }, .. }) => {
+            Err(SessionError::BadFrameFromPlugin {
+                error: FrameError::Truncated { got, .. },
+                ..
+            }) => {
                 assert_eq!(got, br#"{"id":3,"par"#.len());
             }
             other => panic!("{target:?}: expected the cut-off third frame, got {other:?}"),
         }
         match s.wait().await {
             Exit::Trap { stderr_tail, .. } => {
-                assert_eq!(stderr_tail, vec!["about to trap", "second stderr line"], "{target:?}");
+                assert_eq!(
+                    stderr_tail,
+                    vec!["about to trap", "second stderr line"],
+                    "{target:?}"
+                );
             }
             other => panic!("{target:?}: expected a trap, got {other:?}"),
         }
@@ -179,14 +249,26 @@ async fn oversized_frame_is_refused_after_the_good_one() {
         let (frames, end) = recv_all(&mut s).await;
         assert_eq!(frames, vec![br#"{"ok":1}"#.to_vec()]);
         match end {
-            Err(SessionError::BadFrameFromPlugin { error: FrameError::TooLarge { limit, got }, .. }) => {
+            Err(SessionError::BadFrameFromPlugin {
+                error: FrameError::TooLarge { limit, got },
+                ..
+            }) => {
                 assert_eq!(limit, 1 << 20);
                 assert!(got > limit, "{got}");
             }
             other => panic!("{target:?}: expected TooLarge, got {other:?}"),
         }
         s.kill();
-        assert_eq!(s.wait().await, Exit::Killed { signal: if target == Target::Native { Some(9) } else { None } });
+        assert_eq!(
+            s.wait().await,
+            Exit::Killed {
+                signal: if target == Target::Native {
+                    Some(9)
+                } else {
+                    None
+                }
+            }
+        );
     }
 }
 
@@ -194,11 +276,21 @@ async fn oversized_frame_is_refused_after_the_good_one() {
 async fn junk_on_stdout_is_quoted_in_the_error() {
     let host = host();
     for target in [Target::Wasm, Target::Native] {
-        let mut s = start(&host, "junk", target, &Policy::default(), Framing::JsonLines).await;
+        let mut s = start(
+            &host,
+            "junk",
+            target,
+            &Policy::default(),
+            Framing::JsonLines,
+        )
+        .await;
         let (frames, end) = recv_all(&mut s).await;
         assert_eq!(frames, vec![br#"{"id":1}"#.to_vec()]);
         match end {
-            Err(SessionError::BadFrameFromPlugin { error: FrameError::InvalidJson { snippet, .. }, .. }) => {
+            Err(SessionError::BadFrameFromPlugin {
+                error: FrameError::InvalidJson { snippet, .. },
+                ..
+            }) => {
                 assert_eq!(snippet, r"this is not json \x1b[31mred\x1b[0m");
             }
             other => panic!("{target:?}: expected InvalidJson, got {other:?}"),
@@ -253,17 +345,39 @@ async fn filesystem_is_limited_to_preopens_and_read_only_bites() {
     let (frames, end) = recv_all(&mut s).await;
     assert!(end.is_ok());
     assert_eq!(s.wait().await, Exit::Exited(0));
-    let results: Vec<serde_json::Value> =
-        frames.iter().map(|f| serde_json::from_slice(f).expect("json")).collect();
-    let ok: Vec<bool> = results.iter().map(|r| r["ok"].as_bool().expect("ok")).collect();
-    assert_eq!(ok, vec![false, false, true, false, false, true, false], "{results:#?}");
+    let results: Vec<serde_json::Value> = frames
+        .iter()
+        .map(|f| serde_json::from_slice(f).expect("json"))
+        .collect();
+    let ok: Vec<bool> = results
+        .iter()
+        .map(|r| r["ok"].as_bool().expect("ok"))
+        .collect();
+    assert_eq!(
+        ok,
+        vec![false, false, true, false, false, true, false],
+        "{results:#?}"
+    );
     assert_eq!(results[3]["kind"], "PermissionDenied", "{results:#?}");
     // The host side is untouched where the plugin was refused, and written where it was allowed.
-    assert_eq!(std::fs::read_to_string(ro.path().join("hello.txt")).expect("read"), "hello");
+    assert_eq!(
+        std::fs::read_to_string(ro.path().join("hello.txt")).expect("read"),
+        "hello"
+    );
     assert!(!ro.path().join("new.txt").exists());
-    assert_eq!(std::fs::read_to_string(data.path().join("ok.txt")).expect("read"), "sandpipe");
+    assert_eq!(
+        std::fs::read_to_string(data.path().join("ok.txt")).expect("read"),
+        "sandpipe"
+    );
     // The host is unaffected: another session runs.
-    let mut s = start(&host, "echo-lines", Target::Wasm, &Policy::default(), Framing::JsonLines).await;
+    let mut s = start(
+        &host,
+        "echo-lines",
+        Target::Wasm,
+        &Policy::default(),
+        Framing::JsonLines,
+    )
+    .await;
     s.send(b"{}").await.expect("send");
     assert_eq!(s.recv().await.expect("recv").as_deref(), Some(&b"{}"[..]));
 }
@@ -274,7 +388,10 @@ async fn native_env_is_cleared_to_the_grant() {
     let host = host();
     let policy = Policy::default().env("GRANTED", "yes");
     let p = Plugin::native_unsandboxed("/usr/bin/env").expect("env binary");
-    let mut s = host.start(&p, &policy, &SessionOptions::default()).await.expect("start");
+    let mut s = host
+        .start(&p, &policy, &SessionOptions::default())
+        .await
+        .expect("start");
     let (frames, _) = recv_all(&mut s).await;
     let out: Vec<u8> = frames.concat();
     assert_eq!(String::from_utf8_lossy(&out), "GRANTED=yes\n");
@@ -284,7 +401,11 @@ async fn native_env_is_cleared_to_the_grant() {
 /// Resident set size of this process, in bytes.
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).expect("rss pages");
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("rss pages");
     pages * 4096
 }
 
@@ -292,7 +413,14 @@ fn rss_bytes() -> u64 {
 async fn a_flooding_plugin_leaves_host_memory_bounded() {
     let host = host();
     for target in [Target::Wasm, Target::Native] {
-        let mut s = start(&host, "flood", target, &Policy::default(), Framing::JsonLines).await;
+        let mut s = start(
+            &host,
+            "flood",
+            target,
+            &Policy::default(),
+            Framing::JsonLines,
+        )
+        .await;
         // Read a little, then stop reading: the plugin must be held back by backpressure.
         for _ in 0..1000 {
             s.recv().await.expect("recv").expect("frame");
@@ -304,9 +432,17 @@ async fn a_flooding_plugin_leaves_host_memory_bounded() {
             s.recv().await.expect("recv").expect("frame");
         }
         let after = rss_bytes();
-        eprintln!("{target:?} flood rss: before {before} paused {paused} after 100k frames {after}");
-        assert!(paused.saturating_sub(before) < 16 << 20, "{target:?}: rss grew while paused: {before} -> {paused}");
-        assert!(after.saturating_sub(before) < 32 << 20, "{target:?}: rss grew while reading: {before} -> {after}");
+        eprintln!(
+            "{target:?} flood rss: before {before} paused {paused} after 100k frames {after}"
+        );
+        assert!(
+            paused.saturating_sub(before) < 16 << 20,
+            "{target:?}: rss grew while paused: {before} -> {paused}"
+        );
+        assert!(
+            after.saturating_sub(before) < 32 << 20,
+            "{target:?}: rss grew while reading: {before} -> {after}"
+        );
         s.kill();
         assert!(matches!(s.wait().await, Exit::Killed { .. }));
     }
@@ -316,16 +452,30 @@ async fn a_flooding_plugin_leaves_host_memory_bounded() {
 async fn stderr_is_drained_so_a_chatty_plugin_runs_unchanged() {
     let host = host();
     for target in [Target::Wasm, Target::Native] {
-        let mut s = start(&host, "stderr-chatty", target, &Policy::default(), Framing::JsonLines).await;
+        let mut s = start(
+            &host,
+            "stderr-chatty",
+            target,
+            &Policy::default(),
+            Framing::JsonLines,
+        )
+        .await;
         for i in 0..50 {
             let frame = format!(r#"{{"i":{i}}}"#);
             s.send(frame.as_bytes()).await.expect("send");
-            assert_eq!(s.recv().await.expect("recv").as_deref(), Some(frame.as_bytes()));
+            assert_eq!(
+                s.recv().await.expect("recv").as_deref(),
+                Some(frame.as_bytes())
+            );
         }
         s.close_stdin().await;
         assert_eq!(s.recv().await.expect("eof"), None);
         assert_eq!(s.wait().await, Exit::Exited(0));
-        assert_eq!(s.stderr_tail().last().map(String::as_str), Some(r#"got frame: {"i":49}"#), "{target:?}");
+        assert_eq!(
+            s.stderr_tail().last().map(String::as_str),
+            Some(r#"got frame: {"i":49}"#),
+            "{target:?}"
+        );
     }
 }
 
@@ -333,10 +483,21 @@ async fn stderr_is_drained_so_a_chatty_plugin_runs_unchanged() {
 async fn cbor_written_one_byte_per_write_is_reassembled() {
     let host = host();
     for target in [Target::Wasm, Target::Native] {
-        let mut s = start(&host, "cbor-tokens", target, &Policy::default(), Framing::CborSeq).await;
+        let mut s = start(
+            &host,
+            "cbor-tokens",
+            target,
+            &Policy::default(),
+            Framing::CborSeq,
+        )
+        .await;
         for f in cbor_frames() {
             s.send(&f).await.expect("send");
-            assert_eq!(s.recv().await.expect("recv").as_deref(), Some(&f[..]), "{target:?}");
+            assert_eq!(
+                s.recv().await.expect("recv").as_deref(),
+                Some(&f[..]),
+                "{target:?}"
+            );
         }
         s.close_stdin().await;
         assert_eq!(s.recv().await.expect("eof"), None);
@@ -348,8 +509,19 @@ async fn shutdown_closes_stdin_then_kills_after_grace() {
     let host = host();
     for target in [Target::Wasm, Target::Native] {
         // The echo exits by itself when stdin closes.
-        let s = start(&host, "echo-lines", target, &Policy::default(), Framing::JsonLines).await;
-        assert_eq!(s.shutdown(Duration::from_secs(10)).await, Exit::Exited(0), "{target:?}");
+        let s = start(
+            &host,
+            "echo-lines",
+            target,
+            &Policy::default(),
+            Framing::JsonLines,
+        )
+        .await;
+        assert_eq!(
+            s.shutdown(Duration::from_secs(10)).await,
+            Exit::Exited(0),
+            "{target:?}"
+        );
         // The sleeper ignores EOF and is killed after the grace period.
         let policy = Policy::default().arg("stdin");
         let s = start(&host, "sleep-stdin", target, &policy, Framing::JsonLines).await;
@@ -364,10 +536,16 @@ async fn the_host_survives_every_misbehaving_plugin_in_turn() {
     let cases: [(&str, Policy); 6] = [
         ("spin", Policy::default().fuel(20_000_000)),
         ("alloc", Policy::default().max_memory(Some(16 << 20))),
-        ("sleep-stdin", Policy::default().deadline(Duration::from_millis(200))),
+        (
+            "sleep-stdin",
+            Policy::default().deadline(Duration::from_millis(200)),
+        ),
         ("trap-mid-frame", Policy::default()),
         ("junk", Policy::default()),
-        ("flood", Policy::default().deadline(Duration::from_millis(200))),
+        (
+            "flood",
+            Policy::default().deadline(Duration::from_millis(200)),
+        ),
     ];
     for (bin, policy) in cases {
         let mut s = start(&host, bin, Target::Wasm, &policy, Framing::JsonLines).await;
@@ -380,9 +558,20 @@ async fn the_host_survives_every_misbehaving_plugin_in_turn() {
             let exit = s.wait().await;
             assert!(!matches!(exit, Exit::Killed { .. }), "{bin}: {exit:?}");
         }
-        let mut echo = start(&host, "echo-lines", Target::Wasm, &Policy::default(), Framing::JsonLines).await;
+        let mut echo = start(
+            &host,
+            "echo-lines",
+            Target::Wasm,
+            &Policy::default(),
+            Framing::JsonLines,
+        )
+        .await;
         echo.send(br#"{"after":"ok"}"#).await.expect("send");
-        assert_eq!(echo.recv().await.expect("recv").as_deref(), Some(&br#"{"after":"ok"}"#[..]), "after {bin}");
+        assert_eq!(
+            echo.recv().await.expect("recv").as_deref(),
+            Some(&br#"{"after":"ok"}"#[..]),
+            "after {bin}"
+        );
     }
 }
 
@@ -406,7 +595,10 @@ async fn compiled_artifacts_are_cached_on_disk_and_in_memory() {
         warm.load_time()
     );
     // And the cached artifact runs.
-    let mut s = second.start(&disk, &Policy::default(), &opts(Framing::JsonLines)).await.expect("start");
+    let mut s = second
+        .start(&disk, &Policy::default(), &opts(Framing::JsonLines))
+        .await
+        .expect("start");
     s.send(b"[1]").await.expect("send");
     assert_eq!(s.recv().await.expect("recv").as_deref(), Some(&b"[1]"[..]));
 }
@@ -415,22 +607,37 @@ async fn compiled_artifacts_are_cached_on_disk_and_in_memory() {
 async fn strict_imports_name_the_offenders() {
     let host = host();
     let p = load(&host, "echo-lines", Target::Wasm);
-    assert!(p.imports().iter().any(|i| i.starts_with("wasi:cli/stdin@0.2")), "{:?}", p.imports());
+    assert!(
+        p.imports()
+            .iter()
+            .any(|i| i.starts_with("wasi:cli/stdin@0.2")),
+        "{:?}",
+        p.imports()
+    );
     let policy = Policy::default().imports(sandpipe::ImportPolicy::Strict(vec![
         "wasi:cli/stdin@0.2".into(),
         "wasi:cli/stdout".into(),
     ]));
     match host.start(&p, &policy, &opts(Framing::JsonLines)).await {
         Err(sandpipe::HostError::ImportsRefused { offending }) => {
-            assert!(offending.iter().any(|o| o.starts_with("wasi:cli/stderr@")), "{offending:?}");
-            assert!(!offending.iter().any(|o| o.starts_with("wasi:cli/stdin@")), "{offending:?}");
+            assert!(
+                offending.iter().any(|o| o.starts_with("wasi:cli/stderr@")),
+                "{offending:?}"
+            );
+            assert!(
+                !offending.iter().any(|o| o.starts_with("wasi:cli/stdin@")),
+                "{offending:?}"
+            );
         }
         other => panic!("expected ImportsRefused, got {other:?}"),
     }
     // Allowing everything it imports lets it run.
     let all: Vec<String> = p.imports().to_vec();
     let policy = Policy::default().imports(sandpipe::ImportPolicy::Strict(all));
-    let mut s = host.start(&p, &policy, &opts(Framing::JsonLines)).await.expect("start");
+    let mut s = host
+        .start(&p, &policy, &opts(Framing::JsonLines))
+        .await
+        .expect("start");
     s.send(b"1").await.expect("send");
     assert_eq!(s.recv().await.expect("recv").as_deref(), Some(&b"1"[..]));
 }

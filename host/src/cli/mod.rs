@@ -74,7 +74,11 @@ pub struct CacheArgs {
 
 impl CacheArgs {
     fn dir(&self) -> Option<PathBuf> {
-        if self.no_cache { None } else { self.cache_dir.clone().or_else(crate::default_cache_dir) }
+        if self.no_cache {
+            None
+        } else {
+            self.cache_dir.clone().or_else(crate::default_cache_dir)
+        }
     }
 }
 
@@ -113,19 +117,30 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SANDPIPE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
 }
 
+/// A memory cap in bytes, or none. (A newtype: clap reads a bare `Option` field as
+/// "optional argument", not "a value that may be none".)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MemoryCap(Option<u64>);
+
 /// `64MiB`, `1GB`, `4096`, or `none`.
-fn parse_memory(s: &str) -> Result<Option<u64>, String> {
+fn parse_memory(s: &str) -> Result<MemoryCap, String> {
     if s.eq_ignore_ascii_case("none") || s.eq_ignore_ascii_case("unlimited") {
-        return Ok(None);
+        return Ok(MemoryCap(None));
     }
-    parse_size(s).map(Some)
+    parse_size(s).map(|b| MemoryCap(Some(b)))
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
-    s.parse::<bytesize::ByteSize>().map(|b| b.as_u64()).map_err(|e| format!("invalid size {s:?}: {e}"))
+    s.parse::<bytesize::ByteSize>()
+        .map(|b| b.as_u64())
+        .map_err(|e| format!("invalid size {s:?}: {e}"))
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -138,12 +153,15 @@ mod tests {
 
     #[test]
     fn sizes_and_durations() {
-        assert_eq!(parse_memory("64MiB"), Ok(Some(64 << 20)));
-        assert_eq!(parse_memory("none"), Ok(None));
+        assert_eq!(parse_memory("64MiB"), Ok(MemoryCap(Some(64 << 20))));
+        assert_eq!(parse_memory("none"), Ok(MemoryCap(None)));
         assert_eq!(parse_size("1KiB"), Ok(1024));
         assert!(parse_size("lots").is_err());
         assert_eq!(parse_duration("2s"), Ok(std::time::Duration::from_secs(2)));
-        assert_eq!(parse_duration("1500ms"), Ok(std::time::Duration::from_millis(1500)));
+        assert_eq!(
+            parse_duration("1500ms"),
+            Ok(std::time::Duration::from_millis(1500))
+        );
     }
 
     #[test]

@@ -8,10 +8,10 @@ use bytes::BytesMut;
 use sandpipe_proto::frame::{FrameError, FrameLimits, Framer, Framing};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{CacheArgs, exit_code, parse_duration, parse_memory, parse_size};
+use super::{CacheArgs, MemoryCap, exit_code, parse_duration, parse_memory, parse_size};
 use crate::{
-    Access, Exit, Host, ImportPolicy, PluginKind, Policy, SessionError, SessionOptions, SessionReader, SessionWriter,
-    StderrMode,
+    Access, Exit, Host, ImportPolicy, PluginKind, Policy, SessionError, SessionOptions,
+    SessionReader, SessionWriter, StderrMode,
 };
 
 /// Arguments of `sandpipe run`.
@@ -26,7 +26,7 @@ pub struct RunArgs {
     fuel: Option<u64>,
     /// Memory cap: linear memory for wasm, RLIMIT_AS for native (e.g. 64MiB, or none).
     #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_memory)]
-    max_memory: Option<u64>,
+    max_memory: MemoryCap,
     /// Wall-clock deadline for the whole run (e.g. 2s, 500ms) [default: none].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     timeout: Option<Duration>,
@@ -69,14 +69,16 @@ pub(crate) fn parse_dir(spec: &str) -> Result<(PathBuf, String, Access), String>
         None => (rest, rest.to_owned()),
     };
     if host.is_empty() || guest.is_empty() {
-        return Err(format!("invalid --dir {spec:?}: expected HOST[::GUEST][:ro]"));
+        return Err(format!(
+            "invalid --dir {spec:?}: expected HOST[::GUEST][:ro]"
+        ));
     }
     Ok((PathBuf::from(host), guest, access))
 }
 
 impl RunArgs {
     fn policy(&self) -> Result<Policy> {
-        let mut policy = Policy::default().max_memory(self.max_memory);
+        let mut policy = Policy::default().max_memory(self.max_memory.0);
         policy.fuel = self.fuel;
         policy.deadline = self.timeout;
         for spec in &self.dirs {
@@ -120,8 +122,23 @@ enum BridgeEnd {
 
 pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     let host = Host::with_cache_dir(args.cache.dir().as_deref())?;
-    let plugin = host.load(&args.plugin).with_context(|| format!("loading plugin {}", args.plugin.display()))?;
+    let plugin = host
+        .load(&args.plugin)
+        .with_context(|| format!("loading plugin {}", args.plugin.display()))?;
     let policy = args.policy()?;
+    let how = match plugin.load_source() {
+        Some(crate::LoadSource::Compiled) => "compiled",
+        Some(crate::LoadSource::DiskCache) => "loaded from the disk cache",
+        Some(crate::LoadSource::Memory) | None => "loaded",
+    };
+    tracing::info!(
+        "{} ({}, {} bytes, sha256 {}) {how} in {:.1?}",
+        plugin.path().display(),
+        plugin.kind().name(),
+        plugin.size(),
+        &plugin.sha256()[..12],
+        plugin.load_time()
+    );
     if plugin.kind() == PluginKind::NativeUnsandboxed {
         eprintln!(
             "sandpipe: {} is not wasm; running it natively, NOT sandboxed (fuel, filesystem and network are not restricted)",
@@ -129,8 +146,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         );
     }
     let framing = args.framing();
-    let limits = FrameLimits::with_max_frame_bytes(usize::try_from(args.max_frame).unwrap_or(usize::MAX));
-    let mut options = SessionOptions::default().frame_limits(limits).stderr(StderrMode::Inherit);
+    let limits =
+        FrameLimits::with_max_frame_bytes(usize::try_from(args.max_frame).unwrap_or(usize::MAX));
+    let mut options = SessionOptions::default()
+        .frame_limits(limits)
+        .stderr(StderrMode::Inherit);
     options.framing = framing;
     let session = host
         .start(&plugin, &policy, &options)
@@ -196,13 +216,16 @@ pub(crate) fn exit_status(exit: &Exit) -> i32 {
         Exit::Trap { .. } => exit_code::TRAP,
         Exit::Killed { signal: Some(sig) } => 128 + sig,
         Exit::Killed { signal: None } => exit_code::KILLED,
-        _ => exit_code::KILLED,
     };
     eprintln!("sandpipe: {exit}");
     code
 }
 
-async fn pump_in(mut writer: SessionWriter, framing: Option<Framing>, limits: FrameLimits) -> Result<(), BridgeEnd> {
+async fn pump_in(
+    mut writer: SessionWriter,
+    framing: Option<Framing>,
+    limits: FrameLimits,
+) -> Result<(), BridgeEnd> {
     let mut stdin = tokio::io::stdin();
     let mut framer = framing.map(|f| f.framer(limits));
     let mut buf = BytesMut::with_capacity(64 * 1024);
@@ -210,7 +233,11 @@ async fn pump_in(mut writer: SessionWriter, framing: Option<Framing>, limits: Fr
     loop {
         if let Some(framer) = &mut framer {
             loop {
-                let next = if eof { framer.decode_eof(&mut buf) } else { framer.decode(&mut buf) };
+                let next = if eof {
+                    framer.decode_eof(&mut buf)
+                } else {
+                    framer.decode(&mut buf)
+                };
                 match next.map_err(BridgeEnd::BadInput)? {
                     Some(frame) => {
                         if send(&mut writer, &frame).await.is_err() {
@@ -240,10 +267,17 @@ async fn pump_in(mut writer: SessionWriter, framing: Option<Framing>, limits: Fr
 
 /// Send; a plugin that stopped reading ends the input side quietly (its exit tells why).
 async fn send(writer: &mut SessionWriter, frame: &[u8]) -> Result<(), SessionError> {
-    writer.send(frame).await.inspect_err(|e| tracing::debug!("plugin stopped reading stdin: {e}"))
+    writer
+        .send(frame)
+        .await
+        .inspect_err(|e| tracing::debug!("plugin stopped reading stdin: {e}"))
 }
 
-async fn pump_out(mut reader: SessionReader, framing: Option<Framing>, limits: FrameLimits) -> Result<(), BridgeEnd> {
+async fn pump_out(
+    mut reader: SessionReader,
+    framing: Option<Framing>,
+    limits: FrameLimits,
+) -> Result<(), BridgeEnd> {
     let mut stdout = tokio::io::stdout();
     let mut encoder = framing.map(|f| f.framer(limits));
     let mut out = BytesMut::new();
@@ -251,7 +285,9 @@ async fn pump_out(mut reader: SessionReader, framing: Option<Framing>, limits: F
         let frame = match reader.recv().await {
             Ok(Some(frame)) => frame,
             Ok(None) => return Ok(()),
-            Err(SessionError::BadFrameFromPlugin { error, .. }) => return Err(BridgeEnd::BadOutput(error)),
+            Err(SessionError::BadFrameFromPlugin { error, .. }) => {
+                return Err(BridgeEnd::BadOutput(error));
+            }
             Err(e) => {
                 tracing::debug!("reading plugin stdout: {e}");
                 return Ok(());
@@ -278,9 +314,26 @@ mod tests {
 
     #[test]
     fn dir_specs() {
-        assert_eq!(parse_dir("/tmp/x"), Ok((PathBuf::from("/tmp/x"), "/tmp/x".to_owned(), Access::ReadWrite)));
-        assert_eq!(parse_dir("/tmp/x::/data:ro"), Ok((PathBuf::from("/tmp/x"), "/data".to_owned(), Access::ReadOnly)));
-        assert_eq!(parse_dir("./d::/d:rw"), Ok((PathBuf::from("./d"), "/d".to_owned(), Access::ReadWrite)));
+        assert_eq!(
+            parse_dir("/tmp/x"),
+            Ok((
+                PathBuf::from("/tmp/x"),
+                "/tmp/x".to_owned(),
+                Access::ReadWrite
+            ))
+        );
+        assert_eq!(
+            parse_dir("/tmp/x::/data:ro"),
+            Ok((
+                PathBuf::from("/tmp/x"),
+                "/data".to_owned(),
+                Access::ReadOnly
+            ))
+        );
+        assert_eq!(
+            parse_dir("./d::/d:rw"),
+            Ok((PathBuf::from("./d"), "/d".to_owned(), Access::ReadWrite))
+        );
         assert!(parse_dir("::/x").is_err());
     }
 }

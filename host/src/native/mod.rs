@@ -19,7 +19,7 @@ use crate::error::{Exit, HostError};
 use crate::policy::Policy;
 use crate::sandbox::finish;
 use crate::stderr::{StderrMode, StderrTail};
-use crate::transport::{KillSwitch, Transport};
+use crate::transport::{KillSwitch, Transport, killed};
 
 /// Start `program` as a child process under what `policy` can express natively.
 pub(crate) fn spawn(
@@ -41,9 +41,13 @@ pub(crate) fn spawn(
         set_address_space_limit(&mut cmd, limit);
     }
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(|source| HostError::Spawn { program: program.to_owned(), source })?;
+    let mut child = cmd.spawn().map_err(|source| HostError::Spawn {
+        program: program.to_owned(),
+        source,
+    })?;
     let pid = child.id().and_then(|p| i32::try_from(p).ok());
-    let (Some(stdin), Some(stdout), Some(stderr_pipe)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    let (Some(stdin), Some(stdout), Some(stderr_pipe)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
         return Err(HostError::Spawn {
             program: program.to_owned(),
@@ -76,7 +80,7 @@ pub(crate) fn spawn(
                 let _ = child.wait().await;
                 Exit::DeadlineExceeded { limit: deadline.unwrap_or_default() }
             }
-            _ = kill_rx.wait_for(|k| *k) => {
+            () = killed(&mut kill_rx) => {
                 kill_group(pid);
                 let _ = child.wait().await;
                 Exit::Killed { signal: Some(libc::SIGKILL) }
@@ -85,7 +89,13 @@ pub(crate) fn spawn(
         finish(exit, stderr_task, &tail, exit_tx).await;
     });
 
-    Ok(Transport { stdin: Box::pin(stdin), stdout: Box::pin(stdout), exit: exit_rx, kill, stderr })
+    Ok(Transport {
+        stdin: Box::pin(stdin),
+        stdout: Box::pin(stdout),
+        exit: exit_rx,
+        kill,
+        stderr,
+    })
 }
 
 fn from_status(status: std::process::ExitStatus, tail: &StderrTail) -> Exit {
@@ -94,9 +104,17 @@ fn from_status(status: std::process::ExitStatus, tail: &StderrTail) -> Exit {
     }
     match status.signal() {
         // Crash signals are the native counterpart of a wasm trap.
-        Some(sig @ (libc::SIGABRT | libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE | libc::SIGTRAP)) => {
-            Exit::Trap { message: format!("killed by signal {sig} ({})", signal_name(sig)), stderr_tail: tail.lines() }
-        }
+        Some(
+            sig @ (libc::SIGABRT
+            | libc::SIGSEGV
+            | libc::SIGBUS
+            | libc::SIGILL
+            | libc::SIGFPE
+            | libc::SIGTRAP),
+        ) => Exit::Trap {
+            message: format!("killed by signal {sig} ({})", signal_name(sig)),
+            stderr_tail: tail.lines(),
+        },
         signal => Exit::Killed { signal },
     }
 }
@@ -132,7 +150,10 @@ fn send_group_signal(pgid: i32, signal: i32) {
 
 #[allow(unsafe_code)]
 fn set_address_space_limit(cmd: &mut Command, bytes: u64) {
-    let limit = libc::rlimit { rlim_cur: bytes as libc::rlim_t, rlim_max: bytes as libc::rlim_t };
+    let limit = libc::rlimit {
+        rlim_cur: bytes as libc::rlim_t,
+        rlim_max: bytes as libc::rlim_t,
+    };
     // SAFETY: the closure runs in the forked child before exec; it only calls setrlimit, which
     // is async-signal-safe, on a value captured by copy. No allocation, no locks.
     unsafe {
@@ -144,4 +165,3 @@ fn set_address_space_limit(cmd: &mut Command, bytes: u64) {
         });
     }
 }
-

@@ -24,18 +24,24 @@ impl ArtifactCache {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
         let dir = root.join(format!("wasmtime-{}", wasmtime_version()));
-        Self { dir, engine_key: h.finish() }
+        Self {
+            dir,
+            engine_key: h.finish(),
+        }
     }
 
     pub(crate) fn path_for(&self, sha256_hex: &str) -> PathBuf {
-        self.dir.join(format!("{sha256_hex}-{:016x}.cwasm", self.engine_key))
+        self.dir
+            .join(format!("{sha256_hex}-{:016x}.cwasm", self.engine_key))
     }
 
     /// Write `bytes` atomically: a reader never sees a half-written artifact.
     pub(crate) fn store(&self, sha256_hex: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
         create_private_dir(&self.dir)?;
         let path = self.path_for(sha256_hex);
-        let tmp = self.dir.join(format!(".{sha256_hex}.{}.tmp", std::process::id()));
+        let tmp = self
+            .dir
+            .join(format!(".{sha256_hex}.{}.tmp", std::process::id()));
         {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(bytes)?;
@@ -54,7 +60,10 @@ pub(crate) fn wasmtime_version() -> &'static str {
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     // 0700: loading an artifact trusts its contents, so only this user may write them.
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 /// The default cache root: `$SANDPIPE_CACHE_DIR`, else `$XDG_CACHE_HOME/sandpipe`, else

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub use cache::default_cache_dir;
 use cache::ArtifactCache;
+pub use cache::default_cache_dir;
 use tokio::io::DuplexStream;
 use tokio::sync::watch;
 use wasmtime::component::{Component, ResourceTable};
@@ -30,7 +30,7 @@ use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, Wasi
 use crate::error::{Exit, HostError};
 use crate::policy::{Access, ImportPolicy, Policy, import_allowed};
 use crate::stderr::{StderrMode, StderrTail};
-use crate::transport::{KillSwitch, Transport};
+use crate::transport::{KillSwitch, Transport, killed};
 
 /// How often the epoch ticker bumps the engine's epoch. Each bump lets a running guest yield
 /// to tokio (so kills and timeouts are noticed) and checks its deadline.
@@ -72,8 +72,16 @@ pub(crate) fn detect(bytes: &[u8]) -> Option<WasmKind> {
 /// A compiled plugin, ready to instantiate many times.
 #[derive(Clone)]
 pub(crate) enum Compiled {
-    Component { pre: CommandPre<State2>, imports: Vec<String>, exports: Vec<String> },
-    Module { pre: InstancePre<State1>, imports: Vec<String>, exports: Vec<String> },
+    Component {
+        pre: CommandPre<State2>,
+        imports: Vec<String>,
+        exports: Vec<String>,
+    },
+    Module {
+        pre: InstancePre<State1>,
+        imports: Vec<String>,
+        exports: Vec<String>,
+    },
 }
 
 impl std::fmt::Debug for Compiled {
@@ -107,7 +115,10 @@ pub(crate) struct State2 {
 
 impl WasiView for State2 {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.ctx, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.ctx,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -128,7 +139,12 @@ struct Limiter {
 }
 
 impl ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         let grow = desired.saturating_sub(current);
         let total = self.memory_in_use.saturating_add(grow);
         if let Some(max) = self.max_memory
@@ -141,7 +157,12 @@ impl ResourceLimiter for Limiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         let grow = desired.saturating_sub(current);
         let total = self.table_elements.saturating_add(grow);
         if total > MAX_TABLE_ELEMENTS {
@@ -175,12 +196,16 @@ pub(crate) struct Sandbox {
 
 impl std::fmt::Debug for Sandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sandbox").field("cache", &self.cache).finish_non_exhaustive()
+        f.debug_struct("Sandbox")
+            .field("cache", &self.cache)
+            .finish_non_exhaustive()
     }
 }
 
 fn engine_err(e: impl std::fmt::Display) -> HostError {
-    HostError::Engine { message: e.to_string() }
+    HostError::Engine {
+        message: e.to_string(),
+    }
 }
 
 impl Sandbox {
@@ -193,11 +218,18 @@ impl Sandbox {
         let mut linker2 = wasmtime::component::Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker2).map_err(engine_err)?;
         let mut linker1 = wasmtime::Linker::new(&engine);
-        wasmtime_wasi::p1::add_to_linker_async(&mut linker1, |s: &mut State1| &mut s.wasi).map_err(engine_err)?;
+        wasmtime_wasi::p1::add_to_linker_async(&mut linker1, |s: &mut State1| &mut s.wasi)
+            .map_err(engine_err)?;
 
         spawn_epoch_ticker(&engine);
         let cache = cache_dir.map(|d| ArtifactCache::new(d, &engine));
-        Ok(Self { engine, linker2, linker1, cache, loaded: Mutex::new(HashMap::new()) })
+        Ok(Self {
+            engine,
+            linker2,
+            linker1,
+            cache,
+            loaded: Mutex::new(HashMap::new()),
+        })
     }
 
     /// Compile (or fetch) `bytes`, whose sha256 is `sha_hex`.
@@ -208,29 +240,66 @@ impl Sandbox {
         sha_hex: &str,
         kind: WasmKind,
     ) -> Result<(Compiled, LoadSource), HostError> {
-        if let Some(c) = self.loaded.lock().unwrap_or_else(|p| p.into_inner()).get(sha_hex) {
+        if let Some(c) = self
+            .loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(sha_hex)
+        {
             return Ok((c.clone(), LoadSource::Memory));
         }
-        let compile_err = |e: wasmtime::Error| HostError::Compile { path: path.to_owned(), message: format!("{e:#}") };
+        let compile_err = |e: wasmtime::Error| HostError::Compile {
+            path: path.to_owned(),
+            message: format!("{e:#}"),
+        };
         let (compiled, source) = match kind {
             WasmKind::Component => {
                 let (component, source) = self.component(bytes, sha_hex).map_err(compile_err)?;
                 let ty = component.component_type();
-                let imports = ty.imports(&self.engine).map(|(n, _)| n.to_owned()).collect();
-                let exports = ty.exports(&self.engine).map(|(n, _)| n.to_owned()).collect();
-                let pre = self.linker2.instantiate_pre(&component).map_err(compile_err)?;
+                let imports = ty
+                    .imports(&self.engine)
+                    .map(|(n, _)| n.to_owned())
+                    .collect();
+                let exports = ty
+                    .exports(&self.engine)
+                    .map(|(n, _)| n.to_owned())
+                    .collect();
+                let pre = self
+                    .linker2
+                    .instantiate_pre(&component)
+                    .map_err(compile_err)?;
                 let pre = CommandPre::new(pre).map_err(compile_err)?;
-                (Compiled::Component { pre, imports, exports }, source)
+                (
+                    Compiled::Component {
+                        pre,
+                        imports,
+                        exports,
+                    },
+                    source,
+                )
             }
             WasmKind::CoreModule => {
                 let (module, source) = self.module(bytes, sha_hex).map_err(compile_err)?;
-                let imports = module.imports().map(|i| format!("{}#{}", i.module(), i.name())).collect();
+                let imports = module
+                    .imports()
+                    .map(|i| format!("{}#{}", i.module(), i.name()))
+                    .collect();
                 let exports = module.exports().map(|e| e.name().to_owned()).collect();
                 let pre = self.linker1.instantiate_pre(&module).map_err(compile_err)?;
-                (Compiled::Module { pre, imports, exports }, source)
+                (
+                    Compiled::Module {
+                        pre,
+                        imports,
+                        exports,
+                    },
+                    source,
+                )
             }
         };
-        self.loaded.lock().unwrap_or_else(|p| p.into_inner()).insert(sha_hex.to_owned(), compiled.clone());
+        self.loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(sha_hex.to_owned(), compiled.clone());
         Ok((compiled, source))
     }
 
@@ -245,7 +314,9 @@ impl Sandbox {
                 let loaded = unsafe { Component::deserialize_file(&self.engine, &path) };
                 match loaded {
                     Ok(c) => return Ok((c, LoadSource::DiskCache)),
-                    Err(e) => tracing::warn!(path = %path.display(), "discarding unusable cached artifact: {e}"),
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), "discarding unusable cached artifact: {e}")
+                    }
                 }
             }
         }
@@ -263,7 +334,9 @@ impl Sandbox {
                 let loaded = unsafe { Module::deserialize_file(&self.engine, &path) };
                 match loaded {
                     Ok(m) => return Ok((m, LoadSource::DiskCache)),
-                    Err(e) => tracing::warn!(path = %path.display(), "discarding unusable cached artifact: {e}"),
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), "discarding unusable cached artifact: {e}")
+                    }
                 }
             }
         }
@@ -275,7 +348,10 @@ impl Sandbox {
     /// A cache that cannot be written costs a recompile next time, never a failed load.
     fn store_artifact(&self, sha_hex: &str, artifact: wasmtime::Result<Vec<u8>>) {
         let Some(cache) = &self.cache else { return };
-        match artifact.map_err(|e| e.to_string()).and_then(|b| cache.store(sha_hex, &b).map_err(|e| e.to_string())) {
+        match artifact
+            .map_err(|e| e.to_string())
+            .and_then(|b| cache.store(sha_hex, &b).map_err(|e| e.to_string()))
+        {
             Ok(path) => tracing::debug!(path = %path.display(), "cached compiled artifact"),
             Err(e) => tracing::warn!("could not cache compiled artifact: {e}"),
         }
@@ -283,7 +359,9 @@ impl Sandbox {
 
     /// Check the strict import policy.
     pub(crate) fn check_imports(compiled: &Compiled, policy: &Policy) -> Result<(), HostError> {
-        let ImportPolicy::Strict(allowed) = &policy.imports else { return Ok(()) };
+        let ImportPolicy::Strict(allowed) = &policy.imports else {
+            return Ok(());
+        };
         let mut offending: Vec<String> = Vec::new();
         for import in compiled.imports() {
             // Core-module imports are `module#name`; the policy names modules.
@@ -292,7 +370,11 @@ impl Sandbox {
                 offending.push(name.to_owned());
             }
         }
-        if offending.is_empty() { Ok(()) } else { Err(HostError::ImportsRefused { offending }) }
+        if offending.is_empty() {
+            Ok(())
+        } else {
+            Err(HostError::ImportsRefused { offending })
+        }
     }
 
     /// Instantiate and start running `compiled` under `policy`.
@@ -312,7 +394,9 @@ impl Sandbox {
 
         let denied = Arc::new(AtomicBool::new(false));
         let limiter = Limiter {
-            max_memory: policy.max_memory.map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
+            max_memory: policy
+                .max_memory
+                .map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
             memory_in_use: 0,
             table_elements: 0,
             denied: denied.clone(),
@@ -320,25 +404,45 @@ impl Sandbox {
         let started = Instant::now();
         let deadline = policy.deadline.map(|d| (started + d, d));
         let stderr = StderrTail::new(tail_lines);
-        let stderr_task = tokio::spawn(stderr.clone().drain(host_err, stderr_mode, argv0.to_owned()));
+        let stderr_task = tokio::spawn(stderr.clone().drain(
+            host_err,
+            stderr_mode,
+            argv0.to_owned(),
+        ));
         let (exit_tx, exit_rx) = watch::channel(None);
         let (kill, kill_rx) = KillSwitch::new();
-        let limits = Limits { fuel: policy.fuel, max_memory: policy.max_memory, deadline, denied };
+        let limits = Limits {
+            fuel: policy.fuel,
+            max_memory: policy.max_memory,
+            deadline,
+            denied,
+        };
 
         match compiled {
             Compiled::Component { pre, .. } => {
                 let mut b = builder;
-                let state = State2 { ctx: b.build(), table: ResourceTable::new(), limiter };
+                let state = State2 {
+                    ctx: b.build(),
+                    table: ResourceTable::new(),
+                    limiter,
+                };
                 let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);
                 arm(&mut store, &limits)?;
-                let command = pre
-                    .instantiate_async(&mut store)
-                    .await
-                    .map_err(|e| HostError::Instantiate { message: format!("{e:#}") })?;
+                let command = pre.instantiate_async(&mut store).await.map_err(|e| {
+                    HostError::Instantiate {
+                        message: format!("{e:#}"),
+                    }
+                })?;
                 let tail = stderr.clone();
                 tokio::spawn(async move {
-                    let run = async { command.wasi_cli_run().call_run(&mut store).await.map(|r| r.map_err(|()| 1)) };
+                    let run = async {
+                        command
+                            .wasi_cli_run()
+                            .call_run(&mut store)
+                            .await
+                            .map(|r| r.map_err(|()| 1))
+                    };
                     let exit = supervise(run, &limits, kill_rx, &tail).await;
                     drop(store); // closes the guest's pipe ends: the host reader sees EOF
                     finish(exit, stderr_task, &tail, exit_tx).await;
@@ -346,17 +450,23 @@ impl Sandbox {
             }
             Compiled::Module { pre, .. } => {
                 let mut b = builder;
-                let state = State1 { wasi: b.build_p1(), limiter };
+                let state = State1 {
+                    wasi: b.build_p1(),
+                    limiter,
+                };
                 let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);
                 arm(&mut store, &limits)?;
-                let instance = pre
-                    .instantiate_async(&mut store)
-                    .await
-                    .map_err(|e| HostError::Instantiate { message: format!("{e:#}") })?;
+                let instance = pre.instantiate_async(&mut store).await.map_err(|e| {
+                    HostError::Instantiate {
+                        message: format!("{e:#}"),
+                    }
+                })?;
                 let start = instance
                     .get_typed_func::<(), ()>(&mut store, "_start")
-                    .map_err(|e| HostError::Instantiate { message: format!("{e:#}") })?;
+                    .map_err(|e| HostError::Instantiate {
+                        message: format!("{e:#}"),
+                    })?;
                 let tail = stderr.clone();
                 tokio::spawn(async move {
                     let run = async { start.call_async(&mut store, ()).await.map(Ok) };
@@ -366,7 +476,13 @@ impl Sandbox {
                 });
             }
         }
-        Ok(Transport { stdin: Box::pin(host_in), stdout: Box::pin(host_out), exit: exit_rx, kill, stderr })
+        Ok(Transport {
+            stdin: Box::pin(host_in),
+            stdout: Box::pin(host_out),
+            exit: exit_rx,
+            kill,
+            stderr,
+        })
     }
 }
 
@@ -379,7 +495,9 @@ struct Limits {
 }
 
 fn arm<T>(store: &mut Store<T>, limits: &Limits) -> Result<(), HostError> {
-    store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).map_err(engine_err)?;
+    store
+        .set_fuel(limits.fuel.unwrap_or(u64::MAX))
+        .map_err(engine_err)?;
     // Every epoch tick, yield to tokio (so a spinning guest never starves the runtime and a
     // kill is noticed) and check the deadline from inside the guest.
     let deadline = limits.deadline.map(|(at, _)| at);
@@ -409,7 +527,7 @@ async fn supervise(
     tokio::select! {
         r = run => classify(r, limits, tail),
         () = timer => Exit::DeadlineExceeded { limit: limits.deadline.map(|(_, d)| d).unwrap_or_default() },
-        _ = kill_rx.wait_for(|k| *k) => Exit::Killed { signal: None },
+        () = killed(&mut kill_rx) => Exit::Killed { signal: None },
     }
 }
 
@@ -424,27 +542,40 @@ fn classify(r: wasmtime::Result<Result<(), i32>>, limits: &Limits, tail: &Stderr
         return Exit::Exited(exit.0);
     }
     if err.downcast_ref::<DeadlineHit>().is_some() {
-        return Exit::DeadlineExceeded { limit: limits.deadline.map(|(_, d)| d).unwrap_or_default() };
+        return Exit::DeadlineExceeded {
+            limit: limits.deadline.map(|(_, d)| d).unwrap_or_default(),
+        };
     }
     match err.downcast_ref::<Trap>() {
-        Some(Trap::OutOfFuel) => return Exit::OutOfFuel { limit: limits.fuel.unwrap_or(u64::MAX) },
+        Some(Trap::OutOfFuel) => {
+            return Exit::OutOfFuel {
+                limit: limits.fuel.unwrap_or(u64::MAX),
+            };
+        }
         Some(Trap::Interrupt) => {
-            return Exit::DeadlineExceeded { limit: limits.deadline.map(|(_, d)| d).unwrap_or_default() };
+            return Exit::DeadlineExceeded {
+                limit: limits.deadline.map(|(_, d)| d).unwrap_or_default(),
+            };
         }
         _ => {}
     }
     // A refused memory.grow returns -1 to the guest; a Rust guest then aborts (a trap).
     if memory_denied {
-        return Exit::MemoryLimit { limit: limits.max_memory.unwrap_or(0) };
+        return Exit::MemoryLimit {
+            limit: limits.max_memory.unwrap_or(0),
+        };
     }
-    Exit::Trap { message: trap_message(&err), stderr_tail: tail.lines() }
+    Exit::Trap {
+        message: trap_message(&err),
+        stderr_tail: tail.lines(),
+    }
 }
 
 /// `wasm trap: wasm `unreachable` instruction executed (in abort)`: the trap and the innermost
 /// named frame.
 fn trap_message(err: &wasmtime::Error) -> String {
     let mut msg = match err.downcast_ref::<Trap>() {
-        Some(t) => format!("wasm trap: {t}"),
+        Some(t) => t.to_string(),
         None => err.root_cause().to_string(),
     };
     if let Some(bt) = err.downcast_ref::<wasmtime::WasmBacktrace>()
@@ -466,7 +597,10 @@ pub(crate) async fn finish(
     // guards against a native grandchild that still holds stderr open.
     let _ = tokio::time::timeout(Duration::from_secs(1), stderr_task).await;
     let exit = match exit {
-        Exit::Trap { message, .. } => Exit::Trap { message, stderr_tail: tail.lines() },
+        Exit::Trap { message, .. } => Exit::Trap {
+            message,
+            stderr_tail: tail.lines(),
+        },
         other => other,
     };
     let _ = exit_tx.send(Some(exit));
@@ -496,7 +630,10 @@ fn wasi_builder(
             Access::ReadWrite => FsPerms::ReadWrite,
         };
         b.preopened_dir(&p.host, &p.guest, perms)
-            .map_err(|e| HostError::Preopen { host: p.host.clone(), message: format!("{e:#}") })?;
+            .map_err(|e| HostError::Preopen {
+                host: p.host.clone(),
+                message: format!("{e:#}"),
+            })?;
     }
     // The whole wasi:sockets world is linked (toolchains import it unconditionally) but no
     // address may be used and no name looked up.
@@ -510,21 +647,27 @@ fn wasi_builder(
 fn spawn_epoch_ticker(engine: &Engine) {
     let weak = engine.weak();
     // One thread per Sandbox (not per process): it ends when the engine is dropped.
-    let spawned = std::thread::Builder::new().name("sandpipe-epoch".into()).spawn(move || {
-        loop {
-            std::thread::sleep(EPOCH_TICK);
-            match weak.upgrade() {
-                Some(engine) => engine.increment_epoch(),
-                None => break,
+    let spawned = std::thread::Builder::new()
+        .name("sandpipe-epoch".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(EPOCH_TICK);
+                match weak.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => break,
+                }
             }
-        }
-    });
+        });
     if let Err(e) = spawned {
-        tracing::error!("could not start the epoch ticker; deadlines fall back to the outer timer: {e}");
+        tracing::error!(
+            "could not start the epoch ticker; deadlines fall back to the outer timer: {e}"
+        );
     }
 }
 
 /// A file name suitable for argv\[0\].
 pub(crate) fn argv0_for(path: &Path) -> String {
-    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| PathBuf::from(path).display().to_string())
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| PathBuf::from(path).display().to_string())
 }
