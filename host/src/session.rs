@@ -104,6 +104,7 @@ pub struct SessionReader {
 /// Exit status, stderr tail and kill, shareable between tasks.
 #[derive(Debug, Clone)]
 pub struct SessionControl {
+    pid: Option<u32>,
     exit: watch::Receiver<Option<Exit>>,
     kill: KillSwitch,
     stderr: StderrTail,
@@ -146,6 +147,7 @@ impl Session {
                 _kill: t.kill.clone(),
             },
             control: SessionControl {
+                pid: t.pid,
                 exit: t.exit,
                 kill: t.kill,
                 stderr: t.stderr,
@@ -345,5 +347,10 @@ impl SessionControl {
     /// The plugin's last stderr lines.
     pub fn stderr_tail(&self) -> Vec<String> {
         self.stderr.lines()
+    }
+
+    /// The child's process id, for a native plugin (also its process group id).
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
     }
 }

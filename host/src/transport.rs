@@ -17,6 +17,8 @@ pub(crate) struct Transport {
     pub(crate) exit: watch::Receiver<Option<Exit>>,
     pub(crate) kill: KillSwitch,
     pub(crate) stderr: StderrTail,
+    /// The child's process id (native plugins only).
+    pub(crate) pid: Option<u32>,
 }
 
 /// Kills the plugin when asked, or when the last clone is dropped (a dropped session never

@@ -290,3 +290,34 @@ fn help_documents_exit_codes() {
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("124  deadline exceeded"), "{help}");
 }
+
+#[test]
+fn plugin_args_follow_the_plugin_and_env_is_granted_explicitly() {
+    // As with `wasmtime run`, everything after PLUGIN is the plugin's; `--` is optional.
+    let out = Command::new(env!("CARGO_BIN_EXE_sandpipe"))
+        .args([
+            "run",
+            "--no-cache",
+            "--framing",
+            "lines",
+            "--env",
+            "ONE=1",
+            "--env",
+            "HOME",
+        ])
+        .arg(path("fs", Target::Wasm))
+        .args(["env:ONE", "env:HOME", "env:PATH"])
+        .env("HOME", "/home/sandpipe-test")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].contains(r#""value":"1""#), "{text}");
+    assert!(
+        lines[1].contains(r#""value":"/home/sandpipe-test""#),
+        "{text}"
+    );
+    assert!(lines[2].contains(r#""ok":false"#), "{text}");
+}

@@ -641,3 +641,57 @@ async fn strict_imports_name_the_offenders() {
     s.send(b"1").await.expect("send");
     assert_eq!(s.recv().await.expect("recv").as_deref(), Some(&b"1"[..]));
 }
+
+#[tokio::test]
+async fn wasm_env_is_empty_unless_granted() {
+    let host = host();
+    let policy = Policy::default()
+        .env("GRANTED", "yes")
+        .arg("env:GRANTED")
+        .arg("env:HOME")
+        .arg("env:PATH");
+    let mut s = start(&host, "fs", Target::Wasm, &policy, Framing::JsonLines).await;
+    let (frames, _) = recv_all(&mut s).await;
+    let results: Vec<serde_json::Value> = frames
+        .iter()
+        .map(|f| serde_json::from_slice(f).expect("json"))
+        .collect();
+    assert_eq!(results[0]["value"], "yes", "{results:#?}");
+    assert_eq!(results[1]["ok"], false, "{results:#?}");
+    assert_eq!(results[2]["ok"], false, "{results:#?}");
+}
+
+/// True while `pid` exists, zombie or not.
+fn process_exists(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[tokio::test]
+async fn dropping_a_native_session_kills_and_reaps_the_child() {
+    let host = host();
+    let policy = Policy::default().arg("sleep");
+    let s = start(
+        &host,
+        "sleep-stdin",
+        Target::Native,
+        &policy,
+        Framing::JsonLines,
+    )
+    .await;
+    let pid = s.control().pid().expect("native pid");
+    assert!(process_exists(pid));
+    drop(s);
+    // Reaped, not a zombie: /proc/<pid> disappears only after the wait.
+    let mut gone = false;
+    for _ in 0..500 {
+        if !process_exists(pid) {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        gone,
+        "pid {pid} still present after the session was dropped"
+    );
+}

@@ -50,8 +50,9 @@ pub struct RunArgs {
     /// The plugin: a .wasm component or p1 module (sandboxed), or any other executable (run
     /// natively, NOT sandboxed).
     plugin: PathBuf,
-    /// Arguments for the plugin (after `--`).
-    #[arg(last = true)]
+    /// Arguments for the plugin: everything after PLUGIN goes to the plugin, as with
+    /// `wasmtime run` (a leading `--` is dropped).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<String>,
 }
 
@@ -95,7 +96,11 @@ impl RunArgs {
                 }
             }
         }
-        policy.args = self.args.clone();
+        let args = self
+            .args
+            .strip_prefix(&["--".to_owned()])
+            .unwrap_or(&self.args);
+        policy.args = args.to_vec();
         if !self.allow_imports.is_empty() {
             policy = policy.imports(ImportPolicy::Strict(self.allow_imports.clone()));
         }
@@ -171,9 +176,10 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
             }
             joined = async { input.as_mut().expect("guarded by the if").await }, if input.is_some() => {
                 input = None;
+                // A bad frame on our stdin ends the input like EOF does (the pump closed the
+                // plugin's stdin), so the plugin still answers every frame sent before it.
                 if let Ok(Err(e)) = joined {
                     end = Some(e);
-                    control.kill();
                 }
             }
         }
@@ -238,7 +244,14 @@ async fn pump_in(
                 } else {
                     framer.decode(&mut buf)
                 };
-                match next.map_err(BridgeEnd::BadInput)? {
+                let next = match next {
+                    Ok(next) => next,
+                    Err(e) => {
+                        writer.close().await;
+                        return Err(BridgeEnd::BadInput(e));
+                    }
+                };
+                match next {
                     Some(frame) => {
                         if send(&mut writer, &frame).await.is_err() {
                             return Ok(());

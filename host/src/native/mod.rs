@@ -95,6 +95,7 @@ pub(crate) fn spawn(
         exit: exit_rx,
         kill,
         stderr,
+        pid: pid.and_then(|p| u32::try_from(p).ok()),
     })
 }
 

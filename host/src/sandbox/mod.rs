@@ -482,6 +482,7 @@ impl Sandbox {
             exit: exit_rx,
             kill,
             stderr,
+            pid: None,
         })
     }
 }

@@ -1,5 +1,6 @@
 //! Probe the filesystem the host grants: each argument is one operation, `read:PATH`,
-//! `write:PATH` (writes `sandpipe`, creating or truncating), `mkdir:PATH` or `list:PATH`,
+//! `write:PATH` (writes `sandpipe`, creating or truncating), `mkdir:PATH`, `list:PATH` or
+//! `env:NAME` (reports the variable's value, or fails with NotFound when it is not set),
 //! answered in order by one JSON Lines frame, `{"op","path","ok":true,…}` or
 //! `{"op","path","ok":false,"error","kind"}`. Failures are data: it never panics on them.
 //!
@@ -48,13 +49,17 @@ fn run(op: &str, path: &str) -> io::Result<Option<(&'static str, Value)>> {
         "read" => Ok(Some(("bytes", fs::read(path)?.len().into()))),
         "write" => fs::write(path, b"sandpipe").map(|()| Some(("bytes", 8.into()))),
         "mkdir" => fs::create_dir(path).map(|()| None),
+        "env" => match std::env::var(path) {
+            Ok(value) => Ok(Some(("value", value.into()))),
+            Err(e) => Err(io::Error::new(io::ErrorKind::NotFound, e.to_string())),
+        },
         "list" => {
             let entries = fs::read_dir(path)?.collect::<io::Result<Vec<_>>>()?;
             Ok(Some(("entries", entries.len().into())))
         }
         _ => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("unknown operation {op:?} (expected read, write, mkdir or list)"),
+            format!("unknown operation {op:?} (expected read, write, mkdir, list or env)"),
         )),
     }
 }
