@@ -70,8 +70,14 @@ impl From<FrameError> for GuestError {
 const READ_CHUNK: usize = 64 * 1024;
 
 /// Framed stdin and stdout of this process.
+pub type Stdio = Framed<io::Stdin, io::Stdout>;
+
+/// A framed byte stream pair: frames in from `R`, frames out to `W`. [`Stdio`] is the one a
+/// plugin uses; tests run the same server loops over in-memory streams.
 #[derive(Debug)]
-pub struct Stdio {
+pub struct Framed<R, W> {
+    reader: R,
+    writer: W,
     framer: AnyFramer,
     inbuf: BytesMut,
     outbuf: BytesMut,
@@ -86,12 +92,26 @@ impl Stdio {
 
     /// Framed stdio with explicit limits.
     pub fn with_limits(framing: Framing, limits: FrameLimits) -> Self {
+        Framed::from_parts(io::stdin(), io::stdout(), framing, limits)
+    }
+}
+
+impl<R: Read, W: Write> Framed<R, W> {
+    /// Frame any reader and writer.
+    pub fn from_parts(reader: R, writer: W, framing: Framing, limits: FrameLimits) -> Self {
         Self {
+            reader,
+            writer,
             framer: framing.framer(limits),
             inbuf: BytesMut::with_capacity(READ_CHUNK),
             outbuf: BytesMut::new(),
             eof: false,
         }
+    }
+
+    /// The writer, for bytes that bypass the framer (tests of misbehaving plugins).
+    pub fn writer(&mut self) -> &mut W {
+        &mut self.writer
     }
 
     /// The next frame from stdin, or `None` once the host closed stdin.
@@ -105,7 +125,7 @@ impl Stdio {
             }
             let start = self.inbuf.len();
             self.inbuf.resize(start + READ_CHUNK, 0);
-            let n = match io::stdin().lock().read(&mut self.inbuf[start..]) {
+            let n = match self.reader.read(&mut self.inbuf[start..]) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
                 Err(e) => {
@@ -124,9 +144,8 @@ impl Stdio {
     pub fn send(&mut self, frame: &[u8]) -> Result<(), GuestError> {
         self.outbuf.clear();
         self.framer.encode(frame, &mut self.outbuf)?;
-        let mut out = io::stdout().lock();
-        out.write_all(&self.outbuf)?;
-        out.flush()?;
+        self.writer.write_all(&self.outbuf)?;
+        self.writer.flush()?;
         Ok(())
     }
 }

@@ -30,3 +30,5 @@
 
 pub mod frame;
 pub mod fuzz;
+pub mod jsonrpc;
+pub mod transcript;

@@ -1,0 +1,455 @@
+//! A bidirectional JSON-RPC peer as a sans-IO state machine.
+//!
+//! Inputs: [`Peer::handle_frame`] (a frame from the other side), [`Peer::handle_timeout`]
+//! (time, passed in), and the caller's own [`Peer::request`], [`Peer::notify`],
+//! [`Peer::respond`] and [`Peer::cancel`]. Outputs: [`Peer::poll_transmit`] (frames to send)
+//! and [`Peer::poll_event`] (what happened). It never reads a clock and never does IO.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Instant;
+
+use serde_json::Value;
+
+use super::{Dialect, ErrorObject, Id, Message, ProtocolError};
+
+/// What the other side did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The other side asks us something; answer with [`Peer::respond`].
+    Request {
+        /// Its id.
+        id: Id,
+        /// The method.
+        method: String,
+        /// Parameters.
+        params: Option<Value>,
+    },
+    /// The other side tells us something.
+    Notification {
+        /// The method.
+        method: String,
+        /// Parameters.
+        params: Option<Value>,
+    },
+    /// The answer to one of our requests (or its local failure: cancelled, timed out, or the
+    /// other side gone — see [`Peer::fail_pending`]).
+    Response {
+        /// Our request's id.
+        id: Id,
+        /// Our request's method.
+        method: String,
+        /// The result.
+        result: Result<Value, ErrorObject>,
+    },
+}
+
+#[derive(Debug)]
+struct Pending {
+    method: String,
+    deadline: Option<Instant>,
+}
+
+/// Most cancelled ids remembered (so a late answer to them is ignored, not an error).
+const MAX_CANCELLED: usize = 1024;
+
+/// One side of a JSON-RPC connection.
+#[derive(Debug)]
+pub struct Peer {
+    dialect: Dialect,
+    next_id: i64,
+    pending: BTreeMap<Id, Pending>,
+    incoming: BTreeSet<Id>,
+    cancelled: VecDeque<Id>,
+    transmit: VecDeque<Vec<u8>>,
+    events: VecDeque<Event>,
+}
+
+impl Peer {
+    /// A peer whose own request ids count up from 0 (what the Go and Rust hosts do).
+    pub fn new(dialect: Dialect) -> Self {
+        Self::with_first_id(dialect, 0)
+    }
+
+    /// A peer whose request ids count up from `first`.
+    pub fn with_first_id(dialect: Dialect, first: i64) -> Self {
+        Self {
+            dialect,
+            next_id: first,
+            pending: BTreeMap::new(),
+            incoming: BTreeSet::new(),
+            cancelled: VecDeque::new(),
+            transmit: VecDeque::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The dialect.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// Send a request with the next integer id.
+    pub fn request(&mut self, method: &str, params: Option<Value>) -> Id {
+        self.request_with_deadline(method, params, None)
+    }
+
+    /// Send a request that fails locally with a timeout error once `deadline` passes
+    /// (see [`Peer::handle_timeout`]).
+    pub fn request_with_deadline(
+        &mut self,
+        method: &str,
+        params: Option<Value>,
+        deadline: Option<Instant>,
+    ) -> Id {
+        loop {
+            let id = Id::Num(self.next_id);
+            self.next_id = self.next_id.wrapping_add(1);
+            if !self.pending.contains_key(&id) {
+                // Only fails for a duplicate id, which the check above rules out.
+                let _ = self.send_request(id.clone(), method, params, deadline);
+                return id;
+            }
+        }
+    }
+
+    /// Send a request with an id of the caller's choosing (string ids, or a protocol that
+    /// fixes them).
+    pub fn request_with_id(
+        &mut self,
+        id: Id,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<(), ProtocolError> {
+        self.send_request(id, method, params, None)
+    }
+
+    fn send_request(
+        &mut self,
+        id: Id,
+        method: &str,
+        params: Option<Value>,
+        deadline: Option<Instant>,
+    ) -> Result<(), ProtocolError> {
+        if self.pending.contains_key(&id) {
+            return Err(ProtocolError::DuplicateId { id: id.to_string() });
+        }
+        let msg = Message::Request {
+            id: id.clone(),
+            method: method.to_owned(),
+            params,
+        };
+        self.transmit.push_back(msg.encode(self.dialect));
+        self.pending.insert(
+            id,
+            Pending {
+                method: method.to_owned(),
+                deadline,
+            },
+        );
+        Ok(())
+    }
+
+    /// Send a notification.
+    pub fn notify(&mut self, method: &str, params: Option<Value>) {
+        let msg = Message::Notification {
+            method: method.to_owned(),
+            params,
+        };
+        self.transmit.push_back(msg.encode(self.dialect));
+    }
+
+    /// Answer a request the other side made.
+    pub fn respond(
+        &mut self,
+        id: Id,
+        result: Result<Value, ErrorObject>,
+    ) -> Result<(), ProtocolError> {
+        if !self.incoming.remove(&id) {
+            return Err(ProtocolError::NotAwaitingResponse { id: id.to_string() });
+        }
+        self.transmit
+            .push_back(Message::Response { id, result }.encode(self.dialect));
+        Ok(())
+    }
+
+    /// Give up on one of our requests: it completes at once with the dialect's "cancelled"
+    /// error, and a late answer is ignored. Telling the other side (LSP `$/cancelRequest`) is
+    /// the protocol's business: call [`Peer::notify`]. Returns false if `id` was not pending.
+    pub fn cancel(&mut self, id: &Id) -> bool {
+        let Some(p) = self.pending.remove(id) else {
+            return false;
+        };
+        self.remember_cancelled(id.clone());
+        let error = ErrorObject::new(self.dialect.cancelled(), "request cancelled");
+        self.events.push_back(Event::Response {
+            id: id.clone(),
+            method: p.method,
+            result: Err(error),
+        });
+        true
+    }
+
+    fn remember_cancelled(&mut self, id: Id) {
+        if self.cancelled.len() == MAX_CANCELLED {
+            self.cancelled.pop_front();
+        }
+        self.cancelled.push_back(id);
+    }
+
+    /// Feed one frame from the other side.
+    pub fn handle_frame(&mut self, frame: &[u8]) -> Result<(), ProtocolError> {
+        let msg = Message::decode(frame, self.dialect)?;
+        self.handle_message(msg)
+    }
+
+    /// Feed one decoded message.
+    pub fn handle_message(&mut self, msg: Message) -> Result<(), ProtocolError> {
+        match msg {
+            Message::Request { id, method, params } => {
+                if !self.incoming.insert(id.clone()) {
+                    return Err(ProtocolError::DuplicateId { id: id.to_string() });
+                }
+                self.events.push_back(Event::Request { id, method, params });
+            }
+            Message::Notification { method, params } => self
+                .events
+                .push_back(Event::Notification { method, params }),
+            Message::Response { id, result } => match self.pending.remove(&id) {
+                Some(p) => self.events.push_back(Event::Response {
+                    id,
+                    method: p.method,
+                    result,
+                }),
+                None if self.cancelled.contains(&id) => {}
+                None => return Err(ProtocolError::UnknownResponseId { id: id.to_string() }),
+            },
+        }
+        Ok(())
+    }
+
+    /// Fail every request whose deadline is at or before `now` with a timeout error.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let expired: Vec<Id> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.deadline.is_some_and(|d| d <= now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in expired {
+            if let Some(p) = self.pending.remove(&id) {
+                self.remember_cancelled(id.clone());
+                let error = ErrorObject::new(self.dialect.internal_error(), "request timed out");
+                self.events.push_back(Event::Response {
+                    id,
+                    method: p.method,
+                    result: Err(error),
+                });
+            }
+        }
+    }
+
+    /// The earliest pending deadline, for the driver's timer.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.pending.values().filter_map(|p| p.deadline).min()
+    }
+
+    /// Complete every pending request with `error` (the other side is gone). Each gets its own
+    /// [`Event::Response`], so every caller learns why.
+    pub fn fail_pending(&mut self, error: ErrorObject) {
+        for (id, p) in std::mem::take(&mut self.pending) {
+            self.events.push_back(Event::Response {
+                id,
+                method: p.method,
+                result: Err(error.clone()),
+            });
+        }
+    }
+
+    /// Our requests still waiting for an answer: (id, method).
+    pub fn pending(&self) -> impl Iterator<Item = (&Id, &str)> {
+        self.pending.iter().map(|(id, p)| (id, p.method.as_str()))
+    }
+
+    /// Requests from the other side we have not answered yet.
+    pub fn awaiting_response(&self) -> impl Iterator<Item = &Id> {
+        self.incoming.iter()
+    }
+
+    /// The next frame to send (without framing: the caller's framer adds it).
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.transmit.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+
+    /// Deliver everything `from` has to send to `to`.
+    fn pump(from: &mut Peer, to: &mut Peer) {
+        while let Some(frame) = from.poll_transmit() {
+            to.handle_frame(&frame).expect("valid frame");
+        }
+    }
+
+    fn events(p: &mut Peer) -> Vec<Event> {
+        std::iter::from_fn(|| p.poll_event()).collect()
+    }
+
+    #[test]
+    fn requests_both_ways_out_of_order_and_notifications() {
+        let mut host = Peer::new(Dialect::JsonRpc2);
+        let mut plugin = Peer::new(Dialect::JsonRpc2);
+        let a = host.request("a", None);
+        let b = host.request("b", Some(json!([1])));
+        host.notify("note", None);
+        pump(&mut host, &mut plugin);
+        assert_eq!(
+            events(&mut plugin),
+            vec![
+                Event::Request {
+                    id: Id::Num(0),
+                    method: "a".into(),
+                    params: None
+                },
+                Event::Request {
+                    id: Id::Num(1),
+                    method: "b".into(),
+                    params: Some(json!([1]))
+                },
+                Event::Notification {
+                    method: "note".into(),
+                    params: None
+                },
+            ]
+        );
+        // The plugin asks the host something with a string id, then answers b before a.
+        plugin
+            .request_with_id(Id::from("p1"), "ask", None)
+            .expect("fresh id");
+        plugin
+            .respond(b.clone(), Ok(json!("B")))
+            .expect("b pending");
+        plugin
+            .respond(a.clone(), Err(ErrorObject::new(-32603, "nope")))
+            .expect("a pending");
+        pump(&mut plugin, &mut host);
+        assert_eq!(
+            events(&mut host),
+            vec![
+                Event::Request {
+                    id: Id::from("p1"),
+                    method: "ask".into(),
+                    params: None
+                },
+                Event::Response {
+                    id: b,
+                    method: "b".into(),
+                    result: Ok(json!("B"))
+                },
+                Event::Response {
+                    id: a,
+                    method: "a".into(),
+                    result: Err(ErrorObject::new(-32603, "nope"))
+                },
+            ]
+        );
+        host.respond(Id::from("p1"), Ok(json!({})))
+            .expect("p1 pending");
+        pump(&mut host, &mut plugin);
+        assert!(matches!(events(&mut plugin)[..], [Event::Response { .. }]));
+        assert_eq!(host.pending().count(), 0);
+    }
+
+    #[test]
+    fn cancel_completes_locally_and_ignores_the_late_answer() {
+        let mut host = Peer::new(Dialect::JsonRpc2);
+        let mut plugin = Peer::new(Dialect::JsonRpc2);
+        let id = host.request("slow", None);
+        pump(&mut host, &mut plugin);
+        assert!(host.cancel(&id));
+        assert!(!host.cancel(&id));
+        match &events(&mut host)[..] {
+            [Event::Response { result: Err(e), .. }] => {
+                assert_eq!(e.code, super::super::ErrorCode::Int(-32800))
+            }
+            other => panic!("{other:?}"),
+        }
+        let _ = events(&mut plugin);
+        plugin.respond(id, Ok(json!(1))).expect("pending");
+        pump(&mut plugin, &mut host);
+        assert!(events(&mut host).is_empty());
+    }
+
+    #[test]
+    fn timeouts_use_the_time_passed_in() {
+        let t0 = Instant::now();
+        let mut host = Peer::new(Dialect::Orchard);
+        let id = host.request_with_deadline("describe", None, Some(t0 + Duration::from_secs(5)));
+        assert_eq!(host.poll_timeout(), Some(t0 + Duration::from_secs(5)));
+        host.handle_timeout(t0 + Duration::from_secs(4));
+        assert!(events(&mut host).is_empty());
+        host.handle_timeout(t0 + Duration::from_secs(5));
+        match &events(&mut host)[..] {
+            [
+                Event::Response {
+                    id: got,
+                    result: Err(e),
+                    ..
+                },
+            ] => {
+                assert_eq!(got, &id);
+                assert_eq!(
+                    e.code,
+                    super::super::ErrorCode::Str("internal_error".into())
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn protocol_violations_are_typed() {
+        let mut host = Peer::new(Dialect::JsonRpc2);
+        assert_eq!(
+            host.handle_frame(br#"{"jsonrpc":"2.0","id":9,"result":1}"#),
+            Err(ProtocolError::UnknownResponseId { id: "9".into() })
+        );
+        assert_eq!(
+            host.respond(Id::Num(3), Ok(json!(1))),
+            Err(ProtocolError::NotAwaitingResponse { id: "3".into() })
+        );
+        host.handle_frame(br#"{"jsonrpc":"2.0","id":1,"method":"x"}"#)
+            .expect("request");
+        assert_eq!(
+            host.handle_frame(br#"{"jsonrpc":"2.0","id":1,"method":"x"}"#),
+            Err(ProtocolError::DuplicateId { id: "1".into() })
+        );
+    }
+
+    #[test]
+    fn fail_pending_answers_every_request() {
+        let mut host = Peer::new(Dialect::JsonRpc2);
+        host.request("a", None);
+        host.request("b", None);
+        host.fail_pending(
+            ErrorObject::new(-32603, "plugin ran out of fuel").with_data(json!({"stderr": ["x"]})),
+        );
+        let evs = events(&mut host);
+        assert_eq!(evs.len(), 2);
+        for e in evs {
+            assert!(
+                matches!(e, Event::Response { result: Err(ref err), .. } if err.message == "plugin ran out of fuel")
+            );
+        }
+    }
+}
