@@ -32,6 +32,8 @@ use std::io::{self, Read, Write};
 use bytes::BytesMut;
 use sandpipe_proto::frame::AnyFramer;
 pub use sandpipe_proto::frame::{Bytes, FrameError, FrameLimits, Framer, Framing};
+pub mod denobridge;
+pub mod oracle;
 
 /// What can go wrong in the plugin's own loop.
 #[derive(Debug)]

@@ -40,6 +40,8 @@
 mod error;
 mod native;
 mod policy;
+pub mod protocols;
+pub mod rpc;
 mod sandbox;
 mod session;
 mod stderr;

@@ -28,7 +28,9 @@
 //! assert_eq!(framer.decode(&mut buf).unwrap().as_deref(), Some(&b"{\"id\":2}"[..]));
 //! ```
 
+pub mod denobridge;
 pub mod frame;
 pub mod fuzz;
 pub mod jsonrpc;
+pub mod oracle;
 pub mod transcript;

@@ -39,7 +39,12 @@ impl Target {
 }
 
 /// The packages holding plugins.
-const PACKAGES: [&str; 2] = ["sandpipe-example-echo", "sandpipe-test-plugins"];
+const PACKAGES: [&str; 4] = [
+    "sandpipe-example-echo",
+    "sandpipe-test-plugins",
+    "sandpipe-example-oracle",
+    "sandpipe-example-denobridge",
+];
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {

@@ -1,0 +1,54 @@
+//! Typed async clients, one per hosted protocol, over a [`Session`](crate::Session).
+//!
+//! Each drives the protocol's client (host-role) state machine from `sandpipe-proto`, so the
+//! host and the in-memory tests share one implementation of the protocol's rules. When the
+//! sandbox stops a plugin with requests pending, each pending request gets the protocol's own
+//! error form carrying the reason and the plugin's stderr tail.
+
+pub mod oracle;
+
+/// Which protocol a command speaks. New protocols (`atp`, `finecode`) slot in here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// Plain JSON-RPC 2.0 over JSON Lines: one request, its response.
+    JsonRpc,
+    /// Cairo oracle `stdio:`.
+    Oracle,
+    /// Orchard provider protocol.
+    Orchard,
+    /// terraform-provider-denobridge.
+    DenoBridge,
+}
+
+impl Protocol {
+    /// The framing the protocol uses.
+    pub fn framing(self) -> sandpipe_proto::frame::Framing {
+        sandpipe_proto::frame::Framing::JsonLines
+    }
+
+    /// The name used on the command line and in transcripts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::JsonRpc => "jsonrpc",
+            Protocol::Oracle => "oracle",
+            Protocol::Orchard => "orchard",
+            Protocol::DenoBridge => "denobridge",
+        }
+    }
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "jsonrpc" => Ok(Protocol::JsonRpc),
+            "oracle" => Ok(Protocol::Oracle),
+            "orchard" => Ok(Protocol::Orchard),
+            "denobridge" => Ok(Protocol::DenoBridge),
+            other => Err(format!(
+                "unknown protocol {other:?} (expected jsonrpc, oracle, orchard or denobridge)"
+            )),
+        }
+    }
+}
