@@ -42,10 +42,21 @@ pub enum RpcError {
         exit: Option<Exit>,
         /// The plugin's last stderr lines.
         stderr_tail: Vec<String>,
+        /// True when the plugin broke the framing or the protocol (rather than being stopped
+        /// or exiting).
+        violation: bool,
     },
     /// The call was cancelled locally.
     #[error("request cancelled")]
     Cancelled,
+    /// The plugin answered with a result that does not have the protocol's shape.
+    #[error("bad result for {method}: {reason}")]
+    BadResult {
+        /// The method called.
+        method: String,
+        /// Why the result was refused.
+        reason: String,
+    },
 }
 
 impl RpcError {
@@ -54,6 +65,10 @@ impl RpcError {
         match self {
             RpcError::Remote(e) | RpcError::Failed { error: e, .. } => e.clone(),
             RpcError::Cancelled => ErrorObject::new(dialect.cancelled(), "request cancelled"),
+            RpcError::BadResult { method, reason } => ErrorObject::new(
+                dialect.internal_error(),
+                format!("bad result for {method}: {reason}"),
+            ),
         }
     }
 }
@@ -135,7 +150,7 @@ impl JsonRpcPeer {
         let driver_control = control.clone();
         let driver_first = first_frame.clone();
         tokio::spawn(async move {
-            let reason: (String, Option<Exit>) = loop {
+            let reason: (String, Option<Exit>, bool) = loop {
                 match reader.recv().await {
                     Ok(Some(frame)) => {
                         {
@@ -157,34 +172,32 @@ impl JsonRpcPeer {
                         }
                         if let Some(v) = violation {
                             driver_control.kill();
-                            break (format!("plugin broke the protocol: {v}"), None);
+                            break (format!("plugin broke the protocol: {v}"), None, true);
                         }
                     }
                     Ok(None) => {
                         let exit = driver_control.wait().await;
-                        break (exit.to_string(), Some(exit));
+                        break (exit.to_string(), Some(exit), false);
                     }
                     Err(SessionError::BadFrameFromPlugin { error, .. }) => {
+                        // A frame cut off by the plugin's end is that end's casualty: stdout is
+                        // closed, so wait for the exit and report it. Any other bad frame is
+                        // the plugin breaking the framing: stop it.
+                        if let sandpipe_proto::frame::FrameError::Truncated { .. } = error {
+                            let exit = driver_control.wait().await;
+                            break (exit.to_string(), Some(exit), false);
+                        }
                         driver_control.kill();
                         let exit = driver_control.wait().await;
-                        // A frame cut off by a crash is the crash's casualty: report the crash.
-                        let reason = match (&error, &exit) {
-                            (sandpipe_proto::frame::FrameError::Truncated { .. }, e)
-                                if !matches!(e, Exit::Killed { .. }) =>
-                            {
-                                e.to_string()
-                            }
-                            _ => format!("bad frame from plugin: {error}"),
-                        };
-                        break (reason, Some(exit));
+                        break (format!("bad frame from plugin: {error}"), Some(exit), true);
                     }
                     Err(e) => {
                         driver_control.kill();
-                        break (format!("reading plugin output: {e}"), None);
+                        break (format!("reading plugin output: {e}"), None, true);
                     }
                 }
             };
-            let (message, exit) = reason;
+            let (message, exit, violation) = reason;
             let exit = match exit {
                 Some(e) => Some(e),
                 None => Some(driver_control.wait().await),
@@ -195,6 +208,7 @@ impl JsonRpcPeer {
                 error: error.clone(),
                 exit,
                 stderr_tail,
+                violation,
             };
             let events = {
                 let mut s = lock(&driver_shared);
@@ -247,6 +261,26 @@ impl JsonRpcPeer {
         rx.await.unwrap_or(Err(RpcError::Cancelled))
     }
 
+    /// Call `method` with serializable params and deserialize its result.
+    pub async fn call_typed<P: serde::Serialize, R: serde::de::DeserializeOwned>(
+        &self,
+        method: &str,
+        params: Option<&P>,
+    ) -> Result<R, RpcError> {
+        let params = match params {
+            Some(p) => Some(serde_json::to_value(p).map_err(|e| RpcError::BadResult {
+                method: method.to_owned(),
+                reason: format!("params do not serialize: {e}"),
+            })?),
+            None => None,
+        };
+        let value = self.call(method, params).await?;
+        serde_json::from_value(value).map_err(|e| RpcError::BadResult {
+            method: method.to_owned(),
+            reason: e.to_string(),
+        })
+    }
+
     /// Call `method` with a deadline: past it, the call fails with the dialect's internal
     /// error ("request timed out") and a late answer is ignored. The plugin keeps running.
     pub async fn call_with_timeout(
@@ -268,6 +302,7 @@ impl JsonRpcPeer {
                     error: ErrorObject::new(self.dialect.internal_error(), message),
                     exit: None,
                     stderr_tail: self.control.stderr_tail(),
+                    violation: false,
                 })
             }
         }

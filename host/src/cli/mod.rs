@@ -1,7 +1,10 @@
 //! The `sandpipe` command line: one file per subcommand; `src/bin/sandpipe.rs` only calls
 //! [`main`].
 
+mod call;
+mod inspect;
 mod run;
+mod sandbox_args;
 
 use std::path::PathBuf;
 
@@ -32,9 +35,11 @@ Exit status:
   wasi:cli/exit.exit-with-code, e.g. sandpipe_guest::exit, to report codes other than 0/1)
   121  out of fuel (--fuel)
   122  memory limit (--max-memory)
-  123  bad frame, from the plugin or on sandpipe's stdin (--framing, --max-frame)
+  123  bad frame, from the plugin or on sandpipe's stdin (--framing, --max-frame), or a
+       plugin that broke its protocol (call)
   124  deadline exceeded (--timeout)
   125  sandpipe could not load or start the plugin
+  1    (call) the plugin answered with the protocol's error
   134  the plugin trapped (wasm trap, or a native crash signal)
   128+N  the plugin was killed by signal N (137 when sandpipe killed it)
 Each sandpipe-made status prints one line starting with `sandpipe:` on stderr.";
@@ -58,6 +63,35 @@ pub enum Command {
     /// can stand in for a plugin binary in any engine's command line.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(run::RunArgs),
+    /// Speak a protocol to PLUGIN: handshake, one call, clean shutdown. The result is printed
+    /// as JSON on stdout; the protocol's error goes to stderr with a non-zero status.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Call(call::CallArgs),
+    /// Show what PLUGIN is (component, p1 module or native), its size, sha256, imports and
+    /// exports, and with --protocol its self-description.
+    Inspect(inspect::InspectArgs),
+}
+
+/// Orchard `call` (wired once the Orchard client lands).
+async fn orchard_call(
+    session: crate::Session,
+    _method: &str,
+    _params: Option<serde_json::Value>,
+    _config: &str,
+    grace: std::time::Duration,
+) -> anyhow::Result<i32> {
+    let _ = session.shutdown(grace).await;
+    anyhow::bail!("orchard is not wired into `call` yet")
+}
+
+/// Orchard self-description (wired once the Orchard client lands).
+async fn orchard_schema(
+    _host: &crate::Host,
+    _plugin: &crate::Plugin,
+    _policy: &crate::Policy,
+    _options: &crate::SessionOptions,
+) -> Result<serde_json::Value, String> {
+    Err("orchard is not wired into `inspect` yet".to_owned())
 }
 
 /// Cache options shared by subcommands.
@@ -96,6 +130,8 @@ pub fn main() -> i32 {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(args).await,
+            Command::Call(args) => call::call(args).await,
+            Command::Inspect(args) => inspect::inspect(args).await,
         }
     });
     // Don't wait for the stdin pump: it may be parked in a blocking read of our stdin.

@@ -1,18 +1,15 @@
 //! `sandpipe run`: bridge sandpipe's stdin/stdout to a plugin's.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bytes::BytesMut;
 use sandpipe_proto::frame::{FrameError, FrameLimits, Framer, Framing};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{CacheArgs, MemoryCap, exit_code, parse_duration, parse_memory, parse_size};
-use crate::{
-    Access, Exit, Host, ImportPolicy, PluginKind, Policy, SessionError, SessionOptions,
-    SessionReader, SessionWriter, StderrMode,
-};
+use super::exit_code;
+use super::sandbox_args::{SandboxArgs, warn_if_native};
+use crate::{Exit, Host, SessionError, SessionOptions, SessionReader, SessionWriter, StderrMode};
 
 /// Arguments of `sandpipe run`.
 #[derive(Debug, clap::Args)]
@@ -21,32 +18,8 @@ pub struct RunArgs {
     /// and end the session with a one-line reason on the first bad one.
     #[arg(long, default_value = "raw", value_parser = ["raw", "lines", "cbor", "content-length"])]
     framing: String,
-    /// Total fuel (about one unit per wasm instruction) for the whole run [default: unlimited].
-    #[arg(long, value_name = "N")]
-    fuel: Option<u64>,
-    /// Memory cap: linear memory for wasm, RLIMIT_AS for native (e.g. 64MiB, or none).
-    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_memory)]
-    max_memory: MemoryCap,
-    /// Wall-clock deadline for the whole run (e.g. 2s, 500ms) [default: none].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    timeout: Option<Duration>,
-    /// Preopen a host directory: HOST[::GUEST][:ro]. GUEST defaults to HOST; `:ro` makes it
-    /// read-only. Without --dir the plugin sees no filesystem.
-    #[arg(long = "dir", value_name = "HOST[::GUEST][:ro]")]
-    dirs: Vec<String>,
-    /// Pass an environment variable: NAME=VALUE, or NAME to copy sandpipe's own value.
-    /// Nothing else is inherited.
-    #[arg(long = "env", value_name = "NAME[=VALUE]")]
-    envs: Vec<String>,
-    /// Largest frame accepted in either direction (e.g. 16MiB).
-    #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size)]
-    max_frame: u64,
-    /// Strict imports: refuse a component importing anything not listed (repeatable;
-    /// e.g. wasi:cli/stdin@0.2; patch versions are ignored).
-    #[arg(long = "allow-import", value_name = "INTERFACE")]
-    allow_imports: Vec<String>,
     #[command(flatten)]
-    cache: CacheArgs,
+    sandbox: SandboxArgs,
     /// The plugin: a .wasm component or p1 module (sandboxed), or any other executable (run
     /// natively, NOT sandboxed).
     plugin: PathBuf,
@@ -56,57 +29,7 @@ pub struct RunArgs {
     args: Vec<String>,
 }
 
-/// Parse `HOST[::GUEST][:ro|:rw]`.
-pub(crate) fn parse_dir(spec: &str) -> Result<(PathBuf, String, Access), String> {
-    let (rest, access) = if let Some(r) = spec.strip_suffix(":ro") {
-        (r, Access::ReadOnly)
-    } else if let Some(r) = spec.strip_suffix(":rw") {
-        (r, Access::ReadWrite)
-    } else {
-        (spec, Access::ReadWrite)
-    };
-    let (host, guest) = match rest.split_once("::") {
-        Some((h, g)) => (h, g.to_owned()),
-        None => (rest, rest.to_owned()),
-    };
-    if host.is_empty() || guest.is_empty() {
-        return Err(format!(
-            "invalid --dir {spec:?}: expected HOST[::GUEST][:ro]"
-        ));
-    }
-    Ok((PathBuf::from(host), guest, access))
-}
-
 impl RunArgs {
-    fn policy(&self) -> Result<Policy> {
-        let mut policy = Policy::default().max_memory(self.max_memory.0);
-        policy.fuel = self.fuel;
-        policy.deadline = self.timeout;
-        for spec in &self.dirs {
-            let (host, guest, access) = parse_dir(spec).map_err(anyhow::Error::msg)?;
-            policy = policy.preopen(host, guest, access);
-        }
-        for spec in &self.envs {
-            match spec.split_once('=') {
-                Some((k, v)) => policy = policy.env(k, v),
-                None => {
-                    if let Ok(v) = std::env::var(spec) {
-                        policy = policy.env(spec.as_str(), v);
-                    }
-                }
-            }
-        }
-        let args = self
-            .args
-            .strip_prefix(&["--".to_owned()])
-            .unwrap_or(&self.args);
-        policy.args = args.to_vec();
-        if !self.allow_imports.is_empty() {
-            policy = policy.imports(ImportPolicy::Strict(self.allow_imports.clone()));
-        }
-        Ok(policy)
-    }
-
     fn framing(&self) -> Option<Framing> {
         match self.framing.as_str() {
             "raw" => None,
@@ -126,11 +49,16 @@ enum BridgeEnd {
 }
 
 pub(crate) async fn run(args: RunArgs) -> Result<i32> {
-    let host = Host::with_cache_dir(args.cache.dir().as_deref())?;
+    let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
     let plugin = host
         .load(&args.plugin)
         .with_context(|| format!("loading plugin {}", args.plugin.display()))?;
-    let policy = args.policy()?;
+    let args_for_plugin = args
+        .args
+        .strip_prefix(&["--".to_owned()])
+        .unwrap_or(&args.args)
+        .to_vec();
+    let policy = args.sandbox.policy(args_for_plugin)?;
     let how = match plugin.load_source() {
         Some(crate::LoadSource::Compiled) => "compiled",
         Some(crate::LoadSource::DiskCache) => "loaded from the disk cache",
@@ -144,15 +72,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         &plugin.sha256()[..12],
         plugin.load_time()
     );
-    if plugin.kind() == PluginKind::NativeUnsandboxed {
-        eprintln!(
-            "sandpipe: {} is not wasm; running it natively, NOT sandboxed (fuel, filesystem and network are not restricted)",
-            plugin.path().display()
-        );
-    }
+    warn_if_native(&plugin);
     let framing = args.framing();
-    let limits =
-        FrameLimits::with_max_frame_bytes(usize::try_from(args.max_frame).unwrap_or(usize::MAX));
+    let limits = args.sandbox.frame_limits();
     let mut options = SessionOptions::default()
         .frame_limits(limits)
         .stderr(StderrMode::Inherit);
@@ -214,17 +136,24 @@ fn report(end: Option<BridgeEnd>, exit: &Exit) -> i32 {
 
 /// The exit status for `exit`, printing the one-line reason for sandpipe-made ones.
 pub(crate) fn exit_status(exit: &Exit) -> i32 {
-    let code = match exit {
-        Exit::Exited(code) => return *code & 0xff,
+    let code = status_for(exit);
+    if !matches!(exit, Exit::Exited(_)) {
+        eprintln!("sandpipe: {exit}");
+    }
+    code
+}
+
+/// The exit status for `exit` (see `sandpipe --help`).
+pub(crate) fn status_for(exit: &Exit) -> i32 {
+    match exit {
+        Exit::Exited(code) => *code & 0xff,
         Exit::OutOfFuel { .. } => exit_code::OUT_OF_FUEL,
         Exit::MemoryLimit { .. } => exit_code::MEMORY_LIMIT,
         Exit::DeadlineExceeded { .. } => exit_code::DEADLINE,
         Exit::Trap { .. } => exit_code::TRAP,
         Exit::Killed { signal: Some(sig) } => 128 + sig,
         Exit::Killed { signal: None } => exit_code::KILLED,
-    };
-    eprintln!("sandpipe: {exit}");
-    code
+    }
 }
 
 async fn pump_in(
@@ -318,35 +247,5 @@ async fn pump_out(
         if stdout.write_all(bytes).await.is_err() || stdout.flush().await.is_err() {
             return Err(BridgeEnd::StdoutClosed);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dir_specs() {
-        assert_eq!(
-            parse_dir("/tmp/x"),
-            Ok((
-                PathBuf::from("/tmp/x"),
-                "/tmp/x".to_owned(),
-                Access::ReadWrite
-            ))
-        );
-        assert_eq!(
-            parse_dir("/tmp/x::/data:ro"),
-            Ok((
-                PathBuf::from("/tmp/x"),
-                "/data".to_owned(),
-                Access::ReadOnly
-            ))
-        );
-        assert_eq!(
-            parse_dir("./d::/d:rw"),
-            Ok((PathBuf::from("./d"), "/d".to_owned(), Access::ReadWrite))
-        );
-        assert!(parse_dir("::/x").is_err());
     }
 }

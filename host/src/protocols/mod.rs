@@ -5,6 +5,7 @@
 //! sandbox stops a plugin with requests pending, each pending request gets the protocol's own
 //! error form carrying the reason and the plugin's stderr tail.
 
+pub mod denobridge;
 pub mod oracle;
 
 /// Which protocol a command speaks. New protocols (`atp`, `finecode`) slot in here.

@@ -1,0 +1,139 @@
+//! `sandpipe inspect`: what a plugin is, what it asks for, and (with a protocol) what it says
+//! about itself.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+
+use super::sandbox_args::SandboxArgs;
+use crate::protocols::Protocol;
+use crate::protocols::denobridge::DenoBridgeClient;
+use crate::protocols::oracle::OracleClient;
+use crate::{Host, LoadSource, PluginKind, SessionOptions, StderrMode};
+
+/// Arguments of `sandpipe inspect`.
+#[derive(Debug, clap::Args)]
+pub struct InspectArgs {
+    /// Also start the plugin and show its self-description: the Orchard schema (plan mode),
+    /// the oracle's `ready`, or denobridge's `health`.
+    #[arg(long, value_name = "PROTOCOL")]
+    protocol: Option<Protocol>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+    /// An argument for the plugin (repeatable).
+    #[arg(long = "arg", value_name = "ARG", allow_hyphen_values = true)]
+    plugin_args: Vec<String>,
+    /// The plugin.
+    plugin: PathBuf,
+}
+
+pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
+    let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
+    let plugin = host
+        .load(&args.plugin)
+        .with_context(|| format!("loading plugin {}", args.plugin.display()))?;
+    let mut report = json!({
+        "path": plugin.path().display().to_string(),
+        "kind": plugin.kind().name(),
+        "sandboxed": plugin.kind() != PluginKind::NativeUnsandboxed,
+        "size": plugin.size(),
+        "sha256": plugin.sha256(),
+        "compiled": match plugin.load_source() {
+            Some(LoadSource::Compiled) => "compiled now",
+            Some(LoadSource::DiskCache) => "from the disk cache",
+            Some(LoadSource::Memory) => "already loaded",
+            None => "not wasm",
+        },
+        "imports": plugin.imports(),
+        "exports": plugin.exports(),
+    });
+    if let Some(protocol) = args.protocol {
+        let policy = args.sandbox.policy(args.plugin_args.clone())?;
+        let mut options =
+            SessionOptions::framed(protocol.framing()).frame_limits(args.sandbox.frame_limits());
+        options.stderr = StderrMode::Discard;
+        let grace = Duration::from_secs(2);
+        let described: Result<Value, String> = match protocol {
+            Protocol::Orchard => super::orchard_schema(&host, &plugin, &policy, &options).await,
+            Protocol::Oracle => {
+                let session = host.start(&plugin, &policy, &options).await?;
+                match OracleClient::connect(session).await {
+                    Ok(client) => {
+                        let _ = client.shutdown(grace).await;
+                        Ok(json!({"ready": true}))
+                    }
+                    Err(e) => Err(format!("oracle error {}: {}", e.code, e.message)),
+                }
+            }
+            Protocol::DenoBridge => {
+                let session = host.start(&plugin, &policy, &options).await?;
+                match DenoBridgeClient::connect(session).await {
+                    Ok((client, health)) => {
+                        let _ = client.shutdown(grace).await;
+                        serde_json::to_value(health)
+                            .map(|h| json!({"health": h}))
+                            .map_err(|e| e.to_string())
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            Protocol::JsonRpc => Err("plain JSON-RPC has no self-description".to_owned()),
+        };
+        report["protocol"] = Value::from(protocol.name());
+        match described {
+            Ok(v) => report["self_description"] = v,
+            Err(e) => report["self_description_error"] = Value::from(e),
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(&report);
+    }
+    Ok(if report.get("self_description_error").is_some() {
+        1
+    } else {
+        0
+    })
+}
+
+fn print_text(r: &Value) {
+    let s = |k: &str| {
+        r[k].as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| r[k].to_string())
+    };
+    println!("path:      {}", s("path"));
+    println!("kind:      {}", s("kind"));
+    println!("size:      {} bytes", s("size"));
+    println!("sha256:    {}", s("sha256"));
+    println!("compiled:  {}", s("compiled"));
+    for (title, key) in [("imports", "imports"), ("exports", "exports")] {
+        let list = r[key].as_array().cloned().unwrap_or_default();
+        println!(
+            "{title}:   {}",
+            if list.is_empty() {
+                "(none)".to_owned()
+            } else {
+                String::new()
+            }
+        );
+        for item in list {
+            println!("  {}", item.as_str().unwrap_or_default());
+        }
+    }
+    if let Some(p) = r.get("protocol") {
+        println!("protocol:  {}", p.as_str().unwrap_or_default());
+        if let Some(d) = r.get("self_description") {
+            println!("{}", serde_json::to_string_pretty(d).unwrap_or_default());
+        }
+        if let Some(e) = r.get("self_description_error") {
+            println!("error:     {}", e.as_str().unwrap_or_default());
+        }
+    }
+}

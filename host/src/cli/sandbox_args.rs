@@ -1,0 +1,135 @@
+//! Options every subcommand that starts a plugin shares: the sandbox policy and the cache.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use sandpipe_proto::frame::FrameLimits;
+
+use super::{CacheArgs, MemoryCap, parse_duration, parse_memory, parse_size};
+use crate::{Access, ImportPolicy, Plugin, PluginKind, Policy};
+
+/// The sandbox policy on the command line.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SandboxArgs {
+    /// Total fuel (about one unit per wasm instruction) for the whole session [default: unlimited].
+    #[arg(long, value_name = "N")]
+    pub(crate) fuel: Option<u64>,
+    /// Memory cap: linear memory for wasm, RLIMIT_AS for native (e.g. 64MiB, or none).
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_memory)]
+    pub(crate) max_memory: MemoryCap,
+    /// Wall-clock deadline for the whole session (e.g. 2s, 500ms) [default: none].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) timeout: Option<Duration>,
+    /// Preopen a host directory: HOST[::GUEST][:ro]. GUEST defaults to HOST; `:ro` makes it
+    /// read-only. Without --dir the plugin sees no filesystem.
+    #[arg(long = "dir", value_name = "HOST[::GUEST][:ro]")]
+    pub(crate) dirs: Vec<String>,
+    /// Pass an environment variable: NAME=VALUE, or NAME to copy sandpipe's own value.
+    /// Nothing else is inherited.
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    pub(crate) envs: Vec<String>,
+    /// Largest frame accepted in either direction (e.g. 16MiB).
+    #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size)]
+    pub(crate) max_frame: u64,
+    /// Strict imports: refuse a component importing anything not listed (repeatable;
+    /// e.g. wasi:cli/stdin@0.2; patch versions are ignored).
+    #[arg(long = "allow-import", value_name = "INTERFACE")]
+    pub(crate) allow_imports: Vec<String>,
+    #[command(flatten)]
+    pub(crate) cache: CacheArgs,
+}
+
+impl SandboxArgs {
+    /// The policy these options describe, with `args` after argv[0].
+    pub(crate) fn policy(&self, args: Vec<String>) -> Result<Policy> {
+        let mut policy = Policy::default().max_memory(self.max_memory.0);
+        policy.fuel = self.fuel;
+        policy.deadline = self.timeout;
+        for spec in &self.dirs {
+            let (host, guest, access) = parse_dir(spec).map_err(anyhow::Error::msg)?;
+            policy = policy.preopen(host, guest, access);
+        }
+        for spec in &self.envs {
+            match spec.split_once('=') {
+                Some((k, v)) => policy = policy.env(k, v),
+                None => {
+                    if let Ok(v) = std::env::var(spec) {
+                        policy = policy.env(spec.as_str(), v);
+                    }
+                }
+            }
+        }
+        policy.args = args;
+        if !self.allow_imports.is_empty() {
+            policy = policy.imports(ImportPolicy::Strict(self.allow_imports.clone()));
+        }
+        Ok(policy)
+    }
+
+    /// Frame limits from `--max-frame`.
+    pub(crate) fn frame_limits(&self) -> FrameLimits {
+        FrameLimits::with_max_frame_bytes(usize::try_from(self.max_frame).unwrap_or(usize::MAX))
+    }
+}
+
+/// The one-line notice printed whenever a plugin runs natively.
+pub(crate) fn warn_if_native(plugin: &Plugin) {
+    if plugin.kind() == PluginKind::NativeUnsandboxed {
+        eprintln!(
+            "sandpipe: {} is not wasm; running it natively, NOT sandboxed (fuel, filesystem and network are not restricted)",
+            plugin.path().display()
+        );
+    }
+}
+
+/// Parse `HOST[::GUEST][:ro|:rw]`.
+pub(crate) fn parse_dir(spec: &str) -> Result<(PathBuf, String, Access), String> {
+    let (rest, access) = if let Some(r) = spec.strip_suffix(":ro") {
+        (r, Access::ReadOnly)
+    } else if let Some(r) = spec.strip_suffix(":rw") {
+        (r, Access::ReadWrite)
+    } else {
+        (spec, Access::ReadWrite)
+    };
+    let (host, guest) = match rest.split_once("::") {
+        Some((h, g)) => (h, g.to_owned()),
+        None => (rest, rest.to_owned()),
+    };
+    if host.is_empty() || guest.is_empty() {
+        return Err(format!(
+            "invalid --dir {spec:?}: expected HOST[::GUEST][:ro]"
+        ));
+    }
+    Ok((PathBuf::from(host), guest, access))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dir_specs() {
+        assert_eq!(
+            parse_dir("/tmp/x"),
+            Ok((
+                PathBuf::from("/tmp/x"),
+                "/tmp/x".to_owned(),
+                Access::ReadWrite
+            ))
+        );
+        assert_eq!(
+            parse_dir("/tmp/x::/data:ro"),
+            Ok((
+                PathBuf::from("/tmp/x"),
+                "/data".to_owned(),
+                Access::ReadOnly
+            ))
+        );
+        assert_eq!(
+            parse_dir("./d::/d:rw"),
+            Ok((PathBuf::from("./d"), "/d".to_owned(), Access::ReadWrite))
+        );
+        assert!(parse_dir("::/x").is_err());
+    }
+}
