@@ -32,6 +32,8 @@ use std::io::{self, Read, Write};
 use bytes::BytesMut;
 use sandpipe_proto::frame::AnyFramer;
 pub use sandpipe_proto::frame::{Bytes, FrameError, FrameLimits, Framer, Framing};
+/// The protocol types and machines, for handlers that name them.
+pub use sandpipe_proto as proto;
 pub mod denobridge;
 pub mod oracle;
 

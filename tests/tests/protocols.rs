@@ -1,0 +1,172 @@
+//! Protocol-correct failure: a plugin stopped mid-request gives every pending request the
+//! protocol's own error, carrying the reason and the plugin's stderr tail. And text on stdout
+//! before the first frame is a precise error that quotes it, not a hang.
+
+use std::time::Duration;
+
+use sandpipe::protocols::denobridge::DenoBridgeClient;
+use sandpipe::protocols::oracle::OracleClient;
+use sandpipe::rpc::RpcError;
+use sandpipe::{Host, Policy, Session, SessionOptions, StderrMode};
+use sandpipe_proto::frame::Framing;
+use sandpipe_proto::jsonrpc::{ErrorCode, INTERNAL_ERROR};
+use sandpipe_proto::oracle::ErrorOrigin;
+use sandpipe_tests::{Target, plugin};
+use serde_json::json;
+
+async fn start(host: &Host, bin: &str, target: Target, policy: &Policy) -> Session {
+    let p = host.load(plugin(bin, target)).expect("load");
+    let opts = SessionOptions::framed(Framing::JsonLines).stderr(StderrMode::Discard);
+    host.start(&p, policy, &opts).await.expect("start")
+}
+
+/// (target, misbehaviour, policy, the reason the error must name)
+fn stops() -> Vec<(Target, &'static str, Policy, &'static str)> {
+    vec![
+        (
+            Target::Wasm,
+            "spin",
+            Policy::default().fuel(200_000_000),
+            "plugin ran out of fuel",
+        ),
+        (
+            Target::Wasm,
+            "alloc",
+            Policy::default().max_memory(Some(48 << 20)),
+            "plugin exceeded the memory limit",
+        ),
+        (
+            Target::Wasm,
+            "sleep",
+            Policy::default().deadline(Duration::from_secs(1)),
+            "plugin exceeded its deadline",
+        ),
+        (
+            Target::Native,
+            "sleep",
+            Policy::default().deadline(Duration::from_secs(1)),
+            "plugin exceeded its deadline",
+        ),
+        (
+            Target::Native,
+            "spin",
+            Policy::default().deadline(Duration::from_secs(1)),
+            "plugin exceeded its deadline",
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn oracle_stopped_mid_invoke_gets_an_oracle_error_with_the_stderr_tail() {
+    let host = Host::with_cache_dir(None).expect("host");
+    for (target, how, policy, reason) in stops() {
+        let session = start(&host, "oracle-hog", target, &policy).await;
+        let mut client = OracleClient::connect(session).await.expect("ready");
+        // A well-behaved call first: the session works until the bad one.
+        let one = sandpipe_proto::oracle::Felt::from(1u128);
+        assert_eq!(
+            client
+                .invoke("echo", std::slice::from_ref(&one))
+                .await
+                .expect("echo"),
+            vec![one.clone()]
+        );
+        let err = client.invoke(how, &[]).await.expect_err("stopped");
+        assert_eq!(err.origin, ErrorOrigin::Host, "{target:?} {how}: {err:?}");
+        assert_eq!(err.code, ErrorCode::Int(INTERNAL_ERROR));
+        assert!(
+            err.message.contains(reason),
+            "{target:?} {how}: {}",
+            err.message
+        );
+        let data = err.data.expect("data");
+        let line = json!(format!("hog: {how} starting"));
+        assert!(
+            data["stderr"].as_array().is_some_and(|l| l.contains(&line)),
+            "{target:?} {how}: {data}"
+        );
+        // The session is over: a further invoke is an error value too, not a hang.
+        assert!(client.invoke("echo", &[]).await.is_err());
+    }
+}
+
+#[tokio::test]
+async fn denobridge_stopped_with_two_requests_pending_fails_both_with_json_rpc_errors() {
+    let host = Host::with_cache_dir(None).expect("host");
+    for (target, how, policy, reason) in stops() {
+        let session = start(&host, "denobridge-hog", target, &policy).await;
+        let (client, _health) = DenoBridgeClient::connect(session).await.expect("health");
+        let held = sandpipe_proto::denobridge::PropsParams::new(json!({"defer": true}));
+        let hog = sandpipe_proto::denobridge::PropsParams::new(json!({"hog": how}));
+        // The first is held by the plugin until the second is answered; the second never is.
+        let (first, second) = tokio::join!(client.create(&held), async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            client.create(&hog).await
+        });
+        for (which, result) in [("held", first), ("hog", second)] {
+            match result {
+                Err(RpcError::Failed {
+                    error,
+                    stderr_tail,
+                    violation: false,
+                    ..
+                }) => {
+                    assert_eq!(
+                        error.code,
+                        ErrorCode::Int(INTERNAL_ERROR),
+                        "{target:?} {how} {which}"
+                    );
+                    assert!(
+                        error.message.contains(reason),
+                        "{target:?} {how} {which}: {}",
+                        error.message
+                    );
+                    let data = error.data.expect("data");
+                    assert!(
+                        data["reason"].as_str().is_some_and(|r| r.contains(reason)),
+                        "{data}"
+                    );
+                    let line = format!("hog: {how} starting");
+                    assert!(
+                        data["stderr"]
+                            .as_array()
+                            .is_some_and(|l| l.contains(&json!(line))),
+                        "{data}"
+                    );
+                    assert!(stderr_tail.contains(&line), "{stderr_tail:?}");
+                }
+                other => {
+                    panic!("{target:?} {how} {which}: expected a JSON-RPC failure, got {other:?}")
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn text_before_the_first_frame_is_quoted_in_the_error() {
+    let host = Host::with_cache_dir(None).expect("host");
+    let quoted = r"warming up \x1b[1mthe\x1b[0m plugin";
+    for target in [Target::Wasm, Target::Native] {
+        let policy = Policy::default().arg("junk-first");
+        let session = start(&host, "oracle-hog", target, &policy).await;
+        let err = OracleClient::connect(session).await.expect_err("junk");
+        assert!(err.message.contains(quoted), "{target:?}: {}", err.message);
+
+        let session = start(&host, "denobridge-hog", target, &policy).await;
+        match DenoBridgeClient::connect(session).await {
+            Err(RpcError::Failed {
+                error,
+                violation: true,
+                ..
+            }) => {
+                assert!(
+                    error.message.contains(quoted),
+                    "{target:?}: {}",
+                    error.message
+                );
+            }
+            other => panic!("{target:?}: expected a protocol failure, got {other:?}"),
+        }
+    }
+}
