@@ -321,3 +321,167 @@ fn plugin_args_follow_the_plugin_and_env_is_granted_explicitly() {
     );
     assert!(lines[2].contains(r#""ok":false"#), "{text}");
 }
+
+/// `sandpipe call` against every example gives the same output as wasm and natively.
+#[test]
+fn call_answers_the_same_as_wasm_and_native() {
+    struct Case {
+        protocol: &'static str,
+        bin: &'static str,
+        method: &'static str,
+        params: &'static str,
+        stdout: &'static str,
+        status: i32,
+        stderr: &'static str,
+        state_dir: bool,
+    }
+    let cases = [
+        Case {
+            protocol: "oracle",
+            bin: "example-oracle",
+            method: "sqrt",
+            params: r#"["0x10"]"#,
+            stdout: "[\"0x4\"]\n",
+            status: 0,
+            stderr: "",
+            state_dir: false,
+        },
+        Case {
+            protocol: "oracle",
+            bin: "example-oracle",
+            method: "sqrt",
+            params: r#"["0x1","0x2"]"#,
+            stdout: "",
+            status: 1,
+            stderr: "sandpipe: oracle error -32603: sqrt: expected exactly one argument",
+            state_dir: false,
+        },
+        Case {
+            protocol: "denobridge",
+            bin: "example-denobridge",
+            method: "create",
+            params: r#"{"props":{"name":"a"}}"#,
+            stdout: "{\"id\":\"r1\",\"state\":{\"version\":1}}\n",
+            status: 0,
+            stderr: "",
+            state_dir: true,
+        },
+        Case {
+            protocol: "jsonrpc",
+            bin: "example-denobridge",
+            method: "health",
+            params: "{}",
+            stdout: "",
+            status: 0,
+            stderr: "",
+            state_dir: true,
+        },
+    ];
+    for case in cases {
+        let mut outputs = Vec::new();
+        for target in [Target::Wasm, Target::Native] {
+            let state = tempfile::tempdir().expect("tempdir");
+            let state_path = state.path().display().to_string();
+            let dir_spec = format!("{state_path}::/state");
+            let plugin_path = path(case.bin, target);
+            let mut args = vec!["call", "--no-cache", "--protocol", case.protocol];
+            if case.state_dir {
+                match target {
+                    Target::Wasm => args.extend(["--dir", &dir_spec, "--arg", "/state"]),
+                    _ => args.extend(["--arg", &state_path]),
+                }
+            }
+            args.extend([plugin_path.as_str(), case.method, case.params]);
+            let out = sandpipe(&args, b"");
+            let err = stderr(&out);
+            assert_eq!(
+                out.status.code(),
+                Some(case.status),
+                "{} {} {target:?}: {err}",
+                case.protocol,
+                case.method
+            );
+            if !case.stdout.is_empty() {
+                assert_eq!(
+                    String::from_utf8_lossy(&out.stdout),
+                    case.stdout,
+                    "{} {target:?}",
+                    case.protocol
+                );
+            }
+            assert!(
+                err.contains(case.stderr),
+                "{} {target:?}: {err}",
+                case.protocol
+            );
+            outputs.push(out.stdout);
+        }
+        assert_eq!(
+            outputs[0], outputs[1],
+            "{} {}: wasm and native differ",
+            case.protocol, case.method
+        );
+    }
+}
+
+#[test]
+fn call_reports_a_stopped_plugin_with_its_exit_status() {
+    let plugin = path("oracle-hog", Target::Wasm);
+    let out = sandpipe(
+        &[
+            "call",
+            "--no-cache",
+            "--protocol",
+            "oracle",
+            "--fuel",
+            "100000000",
+            &plugin,
+            "spin",
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(121), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("sandpipe: oracle error -32603: oracle failed: plugin ran out of fuel"),
+        "{err}"
+    );
+    assert!(err.contains(r#""stderr":["hog: spin starting"]"#), "{err}");
+}
+
+#[test]
+fn inspect_describes_kind_imports_and_protocol() {
+    let out = sandpipe(
+        &[
+            "inspect",
+            "--no-cache",
+            "--json",
+            "--protocol",
+            "oracle",
+            &path("example-oracle", Target::Wasm),
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["kind"], "component");
+    assert_eq!(v["sandboxed"], true);
+    assert_eq!(v["sha256"].as_str().map(str::len), Some(64));
+    assert!(v["imports"].as_array().expect("imports").iter().any(|i| {
+        i.as_str()
+            .is_some_and(|s| s.starts_with("wasi:cli/stdin@0.2"))
+    }));
+    assert!(v["exports"].as_array().expect("exports").iter().any(|i| {
+        i.as_str()
+            .is_some_and(|s| s.starts_with("wasi:cli/run@0.2"))
+    }));
+    assert_eq!(v["self_description"], serde_json::json!({"ready": true}));
+
+    let out = sandpipe(
+        &["inspect", "--json", &path("example-oracle", Target::Native)],
+        b"",
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["kind"], "native (unsandboxed)");
+    assert_eq!(v["sandboxed"], false);
+}

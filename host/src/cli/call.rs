@@ -66,7 +66,20 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
         .with_context(|| format!("starting plugin {}", plugin.path().display()))?;
     match args.protocol {
         Protocol::JsonRpc => {
-            let rpc = JsonRpcPeer::new(session, Dialect::JsonRpc2);
+            let rpc = std::sync::Arc::new(JsonRpcPeer::new(session, Dialect::JsonRpc2));
+            // `call` serves nothing: answer any request from the plugin so it never waits.
+            let server = rpc.clone();
+            tokio::spawn(async move {
+                while let Some(incoming) = server.next_incoming().await {
+                    if let crate::rpc::Incoming::Request { id, method, .. } = incoming {
+                        let error = sandpipe_proto::jsonrpc::ErrorObject::new(
+                            sandpipe_proto::jsonrpc::METHOD_NOT_FOUND,
+                            format!("sandpipe call does not serve {method}"),
+                        );
+                        let _ = server.respond(id, Err(error)).await;
+                    }
+                }
+            });
             let result = rpc.call(&args.method, params).await;
             finish_rpc(Protocol::JsonRpc, result, rpc.shutdown(args.grace).await)
         }
