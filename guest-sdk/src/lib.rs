@@ -30,12 +30,15 @@
 use std::io::{self, Read, Write};
 
 use bytes::BytesMut;
-use sandpipe_proto::frame::AnyFramer;
-pub use sandpipe_proto::frame::{Bytes, FrameError, FrameLimits, Framer, Framing};
 /// The protocol types and machines, for handlers that name them.
 pub use sandpipe_proto as proto;
+use sandpipe_proto::frame::AnyFramer;
+pub use sandpipe_proto::frame::{Bytes, FrameError, FrameLimits, Framer, Framing};
+pub mod atp;
 pub mod denobridge;
+pub mod finecode;
 pub mod oracle;
+pub mod orchard;
 
 /// What can go wrong in the plugin's own loop.
 #[derive(Debug)]

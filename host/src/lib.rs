@@ -37,10 +37,18 @@
 //! # Ok(()) }
 //! ```
 
+// RpcError carries the exit and stderr tail so every pending caller learns why the plugin
+// stopped; it is built once per failed call, never on a hot path, and matching on its fields
+// matters more to callers than its size.
+#![allow(clippy::result_large_err)]
+
+mod cbor_note;
 mod error;
 mod native;
 mod policy;
 pub mod protocols;
+pub mod record;
+pub mod replay;
 pub mod rpc;
 mod sandbox;
 mod session;

@@ -50,7 +50,8 @@ pub enum ImportPolicy {
 /// - `env`: empty, nothing is inherited from the host;
 /// - `args`: none beyond argv\[0\] (the plugin's file name);
 /// - sockets: no address may be bound or connected, no name lookup (not configurable yet);
-/// - `imports`: [`ImportPolicy::LinkAll`].
+/// - `imports`: [`ImportPolicy::LinkAll`];
+/// - `deterministic`: `None`, real clocks and random.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Policy {
@@ -68,6 +69,9 @@ pub struct Policy {
     pub args: Vec<String>,
     /// Which imports a component may have.
     pub imports: ImportPolicy,
+    /// Deterministic mode with this seed (wasm only): clocks that advance only when read,
+    /// random from the seed. See [`Policy::deterministic`].
+    pub deterministic: Option<u64>,
 }
 
 /// The default memory cap.
@@ -83,6 +87,7 @@ impl Default for Policy {
             env: Vec::new(),
             args: Vec::new(),
             imports: ImportPolicy::LinkAll,
+            deterministic: None,
         }
     }
 }
@@ -125,6 +130,20 @@ impl Policy {
     /// Add an argument.
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.args.push(arg.into());
+        self
+    }
+    /// Deterministic mode (wasm only), for byte-identical reruns. The exact rule:
+    /// - the wall clock starts at 2000-01-01T00:00:00Z and every read advances it by 1 ms;
+    /// - the monotonic clock starts at 0 and every read advances it by 1 ms;
+    /// - `wasi:random/random` and `wasi:random/insecure` return a 64 KiB SplitMix64 stream
+    ///   derived from `seed` (two different streams), repeating after 64 KiB;
+    ///   `wasi:random/insecure-seed` (which seeds std's `HashMap`) returns `seed`;
+    /// - the environment is only what the policy grants, as always.
+    ///
+    /// So the clocks depend only on how often the plugin reads them, never on real time.
+    /// Native plugins ignore this: determinism is guaranteed only under wasm.
+    pub fn deterministic(mut self, seed: u64) -> Self {
+        self.deterministic = Some(seed);
         self
     }
     /// Set the import policy.

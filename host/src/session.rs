@@ -19,8 +19,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::error::{Exit, SessionError};
+use crate::record::Recorder;
 use crate::stderr::{StderrMode, StderrTail};
 use crate::transport::{KillSwitch, Transport};
+use sandpipe_proto::transcript::Direction;
+use std::sync::Arc;
 
 /// How stdout is read.
 const READ_CHUNK: usize = 64 * 1024;
@@ -29,7 +32,8 @@ const READ_CHUNK: usize = 64 * 1024;
 /// - `framing`: `None`, raw bytes (no frame validation);
 /// - `frame_limits`: [`FrameLimits::default`] (16 MiB frames);
 /// - `stderr`: [`StderrMode::Log`];
-/// - `stderr_tail_lines`: 20.
+/// - `stderr_tail_lines`: 20;
+/// - `record`: `None`.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct SessionOptions {
@@ -41,6 +45,8 @@ pub struct SessionOptions {
     pub stderr: StderrMode,
     /// How many stderr lines to keep for error reports.
     pub stderr_tail_lines: usize,
+    /// Record every frame both ways, and the outcome, as a transcript.
+    pub record: Option<Arc<Recorder>>,
 }
 
 impl Default for SessionOptions {
@@ -50,6 +56,7 @@ impl Default for SessionOptions {
             frame_limits: FrameLimits::default(),
             stderr: StderrMode::Log,
             stderr_tail_lines: 20,
+            record: None,
         }
     }
 }
@@ -84,6 +91,7 @@ pub struct Session {
 
 /// The sending half: frames to the plugin's stdin.
 pub struct SessionWriter {
+    record: Option<Arc<Recorder>>,
     stdin: Option<Pin<Box<dyn AsyncWrite + Send>>>,
     framer: Option<AnyFramer>,
     buf: BytesMut,
@@ -92,6 +100,7 @@ pub struct SessionWriter {
 
 /// The receiving half: frames from the plugin's stdout.
 pub struct SessionReader {
+    record: Option<Arc<Recorder>>,
     stdout: Pin<Box<dyn AsyncRead + Send>>,
     framer: Option<AnyFramer>,
     buf: BytesMut,
@@ -104,6 +113,7 @@ pub struct SessionReader {
 /// Exit status, stderr tail and kill, shareable between tasks.
 #[derive(Debug, Clone)]
 pub struct SessionControl {
+    record: Option<Arc<Recorder>>,
     pid: Option<u32>,
     exit: watch::Receiver<Option<Exit>>,
     kill: KillSwitch,
@@ -132,12 +142,14 @@ impl Session {
         let framer = || opts.framing.map(|f| f.framer(opts.frame_limits));
         Session {
             writer: SessionWriter {
+                record: opts.record.clone(),
                 stdin: Some(t.stdin),
                 framer: framer(),
                 buf: BytesMut::new(),
                 _kill: t.kill.clone(),
             },
             reader: SessionReader {
+                record: opts.record.clone(),
                 stdout: t.stdout,
                 framer: framer(),
                 buf: BytesMut::with_capacity(READ_CHUNK),
@@ -147,6 +159,7 @@ impl Session {
                 _kill: t.kill.clone(),
             },
             control: SessionControl {
+                record: opts.record.clone(),
                 pid: t.pid,
                 exit: t.exit,
                 kill: t.kill,
@@ -253,7 +266,11 @@ impl SessionWriter {
                 SessionError::StdinClosed
             }
             _ => SessionError::Io(e),
-        })
+        })?;
+        if let Some(r) = &self.record {
+            r.frame(Direction::ToPlugin, frame);
+        }
+        Ok(())
     }
 
     /// Close the plugin's stdin; later sends fail with [`SessionError::AlreadyClosed`].
@@ -284,7 +301,12 @@ impl SessionReader {
                 None => Ok(None),
             };
             match decoded {
-                Ok(Some(frame)) => return Ok(Some(frame)),
+                Ok(Some(frame)) => {
+                    if let Some(r) = &self.record {
+                        r.frame(Direction::FromPlugin, &frame);
+                    }
+                    return Ok(Some(frame));
+                }
                 Ok(None) if self.eof => return Ok(None),
                 Ok(None) => {}
                 Err(error) => {
@@ -327,11 +349,15 @@ impl SessionControl {
     /// Wait for the plugin to end.
     pub async fn wait(&self) -> Exit {
         let mut rx = self.exit.clone();
-        match rx.wait_for(Option::is_some).await {
+        let exit = match rx.wait_for(Option::is_some).await {
             Ok(exit) => exit.clone().unwrap_or(Exit::Killed { signal: None }),
             // The runner is gone without publishing: it was dropped with the runtime.
             Err(_) => Exit::Killed { signal: None },
+        };
+        if let Some(r) = &self.record {
+            r.outcome(&exit);
         }
+        exit
     }
 
     /// The exit, if the plugin has ended.

@@ -28,9 +28,12 @@
 //! assert_eq!(framer.decode(&mut buf).unwrap().as_deref(), Some(&b"{\"id\":2}"[..]));
 //! ```
 
+pub mod atp;
 pub mod denobridge;
+pub mod finecode;
 pub mod frame;
 pub mod fuzz;
 pub mod jsonrpc;
 pub mod oracle;
+pub mod orchard;
 pub mod transcript;

@@ -75,6 +75,34 @@ pub enum TranscriptError {
     },
 }
 
+impl Entry {
+    /// One line of the text format, with its newline.
+    pub fn render(&self) -> String {
+        let arrow = match self.dir {
+            Direction::ToPlugin => '>',
+            Direction::FromPlugin => '<',
+        };
+        match std::str::from_utf8(&self.frame) {
+            Ok(s)
+                if !s.is_empty()
+                    && !s.contains(['\n', '\r'])
+                    && self.note.is_none()
+                    && !s.starts_with("x ") =>
+            {
+                format!("{arrow} {s}\n")
+            }
+            _ => {
+                let mut line = format!("{arrow}x {}", to_hex(&self.frame));
+                if let Some(note) = &self.note {
+                    line.push_str(&format!(" ; {}", note.replace(['\n', '\r'], " ")));
+                }
+                line.push('\n');
+                line
+            }
+        }
+    }
+}
+
 impl Transcript {
     /// Parse the text format.
     pub fn parse(text: &str) -> Result<Self, TranscriptError> {
@@ -128,27 +156,7 @@ impl Transcript {
             out.push_str(&format!("# {k}: {v}\n"));
         }
         for e in &self.entries {
-            let arrow = match e.dir {
-                Direction::ToPlugin => '>',
-                Direction::FromPlugin => '<',
-            };
-            match std::str::from_utf8(&e.frame) {
-                Ok(s)
-                    if !s.is_empty()
-                        && !s.contains(['\n', '\r'])
-                        && e.note.is_none()
-                        && !s.starts_with("x ") =>
-                {
-                    out.push_str(&format!("{arrow} {s}\n"));
-                }
-                _ => {
-                    out.push_str(&format!("{arrow}x {}", to_hex(&e.frame)));
-                    if let Some(note) = &e.note {
-                        out.push_str(&format!(" ; {note}"));
-                    }
-                    out.push('\n');
-                }
-            }
+            out.push_str(&e.render());
         }
         out
     }

@@ -39,11 +39,14 @@ impl Target {
 }
 
 /// The packages holding plugins.
-const PACKAGES: [&str; 4] = [
+const PACKAGES: [&str; 7] = [
     "sandpipe-example-echo",
     "sandpipe-test-plugins",
     "sandpipe-example-oracle",
     "sandpipe-example-denobridge",
+    "sandpipe-example-orchard",
+    "sandpipe-example-atp",
+    "sandpipe-example-finecode",
 ];
 
 /// The workspace root.

@@ -695,3 +695,47 @@ async fn dropping_a_native_session_kills_and_reaps_the_child() {
         "pid {pid} still present after the session was dropped"
     );
 }
+
+#[tokio::test]
+async fn deterministic_mode_gives_identical_clocks_and_random_per_seed() {
+    let host = host();
+    let run = |seed: u64| {
+        let host = &host;
+        async move {
+            let mut s = start(
+                host,
+                "clock-random",
+                Target::Wasm,
+                &Policy::default().deterministic(seed),
+                Framing::JsonLines,
+            )
+            .await;
+            let (frames, end) = recv_all(&mut s).await;
+            assert!(end.is_ok());
+            assert_eq!(s.wait().await, Exit::Exited(0));
+            frames.concat()
+        }
+    };
+    let a = run(42).await;
+    let b = run(42).await;
+    let c = run(43).await;
+    assert_eq!(a, b, "same seed, different output");
+    assert_ne!(a, c, "another seed gave the same random numbers");
+    let v: serde_json::Value = serde_json::from_slice(&a).expect("json");
+    // The documented rule: the wall clock starts at 2000-01-01T00:00:00Z and moves 1 ms per
+    // read; the monotonic clock moves 1 ms per read.
+    assert_eq!(v["wall_ns"], 946_684_800_000_000_000u64);
+    assert_eq!(v["mono_ns"], 1_000_000);
+    // Without the mode, the clock is real.
+    let mut s = start(
+        &host,
+        "clock-random",
+        Target::Wasm,
+        &Policy::default(),
+        Framing::JsonLines,
+    )
+    .await;
+    let (frames, _) = recv_all(&mut s).await;
+    let v: serde_json::Value = serde_json::from_slice(&frames.concat()).expect("json");
+    assert!(v["wall_ns"].as_u64().expect("wall") > 1_700_000_000_000_000_000);
+}

@@ -12,6 +12,7 @@ use super::sandbox_args::{SandboxArgs, warn_if_native};
 use crate::protocols::Protocol;
 use crate::protocols::denobridge::DenoBridgeClient;
 use crate::protocols::oracle::OracleClient;
+use crate::protocols::orchard::{OrchardClient, OrchardError};
 use crate::rpc::{JsonRpcPeer, RpcError};
 use crate::{Exit, Host, Session, SessionOptions, StderrMode};
 use sandpipe_proto::jsonrpc::Dialect;
@@ -34,6 +35,9 @@ pub struct CallArgs {
     /// How long the plugin gets to exit after the call before it is killed.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = super::parse_duration)]
     grace: Duration,
+    /// Record the session as a transcript (see `sandpipe replay`).
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
     /// The plugin (.wasm, sandboxed; anything else runs natively, NOT sandboxed).
     plugin: PathBuf,
     /// The method; for the oracle, the selector; for Orchard, describe, configure, execute
@@ -60,6 +64,22 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     let mut options =
         SessionOptions::framed(args.protocol.framing()).frame_limits(args.sandbox.frame_limits());
     options.stderr = StderrMode::Inherit;
+    options.record = super::sandbox_args::recorder(
+        args.record.as_deref(),
+        &plugin,
+        &policy,
+        args.protocol.framing(),
+        Some(args.protocol.name()),
+    )?;
+    if args.protocol == Protocol::Orchard && args.method == "schema" {
+        return match crate::protocols::orchard::schema(&host, &plugin, &policy, &options).await {
+            Ok(schema) => {
+                println!("{}", serde_json::to_string(&schema)?);
+                Ok(0)
+            }
+            Err(e) => Ok(report_orchard(&e)),
+        };
+    }
     let session = host
         .start(&plugin, &policy, &options)
         .await
@@ -107,9 +127,78 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
             )
         }
         Protocol::Orchard => {
-            super::orchard_call(session, &args.method, params, &args.config, args.grace).await
+            let config: Value = serde_json::from_str(&args.config)
+                .with_context(|| format!("--config is not JSON: {}", args.config))?;
+            call_orchard(session, &args.method, params, config, args.grace).await
         }
     }
+}
+
+async fn call_orchard(
+    session: Session,
+    method: &str,
+    params: Option<Value>,
+    config: Value,
+    grace: Duration,
+) -> Result<i32> {
+    let client =
+        match OrchardClient::connect(session, sandpipe_proto::orchard::DESCRIBE_TIMEOUT).await {
+            Ok(c) => c,
+            Err(e) => return Ok(report_orchard(&e)),
+        };
+    let params = params.unwrap_or_else(|| serde_json::json!({}));
+    let result = match method {
+        "describe" => Ok(serde_json::json!({ "schema": client.schema() })),
+        "configure" => client
+            .configure(params.get("config").cloned().unwrap_or(params))
+            .await
+            .map(|()| serde_json::json!({})),
+        "execute" => match client.configure(config).await {
+            Ok(()) => {
+                let action = params
+                    .get("action")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let attrs = params
+                    .get("attrs")
+                    .cloned()
+                    .unwrap_or_else(|| serde_json::json!({}));
+                client
+                    .execute(&action, attrs)
+                    .await
+                    .map(|outputs| serde_json::json!({ "outputs": outputs }))
+            }
+            Err(e) => Err(e),
+        },
+        other => {
+            let _ = client.shutdown(grace).await;
+            bail!("orchard methods are describe, configure, execute and schema, not {other:?}");
+        }
+    };
+    let exit = client.shutdown(grace).await;
+    match result {
+        Ok(v) => {
+            println!("{}", serde_json::to_string(&v)?);
+            Ok(0)
+        }
+        Err(e) => {
+            let code = report_orchard(&e);
+            Ok(if e.from_provider {
+                code
+            } else {
+                Some(status_for(&exit)).filter(|s| *s != 0).unwrap_or(code)
+            })
+        }
+    }
+}
+
+fn report_orchard(e: &OrchardError) -> i32 {
+    eprintln!("sandpipe: orchard error {}: {}", e.code, e.message);
+    if let Some(d) = &e.detail {
+        eprintln!("sandpipe: detail: {d}");
+    }
+    1
 }
 
 fn felts(params: Option<Value>) -> Result<Vec<Felt>> {

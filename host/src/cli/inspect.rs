@@ -59,7 +59,12 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         options.stderr = StderrMode::Discard;
         let grace = Duration::from_secs(2);
         let described: Result<Value, String> = match protocol {
-            Protocol::Orchard => super::orchard_schema(&host, &plugin, &policy, &options).await,
+            Protocol::Orchard => {
+                crate::protocols::orchard::schema(&host, &plugin, &policy, &options)
+                    .await
+                    .map(|schema| json!({ "schema": schema }))
+                    .map_err(|e| e.to_string())
+            }
             Protocol::Oracle => {
                 let session = host.start(&plugin, &policy, &options).await?;
                 match OracleClient::connect(session).await {

@@ -3,6 +3,7 @@
 
 mod call;
 mod inspect;
+mod replay;
 mod run;
 mod sandbox_args;
 
@@ -70,28 +71,9 @@ pub enum Command {
     /// Show what PLUGIN is (component, p1 module or native), its size, sha256, imports and
     /// exports, and with --protocol its self-description.
     Inspect(inspect::InspectArgs),
-}
-
-/// Orchard `call` (wired once the Orchard client lands).
-async fn orchard_call(
-    session: crate::Session,
-    _method: &str,
-    _params: Option<serde_json::Value>,
-    _config: &str,
-    grace: std::time::Duration,
-) -> anyhow::Result<i32> {
-    let _ = session.shutdown(grace).await;
-    anyhow::bail!("orchard is not wired into `call` yet")
-}
-
-/// Orchard self-description (wired once the Orchard client lands).
-async fn orchard_schema(
-    _host: &crate::Host,
-    _plugin: &crate::Plugin,
-    _policy: &crate::Policy,
-    _options: &crate::SessionOptions,
-) -> Result<serde_json::Value, String> {
-    Err("orchard is not wired into `inspect` yet".to_owned())
+    /// Check a plugin against a recorded session (--plugin), or stand in for the plugin
+    /// (--serve).
+    Replay(replay::ReplayArgs),
 }
 
 /// Cache options shared by subcommands.
@@ -132,6 +114,7 @@ pub fn main() -> i32 {
             Command::Run(args) => run::run(args).await,
             Command::Call(args) => call::call(args).await,
             Command::Inspect(args) => inspect::inspect(args).await,
+            Command::Replay(args) => replay::replay(args).await,
         }
     });
     // Don't wait for the stdin pump: it may be parked in a blocking read of our stdin.

@@ -20,6 +20,10 @@ pub struct RunArgs {
     framing: String,
     #[command(flatten)]
     sandbox: SandboxArgs,
+    /// Record the session (every frame both ways, the policy, the outcome) as a transcript;
+    /// needs --framing.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
     /// The plugin: a .wasm component or p1 module (sandboxed), or any other executable (run
     /// natively, NOT sandboxed).
     plugin: PathBuf,
@@ -79,6 +83,13 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         .frame_limits(limits)
         .stderr(StderrMode::Inherit);
     options.framing = framing;
+    if args.record.is_some() && framing.is_none() {
+        anyhow::bail!("--record needs --framing (raw bytes have no frames to record)");
+    }
+    if let Some(f) = framing {
+        options.record =
+            super::sandbox_args::recorder(args.record.as_deref(), &plugin, &policy, f, None)?;
+    }
     let session = host
         .start(&plugin, &policy, &options)
         .await

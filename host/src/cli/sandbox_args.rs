@@ -36,6 +36,13 @@ pub struct SandboxArgs {
     /// e.g. wasi:cli/stdin@0.2; patch versions are ignored).
     #[arg(long = "allow-import", value_name = "INTERFACE")]
     pub(crate) allow_imports: Vec<String>,
+    /// Deterministic mode (wasm only): clocks that advance 1 ms per read from
+    /// 2000-01-01T00:00:00Z, random from the seed. Two runs give byte-identical output.
+    #[arg(long)]
+    pub(crate) deterministic: bool,
+    /// The seed for --deterministic [default: 0; implies --deterministic].
+    #[arg(long, value_name = "N")]
+    pub(crate) seed: Option<u64>,
     #[command(flatten)]
     pub(crate) cache: CacheArgs,
 }
@@ -61,6 +68,9 @@ impl SandboxArgs {
             }
         }
         policy.args = args;
+        if self.deterministic || self.seed.is_some() {
+            policy = policy.deterministic(self.seed.unwrap_or(0));
+        }
         if !self.allow_imports.is_empty() {
             policy = policy.imports(ImportPolicy::Strict(self.allow_imports.clone()));
         }
@@ -71,6 +81,37 @@ impl SandboxArgs {
     pub(crate) fn frame_limits(&self) -> FrameLimits {
         FrameLimits::with_max_frame_bytes(usize::try_from(self.max_frame).unwrap_or(usize::MAX))
     }
+}
+
+/// Open a recording for `plugin` under `policy`, if `--record` was given.
+pub(crate) fn recorder(
+    path: Option<&std::path::Path>,
+    plugin: &Plugin,
+    policy: &Policy,
+    framing: sandpipe_proto::frame::Framing,
+    protocol: Option<&str>,
+) -> Result<Option<std::sync::Arc<crate::record::Recorder>>> {
+    let Some(path) = path else { return Ok(None) };
+    let name = plugin
+        .path()
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let header = crate::record::RecordHeader {
+        plugin: &name,
+        sha256: plugin.sha256(),
+        framing,
+        protocol,
+        policy,
+    };
+    let r = crate::record::Recorder::create(path, &header)
+        .map_err(|e| anyhow::anyhow!("creating the recording {}: {e}", path.display()))?;
+    if plugin.kind() == PluginKind::NativeUnsandboxed && policy.deterministic.is_some() {
+        eprintln!(
+            "sandpipe: note: --deterministic has no effect on a native plugin; its replay may differ"
+        );
+    }
+    Ok(Some(std::sync::Arc::new(r)))
 }
 
 /// The one-line notice printed whenever a plugin runs natively.

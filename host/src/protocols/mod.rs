@@ -7,6 +7,7 @@
 
 pub mod denobridge;
 pub mod oracle;
+pub mod orchard;
 
 /// Which protocol a command speaks. New protocols (`atp`, `finecode`) slot in here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

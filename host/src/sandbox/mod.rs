@@ -9,6 +9,7 @@
 //! ```
 
 mod cache;
+mod determinism;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -635,6 +636,9 @@ fn wasi_builder(
                 host: p.host.clone(),
                 message: format!("{e:#}"),
             })?;
+    }
+    if let Some(seed) = policy.deterministic {
+        determinism::apply(&mut b, seed);
     }
     // The whole wasi:sockets world is linked (toolchains import it unconditionally) but no
     // address may be used and no name looked up.

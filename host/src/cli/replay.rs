@@ -1,0 +1,106 @@
+//! `sandpipe replay`: check a plugin build against a recorded session, or stand in for the
+//! plugin.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use sandpipe_proto::transcript::Transcript;
+
+use super::CacheArgs;
+use super::sandbox_args::{parse_dir, warn_if_native};
+use crate::replay::{self, MatchMode, ScratchDirs};
+use crate::{Host, PluginKind, SessionOptions, StderrMode};
+
+/// Arguments of `sandpipe replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// The transcript (from `--record`, or a golden file in tests/transcripts).
+    file: PathBuf,
+    /// Check this plugin: feed it the recorded host→plugin frames (with the recorded policy and
+    /// seed) and compare every frame it sends. Exit 0 when identical; otherwise 1 and the first
+    /// divergent frame as a diff.
+    #[arg(
+        long,
+        value_name = "PLUGIN",
+        conflicts_with = "serve",
+        required_unless_present = "serve"
+    )]
+    plugin: Option<PathBuf>,
+    /// Act as the plugin on stdin/stdout: answer each incoming frame with the recorded
+    /// response. An engine can put `sandpipe replay x.transcript --serve` in its plugin command.
+    #[arg(long)]
+    serve: bool,
+    /// How --serve matches incoming frames: `strict` (in order, byte for byte) or `id` (by
+    /// JSON-RPC request id, for protocols whose responses may come out of order).
+    #[arg(long = "match", value_name = "MODE", default_value = "strict", value_parser = ["strict", "id"])]
+    match_mode: String,
+    /// Use this host directory for a recorded preopen (HOST::GUEST); recorded preopens without
+    /// one get a fresh empty directory.
+    #[arg(long = "dir", value_name = "HOST::GUEST")]
+    dirs: Vec<String>,
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))?;
+    let transcript =
+        Transcript::parse(&text).with_context(|| format!("parsing {}", args.file.display()))?;
+    if args.serve {
+        let mode = if args.match_mode == "id" {
+            MatchMode::ById
+        } else {
+            MatchMode::Strict
+        };
+        let report =
+            replay::serve(&transcript, mode, tokio::io::stdin(), tokio::io::stdout()).await?;
+        return Ok(if report.unexpected == 0 { 0 } else { 1 });
+    }
+    let Some(plugin_path) = &args.plugin else {
+        bail!("give --plugin PLUGIN or --serve")
+    };
+    let host = Host::with_cache_dir(args.cache.dir().as_deref())?;
+    let plugin = host
+        .load(plugin_path)
+        .with_context(|| format!("loading plugin {}", plugin_path.display()))?;
+    warn_if_native(&plugin);
+    if let Some(sha) = transcript.header("sha256")
+        && sha != plugin.sha256()
+    {
+        eprintln!(
+            "sandpipe: note: the plugin's sha256 differs from the recording's (a different build)"
+        );
+    }
+    let mut given = Vec::new();
+    for spec in &args.dirs {
+        let (host_dir, guest, _) = parse_dir(spec).map_err(anyhow::Error::msg)?;
+        given.push((guest, host_dir));
+    }
+    let scratch = ScratchDirs::new()?;
+    let host_dir = |guest: &str| {
+        given
+            .iter()
+            .find(|(g, _)| g == guest)
+            .map(|(_, h)| h.clone())
+            .unwrap_or_else(|| scratch.dir_for(guest))
+    };
+    let native = plugin.kind() == PluginKind::NativeUnsandboxed;
+    let policy =
+        replay::recorded_policy(&transcript, native, &host_dir).map_err(anyhow::Error::msg)?;
+    let framing = replay::framing_of(&transcript).map_err(anyhow::Error::msg)?;
+    let options = SessionOptions::framed(framing).stderr(StderrMode::Inherit);
+    let mut session = host.start(&plugin, &policy, &options).await?;
+    match replay::check(&mut session, &transcript).await {
+        Ok(exit) => {
+            let frames = transcript.entries.len();
+            eprintln!("sandpipe: replay matched all {frames} frames; {exit}");
+            Ok(0)
+        }
+        Err(d) => {
+            session.kill();
+            eprint!("sandpipe: {d}");
+            Ok(1)
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! Record → replay → serve, through the `sandpipe` binary and the host clients.
+
+use std::process::{Command, Output, Stdio};
+
+use sandpipe::protocols::denobridge::DenoBridgeClient;
+use sandpipe::protocols::oracle::OracleClient;
+use sandpipe::{Host, Plugin, Policy, SessionOptions, StderrMode};
+use sandpipe_proto::frame::Framing;
+use sandpipe_tests::{Target, plugin};
+use serde_json::json;
+
+fn sandpipe(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sandpipe"))
+        .args(args)
+        .env_remove("SANDPIPE_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sandpipe")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn path(bin: &str, target: Target) -> String {
+    plugin(bin, target).display().to_string()
+}
+
+/// Record `call` sessions with each example, then replay each against the same build (green)
+/// and natively where the plugin is deterministic by itself.
+#[test]
+fn recordings_of_every_example_replay_green() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = tempfile::tempdir().expect("tempdir");
+    let state_spec = format!("{}::/state", state.path().display());
+    let cases: Vec<(&str, Vec<String>)> = vec![
+        (
+            "oracle",
+            vec![
+                "--protocol".into(),
+                "oracle".into(),
+                path("example-oracle", Target::Wasm),
+                "add".into(),
+                r#"["0x2","0x3"]"#.into(),
+            ],
+        ),
+        (
+            "denobridge",
+            vec![
+                "--protocol".into(),
+                "denobridge".into(),
+                "--dir".into(),
+                state_spec.clone(),
+                "--arg".into(),
+                "/state".into(),
+                path("example-denobridge", Target::Wasm),
+                "create".into(),
+                r#"{"props":{"name":"n"}}"#.into(),
+            ],
+        ),
+    ];
+    for (name, call_args) in cases {
+        let file = dir
+            .path()
+            .join(format!("{name}.transcript"))
+            .display()
+            .to_string();
+        let mut args = vec!["call", "--no-cache", "--deterministic", "--record", &file];
+        args.extend(call_args.iter().map(String::as_str));
+        let out = sandpipe(&args);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", text(&out.stderr));
+        let recorded = std::fs::read_to_string(&file).expect("recording");
+        assert!(
+            recorded.contains("# seed: 0")
+                && recorded.contains("# outcome: plugin exited with code 0"),
+            "{recorded}"
+        );
+        let bin = format!("example-{name}");
+        for target in [Target::Wasm, Target::Native] {
+            let out = sandpipe(&[
+                "replay",
+                &file,
+                "--no-cache",
+                "--plugin",
+                &path(&bin, target),
+            ]);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{name} {target:?}: {}\n{recorded}",
+                text(&out.stderr)
+            );
+        }
+    }
+    // A `run` recording of the echo replays too.
+    let file = dir.path().join("echo.transcript").display().to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sandpipe"))
+        .args([
+            "run",
+            "--no-cache",
+            "--framing",
+            "lines",
+            "--record",
+            &file,
+            &path("echo-lines", Target::Wasm),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"{\"a\":1}\n[2]\n").expect("write");
+    }
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.stdout, b"{\"a\":1}\n[2]\n");
+    let out = sandpipe(&[
+        "replay",
+        &file,
+        "--no-cache",
+        "--plugin",
+        &path("echo-lines", Target::Wasm),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_changed_plugin_fails_replay_at_the_right_frame() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("o.transcript").display().to_string();
+    let oracle = path("example-oracle", Target::Wasm);
+    let out = sandpipe(&[
+        "call",
+        "--no-cache",
+        "--record",
+        &file,
+        "--protocol",
+        "oracle",
+        &oracle,
+        "sqrt",
+        r#"["0x10"]"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The "new build": the same protocol, different answers (it echoes its calldata).
+    let out = sandpipe(&[
+        "replay",
+        &file,
+        "--no-cache",
+        "--plugin",
+        &path("oracle-hog", Target::Wasm),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("first divergence at frame 3: the plugin sent a different frame"),
+        "{err}"
+    );
+    assert!(
+        err.contains(r#"- {"jsonrpc":"2.0","id":0,"result":["0x4"]}"#),
+        "{err}"
+    );
+    assert!(
+        err.contains(r#"+ {"jsonrpc":"2.0","id":0,"result":["0x10"]}"#),
+        "{err}"
+    );
+}
+
+/// `sandpipe replay FILE --serve` stands in for the plugin: the host clients drive it
+/// unchanged and get the recorded answers.
+#[tokio::test]
+async fn serve_stands_in_for_the_examples_under_the_host_clients() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = tempfile::tempdir().expect("tempdir");
+    let oracle_file = dir.path().join("oracle.transcript").display().to_string();
+    let deno_file = dir.path().join("deno.transcript").display().to_string();
+    let out = sandpipe(&[
+        "call",
+        "--no-cache",
+        "--record",
+        &oracle_file,
+        "--protocol",
+        "oracle",
+        &path("example-oracle", Target::Wasm),
+        "sqrt",
+        r#"["0x19"]"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let spec = format!("{}::/state", state.path().display());
+    let out = sandpipe(&[
+        "call",
+        "--no-cache",
+        "--record",
+        &deno_file,
+        "--protocol",
+        "denobridge",
+        "--dir",
+        &spec,
+        "--arg",
+        "/state",
+        &path("example-denobridge", Target::Wasm),
+        "create",
+        r#"{"props":{"name":"x"}}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    let host = Host::with_cache_dir(None).expect("host");
+    let stand_in =
+        Plugin::native_unsandboxed(env!("CARGO_BIN_EXE_sandpipe")).expect("sandpipe binary");
+    let opts = SessionOptions::framed(Framing::JsonLines).stderr(StderrMode::Discard);
+
+    let policy = Policy::default()
+        .max_memory(None)
+        .arg("replay")
+        .arg(&oracle_file)
+        .arg("--serve");
+    let session = host.start(&stand_in, &policy, &opts).await.expect("start");
+    let mut oracle = OracleClient::connect(session).await.expect("ready");
+    let got = oracle
+        .invoke("sqrt", &[sandpipe_proto::oracle::Felt::from(25u128)])
+        .await
+        .expect("invoke");
+    assert_eq!(got, vec![sandpipe_proto::oracle::Felt::from(5u128)]);
+    assert!(
+        oracle
+            .shutdown(std::time::Duration::from_secs(5))
+            .await
+            .success()
+    );
+
+    let policy = Policy::default()
+        .max_memory(None)
+        .arg("replay")
+        .arg(&deno_file)
+        .arg("--serve")
+        .arg("--match")
+        .arg("id");
+    let session = host.start(&stand_in, &policy, &opts).await.expect("start");
+    let (deno, _health) = DenoBridgeClient::connect(session).await.expect("health");
+    let created = deno
+        .create(&sandpipe_proto::denobridge::PropsParams::new(
+            json!({"name": "x"}),
+        ))
+        .await
+        .expect("create");
+    assert_eq!(serde_json::to_value(&created).expect("json")["id"], "r1");
+    // A request the recording does not have gets the protocol's error, with a precise message.
+    let err = deno
+        .create(&sandpipe_proto::denobridge::PropsParams::new(
+            json!({"name": "y"}),
+        ))
+        .await
+        .expect_err("unexpected");
+    let msg = err
+        .error_object(sandpipe_proto::jsonrpc::Dialect::JsonRpc2)
+        .message;
+    assert!(msg.starts_with("replay: unexpected frame"), "{msg}");
+}
