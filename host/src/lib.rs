@@ -63,7 +63,9 @@ use std::time::{Duration, Instant};
 pub use error::{Exit, HostError, SessionError};
 pub use policy::{Access, DEFAULT_MAX_MEMORY, ImportPolicy, Policy, Preopen};
 pub use sandbox::{LoadSource, default_cache_dir};
-pub use session::{Session, SessionControl, SessionOptions, SessionReader, SessionWriter};
+pub use session::{
+    Session, SessionControl, SessionOptions, SessionReader, SessionWriter, TERM_GRACE,
+};
 pub use stderr::{StderrMode, StderrTail};
 
 use sandbox::{Compiled, Sandbox, WasmKind};

@@ -28,6 +28,14 @@ use std::sync::Arc;
 /// How stdout is read.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// How long [`Session::shutdown`] waits after SIGTERM before killing a native plugin.
+pub const TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// `drain` never completes (it ends in `pending`); this satisfies the type checker.
+fn unreachable_exit() -> Exit {
+    Exit::Killed { signal: None }
+}
+
 /// Options for one session. Defaults:
 /// - `framing`: `None`, raw bytes (no frame validation);
 /// - `frame_limits`: [`FrameLimits::default`] (16 MiB frames);
@@ -199,8 +207,12 @@ impl Session {
         self.control.stderr_tail()
     }
 
-    /// Close stdin, give the plugin `grace` to exit, then kill it. Frames the plugin writes
-    /// meanwhile are read and dropped (so it never blocks on stdout), and counted in the log.
+    /// Stop the plugin politely, then firmly: close its stdin and give it `grace` to exit;
+    /// then a native plugin gets a real SIGTERM (to its process group) and up to
+    /// [`TERM_GRACE`] more; then it is killed. A wasm plugin cannot receive signals: stdin
+    /// closing is its SIGTERM (the emulation), and after `grace` it is killed. Frames the plugin
+    /// writes meanwhile are read and dropped (so it never blocks on stdout), and counted in
+    /// the log.
     pub async fn shutdown(mut self, grace: Duration) -> Exit {
         self.writer.close().await;
         let control = self.control.clone();
@@ -212,22 +224,23 @@ impl Session {
             }
             std::future::pending::<()>().await
         };
-        let graceful = async {
-            tokio::select! {
-                exit = control.wait() => Some(exit),
-                () = tokio::time::sleep(grace) => None,
+        let escalate = async {
+            if let Ok(exit) = tokio::time::timeout(grace, control.wait()).await {
+                return exit;
             }
-        };
-        let exit = tokio::select! {
-            exit = graceful => exit,
-            () = drain => None,
-        };
-        match exit {
-            Some(exit) => exit,
-            None => {
-                control.kill();
-                control.wait().await
+            if control.pid.is_some() {
+                control.terminate();
+                if let Ok(exit) = tokio::time::timeout(TERM_GRACE.min(grace), control.wait()).await
+                {
+                    return exit;
+                }
             }
+            control.kill();
+            control.wait().await
+        };
+        tokio::select! {
+            exit = escalate => exit,
+            () = drain => unreachable_exit(),
         }
     }
 
@@ -373,6 +386,14 @@ impl SessionControl {
     /// The plugin's last stderr lines.
     pub fn stderr_tail(&self) -> Vec<String> {
         self.stderr.lines()
+    }
+
+    /// Send SIGTERM to a native plugin's process group (nothing for wasm: see
+    /// [`Session::terminate`]).
+    pub fn terminate(&self) {
+        if let (Some(pid), None) = (self.pid, self.try_exit()) {
+            crate::native::terminate_group(pid);
+        }
     }
 
     /// The child's process id, for a native plugin (also its process group id).

@@ -126,6 +126,13 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
                 client.shutdown(args.grace).await,
             )
         }
+        Protocol::Atp | Protocol::FineCode => {
+            let _ = session.shutdown(args.grace).await;
+            bail!(
+                "`call --protocol {}` is not wired yet",
+                args.protocol.name()
+            )
+        }
         Protocol::Orchard => {
             let config: Value = serde_json::from_str(&args.config)
                 .with_context(|| format!("--config is not JSON: {}", args.config))?;

@@ -88,6 +88,10 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
                 }
             }
             Protocol::JsonRpc => Err("plain JSON-RPC has no self-description".to_owned()),
+            Protocol::Atp | Protocol::FineCode => Err(format!(
+                "`inspect --protocol {}` is not wired yet",
+                protocol.name()
+            )),
         };
         report["protocol"] = Value::from(protocol.name());
         match described {

@@ -140,6 +140,13 @@ fn kill_group(pid: Option<i32>) {
     }
 }
 
+/// SIGTERM a native plugin's process group (the session's `terminate`).
+pub(crate) fn terminate_group(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        send_group_signal(pid, libc::SIGTERM);
+    }
+}
+
 #[allow(unsafe_code)]
 fn send_group_signal(pgid: i32, signal: i32) {
     // SAFETY: killpg takes plain integers and touches no memory of ours; a failure (ESRCH when

@@ -21,12 +21,21 @@ pub enum Protocol {
     Orchard,
     /// terraform-provider-denobridge.
     DenoBridge,
+    /// Arcaflow ATP v1/v3 (CBOR).
+    Atp,
+    /// FineCode WM↔ER (LSP `Content-Length`).
+    FineCode,
 }
 
 impl Protocol {
     /// The framing the protocol uses.
     pub fn framing(self) -> sandpipe_proto::frame::Framing {
-        sandpipe_proto::frame::Framing::JsonLines
+        use sandpipe_proto::frame::Framing;
+        match self {
+            Protocol::Atp => Framing::CborSeq,
+            Protocol::FineCode => Framing::ContentLength,
+            _ => Framing::JsonLines,
+        }
     }
 
     /// The name used on the command line and in transcripts.
@@ -36,6 +45,8 @@ impl Protocol {
             Protocol::Oracle => "oracle",
             Protocol::Orchard => "orchard",
             Protocol::DenoBridge => "denobridge",
+            Protocol::Atp => "atp",
+            Protocol::FineCode => "finecode",
         }
     }
 }
