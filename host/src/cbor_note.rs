@@ -14,6 +14,13 @@ pub(crate) fn render(frame: &[u8]) -> String {
     }
 }
 
+/// Render one decoded value.
+pub(crate) fn render_value(v: &Value) -> String {
+    let mut out = String::new();
+    value(v, &mut out);
+    out
+}
+
 fn value(v: &Value, out: &mut String) {
     match v {
         Value::Integer(i) => out.push_str(&i128::from(*i).to_string()),

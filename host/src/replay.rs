@@ -139,9 +139,15 @@ pub fn recorded_policy(
     Ok(policy)
 }
 
-/// Replay `t` against a running session: send each recorded `>` frame, expect each `<` frame.
-/// Then close stdin: the plugin must send nothing more. Returns how the plugin ended.
-pub async fn check(session: &mut Session, t: &Transcript) -> Result<Exit, Divergence> {
+/// Replay `t` against a running session: send each recorded `>` frame, expect each `<` frame
+/// (each within `wait`: a plugin waiting for something the recording does not send is a
+/// divergence, not a hang). Then close stdin: the plugin must send nothing more. Returns how
+/// the plugin ended.
+pub async fn check(
+    session: &mut Session,
+    t: &Transcript,
+    wait: Duration,
+) -> Result<Exit, Divergence> {
     for (index, entry) in t.entries.iter().enumerate() {
         match entry.dir {
             Direction::ToPlugin => {
@@ -157,7 +163,17 @@ pub async fn check(session: &mut Session, t: &Transcript) -> Result<Exit, Diverg
                     });
                 }
             }
-            Direction::FromPlugin => match session.recv().await {
+            Direction::FromPlugin => match tokio::time::timeout(wait, session.recv())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(crate::SessionError::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "no frame from the plugin within {}",
+                            humantime::format_duration(wait)
+                        ),
+                    )))
+                }) {
                 Ok(Some(got)) if got[..] == entry.frame[..] => {}
                 Ok(Some(got)) => {
                     return Err(Divergence {
@@ -189,7 +205,18 @@ pub async fn check(session: &mut Session, t: &Transcript) -> Result<Exit, Diverg
     }
     session.close_stdin().await;
     let index = t.entries.len();
-    match session.recv().await {
+    let last = tokio::time::timeout(wait, session.recv())
+        .await
+        .unwrap_or_else(|_| {
+            Err(crate::SessionError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the plugin did not end within {} of its stdin closing",
+                    humantime::format_duration(wait)
+                ),
+            )))
+        });
+    match last {
         Ok(None) => Ok(session.wait().await),
         Ok(Some(extra)) => Err(Divergence {
             index,

@@ -270,6 +270,11 @@ impl SessionWriter {
             }
             None => frame,
         };
+        // Record before writing: the plugin may answer before write_all returns, and the
+        // transcript must keep cause before effect.
+        if let Some(r) = &self.record {
+            r.frame(Direction::ToPlugin, frame);
+        }
         let written = async {
             stdin.write_all(bytes).await?;
             stdin.flush().await
@@ -280,9 +285,6 @@ impl SessionWriter {
             }
             _ => SessionError::Io(e),
         })?;
-        if let Some(r) = &self.record {
-            r.frame(Direction::ToPlugin, frame);
-        }
         Ok(())
     }
 

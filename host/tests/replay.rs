@@ -59,6 +59,40 @@ fn recordings_of_every_example_replay_green() {
             ],
         ),
     ];
+    let cases = {
+        let mut c = cases;
+        c.push((
+            "atp",
+            vec![
+                "--protocol".into(),
+                "atp".into(),
+                path("example-atp", Target::Wasm),
+                "greet".into(),
+                r#"{"name":"r"}"#.into(),
+            ],
+        ));
+        c.push((
+            "finecode",
+            vec![
+                "--protocol".into(),
+                "finecode".into(),
+                path("example-finecode", Target::Wasm),
+                "actions/run".into(),
+                r#"{"actionName":"lint","params":{"files":["a.py"]}}"#.into(),
+            ],
+        ));
+        c.push((
+            "orchard",
+            vec![
+                "--protocol".into(),
+                "orchard".into(),
+                path("example-orchard", Target::Wasm),
+                "execute".into(),
+                r#"{"action":"echo","attrs":{"x":1}}"#.into(),
+            ],
+        ));
+        c
+    };
     for (name, call_args) in cases {
         let file = dir
             .path()

@@ -144,6 +144,59 @@ async fn denobridge_stopped_with_two_requests_pending_fails_both_with_json_rpc_e
 }
 
 #[tokio::test]
+async fn orchard_stopped_with_two_executes_pending_fails_both_with_execute_failed() {
+    use sandpipe::protocols::orchard::OrchardClient;
+    let host = Host::with_cache_dir(None).expect("host");
+    for (target, how, policy, reason) in stops() {
+        let session = start(&host, "orchard-hog", target, &policy).await;
+        let client = OrchardClient::connect(session, sandpipe_proto::orchard::DESCRIBE_TIMEOUT)
+            .await
+            .expect("describe");
+        assert_eq!(client.schema().name, "orchard-hog");
+        client.configure(json!({})).await.expect("configure");
+        let (held, hog) = tokio::join!(client.execute("ok", json!({"defer": true})), async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            client.execute("hog", json!({"how": how})).await
+        });
+        for (which, result) in [("held", held), ("hog", hog)] {
+            let err = result.expect_err("stopped");
+            assert_eq!(
+                err.code, "execute_failed",
+                "{target:?} {how} {which}: {err:?}"
+            );
+            assert!(!err.from_provider);
+            assert!(
+                err.message.contains(reason),
+                "{target:?} {how} {which}: {}",
+                err.message
+            );
+            let detail = err.detail.unwrap_or_default();
+            assert!(
+                detail.contains(&format!("hog: {how} starting")),
+                "{target:?} {how} {which}: {detail}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn orchard_refuses_a_provider_that_misses_its_describe_deadline() {
+    use sandpipe::protocols::orchard::OrchardClient;
+    let host = Host::with_cache_dir(None).expect("host");
+    // sleep-stdin never answers anything.
+    let session = start(&host, "sleep-stdin", Target::Wasm, &Policy::default()).await;
+    let err = OrchardClient::connect(session, Duration::from_millis(300))
+        .await
+        .expect_err("no describe");
+    assert_eq!(err.code, "internal_error");
+    assert!(
+        err.message.contains("describe got no answer within 300ms"),
+        "{}",
+        err.message
+    );
+}
+
+#[tokio::test]
 async fn text_before_the_first_frame_is_quoted_in_the_error() {
     let host = Host::with_cache_dir(None).expect("host");
     let quoted = r"warming up \x1b[1mthe\x1b[0m plugin";

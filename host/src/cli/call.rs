@@ -21,7 +21,7 @@ use sandpipe_proto::oracle::{ErrorOrigin, Felt, OracleError};
 /// Arguments of `sandpipe call`.
 #[derive(Debug, clap::Args)]
 pub struct CallArgs {
-    /// The protocol the plugin speaks: jsonrpc, oracle, orchard or denobridge.
+    /// The protocol the plugin speaks: jsonrpc, oracle, orchard, denobridge, atp or finecode.
     #[arg(long, value_name = "PROTOCOL")]
     protocol: Protocol,
     #[command(flatten)]
@@ -126,12 +126,11 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
                 client.shutdown(args.grace).await,
             )
         }
-        Protocol::Atp | Protocol::FineCode => {
-            let _ = session.shutdown(args.grace).await;
-            bail!(
-                "`call --protocol {}` is not wired yet",
-                args.protocol.name()
-            )
+        Protocol::Atp => call_atp(session, &args.method, params, args.grace).await,
+        Protocol::FineCode => {
+            let config: Value = serde_json::from_str(&args.config)
+                .with_context(|| format!("--config is not JSON: {}", args.config))?;
+            call_finecode(session, &args.method, params, config, args.grace).await
         }
         Protocol::Orchard => {
             let config: Value = serde_json::from_str(&args.config)
@@ -196,6 +195,98 @@ async fn call_orchard(
             } else {
                 Some(status_for(&exit)).filter(|s| *s != 0).unwrap_or(code)
             })
+        }
+    }
+}
+
+/// ATP: METHOD is the step id, PARAMS its config; prints `{"output_id", "output_data"}`.
+async fn call_atp(
+    session: Session,
+    step: &str,
+    params: Option<Value>,
+    grace: Duration,
+) -> Result<i32> {
+    use crate::protocols::atp::{AtpClient, Value as Cbor};
+    let (client, _hello) = match AtpClient::connect(session).await {
+        Ok(ok) => ok,
+        Err(e) => {
+            eprintln!("sandpipe: atp error: {e}");
+            return Ok(exit_code::BAD_FRAME);
+        }
+    };
+    let config = Cbor::serialized(&params.unwrap_or(Value::Null))
+        .context("converting PARAMS_JSON to CBOR")?;
+    let result = match client.start("run-1", step, config).await {
+        Ok(run) => run.result().await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let exit = client.done(grace).await;
+    match result {
+        Ok(done) => {
+            let data = done
+                .output_data
+                .deserialized::<Value>()
+                .unwrap_or_else(|_| Value::from(crate::cbor_note::render_value(&done.output_data)));
+            println!(
+                "{}",
+                serde_json::json!({"output_id": done.output_id, "output_data": data})
+            );
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("sandpipe: atp error: {e}");
+            Ok(Some(status_for(&exit)).filter(|s| *s != 0).unwrap_or(1))
+        }
+    }
+}
+
+/// FineCode: METHOD is a call (`actions/run`, `finecodeRunner/resolveActionMeta`, ...), PARAMS
+/// its params; `--config` answers the runner's `projects/getRawConfig`. Direct call form.
+async fn call_finecode(
+    session: Session,
+    method: &str,
+    params: Option<Value>,
+    config: Value,
+    grace: Duration,
+) -> Result<i32> {
+    use crate::protocols::finecode::{
+        Call, CallForm, FineCodeClient, RunnerRequest, SyncRequests, not_served,
+    };
+    let Some(m) = sandpipe_proto::finecode::Method::from_name(method) else {
+        let _ = session.shutdown(grace).await;
+        bail!("unknown FineCode call {method:?}");
+    };
+    let call = Call::from_params(m, params)
+        .map_err(|e| anyhow::anyhow!("bad params for {method}: {e}"))?;
+    let handler = SyncRequests(move |request: RunnerRequest| match request {
+        // The runner expects the config as a JSON-encoded string.
+        RunnerRequest::GetRawConfig { .. } => {
+            Ok(serde_json::json!({ "config": config.to_string() }))
+        }
+        other => Err(not_served(&format!("{other:?}"))),
+    });
+    let (client, _init) = match FineCodeClient::connect(session, CallForm::Direct, handler).await {
+        Ok(ok) => ok,
+        Err(e) => {
+            eprintln!("sandpipe: finecode error: {e}");
+            return Ok(exit_code::BAD_FRAME);
+        }
+    };
+    let result = client.call(call).await;
+    let exit = client.shutdown(grace).await;
+    match result {
+        Ok(reply) => {
+            println!(
+                "{}",
+                serde_json::to_string(&reply.to_value(CallForm::Direct))?
+            );
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("sandpipe: finecode error: {e}");
+            Ok(Some(status_for(&exit))
+                .filter(|s| *s != 0 && !exit.success())
+                .unwrap_or(1))
         }
     }
 }

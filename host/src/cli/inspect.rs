@@ -88,10 +88,32 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
                 }
             }
             Protocol::JsonRpc => Err("plain JSON-RPC has no self-description".to_owned()),
-            Protocol::Atp | Protocol::FineCode => Err(format!(
-                "`inspect --protocol {}` is not wired yet",
-                protocol.name()
-            )),
+            Protocol::Atp => {
+                let session = host.start(&plugin, &policy, &options).await?;
+                match crate::protocols::atp::AtpClient::connect(session).await {
+                    Ok((client, hello)) => {
+                        let _ = client.done(grace).await;
+                        let schema = hello.schema.deserialized::<Value>().unwrap_or(Value::Null);
+                        Ok(json!({"version": hello.version.number(), "schema": schema}))
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            Protocol::FineCode => {
+                use crate::protocols::finecode::{CallForm, FineCodeClient, NoRunnerRequests};
+                let session = host.start(&plugin, &policy, &options).await?;
+                match FineCodeClient::connect(session, CallForm::Direct, NoRunnerRequests).await {
+                    Ok((client, init)) => {
+                        let meta = client.resolve_action_meta().await;
+                        let _ = client.shutdown(grace).await;
+                        let init = serde_json::to_value(init).unwrap_or(Value::Null);
+                        meta.map_err(|e| e.to_string())
+                            .and_then(|m| serde_json::to_value(m).map_err(|e| e.to_string()))
+                            .map(|m| json!({"initialize": init, "resolveActionMeta": m}))
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            }
         };
         report["protocol"] = Value::from(protocol.name());
         match described {

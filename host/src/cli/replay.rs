@@ -38,6 +38,9 @@ pub struct ReplayArgs {
     /// one get a fresh empty directory.
     #[arg(long = "dir", value_name = "HOST::GUEST")]
     dirs: Vec<String>,
+    /// With --plugin: how long to wait for each expected frame before calling it a divergence.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::parse_duration)]
+    wait: std::time::Duration,
     #[command(flatten)]
     cache: CacheArgs,
 }
@@ -91,7 +94,7 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
     let framing = replay::framing_of(&transcript).map_err(anyhow::Error::msg)?;
     let options = SessionOptions::framed(framing).stderr(StderrMode::Inherit);
     let mut session = host.start(&plugin, &policy, &options).await?;
-    match replay::check(&mut session, &transcript).await {
+    match replay::check(&mut session, &transcript, args.wait).await {
         Ok(exit) => {
             let frames = transcript.entries.len();
             eprintln!("sandpipe: replay matched all {frames} frames; {exit}");

@@ -5,7 +5,9 @@
 //! sandbox stops a plugin with requests pending, each pending request gets the protocol's own
 //! error form carrying the reason and the plugin's stderr tail.
 
+pub mod atp;
 pub mod denobridge;
+pub mod finecode;
 pub mod oracle;
 pub mod orchard;
 
@@ -59,8 +61,10 @@ impl std::str::FromStr for Protocol {
             "oracle" => Ok(Protocol::Oracle),
             "orchard" => Ok(Protocol::Orchard),
             "denobridge" => Ok(Protocol::DenoBridge),
+            "atp" => Ok(Protocol::Atp),
+            "finecode" => Ok(Protocol::FineCode),
             other => Err(format!(
-                "unknown protocol {other:?} (expected jsonrpc, oracle, orchard or denobridge)"
+                "unknown protocol {other:?} (expected jsonrpc, oracle, orchard, denobridge, atp or finecode)"
             )),
         }
     }

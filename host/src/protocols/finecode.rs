@@ -1,0 +1,845 @@
+//! FineCode WM ↔ ER, host side: the host is the workspace manager (WM), the plugin an
+//! extension runner (ER). `initialize`/`initialized`, then calls (several may be in flight,
+//! answers come back in any order), `shutdown`/`exit` last. Calls go out in the direct form
+//! or as `workspace/executeCommand` ([`CallForm`]).
+//!
+//! ```text
+//!  start()/run_action() ──► Client::call ──► writer task ──► SessionWriter ──► runner stdin
+//!  driver task: SessionReader::recv ──► Client::handle_frame ──► ClientEvent
+//!     Reply / Initialize / Shutdown ──► the waiting PendingCall
+//!     Progress ($/progress)         ──► the call's on_progress, in order, before its Reply
+//!     Request (getRawConfig, …)     ──► responder task ──► RunnerRequests::handle ──► respond
+//!  cancel(id) ──► Client::cancel: the call completes with -32800, $/cancelRequest goes out
+//!  runner gone / broke the protocol ──► Client::fail_pending(reason, stderr tail) ──► every
+//!                                       pending call: -32603 {"reason", "stderr"}
+//! ```
+//!
+//! The rules live in `sandpipe_proto::finecode::Client`; this module only moves bytes and
+//! events between it, the session and the caller. Outcomes a caller sees:
+//! - a result;
+//! - [`FineCodeFailure::Call`]: the call completed with an error — the runner's JSON-RPC
+//!   error, a command-level `{"error": "..."}` ([`FineCodeError::Command`]), a result of the
+//!   wrong shape, or `-32800` after [`FineCodeClient::cancel`];
+//! - [`FineCodeFailure::Stopped`]: the runner ended (the sandbox stopped it, it crashed or
+//!   exited) or broke the framing or the protocol before answering; the error object is the
+//!   machine's `-32603` with `data: {"reason", "stderr"}`;
+//! - [`FineCodeFailure::Misuse`]: the host asked for something the lifecycle does not allow.
+//!
+//! What it does not do: time calls out (wrap them in `tokio::time::timeout` and
+//! [`cancel`](FineCodeClient::cancel)), surface the runner's notifications other than
+//! `$/progress` (they are logged at debug level), or speak the loopback-TCP transport newer
+//! runners default to.
+
+use std::collections::HashMap;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub use sandpipe_proto::finecode::{
+    ActionMetas, Call, CallForm, FineCodeError, InitializeParams, InitializeResult,
+    MergeResultsParams, Method, PayloadSchemas, RawConfig, Reply, RunActionParams, RunActionResult,
+    RunHandlersParams, RunHandlersResult, RunnerInfo, RunnerRequest, UpdateConfigParams,
+};
+use sandpipe_proto::finecode::{Client, ClientEvent};
+use sandpipe_proto::jsonrpc::{ErrorCode, INTERNAL_ERROR, METHOD_NOT_FOUND, ProtocolError};
+pub use sandpipe_proto::jsonrpc::{ErrorObject, Id};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Exit, SessionError};
+use crate::session::{Session, SessionControl, SessionReader, SessionWriter, TERM_GRACE};
+
+/// How many `$/progress` values of one call may wait unread before the driver stops reading
+/// the runner's stdout (backpressure instead of unbounded memory).
+const PROGRESS_QUEUE: usize = 256;
+
+/// How many runner → manager requests may wait for the handler before the driver stops
+/// reading the runner's stdout.
+const REQUEST_QUEUE: usize = 64;
+
+/// Why a FineCode call did not return a result.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FineCodeFailure {
+    /// The call completed with an error: the runner's JSON-RPC error, a command-level
+    /// failure (`{"error": "..."}`, [`FineCodeError::Command`]), a result that does not have
+    /// the call's shape, or `-32800` after [`FineCodeClient::cancel`].
+    #[error("{0}")]
+    Call(FineCodeError),
+    /// The runner ended, or broke the framing or the protocol, before answering.
+    #[error("{}", error.message)]
+    Stopped {
+        /// `-32603`, the reason as message, `data: {"reason", "stderr"}`.
+        error: ErrorObject,
+        /// How the runner ended.
+        exit: Option<Exit>,
+        /// The runner's last stderr lines.
+        stderr_tail: Vec<String>,
+        /// True when the runner broke the framing or the protocol (and was killed for it),
+        /// rather than being stopped by the sandbox or exiting.
+        violation: bool,
+    },
+    /// The host asked for something the lifecycle does not allow now (a call after
+    /// `shutdown`, a `partialResultToken` another call in flight uses).
+    #[error("{0}")]
+    Misuse(ProtocolError),
+}
+
+impl FineCodeFailure {
+    /// The JSON-RPC error object, if the failure is one (the runner's, a cancellation's, or
+    /// the stopped runner's `-32603`).
+    pub fn rpc(&self) -> Option<&ErrorObject> {
+        match self {
+            FineCodeFailure::Call(FineCodeError::Rpc(e))
+            | FineCodeFailure::Stopped { error: e, .. } => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The message of a command-level failure (`{"error": message}`).
+    pub fn command_message(&self) -> Option<&str> {
+        match self {
+            FineCodeFailure::Call(FineCodeError::Command { message }) => Some(message),
+            _ => None,
+        }
+    }
+
+    /// True for a call completed by [`FineCodeClient::cancel`] (or that the runner answered
+    /// `-32800`).
+    pub fn is_cancelled(&self) -> bool {
+        matches!(
+            self,
+            FineCodeFailure::Call(FineCodeError::Rpc(e))
+                if e.code == ErrorCode::Int(sandpipe_proto::jsonrpc::REQUEST_CANCELLED)
+        )
+    }
+}
+
+/// Answers the runner's requests to the manager (`projects/getRawConfig`,
+/// `workspace/applyEdit`, `finecode/runActionInProject`, `finecode/runActionInWorkspace`,
+/// anything else). Requests are handled one at a time, in arrival order, in a task of their
+/// own: a slow answer does not stop the client from reading the runner's output, so progress,
+/// other answers and cancellation keep flowing meanwhile.
+pub trait RunnerRequests: Send + 'static {
+    /// The answer to `request` (for `projects/getRawConfig`, a [`RawConfig`] as JSON).
+    /// Requests the manager does not serve get [`not_served`] (`-32601`).
+    fn handle(
+        &mut self,
+        request: RunnerRequest,
+    ) -> impl Future<Output = Result<Value, ErrorObject>> + Send;
+}
+
+/// The `-32601` answer to a runner request the manager does not serve.
+pub fn not_served(method: &str) -> ErrorObject {
+    ErrorObject::new(
+        METHOD_NOT_FOUND,
+        format!("the manager does not serve {method}"),
+    )
+}
+
+/// A manager that serves no runner requests: every one is answered `-32601`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoRunnerRequests;
+
+impl RunnerRequests for NoRunnerRequests {
+    fn handle(
+        &mut self,
+        request: RunnerRequest,
+    ) -> impl Future<Output = Result<Value, ErrorObject>> + Send {
+        std::future::ready(Err(not_served(request.method())))
+    }
+}
+
+/// Runner requests answered by a blocking-free closure.
+pub struct SyncRequests<F>(pub F);
+
+impl<F> std::fmt::Debug for SyncRequests<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncRequests").finish_non_exhaustive()
+    }
+}
+
+impl<F> RunnerRequests for SyncRequests<F>
+where
+    F: FnMut(RunnerRequest) -> Result<Value, ErrorObject> + Send + 'static,
+{
+    fn handle(
+        &mut self,
+        request: RunnerRequest,
+    ) -> impl Future<Output = Result<Value, ErrorObject>> + Send {
+        std::future::ready((self.0)(request))
+    }
+}
+
+/// What completes a request of ours.
+#[derive(Debug)]
+enum Answer {
+    Initialize(InitializeResult),
+    Reply(Reply),
+    Shutdown,
+}
+
+type Waiter = oneshot::Sender<Result<Answer, FineCodeFailure>>;
+
+#[derive(Debug)]
+enum Outgoing {
+    Frame(Vec<u8>),
+    Close,
+}
+
+/// Work the driver does after releasing the lock (it may wait on the caller).
+enum Deferred {
+    Progress(mpsc::Sender<Value>, Value),
+    Request(Box<(Id, RunnerRequest)>),
+}
+
+struct Shared {
+    client: Client,
+    waiters: HashMap<Id, Waiter>,
+    progress: HashMap<Id, mpsc::Sender<Value>>,
+    /// Set once the runner is gone: later calls fail at once with it.
+    failed: Option<FineCodeFailure>,
+    out: mpsc::UnboundedSender<Outgoing>,
+}
+
+fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    /// Hand what the machine queued to the writer task, in the machine's order.
+    fn flush(&mut self) {
+        while let Some(frame) = self.client.poll_transmit() {
+            // The writer task outlives every sender but the last; a send error means the
+            // client is being torn down and nothing waits for the frame.
+            let _ = self.out.send(Outgoing::Frame(frame));
+        }
+    }
+
+    fn register(&mut self, id: Id) -> oneshot::Receiver<Result<Answer, FineCodeFailure>> {
+        let (tx, rx) = oneshot::channel();
+        self.waiters.insert(id, tx);
+        rx
+    }
+
+    /// Complete what the machine completed; return the deliveries that may wait.
+    fn settle(&mut self) -> Vec<Deferred> {
+        let mut deferred = Vec::new();
+        while let Some(event) = self.client.poll_event() {
+            match event {
+                ClientEvent::Initialize { id, result } => self.complete(
+                    &id,
+                    result.map(Answer::Initialize).map_err(FineCodeError::Rpc),
+                ),
+                ClientEvent::Reply { id, result, .. } => {
+                    self.complete(&id, result.map(Answer::Reply))
+                }
+                ClientEvent::Shutdown { id, result } => self.complete(
+                    &id,
+                    result
+                        .map(|()| Answer::Shutdown)
+                        .map_err(FineCodeError::Rpc),
+                ),
+                ClientEvent::Progress { id, params } => {
+                    if let Some(tx) = self.progress.get(&id) {
+                        let value = params.decode_value().unwrap_or(params.value);
+                        deferred.push(Deferred::Progress(tx.clone(), value));
+                    }
+                }
+                ClientEvent::Request { id, request } => {
+                    deferred.push(Deferred::Request(Box::new((id, request))));
+                }
+                ClientEvent::Notification { method, params } => {
+                    tracing::debug!(%method, ?params, "finecode runner notification");
+                }
+                other => tracing::debug!(?other, "finecode event not handled"),
+            }
+        }
+        deferred
+    }
+
+    fn complete(&mut self, id: &Id, result: Result<Answer, FineCodeError>) {
+        // Dropping the progress sender ends the call's progress stream after the values
+        // already delivered: every `$/progress` precedes its answer on the wire.
+        self.progress.remove(id);
+        let Some(waiter) = self.waiters.remove(id) else {
+            return;
+        };
+        let result = result.map_err(|e| match (&self.failed, e) {
+            (
+                Some(FineCodeFailure::Stopped {
+                    exit,
+                    stderr_tail,
+                    violation,
+                    ..
+                }),
+                FineCodeError::Rpc(error),
+            ) => FineCodeFailure::Stopped {
+                error,
+                exit: exit.clone(),
+                stderr_tail: stderr_tail.clone(),
+                violation: *violation,
+            },
+            (_, e) => FineCodeFailure::Call(e),
+        });
+        let _ = waiter.send(result);
+    }
+}
+
+/// A FineCode extension runner after `initialize`/`initialized`. Calls take `&self` and may
+/// run concurrently. Dropping the client without [`FineCodeClient::shutdown`] kills the
+/// runner.
+pub struct FineCodeClient {
+    shared: Arc<Mutex<Shared>>,
+    control: SessionControl,
+    form: CallForm,
+}
+
+impl std::fmt::Debug for FineCodeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FineCodeClient")
+            .field("form", &self.form)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for FineCodeClient {
+    fn drop(&mut self) {
+        // The driver and writer tasks keep each other alive while the runner runs; a dropped
+        // client must not leave a runner behind (as a dropped `Session` does not).
+        self.control.kill();
+    }
+}
+
+/// The `initialize` params [`FineCodeClient::connect`] sends: this process's id, the client
+/// info `{"name": "sandpipe", "version"}` and empty capabilities.
+pub fn default_initialize_params() -> InitializeParams {
+    InitializeParams {
+        process_id: Some(i64::from(std::process::id())),
+        client_info: Some(json!({"name": "sandpipe", "version": env!("CARGO_PKG_VERSION")})),
+        capabilities: json!({}),
+        ..InitializeParams::default()
+    }
+}
+
+impl FineCodeClient {
+    /// Take over `session` (Content-Length framing), make calls in `form`, answer the runner's
+    /// requests with `handler`; send `initialize` with [`default_initialize_params`], wait for
+    /// its result and send `initialized`. There is no deadline: a runner that never answers is
+    /// only ended by its policy (or wrap this in `tokio::time::timeout`).
+    pub async fn connect(
+        session: Session,
+        form: CallForm,
+        handler: impl RunnerRequests,
+    ) -> Result<(FineCodeClient, InitializeResult), FineCodeFailure> {
+        Self::connect_with(session, form, &default_initialize_params(), handler).await
+    }
+
+    /// [`FineCodeClient::connect`] with the given `initialize` params.
+    pub async fn connect_with(
+        session: Session,
+        form: CallForm,
+        params: &InitializeParams,
+        handler: impl RunnerRequests,
+    ) -> Result<(FineCodeClient, InitializeResult), FineCodeFailure> {
+        let (writer, reader, control) = session.into_split();
+        let (out, out_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Mutex::new(Shared {
+            client: Client::with_call_form(form),
+            waiters: HashMap::new(),
+            progress: HashMap::new(),
+            failed: None,
+            out,
+        }));
+        let (requests, requests_rx) = mpsc::channel(REQUEST_QUEUE);
+        tokio::spawn(write(writer, out_rx));
+        tokio::spawn(respond(handler, requests_rx, shared.clone()));
+        tokio::spawn(drive(shared.clone(), reader, control.clone(), requests));
+        let client = FineCodeClient {
+            shared,
+            control,
+            form,
+        };
+        let rx = {
+            let mut s = lock(&client.shared);
+            let id = s
+                .client
+                .initialize(params)
+                .map_err(FineCodeFailure::Misuse)?;
+            let rx = s.register(id);
+            s.flush();
+            rx
+        };
+        let result = match rx.await.unwrap_or_else(|_| Err(driver_gone())) {
+            Ok(Answer::Initialize(result)) => result,
+            Ok(other) => return Err(unexpected_answer("initialize", &other)),
+            Err(e) => return Err(e),
+        };
+        {
+            let mut s = lock(&client.shared);
+            if let Some(f) = &s.failed {
+                return Err(f.clone());
+            }
+            s.client.initialized().map_err(FineCodeFailure::Misuse)?;
+            s.flush();
+        }
+        Ok((client, result))
+    }
+
+    /// The call form.
+    pub fn call_form(&self) -> CallForm {
+        self.form
+    }
+
+    /// The session's control half (exit, kill, stderr tail).
+    pub fn control(&self) -> &SessionControl {
+        &self.control
+    }
+
+    /// Send `call` without waiting for its answer. With a `partialResultToken` in its
+    /// options, its `$/progress` values are collected for
+    /// [`PendingCall::wait_with_progress`].
+    pub fn start(&self, call: Call) -> Result<PendingCall<Reply>, FineCodeFailure> {
+        self.start_typed(call, Some)
+    }
+
+    /// Make `call` and wait for its answer (progress values are dropped).
+    pub async fn call(&self, call: Call) -> Result<Reply, FineCodeFailure> {
+        self.start(call)?.wait().await
+    }
+
+    /// `finecodeRunner/updateConfig`.
+    pub async fn update_config(&self, params: UpdateConfigParams) -> Result<(), FineCodeFailure> {
+        self.start_typed(Call::UpdateConfig(params), |r| {
+            matches!(r, Reply::UpdateConfig).then_some(())
+        })?
+        .wait()
+        .await
+    }
+
+    /// `finecodeRunner/getInfo`.
+    pub async fn get_info(&self) -> Result<RunnerInfo, FineCodeFailure> {
+        self.start_typed(Call::GetInfo, |r| match r {
+            Reply::GetInfo(info) => Some(info),
+            _ => None,
+        })?
+        .wait()
+        .await
+    }
+
+    /// `finecodeRunner/resolveActionMeta`.
+    pub async fn resolve_action_meta(&self) -> Result<ActionMetas, FineCodeFailure> {
+        self.start_typed(Call::ResolveActionMeta, |r| match r {
+            Reply::ResolveActionMeta(metas) => Some(metas),
+            _ => None,
+        })?
+        .wait()
+        .await
+    }
+
+    /// Send `actions/run` without waiting: the [`PendingCall`]'s id is what
+    /// [`FineCodeClient::cancel`] takes.
+    pub fn start_run_action(
+        &self,
+        params: RunActionParams,
+    ) -> Result<PendingCall<RunActionResult>, FineCodeFailure> {
+        self.start_typed(Call::RunAction(params), |r| match r {
+            Reply::RunAction(result) => Some(result),
+            _ => None,
+        })
+    }
+
+    /// `actions/run`. With a `partialResultToken` in `params.options`, every `$/progress`
+    /// value (decoded from its JSON string) is passed to `on_progress`, in order, before the
+    /// final result (`status: "streamed"`) returns.
+    pub async fn run_action(
+        &self,
+        params: RunActionParams,
+        on_progress: impl FnMut(Value),
+    ) -> Result<RunActionResult, FineCodeFailure> {
+        self.start_run_action(params)?
+            .wait_with_progress(on_progress)
+            .await
+    }
+
+    /// Send `actions/runHandlers` without waiting (use
+    /// [`PendingCall::wait_with_progress`] for a streamed segment).
+    pub fn start_run_handlers(
+        &self,
+        params: RunHandlersParams,
+    ) -> Result<PendingCall<RunHandlersResult>, FineCodeFailure> {
+        self.start_typed(Call::RunHandlers(params), |r| match r {
+            Reply::RunHandlers(result) => Some(result),
+            _ => None,
+        })
+    }
+
+    /// `actions/runHandlers` (progress values are dropped: see
+    /// [`FineCodeClient::start_run_handlers`]).
+    pub async fn run_handlers(
+        &self,
+        params: RunHandlersParams,
+    ) -> Result<RunHandlersResult, FineCodeFailure> {
+        self.start_run_handlers(params)?.wait().await
+    }
+
+    /// `actions/mergeResults`: the `merged` result.
+    pub async fn merge_results(
+        &self,
+        params: MergeResultsParams,
+    ) -> Result<Value, FineCodeFailure> {
+        self.start_typed(Call::MergeResults(params), |r| match r {
+            Reply::MergeResults(merged) => Some(merged),
+            _ => None,
+        })?
+        .wait()
+        .await
+    }
+
+    /// `actions/getPayloadSchemas`.
+    pub async fn get_payload_schemas(&self) -> Result<PayloadSchemas, FineCodeFailure> {
+        self.start_typed(Call::GetPayloadSchemas, |r| match r {
+            Reply::GetPayloadSchemas(schemas) => Some(schemas),
+            _ => None,
+        })?
+        .wait()
+        .await
+    }
+
+    /// Give up on call `id`: its [`PendingCall`] completes at once with `-32800`
+    /// ([`FineCodeFailure::is_cancelled`]), a late answer is dropped, and the runner is sent
+    /// `$/cancelRequest`. False if `id` is not a call in flight.
+    pub fn cancel(&self, id: &Id) -> bool {
+        let mut s = lock(&self.shared);
+        let cancelled = s.client.cancel(id);
+        // The local completion is an event like any answer; a cancel produces no progress
+        // or requests.
+        drop(s.settle());
+        s.flush();
+        cancelled
+    }
+
+    /// Send a notification (`textDocument/didOpen`, …).
+    pub fn notify(&self, method: &str, params: Value) -> Result<(), FineCodeFailure> {
+        let mut s = lock(&self.shared);
+        if let Some(f) = &s.failed {
+            return Err(f.clone());
+        }
+        s.client
+            .notify(method, params)
+            .map_err(FineCodeFailure::Misuse)?;
+        s.flush();
+        Ok(())
+    }
+
+    /// End the session as the WM does: `shutdown` (its answer awaited up to `grace`), the
+    /// `exit` notification, then close stdin and give the runner `grace` to end on its own
+    /// (the real runner may take seconds); then a native runner gets SIGTERM and up to
+    /// [`TERM_GRACE`] more, then it is killed — as [`Session::shutdown`]. A runner already
+    /// gone just reports how it ended.
+    pub async fn shutdown(self, grace: Duration) -> Exit {
+        let answer = {
+            let mut s = lock(&self.shared);
+            if s.failed.is_some() {
+                None
+            } else {
+                match s.client.shutdown() {
+                    Ok(id) => {
+                        let rx = s.register(id);
+                        s.flush();
+                        Some(rx)
+                    }
+                    Err(e) => {
+                        tracing::debug!("not sending shutdown: {e}");
+                        None
+                    }
+                }
+            }
+        };
+        if let Some(rx) = answer {
+            match tokio::time::timeout(grace, rx).await {
+                Ok(Ok(Ok(_))) => {}
+                Ok(Ok(Err(e))) => tracing::debug!("shutdown failed: {e}"),
+                Ok(Err(_)) | Err(_) => tracing::debug!("shutdown got no answer"),
+            }
+        }
+        {
+            let mut s = lock(&self.shared);
+            if s.client.exit().is_ok() {
+                s.flush();
+            }
+            let _ = s.out.send(Outgoing::Close);
+        }
+        // The driver keeps reading stdout to its end meanwhile, so the runner never blocks
+        // on a full pipe while it exits.
+        let control = &self.control;
+        if let Ok(exit) = tokio::time::timeout(grace, control.wait()).await {
+            return exit;
+        }
+        if control.pid().is_some() {
+            control.terminate();
+            if let Ok(exit) = tokio::time::timeout(TERM_GRACE.min(grace), control.wait()).await {
+                return exit;
+            }
+        }
+        control.kill();
+        control.wait().await
+    }
+
+    fn start_typed<T>(
+        &self,
+        call: Call,
+        extract: fn(Reply) -> Option<T>,
+    ) -> Result<PendingCall<T>, FineCodeFailure> {
+        let method = call.method();
+        let streaming = call.token().is_some();
+        let mut s = lock(&self.shared);
+        if let Some(f) = &s.failed {
+            return Err(f.clone());
+        }
+        let id = s.client.call(call).map_err(FineCodeFailure::Misuse)?;
+        let reply = s.register(id.clone());
+        let progress = streaming.then(|| {
+            let (tx, rx) = mpsc::channel(PROGRESS_QUEUE);
+            s.progress.insert(id.clone(), tx);
+            rx
+        });
+        s.flush();
+        Ok(PendingCall {
+            id,
+            method,
+            reply,
+            progress,
+            extract,
+        })
+    }
+}
+
+/// A call in flight. Await it (it is [`IntoFuture`]), or call [`PendingCall::wait`] or
+/// [`PendingCall::wait_with_progress`]; its [`id`](PendingCall::id) is what
+/// [`FineCodeClient::cancel`] takes.
+pub struct PendingCall<T> {
+    id: Id,
+    method: Method,
+    reply: oneshot::Receiver<Result<Answer, FineCodeFailure>>,
+    progress: Option<mpsc::Receiver<Value>>,
+    extract: fn(Reply) -> Option<T>,
+}
+
+impl<T> std::fmt::Debug for PendingCall<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingCall")
+            .field("id", &self.id)
+            .field("method", &self.method)
+            .field("streaming", &self.progress.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> PendingCall<T> {
+    /// The call's request id.
+    pub fn id(&self) -> &Id {
+        &self.id
+    }
+
+    /// The call's method.
+    pub fn method(&self) -> Method {
+        self.method
+    }
+
+    /// Wait for the answer; `$/progress` values are dropped.
+    pub async fn wait(mut self) -> Result<T, FineCodeFailure> {
+        // A closed progress channel never holds the driver up.
+        self.progress = None;
+        self.finish().await
+    }
+
+    /// Wait for the answer, passing each `$/progress` value (decoded from its JSON string) to
+    /// `on_progress` in arrival order; all of them come before this returns.
+    pub async fn wait_with_progress(
+        mut self,
+        mut on_progress: impl FnMut(Value),
+    ) -> Result<T, FineCodeFailure> {
+        if let Some(mut rx) = self.progress.take() {
+            // The channel closes when the call completes, however it completes.
+            while let Some(value) = rx.recv().await {
+                on_progress(value);
+            }
+        }
+        self.finish().await
+    }
+
+    async fn finish(self) -> Result<T, FineCodeFailure> {
+        match self.reply.await.unwrap_or_else(|_| Err(driver_gone()))? {
+            Answer::Reply(reply) => {
+                let got = reply.method();
+                (self.extract)(reply).ok_or_else(|| {
+                    FineCodeFailure::Call(FineCodeError::BadResult {
+                        method: self.method.as_str(),
+                        reason: format!("answered as {got}"),
+                    })
+                })
+            }
+            other => Err(unexpected_answer(self.method.as_str(), &other)),
+        }
+    }
+}
+
+impl<T: Send + 'static> IntoFuture for PendingCall<T> {
+    type Output = Result<T, FineCodeFailure>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.wait())
+    }
+}
+
+fn driver_gone() -> FineCodeFailure {
+    FineCodeFailure::Call(FineCodeError::Rpc(ErrorObject::new(
+        INTERNAL_ERROR,
+        "the finecode client's driver is gone",
+    )))
+}
+
+fn unexpected_answer(method: &'static str, answer: &Answer) -> FineCodeFailure {
+    FineCodeFailure::Call(FineCodeError::BadResult {
+        method,
+        reason: format!("completed by {answer:?}"),
+    })
+}
+
+/// Whether a frame the machine refused means the runner broke the protocol. A `$/progress`
+/// the machine cannot place is not: it may have crossed a cancellation on the wire.
+fn fatal(e: &ProtocolError) -> bool {
+    !matches!(e, ProtocolError::BadPayload { .. })
+}
+
+/// Read the runner's output into the machine until it ends; then fail what is pending.
+async fn drive(
+    shared: Arc<Mutex<Shared>>,
+    mut reader: SessionReader,
+    control: SessionControl,
+    requests: mpsc::Sender<(Id, RunnerRequest)>,
+) {
+    let (reason, exit, violation): (String, Option<Exit>, bool) = loop {
+        match reader.recv().await {
+            Ok(Some(frame)) => {
+                let (deferred, refused) = {
+                    let mut s = lock(&shared);
+                    let refused = s.client.handle_frame(&frame).err();
+                    let deferred = s.settle();
+                    s.flush();
+                    (deferred, refused)
+                };
+                for d in deferred {
+                    match d {
+                        Deferred::Progress(tx, value) => {
+                            // The caller may have stopped listening (`wait`): that is fine.
+                            let _ = tx.send(value).await;
+                        }
+                        Deferred::Request(request) => {
+                            let (id, request) = *request;
+                            if let Err(mpsc::error::SendError((id, request))) =
+                                requests.send((id, request)).await
+                            {
+                                let error = ErrorObject::new(
+                                    INTERNAL_ERROR,
+                                    format!(
+                                        "the manager's request handler is gone; {} not served",
+                                        request.method()
+                                    ),
+                                );
+                                let mut s = lock(&shared);
+                                let _ = s.client.respond(id, Err(error));
+                                s.flush();
+                            }
+                        }
+                    }
+                }
+                match refused {
+                    Some(e) if fatal(&e) => {
+                        control.kill();
+                        break (format!("plugin broke the protocol: {e}"), None, true);
+                    }
+                    Some(e) => tracing::debug!("finecode runner sent a bad message: {e}"),
+                    None => {}
+                }
+            }
+            Ok(None) => {
+                let exit = control.wait().await;
+                break (exit.to_string(), Some(exit), false);
+            }
+            Err(SessionError::BadFrameFromPlugin { error, .. }) => {
+                // A frame cut off by the runner's end is that end's casualty: report the end.
+                if let sandpipe_proto::frame::FrameError::Truncated { .. } = error {
+                    let exit = control.wait().await;
+                    break (exit.to_string(), Some(exit), false);
+                }
+                control.kill();
+                let exit = control.wait().await;
+                break (format!("bad frame from plugin: {error}"), Some(exit), true);
+            }
+            Err(e) => {
+                control.kill();
+                break (format!("reading plugin output: {e}"), None, true);
+            }
+        }
+    };
+    let exit = match exit {
+        Some(exit) => exit,
+        None => control.wait().await,
+    };
+    let stderr_tail = control.stderr_tail();
+    let mut s = lock(&shared);
+    s.failed = Some(FineCodeFailure::Stopped {
+        error: ErrorObject::new(INTERNAL_ERROR, reason.as_str())
+            .with_data(json!({"reason": reason, "stderr": stderr_tail})),
+        exit: Some(exit),
+        stderr_tail: stderr_tail.clone(),
+        violation,
+    });
+    s.client.fail_pending(&reason, &stderr_tail);
+    // Only completions come out of fail_pending.
+    drop(s.settle());
+    s.progress.clear();
+    s.flush();
+}
+
+/// Serve the runner's requests one at a time.
+async fn respond(
+    mut handler: impl RunnerRequests,
+    mut requests: mpsc::Receiver<(Id, RunnerRequest)>,
+    shared: Arc<Mutex<Shared>>,
+) {
+    while let Some((id, request)) = requests.recv().await {
+        let method = request.method().to_owned();
+        let result = handler.handle(request).await;
+        let mut s = lock(&shared);
+        if let Err(e) = s.client.respond(id, result) {
+            tracing::debug!(%method, "answering the runner: {e}");
+        }
+        s.flush();
+    }
+}
+
+/// Send frames in the order the machine made them; close stdin when told.
+async fn write(mut writer: SessionWriter, mut out: mpsc::UnboundedReceiver<Outgoing>) {
+    let mut broken = false;
+    while let Some(next) = out.recv().await {
+        match next {
+            Outgoing::Frame(frame) if !broken => {
+                if let Err(e) = writer.send(&frame).await {
+                    // The runner stopped reading; the driver reports how it ended.
+                    tracing::debug!("finecode runner stopped reading stdin: {e}");
+                    broken = true;
+                }
+            }
+            Outgoing::Frame(_) => {}
+            Outgoing::Close => {
+                writer.close().await;
+                broken = true;
+            }
+        }
+    }
+}
