@@ -11,6 +11,8 @@ TARGET="${CARGO_TARGET_DIR:-target}"
 PLUGINS="$TARGET/plugins"
 for t in wasm32-wasip2 ""; do
   cargo build --quiet --release -p sandpipe-example-echo -p sandpipe-test-plugins \
+    -p sandpipe-example-oracle -p sandpipe-example-orchard -p sandpipe-example-denobridge \
+    -p sandpipe-example-atp -p sandpipe-example-finecode \
     --target-dir "$PLUGINS" ${t:+--target "$t"} || exit 1
 done
 SANDPIPE="$TARGET/debug/sandpipe"
@@ -20,7 +22,7 @@ NATIVE="$PLUGINS/release"
 show() { # show "stdin" args...
   local input=$1; shift
   echo
-  echo "\$ printf '${input//$'\n'/\\n}' | sandpipe $*"
+  echo "\$ printf '${input//$'\n'/\\n}' | sandpipe $(printf '%q ' "$@")"
   printf '%s' "$input" | "$SANDPIPE" "$@"
   echo "[exit status $?]"
 }
@@ -48,6 +50,21 @@ show "" run --framing lines --dir "$DIR::/data:ro" "$WASM/fs.wasm" -- \
   read:/data/hello.txt write:/data/hello.txt read:/data/../../etc/passwd read:/etc/passwd
 echo "host file still says: $(cat "$DIR/hello.txt")"
 rm -rf "$DIR"
+
+echo
+echo "== protocols: one call each, sandboxed"
+show "" call --protocol oracle "$WASM/example-oracle.wasm" sqrt '["0x10"]'
+show "" call --protocol orchard "$WASM/example-orchard.wasm" execute '{"action":"sum","attrs":{"values":[1,2,3]}}'
+show "" call --protocol atp "$WASM/example-atp.wasm" greet '{"name":"sandpipe"}'
+show "" call --protocol oracle --fuel 100000000 "$WASM/oracle-hog.wasm" spin
+
+REC=$(mktemp -d)
+echo
+echo "== record, replay, serve"
+show "" call --protocol oracle --deterministic --record "$REC/s.transcript" "$WASM/example-oracle.wasm" add '["0x2","0x3"]'
+show "" replay "$REC/s.transcript" --plugin "$WASM/example-oracle.wasm"
+show "" replay "$REC/s.transcript" --plugin "$WASM/oracle-hog.wasm"
+rm -rf "$REC"
 
 echo
 echo "== done. Exit codes: sandpipe run --help"
