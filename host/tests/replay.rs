@@ -279,6 +279,7 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
         .expect("create");
     assert_eq!(serde_json::to_value(&created).expect("json")["id"], "r1");
     // A request the recording does not have gets the protocol's error, with a precise message.
+    // (Checked below, after the other protocols.)
     let err = deno
         .create(&sandpipe_proto::denobridge::PropsParams::new(
             json!({"name": "y"}),
@@ -289,4 +290,124 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
         .error_object(sandpipe_proto::jsonrpc::Dialect::JsonRpc2)
         .message;
     assert!(msg.starts_with("replay: unexpected frame"), "{msg}");
+
+    // Orchard, ATP (CBOR) and FineCode (Content-Length) the same way.
+    let orchard_file = dir.path().join("orchard.transcript").display().to_string();
+    let out = sandpipe(&[
+        "call",
+        "--no-cache",
+        "--record",
+        &orchard_file,
+        "--protocol",
+        "orchard",
+        &path("example-orchard", Target::Wasm),
+        "execute",
+        r#"{"action":"echo","attrs":{"x":1}}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let policy = Policy::default()
+        .max_memory(None)
+        .arg("replay")
+        .arg(&orchard_file)
+        .arg("--serve");
+    let session = host.start(&stand_in, &policy, &opts).await.expect("start");
+    let orchard = sandpipe::protocols::orchard::OrchardClient::connect(
+        session,
+        std::time::Duration::from_secs(5),
+    )
+    .await
+    .expect("describe");
+    assert_eq!(orchard.schema().name, "example-orchard");
+    orchard.configure(json!({})).await.expect("configure");
+    assert_eq!(
+        orchard
+            .execute("echo", json!({"x": 1}))
+            .await
+            .expect("execute"),
+        json!({"x": 1})
+    );
+    assert!(
+        orchard
+            .shutdown(std::time::Duration::from_secs(5))
+            .await
+            .success()
+    );
+
+    let atp_file = dir.path().join("atp.transcript").display().to_string();
+    let out = sandpipe(&[
+        "call",
+        "--no-cache",
+        "--record",
+        &atp_file,
+        "--protocol",
+        "atp",
+        &path("example-atp", Target::Wasm),
+        "greet",
+        r#"{"name":"r"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let cbor_opts = SessionOptions::framed(Framing::CborSeq).stderr(StderrMode::Discard);
+    let policy = Policy::default()
+        .max_memory(None)
+        .arg("replay")
+        .arg(&atp_file)
+        .arg("--serve");
+    let session = host
+        .start(&stand_in, &policy, &cbor_opts)
+        .await
+        .expect("start");
+    let (atp, _hello) = sandpipe::protocols::atp::AtpClient::connect(session)
+        .await
+        .expect("hello");
+    let config = sandpipe::protocols::atp::Value::serialized(&json!({"name": "r"})).expect("cbor");
+    let done = atp
+        .start("run-1", "greet", config)
+        .await
+        .expect("start")
+        .result()
+        .await
+        .expect("work done");
+    assert_eq!(done.output_id, "success");
+    assert!(atp.done(std::time::Duration::from_secs(5)).await.success());
+
+    let fine_file = dir.path().join("finecode.transcript").display().to_string();
+    let out = sandpipe(&[
+        "call",
+        "--no-cache",
+        "--record",
+        &fine_file,
+        "--protocol",
+        "finecode",
+        &path("example-finecode", Target::Wasm),
+        "finecodeRunner/resolveActionMeta",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let lsp_opts = SessionOptions::framed(Framing::ContentLength).stderr(StderrMode::Discard);
+    let policy = Policy::default()
+        .max_memory(None)
+        .arg("replay")
+        .arg(&fine_file)
+        .arg("--serve")
+        // LSP initialize carries the manager's processId, which differs per run: match by id.
+        .arg("--match")
+        .arg("id");
+    let session = host
+        .start(&stand_in, &policy, &lsp_opts)
+        .await
+        .expect("start");
+    use sandpipe::protocols::finecode::{CallForm, FineCodeClient, NoRunnerRequests};
+    let (fine, _init) = FineCodeClient::connect(session, CallForm::Direct, NoRunnerRequests)
+        .await
+        .expect("initialize");
+    let meta = fine.resolve_action_meta().await.expect("meta");
+    assert!(
+        serde_json::to_string(&meta)
+            .expect("json")
+            .contains("LintAction")
+    );
+    assert!(
+        fine.shutdown(std::time::Duration::from_secs(5))
+            .await
+            .success()
+    );
 }
