@@ -255,7 +255,9 @@ impl Sandbox {
         };
         let (compiled, source) = match kind {
             WasmKind::Component => {
-                let (component, source) = self.component(bytes, sha_hex).map_err(compile_err)?;
+                let (component, source) = self
+                    .cached::<Component>(bytes, sha_hex)
+                    .map_err(compile_err)?;
                 let ty = component.component_type();
                 let imports = ty
                     .imports(&self.engine)
@@ -280,7 +282,8 @@ impl Sandbox {
                 )
             }
             WasmKind::CoreModule => {
-                let (module, source) = self.module(bytes, sha_hex).map_err(compile_err)?;
+                let (module, source) =
+                    self.cached::<Module>(bytes, sha_hex).map_err(compile_err)?;
                 let imports = module
                     .imports()
                     .map(|i| format!("{}#{}", i.module(), i.name()))
@@ -304,7 +307,12 @@ impl Sandbox {
         Ok((compiled, source))
     }
 
-    fn component(&self, bytes: &[u8], sha_hex: &str) -> wasmtime::Result<(Component, LoadSource)> {
+    /// Compile `bytes`, or load the artifact the disk cache holds for them.
+    fn cached<A: Artifact>(
+        &self,
+        bytes: &[u8],
+        sha_hex: &str,
+    ) -> wasmtime::Result<(A, LoadSource)> {
         if let Some(cache) = &self.cache {
             let path = cache.path_for(sha_hex);
             if path.exists() {
@@ -312,38 +320,18 @@ impl Sandbox {
                 // a 0700 directory keyed by content hash and engine settings), and wasmtime checks
                 // its header against this engine's version and settings before using it.
                 #[allow(unsafe_code)]
-                let loaded = unsafe { Component::deserialize_file(&self.engine, &path) };
+                let loaded = unsafe { A::load(&self.engine, &path) };
                 match loaded {
-                    Ok(c) => return Ok((c, LoadSource::DiskCache)),
+                    Ok(a) => return Ok((a, LoadSource::DiskCache)),
                     Err(e) => {
                         tracing::warn!(path = %path.display(), "discarding unusable cached artifact: {e}")
                     }
                 }
             }
         }
-        let component = Component::from_binary(&self.engine, bytes)?;
-        self.store_artifact(sha_hex, component.serialize());
-        Ok((component, LoadSource::Compiled))
-    }
-
-    fn module(&self, bytes: &[u8], sha_hex: &str) -> wasmtime::Result<(Module, LoadSource)> {
-        if let Some(cache) = &self.cache {
-            let path = cache.path_for(sha_hex);
-            if path.exists() {
-                // SAFETY: as for components above: our own artifact, header-checked by wasmtime.
-                #[allow(unsafe_code)]
-                let loaded = unsafe { Module::deserialize_file(&self.engine, &path) };
-                match loaded {
-                    Ok(m) => return Ok((m, LoadSource::DiskCache)),
-                    Err(e) => {
-                        tracing::warn!(path = %path.display(), "discarding unusable cached artifact: {e}")
-                    }
-                }
-            }
-        }
-        let module = Module::from_binary(&self.engine, bytes)?;
-        self.store_artifact(sha_hex, module.serialize());
-        Ok((module, LoadSource::Compiled))
+        let artifact = A::compile(&self.engine, bytes)?;
+        self.store_artifact(sha_hex, artifact.serialize());
+        Ok((artifact, LoadSource::Compiled))
     }
 
     /// A cache that cannot be written costs a recompile next time, never a failed load.
@@ -485,6 +473,47 @@ impl Sandbox {
             stderr,
             pid: None,
         })
+    }
+}
+
+/// What the artifact cache holds: a compiled component or core module.
+trait Artifact: Sized {
+    /// Load a serialized artifact.
+    ///
+    /// # Safety
+    /// `path` must hold an artifact produced by `serialize` of a compatible engine (wasmtime
+    /// trusts its machine code).
+    #[allow(unsafe_code)]
+    unsafe fn load(engine: &Engine, path: &Path) -> wasmtime::Result<Self>;
+    fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self>;
+    fn serialize(&self) -> wasmtime::Result<Vec<u8>>;
+}
+
+#[allow(unsafe_code)]
+impl Artifact for Component {
+    unsafe fn load(engine: &Engine, path: &Path) -> wasmtime::Result<Self> {
+        // SAFETY: forwarded to the caller (see the trait).
+        unsafe { Component::deserialize_file(engine, path) }
+    }
+    fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self> {
+        Component::from_binary(engine, bytes)
+    }
+    fn serialize(&self) -> wasmtime::Result<Vec<u8>> {
+        Component::serialize(self)
+    }
+}
+
+#[allow(unsafe_code)]
+impl Artifact for Module {
+    unsafe fn load(engine: &Engine, path: &Path) -> wasmtime::Result<Self> {
+        // SAFETY: forwarded to the caller (see the trait).
+        unsafe { Module::deserialize_file(engine, path) }
+    }
+    fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self> {
+        Module::from_binary(engine, bytes)
+    }
+    fn serialize(&self) -> wasmtime::Result<Vec<u8>> {
+        Module::serialize(self)
     }
 }
 
