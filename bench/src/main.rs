@@ -1,0 +1,348 @@
+//! sandpipe's macro benchmarks: round-trip latency and start-up time, measured in one run and
+//! written to `BENCHMARKS.md` at the workspace root.
+//!
+//! ```sh
+//! cargo run --release -p sandpipe-bench            # 1-2 minutes on 2 cores; writes BENCHMARKS.md
+//! cargo run --release -p sandpipe-bench -- --quick # smoke mode: every figure, a few iterations,
+//!                                                  # prints the tables, writes nothing
+//! ```
+//!
+//! ```text
+//!  sandpipe-bench ─ builds echo-lines (wasm32-wasip2 and native) via sandpipe_tests::plugin
+//!    ├─ sandpipe-bench --phase pinned    CPU 0 for the process and its children,
+//!    │                                   current_thread runtime ─┐
+//!    ├─ sandpipe-bench --phase unpinned  no affinity,            ├─ "figure <id> <n> <p50> <p99>"
+//!    │                                   multi-thread runtime ───┘    lines on stdout
+//!    └─ report: machine, command, figures with CPU placement, targets met / missed
+//! ```
+//!
+//! Each phase measures, per frame size (100 B and 64 KiB JSON Lines):
+//! - the plain-function floor (sandpipe-proto's JSON Lines framer doing a round trip's four
+//!   steps, no transport) and, for reference, a `serde_json::Value` parse + re-serialize;
+//! - the hand-written baseline: the native `echo-lines` under `std::process::Command`, one
+//!   blocking write and one `BufReader` line read per round trip;
+//! - sandpipe's native fallback and sandpipe's wasm sandbox (`Host::start` on each build);
+//!
+//! and start to first response: native spawn, wasm cold compile, wasm from the on-disk cache,
+//! wasm with the reused pre-instance (plus both with a `Plugin` already in hand).
+//!
+//! What it does not do: assert any speed (a missed target is reported, never an error), or
+//! measure many-session scale, throughput, framer throughput or fuel/epoch overhead.
+//! No cargo features.
+
+mod machine;
+mod measure;
+mod pin;
+mod report;
+mod roundtrip;
+mod startup;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail, ensure};
+use sandpipe::Host;
+use sandpipe_tests::Target;
+
+use measure::{Plan, Stats};
+use report::{Figure, Run, SIZES};
+
+/// The command that produces BENCHMARKS.md, as written into it.
+const COMMAND: &str = "cargo run --release -p sandpipe-bench";
+
+/// Where the two kinds of figure run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The process (and its children) on CPU 0, a current_thread runtime.
+    Pinned,
+    /// No affinity, the default multi-thread runtime.
+    Unpinned,
+}
+
+impl Phase {
+    const ALL: [Phase; 2] = [Phase::Pinned, Phase::Unpinned];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Pinned => "pinned",
+            Phase::Unpinned => "unpinned",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Args {
+    quick: bool,
+    phase: Option<Phase>,
+    wasm: Option<PathBuf>,
+    native: Option<PathBuf>,
+}
+
+const USAGE: &str = "usage: sandpipe-bench [--quick]\n\
+    \x20      (internal) sandpipe-bench --phase pinned|unpinned --wasm PATH --native PATH [--quick]";
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut args = Args::default();
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = || {
+            it.next()
+                .with_context(|| format!("{arg} needs a value\n{USAGE}"))
+        };
+        match arg.as_str() {
+            "--quick" => args.quick = true,
+            "--phase" => {
+                args.phase = Some(match value()?.as_str() {
+                    "pinned" => Phase::Pinned,
+                    "unpinned" => Phase::Unpinned,
+                    other => bail!("unknown phase {other:?}\n{USAGE}"),
+                })
+            }
+            "--wasm" => args.wasm = Some(value()?.into()),
+            "--native" => args.native = Some(value()?.into()),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    let result = parse_args().and_then(|args| match args.phase {
+        Some(phase) => run_phase(phase, &args),
+        None => run_all(&args),
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("sandpipe-bench: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The parent: build the plugins, run each phase in a child process, report.
+fn run_all(args: &Args) -> anyhow::Result<()> {
+    let load1_before = machine::load1();
+    eprintln!("sandpipe-bench: building the echo-lines plugin (wasm and native)");
+    let wasm = sandpipe_tests::plugin("echo-lines", Target::Wasm);
+    let native = sandpipe_tests::plugin("echo-lines", Target::Native);
+    for p in [&wasm, &native] {
+        ensure!(p.is_file(), "plugin {} was not built", p.display());
+    }
+    let exe = std::env::current_exe().context("finding the bench binary")?;
+    let cpus = machine::cpus();
+    let mut figures = Vec::new();
+    let mut other_load = Vec::new();
+    for phase in Phase::ALL {
+        eprintln!("sandpipe-bench: {} phase", phase.name());
+        let before = machine::CpuTicks::now();
+        let mut cmd = Command::new(&exe);
+        cmd.args(["--phase", phase.name()])
+            .arg("--wasm")
+            .arg(&wasm)
+            .arg("--native")
+            .arg(&native)
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit());
+        if args.quick {
+            cmd.arg("--quick");
+        }
+        let out = cmd.output().context("running a phase")?;
+        let after = machine::CpuTicks::now();
+        ensure!(
+            out.status.success(),
+            "the {} phase failed ({})",
+            phase.name(),
+            out.status
+        );
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            figures.push(parse_figure(phase, line)?);
+        }
+        other_load.push((
+            phase,
+            before.zip(after).and_then(|(b, a)| b.other_load(&a, cpus)),
+        ));
+    }
+    let run = Run {
+        quick: args.quick,
+        release: !cfg!(debug_assertions),
+        command: if args.quick {
+            format!("{COMMAND} -- --quick")
+        } else {
+            COMMAND.to_owned()
+        },
+        argv: std::env::args().collect::<Vec<_>>().join(" "),
+        cpu_model: machine::cpu_model(),
+        cpus,
+        kernel: machine::kernel(),
+        date: machine::now_utc(),
+        load1_before,
+        other_load,
+        figures,
+    };
+    let text = report::render(&run);
+    print!("{text}");
+    if !args.quick {
+        let path = sandpipe_tests::workspace_root().join("BENCHMARKS.md");
+        std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("sandpipe-bench: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn parse_figure(phase: Phase, line: &str) -> anyhow::Result<Figure> {
+    let bad = || format!("unexpected phase output line {line:?}");
+    let fields: Vec<&str> = line.split('\t').collect();
+    let ["figure", id, n, p50, p99] = fields[..] else {
+        bail!(bad());
+    };
+    let ns = |s: &str| s.parse::<u64>().map(Duration::from_nanos).with_context(bad);
+    Ok(Figure {
+        phase,
+        id: id.to_owned(),
+        stats: Stats {
+            n: n.parse().with_context(bad)?,
+            p50: ns(p50)?,
+            p99: ns(p99)?,
+        },
+    })
+}
+
+/// Iteration plans for one mode.
+struct Plans {
+    round_trip: [Plan; 2],
+    floor: [Plan; 2],
+    start: startup::Plans,
+}
+
+impl Plans {
+    fn new(quick: bool) -> Plans {
+        if quick {
+            let tiny = Plan::new(1, 5, 2_000);
+            return Plans {
+                round_trip: [tiny; 2],
+                floor: [tiny; 2],
+                start: startup::Plans {
+                    native: tiny,
+                    cold: Plan::new(0, 1, 60_000),
+                    disk: tiny,
+                    memory: tiny,
+                },
+            };
+        }
+        Plans {
+            // [100 B, 64 KiB]; the time budgets keep the whole run to a few minutes even when
+            // a round trip is slow (an idle vCPU to wake, a busy machine).
+            round_trip: [
+                Plan::new(2_000, 20_000, 4_000),
+                Plan::new(200, 3_000, 4_000),
+            ],
+            floor: [
+                Plan::new(10_000, 100_000, 1_500),
+                Plan::new(500, 5_000, 1_500),
+            ],
+            start: startup::Plans {
+                native: Plan::new(5, 300, 3_000),
+                cold: Plan::new(1, 12, 6_000),
+                disk: Plan::new(5, 300, 3_000),
+                memory: Plan::new(50, 2_000, 3_000),
+            },
+        }
+    }
+}
+
+/// A child: place itself, measure every figure, print one line per figure.
+fn run_phase(phase: Phase, args: &Args) -> anyhow::Result<()> {
+    let wasm = args.wasm.as_deref().context("--phase needs --wasm")?;
+    let native = args.native.as_deref().context("--phase needs --native")?;
+    // Pin first, while this is the only thread: everything created later inherits CPU 0.
+    let runtime = match phase {
+        Phase::Pinned => {
+            pin::to_cpu0().context("pinning to CPU 0")?;
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+        }
+        Phase::Unpinned => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?,
+    };
+    let scratch = std::env::temp_dir().join(format!("sandpipe-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    let plans = Plans::new(args.quick);
+    // The driver runs as a spawned task, as a sandpipe host's sessions do, not on the
+    // `block_on` thread: under the multi-thread runtime that puts it on a worker next to the
+    // plugin's tasks.
+    let task = measure_all(plans, wasm.to_owned(), native.to_owned(), scratch.clone());
+    let result = runtime
+        .block_on(runtime.spawn(task))
+        .context("the measuring task panicked")
+        .and_then(|r| r);
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+fn emit(id: &str, stats: Stats) {
+    eprintln!(
+        "  {id}: n={} p50={} p99={}",
+        stats.n,
+        report::fmt_duration(stats.p50),
+        report::fmt_duration(stats.p99)
+    );
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "figure\t{id}\t{}\t{}\t{}",
+        stats.n,
+        stats.p50.as_nanos(),
+        stats.p99.as_nanos()
+    );
+    let _ = out.flush();
+}
+
+async fn measure_all(
+    plans: Plans,
+    wasm: PathBuf,
+    native: PathBuf,
+    scratch: PathBuf,
+) -> anyhow::Result<()> {
+    let (plans, wasm, native, scratch) = (&plans, wasm.as_path(), native.as_path(), &scratch);
+    // Round trips need no disk cache: the one compile happens before any timing.
+    let host = Host::with_cache_dir(None)?;
+    for (i, size) in SIZES.into_iter().enumerate() {
+        let frame = roundtrip::frame(size)?;
+        let (rt, floor) = (&plans.round_trip[i], &plans.floor[i]);
+        emit(
+            &format!("rt.floor.{size}"),
+            roundtrip::floor(floor, &frame)?,
+        );
+        emit(
+            &format!("rt.value.{size}"),
+            roundtrip::value_floor(floor, &frame)?,
+        );
+        emit(
+            &format!("rt.baseline.{size}"),
+            roundtrip::baseline(rt, native, &frame).context("baseline child")?,
+        );
+        emit(
+            &format!("rt.native.{size}"),
+            roundtrip::sandpipe(rt, &host, native, &frame)
+                .await
+                .context("native fallback")?,
+        );
+        emit(
+            &format!("rt.wasm.{size}"),
+            roundtrip::sandpipe(rt, &host, wasm, &frame)
+                .await
+                .context("wasm")?,
+        );
+    }
+    let frame = roundtrip::frame(SIZES[0])?;
+    startup::all(&plans.start, wasm, native, scratch, &frame, emit).await
+}

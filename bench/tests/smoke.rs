@@ -1,0 +1,43 @@
+//! The benchmark binary still runs: `--quick` measures every figure a few times and prints the
+//! tables. No speed is asserted here, only that the suite works.
+
+use std::process::Command;
+
+#[test]
+fn quick_mode_runs_every_figure_and_prints_the_tables() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sandpipe-bench"))
+        .arg("--quick")
+        .output()
+        .expect("running sandpipe-bench --quick");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "exit {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    for header in [
+        "| figure | frame | n | p50 | p99 | vs baseline child (p50) | CPU placement |",
+        "| target | measured p50 | against p50 | ratio | goal | result |",
+    ] {
+        assert!(stdout.contains(header), "missing {header:?} in:\n{stdout}");
+    }
+    for figure in [
+        "sandpipe wasm",
+        "hand-written baseline",
+        "native fallback",
+        "plain-function floor",
+        "cold compile",
+        "on-disk cache",
+        "reused pre-instance",
+    ] {
+        assert!(
+            stdout.contains(figure),
+            "missing the {figure:?} figure in:\n{stdout}"
+        );
+    }
+    assert!(
+        !stdout.contains("not measured |"),
+        "a target's figure is missing:\n{stdout}"
+    );
+}
