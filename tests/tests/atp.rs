@@ -3,22 +3,22 @@
 //! flight failing with an ATP error when the plugin is stopped; and the SIGTERM emulation of
 //! `done`.
 
+mod common;
+
 use std::time::Duration;
 
 use sandpipe::protocols::atp::{AtpClient, AtpFailure, AtpRunError, ErrorOrigin, Value, Version};
-use sandpipe::{Exit, Host, Policy, Session, SessionOptions, StderrMode};
+use sandpipe::{Exit, Host, Policy, Session};
 use sandpipe_proto::atp::AtpError;
 use sandpipe_proto::frame::Framing;
-use sandpipe_tests::{Target, plugin};
+use sandpipe_tests::Target;
 use serde_json::json;
 
 /// Generous: a well-behaved plugin exits long before; a stubborn one is killed after it.
 const GRACE: Duration = Duration::from_secs(10);
 
 async fn start(host: &Host, bin: &str, target: Target, policy: &Policy) -> Session {
-    let p = host.load(plugin(bin, target)).expect("load");
-    let opts = SessionOptions::framed(Framing::CborSeq).stderr(StderrMode::Discard);
-    host.start(&p, policy, &opts).await.expect("start")
+    common::start(host, bin, target, policy, Framing::CborSeq).await
 }
 
 fn cbor(v: serde_json::Value) -> Value {
@@ -138,40 +138,10 @@ async fn example_speaks_v1_when_asked() {
 
 /// (target, misbehaviour, policy, the reason the error must name)
 fn stops() -> Vec<(Target, &'static str, Policy, &'static str)> {
-    vec![
-        (
-            Target::Wasm,
-            "spin",
-            Policy::default().fuel(200_000_000),
-            "plugin ran out of fuel",
-        ),
-        (
-            Target::Wasm,
-            "alloc",
-            Policy::default().max_memory(Some(48 << 20)),
-            "plugin exceeded the memory limit",
-        ),
-        (
-            Target::Wasm,
-            "sleep",
-            Policy::default().deadline(Duration::from_secs(1)),
-            "plugin exceeded its deadline",
-        ),
-        (
-            Target::Native,
-            "sleep",
-            Policy::default().deadline(Duration::from_secs(1)),
-            "plugin exceeded its deadline",
-        ),
-        (
-            Target::Native,
-            "spin",
-            Policy::default().deadline(Duration::from_secs(1)),
-            "plugin exceeded its deadline",
-        ),
-        (Target::Wasm, "trap", Policy::default(), "plugin trapped"),
-        (Target::Native, "trap", Policy::default(), "plugin trapped"),
-    ]
+    let mut rows = common::stops();
+    rows.push((Target::Wasm, "trap", Policy::default(), "plugin trapped"));
+    rows.push((Target::Native, "trap", Policy::default(), "plugin trapped"));
+    rows
 }
 
 #[tokio::test]

@@ -3,6 +3,8 @@
 //! a command-level failure), cancellation of a call in flight, and a runner stopped with
 //! calls pending.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,11 +13,11 @@ use sandpipe::protocols::finecode::{
     RunActionParams, RunHandlersParams, RunnerRequest, RunnerRequests, SyncRequests,
     UpdateConfigParams,
 };
-use sandpipe::{Exit, Host, Policy, Session, SessionOptions, StderrMode};
+use sandpipe::{Exit, Host, Policy, Session};
 use sandpipe_proto::finecode::{GetRawConfigParams, RunOptions, RunStatus};
 use sandpipe_proto::frame::Framing;
 use sandpipe_proto::jsonrpc::{ErrorCode, ErrorObject, INTERNAL_ERROR, REQUEST_CANCELLED};
-use sandpipe_tests::{Target, plugin};
+use sandpipe_tests::Target;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -23,9 +25,7 @@ use tokio::sync::mpsc;
 const STEP: Duration = Duration::from_secs(60);
 
 async fn start(host: &Host, bin: &str, target: Target, policy: &Policy) -> Session {
-    let p = host.load(plugin(bin, target)).expect("load");
-    let opts = SessionOptions::framed(Framing::ContentLength).stderr(StderrMode::Discard);
-    host.start(&p, policy, &opts).await.expect("start")
+    common::start(host, bin, target, policy, Framing::ContentLength).await
 }
 
 const DEF_PATH: &str = "/work/demo/finecode.toml";
@@ -308,38 +308,7 @@ async fn a_cancelled_call_completes_at_once_and_the_runner_moves_on() {
 
 /// (target, misbehaviour, policy, the reason the error must name)
 fn stops() -> Vec<(Target, &'static str, Policy, &'static str)> {
-    vec![
-        (
-            Target::Wasm,
-            "spin",
-            Policy::default().fuel(200_000_000),
-            "plugin ran out of fuel",
-        ),
-        (
-            Target::Wasm,
-            "alloc",
-            Policy::default().max_memory(Some(48 << 20)),
-            "plugin exceeded the memory limit",
-        ),
-        (
-            Target::Wasm,
-            "sleep",
-            Policy::default().deadline(Duration::from_secs(1)),
-            "plugin exceeded its deadline",
-        ),
-        (
-            Target::Native,
-            "sleep",
-            Policy::default().deadline(Duration::from_secs(1)),
-            "plugin exceeded its deadline",
-        ),
-        (
-            Target::Native,
-            "spin",
-            Policy::default().deadline(Duration::from_secs(1)),
-            "plugin exceeded its deadline",
-        ),
-    ]
+    common::stops()
 }
 
 #[tokio::test]

@@ -2,58 +2,27 @@
 //! protocol's own error, carrying the reason and the plugin's stderr tail. And text on stdout
 //! before the first frame is a precise error that quotes it, not a hang.
 
+mod common;
+
 use std::time::Duration;
 
 use sandpipe::protocols::denobridge::DenoBridgeClient;
 use sandpipe::protocols::oracle::OracleClient;
 use sandpipe::rpc::RpcError;
-use sandpipe::{Host, Policy, Session, SessionOptions, StderrMode};
+use sandpipe::{Host, Policy, Session};
 use sandpipe_proto::frame::Framing;
 use sandpipe_proto::jsonrpc::{ErrorCode, INTERNAL_ERROR};
 use sandpipe_proto::oracle::ErrorOrigin;
-use sandpipe_tests::{Target, plugin};
+use sandpipe_tests::Target;
 use serde_json::json;
 
 async fn start(host: &Host, bin: &str, target: Target, policy: &Policy) -> Session {
-    let p = host.load(plugin(bin, target)).expect("load");
-    let opts = SessionOptions::framed(Framing::JsonLines).stderr(StderrMode::Discard);
-    host.start(&p, policy, &opts).await.expect("start")
+    common::start(host, bin, target, policy, Framing::JsonLines).await
 }
 
 /// (target, misbehaviour, policy, the reason the error must name)
 fn stops() -> Vec<(Target, &'static str, Policy, &'static str)> {
-    vec![
-        (
-            Target::Wasm,
-            "spin",
-            Policy::default().fuel(200_000_000),
-            "plugin ran out of fuel",
-        ),
-        (
-            Target::Wasm,
-            "alloc",
-            Policy::default().max_memory(Some(48 << 20)),
-            "plugin exceeded the memory limit",
-        ),
-        (
-            Target::Wasm,
-            "sleep",
-            Policy::default().deadline(Duration::from_secs(1)),
-            "plugin exceeded its deadline",
-        ),
-        (
-            Target::Native,
-            "sleep",
-            Policy::default().deadline(Duration::from_secs(1)),
-            "plugin exceeded its deadline",
-        ),
-        (
-            Target::Native,
-            "spin",
-            Policy::default().deadline(Duration::from_secs(1)),
-            "plugin exceeded its deadline",
-        ),
-    ]
+    common::stops()
 }
 
 #[tokio::test]
