@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use sandpipe_proto::frame::Framing;
-use sandpipe_proto::transcript::{Direction, Entry};
+use sandpipe_proto::transcript::{Direction, render_line};
 
 use crate::error::Exit;
 use crate::policy::{Access, Policy};
@@ -106,12 +106,7 @@ impl Recorder {
             Framing::CborSeq => Some(crate::cbor_note::render(frame)),
             _ => None,
         };
-        let line = Entry {
-            dir,
-            frame: frame.to_vec(),
-            note,
-        }
-        .render();
+        let line = render_line(dir, frame, note.as_deref());
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.frames += 1;
         // A recording that cannot be written must not stop the session; it is logged.

@@ -256,8 +256,7 @@ impl JsonRpcPeer {
 
     /// Call `method` and wait for its result.
     pub async fn call(&self, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
-        let (id, rx) = self.start_call(method, params).await?;
-        let _ = id;
+        let (_, rx) = self.start_call(method, params).await?;
         rx.await.unwrap_or(Err(RpcError::Cancelled))
     }
 
@@ -380,16 +379,11 @@ impl JsonRpcPeer {
         Ok(())
     }
 
-    /// Close the plugin's stdin, give it `grace` to exit, then kill it.
+    /// Close the plugin's stdin, then as [`Session::shutdown`]: `grace` to exit, SIGTERM
+    /// (native), kill. The driver keeps reading stdout meanwhile.
     pub async fn shutdown(&self, grace: Duration) -> Exit {
         self.writer.lock().await.close().await;
-        tokio::select! {
-            exit = self.control.wait() => exit,
-            () = tokio::time::sleep(grace) => {
-                self.control.kill();
-                self.control.wait().await
-            }
-        }
+        self.control.wait_or_stop(grace).await
     }
 
     /// A write failure means the plugin stopped reading; the driver reports how it ended to

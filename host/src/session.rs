@@ -224,20 +224,7 @@ impl Session {
             }
             std::future::pending::<()>().await
         };
-        let escalate = async {
-            if let Ok(exit) = tokio::time::timeout(grace, control.wait()).await {
-                return exit;
-            }
-            if control.pid.is_some() {
-                control.terminate();
-                if let Ok(exit) = tokio::time::timeout(TERM_GRACE.min(grace), control.wait()).await
-                {
-                    return exit;
-                }
-            }
-            control.kill();
-            control.wait().await
-        };
+        let escalate = control.wait_or_stop(grace);
         tokio::select! {
             exit = escalate => exit,
             () = drain => unreachable_exit(),
@@ -388,6 +375,24 @@ impl SessionControl {
     /// The plugin's last stderr lines.
     pub fn stderr_tail(&self) -> Vec<String> {
         self.stderr.lines()
+    }
+
+    /// The second half of a shutdown, once the plugin's stdin is closed: give it `grace` to
+    /// exit; then SIGTERM a native plugin and wait up to [`TERM_GRACE`] more; then kill. The
+    /// caller keeps stdout drained meanwhile, so the plugin never blocks on a full pipe.
+    /// [`Session::shutdown`] and every protocol client's shutdown end here.
+    pub async fn wait_or_stop(&self, grace: Duration) -> Exit {
+        if let Ok(exit) = tokio::time::timeout(grace, self.wait()).await {
+            return exit;
+        }
+        if self.pid.is_some() {
+            self.terminate();
+            if let Ok(exit) = tokio::time::timeout(TERM_GRACE.min(grace), self.wait()).await {
+                return exit;
+            }
+        }
+        self.kill();
+        self.wait().await
     }
 
     /// Send SIGTERM to a native plugin's process group (nothing for wasm: see

@@ -78,27 +78,33 @@ pub enum TranscriptError {
 impl Entry {
     /// One line of the text format, with its newline.
     pub fn render(&self) -> String {
-        let arrow = match self.dir {
-            Direction::ToPlugin => '>',
-            Direction::FromPlugin => '<',
-        };
-        match std::str::from_utf8(&self.frame) {
-            Ok(s)
-                if !s.is_empty()
-                    && !s.contains(['\n', '\r'])
-                    && self.note.is_none()
-                    && !s.starts_with("x ") =>
-            {
-                format!("{arrow} {s}\n")
+        render_line(self.dir, &self.frame, self.note.as_deref())
+    }
+}
+
+/// One line of the text format for a frame, without building an [`Entry`] (no copy of the
+/// frame: recorders call this once per frame).
+pub fn render_line(dir: Direction, frame: &[u8], note: Option<&str>) -> String {
+    let arrow = match dir {
+        Direction::ToPlugin => '>',
+        Direction::FromPlugin => '<',
+    };
+    match std::str::from_utf8(frame) {
+        Ok(s)
+            if !s.is_empty()
+                && !s.contains(['\n', '\r'])
+                && note.is_none()
+                && !s.starts_with("x ") =>
+        {
+            format!("{arrow} {s}\n")
+        }
+        _ => {
+            let mut line = format!("{arrow}x {}", to_hex(frame));
+            if let Some(note) = note {
+                line.push_str(&format!(" ; {}", note.replace(['\n', '\r'], " ")));
             }
-            _ => {
-                let mut line = format!("{arrow}x {}", to_hex(&self.frame));
-                if let Some(note) = &self.note {
-                    line.push_str(&format!(" ; {}", note.replace(['\n', '\r'], " ")));
-                }
-                line.push('\n');
-                line
-            }
+            line.push('\n');
+            line
         }
     }
 }

@@ -7,10 +7,10 @@
 //! closes and the plugin must have nothing more to say and exit 0.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use sandpipe::{Access, Exit, Host, Policy, SessionOptions, StderrMode};
-use sandpipe_proto::frame::Framing;
-use sandpipe_proto::transcript::{Direction, Transcript};
+use sandpipe::{Exit, Host, SessionOptions, StderrMode, replay};
+use sandpipe_proto::transcript::Transcript;
 use sandpipe_tests::{Target, plugin, workspace_root};
 
 fn transcripts() -> Vec<PathBuf> {
@@ -29,71 +29,32 @@ fn transcripts() -> Vec<PathBuf> {
     files
 }
 
+/// The same replay as `sandpipe replay FILE --plugin`: the recorded policy (fresh directories
+/// for `# preopen:`), every `>` frame sent, every `<` frame compared, then nothing more and a
+/// clean exit.
 async fn replay(host: &Host, file: &Path, target: Target) -> Result<(), String> {
     let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
     let t = Transcript::parse(&text).map_err(|e| e.to_string())?;
     let bin = t.header("plugin").ok_or("no `# plugin:` header")?;
-    let framing: Framing = t.header("framing").unwrap_or("lines").parse()?;
-    let state = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let mut policy = Policy::default();
-    let guest_dir = t.header("preopen");
-    if let Some(guest) = guest_dir {
-        policy = policy.preopen(state.path(), guest, Access::ReadWrite);
-    }
-    for arg in t.header("args").unwrap_or("").split_whitespace() {
-        // Natively there is no preopen: the plugin gets the real directory instead.
-        let arg = match (target, guest_dir) {
-            (Target::Native, Some(g)) if arg == g => state.path().display().to_string(),
-            _ => arg.to_owned(),
-        };
-        policy = policy.arg(arg);
-    }
+    let framing = replay::framing_of(&t)?;
+    let scratch = replay::ScratchDirs::new().map_err(|e| e.to_string())?;
+    let policy = replay::recorded_policy(&t, target == Target::Native, &|guest| {
+        scratch.dir_for(guest)
+    })?;
     let p = host.load(plugin(bin, target)).map_err(|e| e.to_string())?;
     let opts = SessionOptions::framed(framing).stderr(StderrMode::Discard);
     let mut s = host
         .start(&p, &policy, &opts)
         .await
         .map_err(|e| e.to_string())?;
-    for (i, entry) in t.entries.iter().enumerate() {
-        match entry.dir {
-            Direction::ToPlugin => s
-                .send(&entry.frame)
-                .await
-                .map_err(|e| format!("frame {i}: send: {e}"))?,
-            Direction::FromPlugin => {
-                let got = s.recv().await.map_err(|e| format!("frame {i}: {e}"))?;
-                let got = got.ok_or_else(|| {
-                    format!("frame {i}: plugin ended; expected {}", show(&entry.frame))
-                })?;
-                if got[..] != entry.frame[..] {
-                    return Err(format!(
-                        "frame {i} differs\n  expected: {}\n  got:      {}",
-                        show(&entry.frame),
-                        show(&got)
-                    ));
-                }
-            }
-        }
-    }
-    s.close_stdin().await;
-    if let Some(extra) = s
-        .recv()
-        .await
-        .map_err(|e| format!("after the last frame: {e}"))?
-    {
-        return Err(format!("unexpected extra frame: {}", show(&extra)));
-    }
-    match s.wait().await {
-        Exit::Exited(0) => Ok(()),
-        other => Err(format!(
+    match replay::check(&mut s, &t, Duration::from_secs(30)).await {
+        Ok(Exit::Exited(0)) => Ok(()),
+        Ok(other) => Err(format!(
             "plugin ended with {other} (stderr: {:?})",
             s.stderr_tail()
         )),
+        Err(divergence) => Err(divergence.to_string()),
     }
-}
-
-fn show(frame: &[u8]) -> String {
-    String::from_utf8_lossy(frame).into_owned()
 }
 
 #[tokio::test]

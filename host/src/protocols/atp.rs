@@ -361,28 +361,8 @@ impl AtpClient {
             send_frames(&mut writer, frames).await;
             writer.close().await;
         }
-        // What `Session::shutdown` does after closing stdin; the driver keeps reading stdout,
-        // so the plugin never blocks on a full pipe.
-        let control = &self.control;
-        let exit = match tokio::time::timeout(grace, control.wait()).await {
-            Ok(exit) => exit,
-            Err(_) => {
-                let mut exit = None;
-                if control.pid().is_some() {
-                    control.terminate();
-                    exit = tokio::time::timeout(TERM_GRACE.min(grace), control.wait())
-                        .await
-                        .ok();
-                }
-                match exit {
-                    Some(exit) => exit,
-                    None => {
-                        control.kill();
-                        control.wait().await
-                    }
-                }
-            }
-        };
+        // The driver keeps reading stdout meanwhile, so the plugin never blocks on a full pipe.
+        let exit = self.control.wait_or_stop(grace).await;
         // Every run learns its outcome before `done` returns: the driver ends once stdout
         // closes, which the plugin's end guarantees. A driver blocked on a full run queue
         // (a caller holding a `Run` without reading it) would block here, so stop waiting

@@ -48,7 +48,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Exit, SessionError};
-use crate::session::{Session, SessionControl, SessionReader, SessionWriter, TERM_GRACE};
+use crate::session::{Session, SessionControl, SessionReader, SessionWriter};
 
 /// How many `$/progress` values of one call may wait unread before the driver stops reading
 /// the runner's stdout (backpressure instead of unbounded memory).
@@ -573,18 +573,7 @@ impl FineCodeClient {
         }
         // The driver keeps reading stdout to its end meanwhile, so the runner never blocks
         // on a full pipe while it exits.
-        let control = &self.control;
-        if let Ok(exit) = tokio::time::timeout(grace, control.wait()).await {
-            return exit;
-        }
-        if control.pid().is_some() {
-            control.terminate();
-            if let Ok(exit) = tokio::time::timeout(TERM_GRACE.min(grace), control.wait()).await {
-                return exit;
-            }
-        }
-        control.kill();
-        control.wait().await
+        self.control.wait_or_stop(grace).await
     }
 
     fn start_typed<T>(
