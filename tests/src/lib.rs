@@ -109,3 +109,64 @@ fn build(target: Target) {
          run `rustup target add wasm32-wasip2 wasm32-wasip1`"
     );
 }
+
+/// Golden transcripts in `tests/transcripts/<protocol>/<case>.transcript`, shared by every
+/// example crate's `tests/golden.rs`: one path rule, one `BLESS=1` switch, one diff.
+pub mod golden {
+    use std::path::PathBuf;
+
+    /// The golden file for `case` of `protocol`.
+    pub fn path(protocol: &str, case: &str) -> PathBuf {
+        super::workspace_root()
+            .join("tests")
+            .join("transcripts")
+            .join(protocol)
+            .join(format!("{case}.transcript"))
+    }
+
+    /// True when `BLESS=1`: golden files are rewritten instead of compared.
+    pub fn blessing() -> bool {
+        std::env::var_os("BLESS").is_some_and(|v| v == "1")
+    }
+
+    /// A line-by-line diff: `-` lines only in the file, `+` lines only in the recording.
+    pub fn diff(name: &str, want: &str, got: &str) -> String {
+        let want: Vec<&str> = want.lines().collect();
+        let got: Vec<&str> = got.lines().collect();
+        let mut out = format!("--- {name}\n+++ recorded\n");
+        for i in 0..want.len().max(got.len()) {
+            match (want.get(i), got.get(i)) {
+                (Some(w), Some(g)) if w == g => {}
+                (w, g) => {
+                    if let Some(w) = w {
+                        out.push_str(&format!("-{:>3} {w}\n", i + 1));
+                    }
+                    if let Some(g) = g {
+                        out.push_str(&format!("+{:>3} {g}\n", i + 1));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Compare `got` with the golden file (or write it, under `BLESS=1`). `Err` holds the
+    /// message to fail with: a diff, or why the file could not be read.
+    pub fn check(protocol: &str, case: &str, got: &str) -> Result<(), String> {
+        let file = path(protocol, case);
+        if blessing() {
+            return std::fs::write(&file, got).map_err(|e| format!("{}: {e}", file.display()));
+        }
+        let want = std::fs::read_to_string(&file)
+            .map_err(|e| format!("{}: {e} (run with BLESS=1)", file.display()))?;
+        if want == got {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} differs (BLESS=1 rewrites it):\n{}",
+                file.display(),
+                diff(&format!("{protocol}/{case}.transcript"), &want, got)
+            ))
+        }
+    }
+}

@@ -138,35 +138,8 @@ impl Session {
 }
 
 fn compare(case: &str, got: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/transcripts/denobridge")
-        .join(format!("{case}.transcript"));
-    if std::env::var_os("BLESS").is_some_and(|v| v == "1") {
-        std::fs::write(&path, got).expect("bless");
-        return;
-    }
-    let want = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (run with BLESS=1)", path.display()));
-    if want != got {
-        let mut diff = String::new();
-        let (w, g): (Vec<&str>, Vec<&str>) = (want.lines().collect(), got.lines().collect());
-        for i in 0..w.len().max(g.len()) {
-            match (w.get(i), g.get(i)) {
-                (Some(a), Some(b)) if a == b => {}
-                (a, b) => {
-                    if let Some(a) = a {
-                        diff.push_str(&format!("-{:>3} {a}\n", i + 1));
-                    }
-                    if let Some(b) = b {
-                        diff.push_str(&format!("+{:>3} {b}\n", i + 1));
-                    }
-                }
-            }
-        }
-        panic!(
-            "{case}: transcript differs from {} (BLESS=1 to accept):\n{diff}",
-            path.display()
-        );
+    if let Err(diff) = sandpipe_tests::golden::check("denobridge", case, got) {
+        panic!("{case}: {diff}");
     }
 }
 

@@ -7,7 +7,6 @@
 //! each file replays sequentially against the real plugin (wasm or native).
 
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -191,32 +190,10 @@ impl Session {
 }
 
 fn compare(case: &str, got: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/transcripts/finecode")
-        .join(format!("{case}.transcript"));
-    if std::env::var_os("BLESS").is_some() {
-        std::fs::write(&path, got).expect("bless");
-        return;
+    if let Err(diff) = sandpipe_tests::golden::check("finecode", case, got) {
+        panic!("{case}: {diff}");
     }
-    let want = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (run with BLESS=1 to create it)", path.display()));
-    if want != got {
-        let mut diff = String::new();
-        let (w, g): (Vec<&str>, Vec<&str>) = (want.lines().collect(), got.lines().collect());
-        for i in 0..w.len().max(g.len()) {
-            match (w.get(i), g.get(i)) {
-                (Some(a), Some(b)) if a == b => {}
-                (a, b) => diff.push_str(&format!(
-                    "line {}:\n- {}\n+ {}\n",
-                    i + 1,
-                    a.unwrap_or(&""),
-                    b.unwrap_or(&"")
-                )),
-            }
-        }
-        panic!("{} differs (BLESS=1 rewrites it):\n{diff}", path.display());
-    }
-    Transcript::parse(&want).expect("the file parses");
+    Transcript::parse(got).expect("the file parses");
 }
 
 fn lint(files: &[&str]) -> RunActionParams {

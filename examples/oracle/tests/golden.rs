@@ -5,7 +5,6 @@
 use std::io::Read;
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::thread::{self, JoinHandle};
 
 use sandpipe_guest::{FrameLimits, Framed, Framing};
@@ -194,22 +193,16 @@ fn render(args: &[&str], entries: Vec<Entry>) -> String {
     format!("# sandpipe transcript 1\n{}", t.render())
 }
 
-fn path(case: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/transcripts/oracle")
-        .join(format!("{case}.transcript"))
-}
-
 #[test]
 fn transcripts_match() {
-    let bless = std::env::var_os("BLESS").is_some_and(|v| v == "1");
+    let bless = sandpipe_tests::golden::blessing();
     let mut failures = Vec::new();
     for (case, args, scenario) in CASES {
         let owned: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
         let mut session = Session::start(&owned);
         scenario(&mut session);
         let got = render(args, session.finish());
-        let file = path(case);
+        let file = sandpipe_tests::golden::path("oracle", case);
         if bless {
             std::fs::write(&file, &got).expect("write transcript");
             continue;
@@ -223,7 +216,11 @@ fn transcripts_match() {
             "{case}"
         );
         if got != want {
-            failures.push(diff(case, &want, &got));
+            failures.push(sandpipe_tests::golden::diff(
+                &format!("oracle/{case}.transcript"),
+                &want,
+                &got,
+            ));
         }
     }
     assert!(
@@ -231,25 +228,4 @@ fn transcripts_match() {
         "rerun with BLESS=1 to accept:\n{}",
         failures.join("\n")
     );
-}
-
-/// A line-by-line diff: `-` lines only in the file, `+` lines only in the recording.
-fn diff(case: &str, want: &str, got: &str) -> String {
-    let want: Vec<&str> = want.lines().collect();
-    let got: Vec<&str> = got.lines().collect();
-    let mut out = format!("--- {case}.transcript\n+++ recorded\n");
-    for i in 0..want.len().max(got.len()) {
-        match (want.get(i), got.get(i)) {
-            (Some(w), Some(g)) if w == g => {}
-            (w, g) => {
-                if let Some(w) = w {
-                    out.push_str(&format!("-{:>3} {w}\n", i + 1));
-                }
-                if let Some(g) = g {
-                    out.push_str(&format!("+{:>3} {g}\n", i + 1));
-                }
-            }
-        }
-    }
-    out
 }

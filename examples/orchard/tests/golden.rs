@@ -8,7 +8,6 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -163,34 +162,10 @@ fn close(host: &UnixStream) {
 }
 
 fn compare(case: &str, got: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/transcripts/orchard")
-        .join(format!("{case}.transcript"));
-    if std::env::var_os("BLESS").is_some() {
-        std::fs::write(&path, got).expect("bless");
-        return;
+    if let Err(diff) = sandpipe_tests::golden::check("orchard", case, got) {
+        panic!("{case}: {diff}");
     }
-    let want = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (run with BLESS=1 to create it)", path.display()));
-    if want != got {
-        let mut diff = String::new();
-        let (w, g): (Vec<&str>, Vec<&str>) = (want.lines().collect(), got.lines().collect());
-        for i in 0..w.len().max(g.len()) {
-            match (w.get(i), g.get(i)) {
-                (Some(a), Some(b)) if a == b => {}
-                (a, b) => {
-                    diff.push_str(&format!(
-                        "line {}:\n- {}\n+ {}\n",
-                        i + 1,
-                        a.unwrap_or(&""),
-                        b.unwrap_or(&"")
-                    ));
-                }
-            }
-        }
-        panic!("{} differs (BLESS=1 rewrites it):\n{diff}", path.display());
-    }
-    Transcript::parse(&want).expect("the file parses");
+    Transcript::parse(got).expect("the file parses");
 }
 
 #[test]
