@@ -57,8 +57,12 @@ pub fn workspace_root() -> PathBuf {
         .to_owned()
 }
 
-/// Where plugins are built.
+/// Where plugins are built: `SANDPIPE_PLUGIN_TARGET_DIR` if set (so several checkouts can share
+/// one `CARGO_TARGET_DIR` without overwriting each other's plugins), else `<target>/plugins`.
 pub fn plugin_target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("SANDPIPE_PLUGIN_TARGET_DIR") {
+        return PathBuf::from(dir);
+    }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target"));
