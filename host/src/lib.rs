@@ -53,11 +53,13 @@ pub mod rpc;
 mod sandbox;
 mod session;
 mod stderr;
+pub mod supervise;
 mod transport;
 
 pub mod cli;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use error::{Exit, HostError, SessionError};
@@ -70,6 +72,7 @@ pub use stderr::{StderrMode, StderrTail};
 
 use sandbox::{Compiled, Sandbox, WasmKind};
 use sha2::{Digest, Sha256};
+use transport::Meter;
 
 /// Loads plugins and starts sessions. Holds one wasmtime engine (with its epoch ticker thread),
 /// the compiled plugins seen so far, and the on-disk artifact cache.
@@ -227,6 +230,7 @@ impl Host {
         options: &SessionOptions,
     ) -> Result<Session, HostError> {
         let argv0 = sandbox::argv0_for(&plugin.path);
+        let meter = Arc::new(Meter::default());
         let transport = match &plugin.compiled {
             Some(compiled) => {
                 self.sandbox
@@ -236,6 +240,7 @@ impl Host {
                         &argv0,
                         options.stderr,
                         options.stderr_tail_lines,
+                        meter.clone(),
                     )
                     .await?
             }
@@ -246,7 +251,7 @@ impl Host {
                 options.stderr_tail_lines,
             )?,
         };
-        Ok(Session::new(transport, options))
+        Ok(Session::new(transport, options, meter))
     }
 }
 

@@ -57,6 +57,15 @@ pub enum ImportPolicy {
 pub struct Policy {
     /// Total fuel (roughly, wasm instructions) for the whole session. Wasm only.
     pub fuel: Option<u64>,
+    /// Fuel for each request instead of the whole session (wasm only): the budget is re-armed
+    /// when the guest takes its first step after [`SessionControl::begin_request`], and the
+    /// guest is stopped with [`Exit::OutOfFuel`] if one request uses it all. Time the guest
+    /// spends blocked waiting for input burns no fuel, so idle time is never billed.
+    /// Takes precedence over `fuel`.
+    ///
+    /// [`SessionControl::begin_request`]: crate::SessionControl::begin_request
+    /// [`Exit::OutOfFuel`]: crate::Exit::OutOfFuel
+    pub fuel_per_request: Option<u64>,
     /// Memory cap in bytes: linear memory for wasm, `RLIMIT_AS` for native. `None` = no cap.
     pub max_memory: Option<u64>,
     /// Wall-clock deadline from the start of the session.
@@ -81,6 +90,7 @@ impl Default for Policy {
     fn default() -> Self {
         Self {
             fuel: None,
+            fuel_per_request: None,
             max_memory: Some(DEFAULT_MAX_MEMORY),
             deadline: None,
             preopens: Vec::new(),
@@ -96,6 +106,12 @@ impl Policy {
     /// Set the fuel budget.
     pub fn fuel(mut self, fuel: u64) -> Self {
         self.fuel = Some(fuel);
+        self
+    }
+
+    /// Set a fuel budget per request (see [`Policy::fuel_per_request`]).
+    pub fn fuel_per_request(mut self, fuel: u64) -> Self {
+        self.fuel_per_request = Some(fuel);
         self
     }
     /// Set the memory cap (`None` removes it).

@@ -21,9 +21,10 @@ use tokio::sync::watch;
 use crate::error::{Exit, SessionError};
 use crate::record::Recorder;
 use crate::stderr::{StderrMode, StderrTail};
-use crate::transport::{KillSwitch, Transport};
+use crate::transport::{KillSwitch, Meter, Transport};
 use sandpipe_proto::transcript::Direction;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// How stdout is read.
 const READ_CHUNK: usize = 64 * 1024;
@@ -126,6 +127,7 @@ pub struct SessionControl {
     exit: watch::Receiver<Option<Exit>>,
     kill: KillSwitch,
     stderr: StderrTail,
+    meter: Arc<Meter>,
 }
 
 impl std::fmt::Debug for SessionWriter {
@@ -146,7 +148,7 @@ impl std::fmt::Debug for SessionReader {
 }
 
 impl Session {
-    pub(crate) fn new(t: Transport, opts: &SessionOptions) -> Self {
+    pub(crate) fn new(t: Transport, opts: &SessionOptions, meter: Arc<Meter>) -> Self {
         let framer = || opts.framing.map(|f| f.framer(opts.frame_limits));
         Session {
             writer: SessionWriter {
@@ -172,6 +174,7 @@ impl Session {
                 exit: t.exit,
                 kill: t.kill,
                 stderr: t.stderr,
+                meter,
             },
         }
     }
@@ -403,8 +406,42 @@ impl SessionControl {
         }
     }
 
+    /// Mark the start of a request: a [`Policy::fuel_per_request`](crate::Policy::fuel_per_request)
+    /// budget is re-armed when the guest next runs (after the read that delivers the request).
+    /// Call it just before sending the request's frame. Counts requests for every plugin kind.
+    pub fn begin_request(&self) {
+        self.meter.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests begun so far with [`SessionControl::begin_request`].
+    pub fn requests_begun(&self) -> u64 {
+        self.meter.requests.load(Ordering::Relaxed)
+    }
+
+    /// Memory the plugin holds now, in bytes: linear memory for wasm (all memories of the
+    /// instance), resident set size for a native plugin (`/proc/<pid>/statm`). `None` when
+    /// it cannot be read (a native plugin that is gone).
+    pub fn memory_in_use(&self) -> Option<u64> {
+        match self.pid {
+            None => Some(self.meter.memory.load(Ordering::Relaxed)),
+            Some(pid) => {
+                let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+                let resident: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+                Some(resident * page_size())
+            }
+        }
+    }
+
     /// The child's process id, for a native plugin (also its process group id).
     pub fn pid(&self) -> Option<u32> {
         self.pid
     }
+}
+
+/// The system page size, for `/proc/<pid>/statm` (in pages).
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    #[allow(unsafe_code)]
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size).ok().filter(|s| *s > 0).unwrap_or(4096)
 }

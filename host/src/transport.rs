@@ -2,6 +2,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
@@ -19,6 +20,16 @@ pub(crate) struct Transport {
     pub(crate) stderr: StderrTail,
     /// The child's process id (native plugins only).
     pub(crate) pid: Option<u32>,
+}
+
+/// Counters a running plugin shares with its session.
+#[derive(Debug, Default)]
+pub(crate) struct Meter {
+    /// Requests begun ([`SessionControl::begin_request`](crate::SessionControl::begin_request));
+    /// a per-request fuel budget re-arms when the guest next runs after this changes.
+    pub(crate) requests: AtomicU64,
+    /// Linear memory in use, in bytes (wasm; native plugins are read from `/proc`).
+    pub(crate) memory: AtomicU64,
 }
 
 /// Kills the plugin when asked, or when the last clone is dropped (a dropped session never

@@ -3,6 +3,7 @@
 
 mod call;
 mod inspect;
+mod proxy;
 mod replay;
 mod run;
 mod sandbox_args;
@@ -34,11 +35,11 @@ const EXIT_CODES_HELP: &str = "\
 Exit status:
   the plugin's own code when it exits by itself (under WASI p2 a guest must use
   wasi:cli/exit.exit-with-code, e.g. sandpipe_guest::exit, to report codes other than 0/1)
-  121  out of fuel (--fuel)
+  121  out of fuel (--fuel, --fuel-per-request)
   122  memory limit (--max-memory)
   123  bad frame, from the plugin or on sandpipe's stdin (--framing, --max-frame), or a
        plugin that broke its protocol (call)
-  124  deadline exceeded (--timeout)
+  124  deadline exceeded (--timeout, --request-timeout)
   125  sandpipe could not load or start the plugin
   1    (call) the plugin answered with the protocol's error
   134  the plugin trapped (wasm trap, or a native crash signal)

@@ -18,8 +18,15 @@ pub struct RunArgs {
     /// and end the session with a one-line reason on the first bad one.
     #[arg(long, default_value = "raw", value_parser = ["raw", "lines", "cbor", "content-length"])]
     framing: String,
+    /// Speak protocol P (jsonrpc, oracle, orchard, denobridge, atp, finecode) with the engine on
+    /// stdin/stdout: frames use the protocol's framing, requests are tracked, and the per-request
+    /// options below apply. A request the plugin cannot answer gets the protocol's error.
+    #[arg(long, value_name = "P", conflicts_with_all = ["framing", "record"])]
+    protocol: Option<crate::protocols::Protocol>,
     #[command(flatten)]
     sandbox: SandboxArgs,
+    #[command(flatten)]
+    budgets: super::proxy::BudgetArgs,
     /// Record the session (every frame both ways, the policy, the outcome) as a transcript;
     /// needs --framing.
     #[arg(long, value_name = "FILE")]
@@ -77,6 +84,13 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         plugin.load_time()
     );
     warn_if_native(&plugin);
+    if let Some(protocol) = args.protocol {
+        let options = SessionOptions::default()
+            .frame_limits(args.sandbox.frame_limits())
+            .stderr(StderrMode::Inherit);
+        return super::proxy::run_proxy(&host, &plugin, policy, options, protocol, &args.budgets)
+            .await;
+    }
     let framing = args.framing();
     let limits = args.sandbox.frame_limits();
     let mut options = SessionOptions::default()

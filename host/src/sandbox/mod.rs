@@ -22,7 +22,9 @@ pub use cache::default_cache_dir;
 use tokio::io::DuplexStream;
 use tokio::sync::watch;
 use wasmtime::component::{Component, ResourceTable};
-use wasmtime::{Engine, InstancePre, Module, ResourceLimiter, Store, Trap, UpdateDeadline};
+use wasmtime::{
+    CallHook, Engine, InstancePre, Module, ResourceLimiter, Store, Trap, UpdateDeadline,
+};
 use wasmtime_wasi::cli::{AsyncStdinStream, AsyncStdoutStream};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::bindings::CommandPre;
@@ -31,7 +33,7 @@ use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, Wasi
 use crate::error::{Exit, HostError};
 use crate::policy::{Access, ImportPolicy, Policy, import_allowed};
 use crate::stderr::{StderrMode, StderrTail};
-use crate::transport::{KillSwitch, Transport, killed};
+use crate::transport::{KillSwitch, Meter, Transport, killed};
 
 /// How often the epoch ticker bumps the engine's epoch. Each bump lets a running guest yield
 /// to tokio (so kills and timeouts are noticed) and checks its deadline.
@@ -137,6 +139,7 @@ struct Limiter {
     memory_in_use: usize,
     table_elements: usize,
     denied: Arc<AtomicBool>,
+    meter: Arc<Meter>,
 }
 
 impl ResourceLimiter for Limiter {
@@ -155,6 +158,9 @@ impl ResourceLimiter for Limiter {
             return Ok(false);
         }
         self.memory_in_use = total;
+        self.meter
+            .memory
+            .store(u64::try_from(total).unwrap_or(u64::MAX), Ordering::Relaxed);
         Ok(true)
     }
 
@@ -374,6 +380,7 @@ impl Sandbox {
         argv0: &str,
         stderr_mode: StderrMode,
         tail_lines: usize,
+        meter: Arc<Meter>,
     ) -> Result<Transport, HostError> {
         Self::check_imports(compiled, policy)?;
         let (host_in, guest_in) = tokio::io::duplex(PIPE_BYTES);
@@ -389,6 +396,7 @@ impl Sandbox {
             memory_in_use: 0,
             table_elements: 0,
             denied: denied.clone(),
+            meter: meter.clone(),
         };
         let started = Instant::now();
         let deadline = policy.deadline.map(|d| (started + d, d));
@@ -402,6 +410,8 @@ impl Sandbox {
         let (kill, kill_rx) = KillSwitch::new();
         let limits = Limits {
             fuel: policy.fuel,
+            fuel_per_request: policy.fuel_per_request,
+            meter,
             max_memory: policy.max_memory,
             deadline,
             denied,
@@ -520,15 +530,37 @@ impl Artifact for Module {
 /// The limits one store runs under.
 struct Limits {
     fuel: Option<u64>,
+    fuel_per_request: Option<u64>,
+    meter: Arc<Meter>,
     max_memory: Option<u64>,
     deadline: Option<(Instant, Duration)>,
     denied: Arc<AtomicBool>,
 }
 
 fn arm<T>(store: &mut Store<T>, limits: &Limits) -> Result<(), HostError> {
-    store
-        .set_fuel(limits.fuel.unwrap_or(u64::MAX))
-        .map_err(engine_err)?;
+    match limits.fuel_per_request {
+        Some(budget) => {
+            store.set_fuel(budget).map_err(engine_err)?;
+            // Re-arm at the guest's first step back from a host call (typically the stdin read
+            // that delivered the request) after a new request began. A guest blocked on input
+            // burns no fuel, so idle time between requests is never billed.
+            let meter = limits.meter.clone();
+            let mut seen = meter.requests.load(Ordering::Relaxed);
+            store.call_hook(move |mut ctx, hook| {
+                if matches!(hook, CallHook::ReturningFromHost) {
+                    let now = meter.requests.load(Ordering::Relaxed);
+                    if now != seen {
+                        seen = now;
+                        ctx.set_fuel(budget)?;
+                    }
+                }
+                Ok(())
+            });
+        }
+        None => store
+            .set_fuel(limits.fuel.unwrap_or(u64::MAX))
+            .map_err(engine_err)?,
+    }
     // Every epoch tick, yield to tokio (so a spinning guest never starves the runtime and a
     // kill is noticed) and check the deadline from inside the guest.
     let deadline = limits.deadline.map(|(at, _)| at);
@@ -580,7 +612,10 @@ fn classify(r: wasmtime::Result<Result<(), i32>>, limits: &Limits, tail: &Stderr
     match err.downcast_ref::<Trap>() {
         Some(Trap::OutOfFuel) => {
             return Exit::OutOfFuel {
-                limit: limits.fuel.unwrap_or(u64::MAX),
+                limit: limits
+                    .fuel_per_request
+                    .or(limits.fuel)
+                    .unwrap_or(u64::MAX),
             };
         }
         Some(Trap::Interrupt) => {

@@ -1,0 +1,169 @@
+//! `sandpipe run --protocol P`: the protocol-aware bridge, with per-request budgets, restarts
+//! and recycling (see [`crate::supervise`]).
+
+use std::time::Duration;
+
+use anyhow::Result;
+use bytes::BytesMut;
+use sandpipe_proto::frame::{FrameError, FrameLimits, Framer, Framing};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use super::run::exit_status;
+use super::{exit_code, parse_duration, parse_size};
+use crate::protocols::Protocol;
+use crate::supervise::{Budgets, Incident, Supervisor};
+use crate::{Host, Plugin, PluginKind, Policy, SessionOptions};
+
+/// Per-request limits and instance renewal (`run --protocol` only).
+#[derive(Debug, Clone, clap::Args)]
+pub struct BudgetArgs {
+    /// Fuel for each request instead of the whole session (wasm only). Re-armed when a request
+    /// (a JSON-RPC id, an ATP run, an oracle invoke) reaches the plugin; idle time is not billed.
+    #[arg(long, value_name = "N", requires = "protocol", conflicts_with = "fuel")]
+    fuel_per_request: Option<u64>,
+    /// Wall-clock limit from a request reaching the plugin to its response (e.g. 2s). A
+    /// request that runs over stops the plugin; the time between requests is not counted.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "protocol")]
+    request_timeout: Option<Duration>,
+    /// After a request's budget stops the plugin (or it dies), give the next request a fresh
+    /// instance, replaying the protocol's handshake to it, instead of ending the session.
+    #[arg(long, requires = "protocol")]
+    restart: bool,
+    /// Replace the plugin with a fresh instance, between requests, after N answered requests.
+    #[arg(long, value_name = "N", requires = "protocol")]
+    recycle_after: Option<u64>,
+    /// Replace the plugin with a fresh instance, between requests, once it holds more than
+    /// SIZE of memory (wasm: linear memory; native: resident set), e.g. 64MiB.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "protocol")]
+    recycle_memory: Option<u64>,
+    /// How long a recycled instance gets to exit after its stdin closes.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s", requires = "protocol")]
+    recycle_grace: Duration,
+}
+
+impl BudgetArgs {
+    fn budgets(&self) -> Budgets {
+        let mut b = Budgets::default();
+        b.fuel_per_request = self.fuel_per_request;
+        b.request_timeout = self.request_timeout;
+        b.restart = self.restart;
+        b.recycle_after = self.recycle_after;
+        b.recycle_memory = self.recycle_memory;
+        b.grace = self.recycle_grace;
+        b
+    }
+}
+
+/// Bridge sandpipe's stdin/stdout to a supervised plugin speaking `protocol`.
+pub(crate) async fn run_proxy(
+    host: &Host,
+    plugin: &Plugin,
+    policy: Policy,
+    options: SessionOptions,
+    protocol: Protocol,
+    args: &BudgetArgs,
+) -> Result<i32> {
+    if plugin.kind() == PluginKind::NativeUnsandboxed && args.fuel_per_request.is_some() {
+        eprintln!(
+            "sandpipe: note: --fuel-per-request has no effect on a native plugin (use --request-timeout)"
+        );
+    }
+    let framing = protocol.framing();
+    let limits = options.frame_limits;
+    let (in_tx, in_rx) = mpsc::channel::<Vec<u8>>(16);
+    let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(16);
+    let input = tokio::spawn(read_engine(in_tx, framing, limits));
+    let output = tokio::spawn(write_engine(out_rx, framing, limits));
+    let supervisor = Supervisor::new(host, plugin, policy, options, protocol, args.budgets())
+        .on_incident(print_incident);
+    let report = supervisor.run(in_rx, out_tx).await?;
+    // The supervisor dropped its sender: the writer finishes what is queued.
+    let _ = output.await;
+    input.abort();
+    let bad_input = match input.await {
+        Ok(Err(e)) => Some(e),
+        _ => None,
+    };
+    tracing::info!(
+        requests = report.requests,
+        answered = report.answered,
+        failed = report.incidents.len(),
+        restarts = report.restarts,
+        recycles = report.recycles,
+        "supervised session ended"
+    );
+    if let Some(e) = bad_input {
+        eprintln!("sandpipe: bad frame on stdin: {e}");
+        return Ok(exit_code::BAD_FRAME);
+    }
+    Ok(exit_status(&report.exit))
+}
+
+fn print_incident(i: &Incident) {
+    let what = match &i.method {
+        Some(m) => format!("request {} ({m})", i.request),
+        None => format!("run {}", i.request),
+    };
+    let next = if i.restarting {
+        "the next request gets a fresh instance"
+    } else {
+        "ending the session"
+    };
+    eprintln!("sandpipe: {what} failed: {}; {next}", i.reason);
+}
+
+/// Frames from sandpipe's stdin. A bad frame ends the input like EOF (requests before it are
+/// still answered) and is returned.
+async fn read_engine(
+    tx: mpsc::Sender<Vec<u8>>,
+    framing: Framing,
+    limits: FrameLimits,
+) -> Result<(), FrameError> {
+    let mut stdin = tokio::io::stdin();
+    let mut framer = framing.framer(limits);
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut eof = false;
+    loop {
+        loop {
+            let next = if eof {
+                framer.decode_eof(&mut buf)?
+            } else {
+                framer.decode(&mut buf)?
+            };
+            match next {
+                Some(frame) => {
+                    if tx.send(frame.to_vec()).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                None => break,
+            }
+        }
+        if eof {
+            return Ok(());
+        }
+        buf.reserve(64 * 1024);
+        match stdin.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => eof = true,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Frames to sandpipe's stdout, each flushed.
+async fn write_engine(mut rx: mpsc::Receiver<Vec<u8>>, framing: Framing, limits: FrameLimits) {
+    let mut stdout = tokio::io::stdout();
+    let mut encoder = framing.framer(limits);
+    let mut out = BytesMut::new();
+    while let Some(frame) = rx.recv().await {
+        out.clear();
+        if let Err(e) = encoder.encode(&frame, &mut out) {
+            tracing::warn!("dropping a frame for the engine: {e}");
+            continue;
+        }
+        if stdout.write_all(&out).await.is_err() || stdout.flush().await.is_err() {
+            return;
+        }
+    }
+}
