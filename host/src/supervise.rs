@@ -131,8 +131,11 @@ pub struct Supervisor<'a> {
     options: SessionOptions,
     protocol: Protocol,
     budgets: Budgets,
-    on_incident: Option<Box<dyn FnMut(&Incident) + Send + 'a>>,
+    on_incident: Option<IncidentHook<'a>>,
 }
+
+/// Called for each request the supervisor fails.
+type IncidentHook<'a> = Box<dyn FnMut(&Incident) + Send + 'a>;
 
 impl std::fmt::Debug for Supervisor<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -196,7 +199,7 @@ impl Rules {
         self.protocol == Protocol::Oracle && method == "ready"
     }
 
-    fn from_engine(self, frame: &[u8]) -> FromEngine {
+    fn classify_engine(self, frame: &[u8]) -> FromEngine {
         if self.protocol == Protocol::Atp {
             if frame == atp::START_ITEM {
                 return FromEngine::Handshake { awaits: None };
@@ -227,12 +230,14 @@ impl Rules {
         }
     }
 
-    fn from_plugin(self, frame: &[u8]) -> FromPlugin {
+    fn classify_plugin(self, frame: &[u8]) -> FromPlugin {
         if self.protocol == Protocol::Atp {
             return match atp::Message::decode(frame) {
-                Ok(
-                    atp::Message::WorkDone { run_id, .. } | atp::Message::Error { run_id, .. },
-                ) if !run_id.is_empty() => FromPlugin::Answer { key: run_id },
+                Ok(atp::Message::WorkDone { run_id, .. } | atp::Message::Error { run_id, .. })
+                    if !run_id.is_empty() =>
+                {
+                    FromPlugin::Answer { key: run_id }
+                }
                 Ok(_) => FromPlugin::Other,
                 Err(_) if atp::Hello::decode(frame).is_ok() => FromPlugin::Hello,
                 Err(_) => FromPlugin::Other,
@@ -539,7 +544,8 @@ impl<'a> Supervisor<'a> {
                         }
                     };
                     let mut released = None;
-                    match rules.from_plugin(&frame) {
+                    let mut answered = false;
+                    match rules.classify_plugin(&frame) {
                         FromPlugin::Answer { key } if b.swallow.remove(&key) => {
                             if let Some(r) = restoring.as_mut().filter(|r| r.awaiting.as_ref() == Some(&key)) {
                                 r.awaiting = None;
@@ -553,6 +559,7 @@ impl<'a> Supervisor<'a> {
                             if b.pending.remove(&key).is_some() {
                                 inst.answered += 1;
                                 b.report.answered += 1;
+                                answered = true;
                             }
                         }
                         FromPlugin::HandshakeRequest { id, method } => {
@@ -598,7 +605,7 @@ impl<'a> Supervisor<'a> {
                         engine_open = false;
                         continue;
                     }
-                    if b.pending.is_empty() && restoring.is_none() && engine_open && self.recycle_due(inst) {
+                    if answered && b.pending.is_empty() && restoring.is_none() && engine_open && self.recycle_due(inst) {
                         let old = instance.take().expect("present");
                         retire(old, self.budgets.grace);
                         generation += 1;
@@ -694,7 +701,7 @@ impl<'a> Supervisor<'a> {
 
     /// Forward one engine frame to the running instance, noting requests and handshake.
     async fn forward(&self, rules: Rules, frame: Vec<u8>, inst: &mut Instance, b: &mut Books) {
-        match rules.from_engine(&frame) {
+        match rules.classify_engine(&frame) {
             FromEngine::Request { key, method } => {
                 b.report.requests += 1;
                 b.pending.insert(
@@ -736,7 +743,7 @@ impl<'a> Supervisor<'a> {
         to_engine: &mpsc::Sender<Vec<u8>>,
         b: &mut Books,
     ) {
-        if let FromEngine::Request { key, method } = rules.from_engine(frame) {
+        if let FromEngine::Request { key, method } = rules.classify_engine(frame) {
             b.report.requests += 1;
             let out = rules.error_frame(&key, method.as_deref(), reason, exit, tail);
             let incident = Incident {

@@ -555,3 +555,90 @@ fn inspect_describes_kind_imports_and_protocol() {
     assert_eq!(v["kind"], "native (unsandboxed)");
     assert_eq!(v["sandboxed"], false);
 }
+
+/// Drive `sandpipe run --protocol oracle` the way an engine does: one line at a time, each
+/// after the answer to the previous one. Returns the lines the engine read, status and stderr.
+fn oracle_engine(
+    args: &[&str],
+    plugin: &str,
+    invokes: &[&str],
+) -> (Vec<String>, Option<i32>, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sandpipe"))
+        .args(["run", "--protocol", "oracle"])
+        .args(args)
+        .arg(plugin)
+        .env_remove("SANDPIPE_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sandpipe");
+    let mut input = child.stdin.take().expect("stdin");
+    let mut output = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut seen = Vec::new();
+    let mut line = String::new();
+    output.read_line(&mut line).expect("ready");
+    seen.push(line.trim_end().to_owned());
+    writeln!(input, r#"{{"jsonrpc":"2.0","id":0,"result":{{}}}}"#).expect("engine side");
+    for (i, selector) in invokes.iter().enumerate() {
+        let id = i + 1;
+        let sent = writeln!(
+            input,
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"invoke","params":{{"selector":"{selector}","calldata":["0x1"]}}}}"#
+        );
+        line.clear();
+        if sent.is_err() || output.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        seen.push(line.trim_end().to_owned());
+    }
+    drop(input);
+    let out = child.wait_with_output().expect("wait");
+    (seen, out.status.code(), stderr(&out))
+}
+
+#[test]
+fn run_protocol_fails_only_the_runaway_request_and_restarts() {
+    // wasm: fuel per request.
+    let wasm = path("oracle-hog", Target::Wasm);
+    let budget = ["--fuel-per-request", "100000000", "--restart"];
+    let (seen, code, err) = oracle_engine(&budget, &wasm, &["spin", "echo"]);
+    assert!(seen[1].contains(r#""id":1,"error""#), "{seen:?}\n{err}");
+    assert!(seen[1].contains("ran out of fuel"), "{seen:?}");
+    assert_eq!(
+        seen[2], r#"{"jsonrpc":"2.0","id":2,"result":["0x1"]}"#,
+        "{err}"
+    );
+    assert!(
+        err.contains("sandpipe: request 1 (invoke) failed: request ran out of fuel (limit 100000000 per request); the next request gets a fresh instance"),
+        "{err}"
+    );
+    assert_eq!(code, Some(0), "{err}");
+    // Without --restart the session ends with the limit's status.
+    let (seen, code, err) = oracle_engine(&budget[..2], &wasm, &["spin", "echo"]);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(code, Some(121), "{err}");
+    // native: the request timeout, and 124 without --restart.
+    let native = path("oracle-hog", Target::Native);
+    let timeout = ["--request-timeout", "300ms", "--restart"];
+    let (seen, code, err) = oracle_engine(&timeout, &native, &["sleep", "echo"]);
+    assert!(seen[1].contains("timed out after 300ms"), "{seen:?}\n{err}");
+    assert_eq!(
+        seen[2], r#"{"jsonrpc":"2.0","id":2,"result":["0x1"]}"#,
+        "{err}"
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (_, code, err) = oracle_engine(&timeout[..2], &native, &["sleep", "echo"]);
+    assert_eq!(code, Some(124), "{err}");
+}
+
+#[test]
+fn per_request_options_need_a_protocol() {
+    let out = sandpipe(
+        &["run", "--restart", &path("echo-lines", Target::Wasm)],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--protocol"), "{}", stderr(&out));
+}

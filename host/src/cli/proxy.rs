@@ -44,14 +44,14 @@ pub struct BudgetArgs {
 
 impl BudgetArgs {
     fn budgets(&self) -> Budgets {
-        let mut b = Budgets::default();
-        b.fuel_per_request = self.fuel_per_request;
-        b.request_timeout = self.request_timeout;
-        b.restart = self.restart;
-        b.recycle_after = self.recycle_after;
-        b.recycle_memory = self.recycle_memory;
-        b.grace = self.recycle_grace;
-        b
+        Budgets {
+            fuel_per_request: self.fuel_per_request,
+            request_timeout: self.request_timeout,
+            restart: self.restart,
+            recycle_after: self.recycle_after,
+            recycle_memory: self.recycle_memory,
+            grace: self.recycle_grace,
+        }
     }
 }
 

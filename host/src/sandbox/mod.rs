@@ -612,10 +612,7 @@ fn classify(r: wasmtime::Result<Result<(), i32>>, limits: &Limits, tail: &Stderr
     match err.downcast_ref::<Trap>() {
         Some(Trap::OutOfFuel) => {
             return Exit::OutOfFuel {
-                limit: limits
-                    .fuel_per_request
-                    .or(limits.fuel)
-                    .unwrap_or(u64::MAX),
+                limit: limits.fuel_per_request.or(limits.fuel).unwrap_or(u64::MAX),
             };
         }
         Some(Trap::Interrupt) => {
