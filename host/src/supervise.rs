@@ -659,9 +659,7 @@ impl<'a> Supervisor<'a> {
         };
         // A request that ran over stopped the plugin: report the deadline, not the kill.
         let exit = match (&inst.timed_out, exit) {
-            (Some((_, limit)), Exit::Killed { signal: None }) => {
-                Exit::DeadlineExceeded { limit: *limit }
-            }
+            (Some((_, limit)), Exit::Killed { .. }) => Exit::DeadlineExceeded { limit: *limit },
             (_, exit) => exit,
         };
         b.report.exit = exit.clone();
@@ -760,7 +758,7 @@ impl<'a> Supervisor<'a> {
     }
 
     fn incident(&mut self, incident: &Incident) {
-        tracing::warn!(request = %incident.request, reason = %incident.reason, "request failed");
+        tracing::debug!(request = %incident.request, reason = %incident.reason, "request failed");
         if let Some(f) = &mut self.on_incident {
             f(incident);
         }
