@@ -218,7 +218,7 @@ async fn unbounded_allocation_stops_at_the_cap_and_host_memory_follows_it() {
 }
 
 /// A core module that grows its funcref table by `step` elements until `table.grow` refuses
-/// (-1), writes `{"table":<size reached>}` to stdout through WASI p1 `fd_write`, and then
+/// (-1), writes `{"table":<size reached>}\n` to stdout through WASI p1 `fd_write`, and then
 /// executes `unreachable`, as a guest whose allocation failed would abort.
 ///
 /// Rust has no way to emit `table.grow`, so this one plugin is assembled here.
@@ -333,16 +333,25 @@ fn table_bomb(step: u32) -> Vec<u8> {
         I::I32Const(0),
         I::I32Const(2),
         I::I32Store(store(20)),
-        // fd_write(stdout, iovs, 3, &nwritten), then crash.
-        I::I32Const(1),
-        I::I32Const(0),
-        I::I32Const(3),
-        I::I32Const(32),
-        I::Call(0),
-        I::Drop,
-        I::Unreachable,
-        I::End,
     ];
+    // One fd_write(stdout, iov, 1, &nwritten) per iovec: WASI may write only the first
+    // buffer of a vector (a short write), but each of these few bytes fits the pipe whole.
+    let write_each = [0, 8, 16].into_iter().flat_map(|iov| {
+        [
+            I::I32Const(1),
+            I::I32Const(iov),
+            I::I32Const(1),
+            I::I32Const(32),
+            I::Call(0),
+            I::Drop,
+        ]
+    });
+    let body: Vec<I<'_>> = body
+        .into_iter()
+        .chain(write_each)
+        // Then crash, as a guest whose allocation failed aborts.
+        .chain([I::Unreachable, I::End])
+        .collect();
     for i in &body {
         f.instruction(i);
     }
@@ -389,13 +398,14 @@ async fn table_growth_is_refused_at_the_store_cap() {
         within("table bomb", async {
             let mut s = start(&host, &p, &Policy::default(), Framing::JsonLines).await;
             let (frames, end) = recv_all(&mut s).await;
+            let exit = s.wait().await;
             assert_eq!(
                 frames,
                 vec![format!(r#"{{"table":{reached}}}"#).into_bytes()],
-                "step {step}"
+                "step {step}: {end:?} {exit:?}"
             );
             assert!(end.is_ok(), "step {step}: {end:?}");
-            match s.wait().await {
+            match exit {
                 Exit::Trap { message, .. } => {
                     assert!(message.contains("unreachable"), "step {step}: {message}")
                 }
