@@ -37,7 +37,10 @@ fn main() {
     }
     // A JSON string `"xxx…"` of exactly `size` bytes.
     let (head, tail): (Vec<u8>, &[u8]) = match framing_kind {
-        Framing::ContentLength => (format!("Content-Length: {size}\r\n\r\n\"").into_bytes(), b"\""),
+        Framing::ContentLength => (
+            format!("Content-Length: {size}\r\n\r\n\"").into_bytes(),
+            b"\"",
+        ),
         _ => (b"\"".to_vec(), b"\"\n"),
     };
     let body = size - 2;

@@ -5,7 +5,7 @@
 //! Build: cargo build --release -p sandpipe-test-plugins --target wasm32-wasip2
 //! Run:   sandpipe run --framing lines target/wasm32-wasip2/release/stderr-flood.wasm 32 </dev/null
 
-use std::io::{self, Write};
+use std::io::{self, BufWriter, Write};
 
 use sandpipe_guest::{Framing, Stdio};
 
@@ -20,7 +20,8 @@ fn main() {
             sandpipe_guest::exit(2);
         }
     };
-    let mut err = io::stderr().lock();
+    // Buffered: a flood comes in big writes (stderr itself is unbuffered, one write per line).
+    let mut err = BufWriter::with_capacity(64 * 1024, io::stderr().lock());
     let mut flood = || -> io::Result<()> {
         // Half the volume as one line that never ends…
         let block = [b'y'; 64 * 1024];
@@ -41,7 +42,11 @@ fn main() {
         err.flush()
     };
     if let Err(e) = flood() {
-        sandpipe_guest::exit(if e.kind() == io::ErrorKind::BrokenPipe { 3 } else { 4 });
+        sandpipe_guest::exit(if e.kind() == io::ErrorKind::BrokenPipe {
+            3
+        } else {
+            4
+        });
     }
     if let Err(err) = Stdio::new(Framing::JsonLines).send(br#"{"done":true}"#) {
         eprintln!("stderr-flood: {err}");
