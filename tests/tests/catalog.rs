@@ -744,5 +744,16 @@ async fn a_computing_plugin_that_ignores_shutdown_is_killed_after_grace() {
         })
         .await;
     }
+    // A native plugin that ignores SIGTERM too: the escalation ends in SIGKILL.
+    let sh = Plugin::native_unsandboxed("/bin/sh").expect("/bin/sh");
+    within("sh ignoring SIGTERM", async {
+        let policy = Policy::default()
+            .arg("-c")
+            .arg("trap '' TERM; while :; do :; done");
+        let s = start(&host, &sh, &policy, Framing::JsonLines).await;
+        let exit = s.shutdown(Duration::from_millis(200)).await;
+        assert_eq!(exit, Exit::Killed { signal: Some(9) });
+    })
+    .await;
     assert_host_alive(&host, "spin shutdown").await;
 }
