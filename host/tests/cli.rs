@@ -458,7 +458,8 @@ fn call_answers_the_same_as_wasm_and_native() {
             if case.state_dir {
                 match target {
                     Target::Wasm => args.extend(["--dir", &dir_spec, "--arg", "/state"]),
-                    _ => args.extend(["--arg", &state_path]),
+                    // Natively the directory is granted at its host path (Landlock).
+                    _ => args.extend(["--dir", &state_path, "--arg", &state_path]),
                 }
             }
             args.extend([plugin_path.as_str(), case.method, case.params]);
