@@ -246,7 +246,11 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
     // The stand-in is a native plugin: Landlock lets it read only what is granted.
     let policy = Policy::default()
         .max_memory(None)
-        .preopen(dir.path(), dir.path().display().to_string(), Access::ReadOnly)
+        .preopen(
+            dir.path(),
+            dir.path().display().to_string(),
+            Access::ReadOnly,
+        )
         .arg("replay")
         .arg(&oracle_file)
         .arg("--serve");
@@ -267,7 +271,11 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
     // The stand-in is a native plugin: Landlock lets it read only what is granted.
     let policy = Policy::default()
         .max_memory(None)
-        .preopen(dir.path(), dir.path().display().to_string(), Access::ReadOnly)
+        .preopen(
+            dir.path(),
+            dir.path().display().to_string(),
+            Access::ReadOnly,
+        )
         .arg("replay")
         .arg(&deno_file)
         .arg("--serve")
@@ -312,7 +320,11 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
     // The stand-in is a native plugin: Landlock lets it read only what is granted.
     let policy = Policy::default()
         .max_memory(None)
-        .preopen(dir.path(), dir.path().display().to_string(), Access::ReadOnly)
+        .preopen(
+            dir.path(),
+            dir.path().display().to_string(),
+            Access::ReadOnly,
+        )
         .arg("replay")
         .arg(&orchard_file)
         .arg("--serve");
@@ -356,7 +368,11 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
     // The stand-in is a native plugin: Landlock lets it read only what is granted.
     let policy = Policy::default()
         .max_memory(None)
-        .preopen(dir.path(), dir.path().display().to_string(), Access::ReadOnly)
+        .preopen(
+            dir.path(),
+            dir.path().display().to_string(),
+            Access::ReadOnly,
+        )
         .arg("replay")
         .arg(&atp_file)
         .arg("--serve");
@@ -394,7 +410,11 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
     // The stand-in is a native plugin: Landlock lets it read only what is granted.
     let policy = Policy::default()
         .max_memory(None)
-        .preopen(dir.path(), dir.path().display().to_string(), Access::ReadOnly)
+        .preopen(
+            dir.path(),
+            dir.path().display().to_string(),
+            Access::ReadOnly,
+        )
         .arg("replay")
         .arg(&fine_file)
         .arg("--serve")

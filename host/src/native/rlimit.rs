@@ -106,6 +106,8 @@ macro_rules! with_resource {
 
 /// sandpipe's own hard limit for `r`, `None` when unlimited (or unreadable).
 #[allow(unsafe_code)]
+// `rlim_t` is u64 on Linux but not on every Unix.
+#[allow(clippy::unnecessary_cast)]
 fn hard_limit(r: Resource) -> Option<u64> {
     let mut current = libc::rlimit {
         rlim_cur: 0,
