@@ -26,6 +26,13 @@ pub enum Exit {
         /// The cap, in bytes.
         limit: u64,
     },
+    /// A native plugin used up its CPU time (`RLIMIT_CPU`, [`crate::Policy::max_cpu_time`]):
+    /// the kernel's SIGXCPU, or its SIGKILL at the hard limit one second later for a plugin
+    /// that ignores SIGXCPU. The native counterpart of [`Exit::OutOfFuel`].
+    CpuTimeLimit {
+        /// The CPU time the kernel allowed (whole seconds).
+        limit: Duration,
+    },
     /// The plugin ran past its wall-clock deadline and was stopped.
     DeadlineExceeded {
         /// The deadline, measured from the start of the session.
@@ -70,6 +77,13 @@ impl fmt::Display for Exit {
                 write!(
                     f,
                     "plugin exceeded its deadline of {}",
+                    humantime::format_duration(*limit)
+                )
+            }
+            Exit::CpuTimeLimit { limit } => {
+                write!(
+                    f,
+                    "plugin used up its CPU time of {}",
                     humantime::format_duration(*limit)
                 )
             }
@@ -124,6 +138,14 @@ pub enum HostError {
     #[error("instantiating plugin: {message}")]
     Instantiate {
         /// wasmtime's message.
+        message: String,
+    },
+    /// Landlock is available but the confinement of a native plugin could not be built.
+    #[error("confining native plugin {} with Landlock: {message}", program.display())]
+    Landlock {
+        /// The program.
+        program: PathBuf,
+        /// What failed.
         message: String,
     },
     /// A native plugin could not be spawned.

@@ -63,7 +63,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use error::{Exit, HostError, SessionError};
-pub use policy::{Access, DEFAULT_MAX_MEMORY, ImportPolicy, Policy, Preopen};
+pub use native::{LANDLOCK_TARGET_ABI, LandlockSupport};
+pub use policy::{
+    Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, ImportPolicy, Policy, Preopen,
+};
 pub use sandbox::{LoadSource, default_cache_dir};
 pub use session::{
     Session, SessionControl, SessionOptions, SessionReader, SessionWriter, TERM_GRACE,

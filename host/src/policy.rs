@@ -51,7 +51,15 @@ pub enum ImportPolicy {
 /// - `args`: none beyond argv\[0\] (the plugin's file name);
 /// - sockets: no address may be bound or connected, no name lookup (not configurable yet);
 /// - `imports`: [`ImportPolicy::LinkAll`];
-/// - `deterministic`: `None`, real clocks and random.
+/// - `deterministic`: `None`, real clocks and random;
+/// - `max_cpu_time`: `None`, no CPU-time limit for a native plugin (the wasm counterpart, fuel,
+///   is unlimited by default too; a long-lived server legitimately adds up CPU over hours);
+/// - `max_open_files`: 1024 ([`DEFAULT_MAX_OPEN_FILES`]) open files for a native plugin.
+///
+/// A native plugin (see `SECURITY-native.md`) additionally runs under Landlock where the kernel
+/// has it: its filesystem is the system's programs and libraries read-only, its own file, and
+/// `preopens` at their host paths; TCP bind and connect are refused; it cannot signal processes
+/// outside its sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Policy {
@@ -70,7 +78,8 @@ pub struct Policy {
     pub max_memory: Option<u64>,
     /// Wall-clock deadline from the start of the session.
     pub deadline: Option<Duration>,
-    /// Directories the plugin may see.
+    /// Directories the plugin may see. A native plugin sees each at its host path (the guest
+    /// path cannot be applied without a mount namespace), and only under Landlock.
     pub preopens: Vec<Preopen>,
     /// Environment variables the plugin sees, and nothing else.
     pub env: Vec<(String, String)>,
@@ -81,10 +90,25 @@ pub struct Policy {
     /// Deterministic mode with this seed (wasm only): clocks that advance only when read,
     /// random from the seed. See [`Policy::deterministic`].
     pub deterministic: Option<u64>,
+    /// CPU time a native plugin may use (`RLIMIT_CPU`), in whole seconds rounded up (at least
+    /// 1 s). Past it the kernel sends SIGXCPU, and SIGKILL one second later to a plugin that
+    /// ignores SIGXCPU; both end as [`crate::Exit::CpuTimeLimit`]. Counted per process: each
+    /// process the plugin starts has its own budget. Native only: wasm uses [`Policy::fuel`].
+    pub max_cpu_time: Option<Duration>,
+    /// Most file descriptors a native plugin may have open at once (`RLIMIT_NOFILE`), stdio
+    /// included; past it `open` fails with `EMFILE`. Lowered to sandpipe's own hard limit when
+    /// that is smaller. A dynamically linked program needs a few to start (at least 16 is
+    /// safe). `None` keeps sandpipe's own limit. Native only.
+    pub max_open_files: Option<u64>,
 }
 
 /// The default memory cap.
 pub const DEFAULT_MAX_MEMORY: u64 = 256 << 20;
+
+/// The default open-file limit of a native plugin: the usual soft limit of a Linux login, so an
+/// ordinary plugin never notices it, while a descriptor leak stops at a thousand instead of at
+/// a service manager's hard limit of a million.
+pub const DEFAULT_MAX_OPEN_FILES: u64 = 1024;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -98,6 +122,8 @@ impl Default for Policy {
             args: Vec::new(),
             imports: ImportPolicy::LinkAll,
             deterministic: None,
+            max_cpu_time: None,
+            max_open_files: Some(DEFAULT_MAX_OPEN_FILES),
         }
     }
 }
@@ -117,6 +143,16 @@ impl Policy {
     /// Set the memory cap (`None` removes it).
     pub fn max_memory(mut self, bytes: Option<u64>) -> Self {
         self.max_memory = bytes;
+        self
+    }
+    /// Set the CPU-time limit of a native plugin (`None` removes it).
+    pub fn max_cpu_time(mut self, limit: Option<Duration>) -> Self {
+        self.max_cpu_time = limit;
+        self
+    }
+    /// Set the open-file limit of a native plugin (`None` keeps sandpipe's own).
+    pub fn max_open_files(mut self, limit: Option<u64>) -> Self {
+        self.max_open_files = limit;
         self
     }
     /// Set the wall-clock deadline.

@@ -100,9 +100,9 @@ pub fn preopens_of(t: &Transcript) -> Vec<(String, Access)> {
 }
 
 /// The policy a transcript was recorded under. `host_dir(guest)` gives the host directory
-/// for each recorded preopen (replay uses fresh directories unless told otherwise). For a
-/// native plugin, which has no preopens, an argument equal to a guest path becomes the host
-/// directory instead.
+/// for each recorded preopen (replay uses fresh directories unless told otherwise). A native
+/// plugin sees a preopen at its host path (Landlock grants it there), so an argument equal to a
+/// guest path becomes the host directory.
 pub fn recorded_policy(
     t: &Transcript,
     native: bool,
@@ -130,11 +130,14 @@ pub fn recorded_policy(
         };
         policy = policy.arg(arg);
     }
-    if !native {
-        for (guest, access) in preopens {
-            let host = host_dir(&guest);
-            policy = policy.preopen(host, guest, access);
-        }
+    for (guest, access) in preopens {
+        let host = host_dir(&guest);
+        let guest = if native {
+            host.display().to_string()
+        } else {
+            guest
+        };
+        policy = policy.preopen(host, guest, access);
     }
     Ok(policy)
 }

@@ -444,6 +444,9 @@ pub fn exit_json(exit: &Exit) -> Value {
         Exit::DeadlineExceeded { limit } => {
             json!({"kind": "deadline_exceeded", "limit_ms": limit.as_millis() as u64})
         }
+        Exit::CpuTimeLimit { limit } => {
+            json!({"kind": "cpu_time_limit", "limit_ms": limit.as_millis() as u64})
+        }
         Exit::Trap { message, .. } => json!({"kind": "trap", "message": message}),
         Exit::Killed { signal } => json!({"kind": "killed", "signal": signal}),
     }

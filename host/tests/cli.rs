@@ -458,7 +458,8 @@ fn call_answers_the_same_as_wasm_and_native() {
             if case.state_dir {
                 match target {
                     Target::Wasm => args.extend(["--dir", &dir_spec, "--arg", "/state"]),
-                    _ => args.extend(["--arg", &state_path]),
+                    // Natively the directory is granted at its host path (Landlock).
+                    _ => args.extend(["--dir", &state_path, "--arg", &state_path]),
                 }
             }
             args.extend([plugin_path.as_str(), case.method, case.params]);
@@ -641,4 +642,48 @@ fn per_request_options_need_a_protocol() {
     );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--protocol"), "{}", stderr(&out));
+}
+
+#[test]
+fn native_start_and_inspect_state_the_landlock_confinement() {
+    // What this kernel gives, as the library sees it; the CLI must say the same in both places.
+    let support = sandpipe::LandlockSupport::detect();
+    let spin = path("spin", Target::Native);
+    let out = sandpipe(&["inspect", "--json", "--max-cpu-time", "1s", &spin], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["native"]["landlock"]["status"], support.name(), "{v:#}");
+    assert_eq!(
+        v["native"]["landlock"]["warning"],
+        serde_json::json!(support.warning())
+    );
+    assert_eq!(v["native"]["rlimits"]["cpu_seconds"], 1);
+    assert_eq!(v["native"]["rlimits"]["open_files"], 1024);
+    let text = sandpipe(&["inspect", &spin], b"");
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(
+        text.contains(&format!("landlock:  {} (", support.name())),
+        "{text}"
+    );
+
+    // A run prints the warning once when Landlock is missing or partial, never when it is full,
+    // and the CPU limit gives 121 with its one line.
+    let out = sandpipe(
+        &["run", "--framing", "lines", "--max-cpu-time", "1s", &spin],
+        b"",
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(121), "{err}");
+    assert!(
+        err.contains("sandpipe: plugin used up its CPU time of 1s"),
+        "{err}"
+    );
+    let warnings = err.matches("sandpipe: warning: ").count();
+    match support.warning() {
+        Some(warning) => {
+            assert_eq!(warnings, 1, "{err}");
+            assert!(err.contains(&warning), "{err}");
+        }
+        None => assert_eq!(warnings, 0, "{err}"),
+    }
 }

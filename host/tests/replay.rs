@@ -4,7 +4,7 @@ use std::process::{Command, Output, Stdio};
 
 use sandpipe::protocols::denobridge::DenoBridgeClient;
 use sandpipe::protocols::oracle::OracleClient;
-use sandpipe::{Host, Plugin, Policy, SessionOptions, StderrMode};
+use sandpipe::{Access, Host, Plugin, Policy, SessionOptions, StderrMode};
 use sandpipe_proto::frame::Framing;
 use sandpipe_tests::{Target, plugin};
 use serde_json::json;
@@ -243,8 +243,14 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
         Plugin::native_unsandboxed(env!("CARGO_BIN_EXE_sandpipe")).expect("sandpipe binary");
     let opts = SessionOptions::framed(Framing::JsonLines).stderr(StderrMode::Discard);
 
+    // The stand-in is a native plugin: Landlock lets it read only what is granted.
     let policy = Policy::default()
         .max_memory(None)
+        .preopen(
+            dir.path(),
+            dir.path().display().to_string(),
+            Access::ReadOnly,
+        )
         .arg("replay")
         .arg(&oracle_file)
         .arg("--serve");
@@ -262,8 +268,14 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
             .success()
     );
 
+    // The stand-in is a native plugin: Landlock lets it read only what is granted.
     let policy = Policy::default()
         .max_memory(None)
+        .preopen(
+            dir.path(),
+            dir.path().display().to_string(),
+            Access::ReadOnly,
+        )
         .arg("replay")
         .arg(&deno_file)
         .arg("--serve")
@@ -305,8 +317,14 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
         r#"{"action":"echo","attrs":{"x":1}}"#,
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The stand-in is a native plugin: Landlock lets it read only what is granted.
     let policy = Policy::default()
         .max_memory(None)
+        .preopen(
+            dir.path(),
+            dir.path().display().to_string(),
+            Access::ReadOnly,
+        )
         .arg("replay")
         .arg(&orchard_file)
         .arg("--serve");
@@ -347,8 +365,14 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let cbor_opts = SessionOptions::framed(Framing::CborSeq).stderr(StderrMode::Discard);
+    // The stand-in is a native plugin: Landlock lets it read only what is granted.
     let policy = Policy::default()
         .max_memory(None)
+        .preopen(
+            dir.path(),
+            dir.path().display().to_string(),
+            Access::ReadOnly,
+        )
         .arg("replay")
         .arg(&atp_file)
         .arg("--serve");
@@ -383,8 +407,14 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let lsp_opts = SessionOptions::framed(Framing::ContentLength).stderr(StderrMode::Discard);
+    // The stand-in is a native plugin: Landlock lets it read only what is granted.
     let policy = Policy::default()
         .max_memory(None)
+        .preopen(
+            dir.path(),
+            dir.path().display().to_string(),
+            Access::ReadOnly,
+        )
         .arg("replay")
         .arg(&fine_file)
         .arg("--serve")

@@ -11,7 +11,10 @@ use super::sandbox_args::SandboxArgs;
 use crate::protocols::Protocol;
 use crate::protocols::denobridge::DenoBridgeClient;
 use crate::protocols::oracle::OracleClient;
-use crate::{Host, LoadSource, PluginKind, SessionOptions, StderrMode};
+use crate::{
+    Host, LANDLOCK_TARGET_ABI, LandlockSupport, LoadSource, PluginKind, Policy, SessionOptions,
+    StderrMode,
+};
 
 /// Arguments of `sandpipe inspect`.
 #[derive(Debug, clap::Args)]
@@ -52,6 +55,10 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         "imports": plugin.imports(),
         "exports": plugin.exports(),
     });
+    if plugin.kind() == PluginKind::NativeUnsandboxed {
+        let policy = args.sandbox.policy(args.plugin_args.clone())?;
+        report["native"] = native_report(&policy, &LandlockSupport::detect());
+    }
     if let Some(protocol) = args.protocol {
         let policy = args.sandbox.policy(args.plugin_args.clone())?;
         let mut options =
@@ -158,6 +165,27 @@ fn print_text(r: &Value) {
             println!("  {}", item.as_str().unwrap_or_default());
         }
     }
+    if let Some(n) = r.get("native") {
+        let l = &n["landlock"];
+        println!(
+            "landlock:  {} ({})",
+            l["status"].as_str().unwrap_or_default(),
+            l["confinement"].as_str().unwrap_or_default()
+        );
+        let limit = |key: &str, unit: &dyn Fn(u64) -> String| match n["rlimits"][key].as_u64() {
+            Some(v) => unit(v),
+            None => "unlimited".to_owned(),
+        };
+        println!(
+            "rlimits:   address space {}, CPU time {}, open files {}, core 0",
+            limit("address_space_bytes", &|b| bytesize::ByteSize(b)
+                .display()
+                .iec()
+                .to_string()),
+            limit("cpu_seconds", &|s| format!("{s}s")),
+            limit("open_files", &|n| n.to_string()),
+        );
+    }
     if let Some(p) = r.get("protocol") {
         println!("protocol:  {}", p.as_str().unwrap_or_default());
         if let Some(d) = r.get("self_description") {
@@ -166,5 +194,60 @@ fn print_text(r: &Value) {
         if let Some(e) = r.get("self_description_error") {
             println!("error:     {}", e.as_str().unwrap_or_default());
         }
+    }
+}
+
+/// What a native plugin would run under: Landlock on this kernel and the rlimits of `policy`.
+fn native_report(policy: &Policy, support: &LandlockSupport) -> Value {
+    let limits = crate::native::Limits::for_policy(policy);
+    json!({
+        "landlock": {
+            "status": support.name(),
+            "abi": support.abi(),
+            "target_abi": LANDLOCK_TARGET_ABI,
+            "confinement": support.describe(),
+            "warning": support.warning(),
+        },
+        "rlimits": {
+            "address_space_bytes": limits.address_space.map(|(soft, _)| soft),
+            "cpu_seconds": limits.cpu_seconds.map(|(soft, _)| soft),
+            "open_files": limits.open_files.map(|(soft, _)| soft),
+            "core_bytes": 0,
+        },
+        "not_enforced": ["fuel", "system calls", "UDP and Unix sockets", "determinism"],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_native_report_names_the_landlock_status_and_the_limits() {
+        let policy = Policy::default()
+            .max_cpu_time(Some(Duration::from_millis(1500)))
+            .max_open_files(Some(64));
+        let missing = LandlockSupport::from_query(Err(libc::ENOSYS));
+        let r = native_report(&policy, &missing);
+        assert_eq!(r["landlock"]["status"], "unavailable");
+        assert_eq!(r["landlock"]["abi"], Value::Null);
+        assert!(
+            r["landlock"]["warning"]
+                .as_str()
+                .is_some_and(|w| w.starts_with("sandpipe: warning: Landlock is not available")),
+            "{r:#}"
+        );
+        assert_eq!(r["rlimits"]["cpu_seconds"], 2);
+        assert_eq!(r["rlimits"]["open_files"], 64);
+        assert_eq!(
+            r["rlimits"]["address_space_bytes"],
+            crate::DEFAULT_MAX_MEMORY
+        );
+        let full = native_report(&Policy::default(), &LandlockSupport::from_query(Ok(7)));
+        assert_eq!(full["landlock"]["status"], "full");
+        assert_eq!(full["landlock"]["abi"], 7);
+        assert_eq!(full["landlock"]["warning"], Value::Null);
+        assert_eq!(full["rlimits"]["cpu_seconds"], Value::Null);
+        assert_eq!(full["rlimits"]["open_files"], crate::DEFAULT_MAX_OPEN_FILES);
     }
 }

@@ -14,7 +14,8 @@ use clap::{Parser, Subcommand};
 
 /// Exit codes `sandpipe` itself uses. Any other code is the plugin's own.
 pub mod exit_code {
-    /// The plugin ran out of fuel.
+    /// The plugin ran out of fuel (wasm), or used up its CPU time (native): one code for "the
+    /// compute budget is spent", whichever way the plugin runs.
     pub const OUT_OF_FUEL: i32 = 121;
     /// The plugin hit the memory cap.
     pub const MEMORY_LIMIT: i32 = 122;
@@ -35,7 +36,8 @@ const EXIT_CODES_HELP: &str = "\
 Exit status:
   the plugin's own code when it exits by itself (under WASI p2 a guest must use
   wasi:cli/exit.exit-with-code, e.g. sandpipe_guest::exit, to report codes other than 0/1)
-  121  out of fuel (--fuel, --fuel-per-request)
+  121  out of fuel (--fuel, --fuel-per-request), or a native plugin used up its CPU time
+       (--max-cpu-time)
   122  memory limit (--max-memory)
   123  bad frame, from the plugin or on sandpipe's stdin (--framing, --max-frame), or a
        plugin that broke its protocol (call)

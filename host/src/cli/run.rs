@@ -172,7 +172,7 @@ pub(crate) fn exit_status(exit: &Exit) -> i32 {
 pub(crate) fn status_for(exit: &Exit) -> i32 {
     match exit {
         Exit::Exited(code) => *code & 0xff,
-        Exit::OutOfFuel { .. } => exit_code::OUT_OF_FUEL,
+        Exit::OutOfFuel { .. } | Exit::CpuTimeLimit { .. } => exit_code::OUT_OF_FUEL,
         Exit::MemoryLimit { .. } => exit_code::MEMORY_LIMIT,
         Exit::DeadlineExceeded { .. } => exit_code::DEADLINE,
         Exit::Trap { .. } => exit_code::TRAP,

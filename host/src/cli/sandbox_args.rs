@@ -7,7 +7,7 @@ use anyhow::Result;
 use sandpipe_proto::frame::FrameLimits;
 
 use super::{CacheArgs, MemoryCap, parse_duration, parse_memory, parse_size};
-use crate::{Access, ImportPolicy, Plugin, PluginKind, Policy};
+use crate::{Access, ImportPolicy, LandlockSupport, Plugin, PluginKind, Policy};
 
 /// The sandbox policy on the command line.
 #[derive(Debug, Clone, clap::Args)]
@@ -29,6 +29,14 @@ pub struct SandboxArgs {
     /// Nothing else is inherited.
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
     pub(crate) envs: Vec<String>,
+    /// CPU time for a native plugin (RLIMIT_CPU, whole seconds rounded up, e.g. 30s); past it
+    /// the kernel stops the plugin (exit status 121). Wasm plugins use --fuel [default: unlimited].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) max_cpu_time: Option<Duration>,
+    /// Most files a native plugin may have open at once (RLIMIT_NOFILE, stdio included), or
+    /// none to keep sandpipe's own limit.
+    #[arg(long, value_name = "N", default_value = "1024", value_parser = parse_open_files)]
+    pub(crate) max_open_files: FileCap,
     /// Largest frame accepted in either direction (e.g. 16MiB).
     #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size)]
     pub(crate) max_frame: u64,
@@ -53,6 +61,9 @@ impl SandboxArgs {
         let mut policy = Policy::default().max_memory(self.max_memory.0);
         policy.fuel = self.fuel;
         policy.deadline = self.timeout;
+        policy = policy
+            .max_cpu_time(self.max_cpu_time)
+            .max_open_files(self.max_open_files.0);
         for spec in &self.dirs {
             let (host, guest, access) = parse_dir(spec).map_err(anyhow::Error::msg)?;
             policy = policy.preopen(host, guest, access);
@@ -114,14 +125,41 @@ pub(crate) fn recorder(
     Ok(Some(std::sync::Arc::new(r)))
 }
 
-/// The one-line notice printed whenever a plugin runs natively.
+/// The one-line notice printed whenever a plugin runs natively, and the one-line warning when
+/// Landlock cannot confine it (fully).
 pub(crate) fn warn_if_native(plugin: &Plugin) {
     if plugin.kind() == PluginKind::NativeUnsandboxed {
+        let support = LandlockSupport::detect();
+        let confined = match support {
+            LandlockSupport::Unavailable { .. } => {
+                "fuel, filesystem and network are not restricted"
+            }
+            _ => {
+                "Landlock limits its files to --dir and refuses TCP, but there is no fuel and no system-call filter"
+            }
+        };
         eprintln!(
-            "sandpipe: {} is not wasm; running it natively, NOT sandboxed (fuel, filesystem and network are not restricted)",
+            "sandpipe: {} is not wasm; running it natively, NOT sandboxed ({confined})",
             plugin.path().display()
         );
+        if let Some(warning) = support.warning() {
+            eprintln!("{warning}");
+        }
     }
+}
+
+/// An open-file limit, or none. (A newtype for the same reason as `MemoryCap`.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileCap(pub(crate) Option<u64>);
+
+/// `64`, or `none`.
+fn parse_open_files(s: &str) -> Result<FileCap, String> {
+    if s.eq_ignore_ascii_case("none") || s.eq_ignore_ascii_case("unlimited") {
+        return Ok(FileCap(None));
+    }
+    s.parse::<u64>()
+        .map(|n| FileCap(Some(n)))
+        .map_err(|e| format!("invalid file count {s:?}: {e}"))
 }
 
 /// Parse `HOST[::GUEST][:ro|:rw]`.
@@ -172,5 +210,13 @@ mod tests {
             Ok((PathBuf::from("./d"), "/d".to_owned(), Access::ReadWrite))
         );
         assert!(parse_dir("::/x").is_err());
+    }
+
+    #[test]
+    fn open_file_counts() {
+        assert_eq!(parse_open_files("64"), Ok(FileCap(Some(64))));
+        assert_eq!(parse_open_files("none"), Ok(FileCap(None)));
+        assert!(parse_open_files("-1").is_err());
+        assert!(parse_open_files("lots").is_err());
     }
 }

@@ -1,25 +1,46 @@
-//! Native plugins: real child processes, unsandboxed. The only module that spawns processes.
+//! Native plugins: real child processes, not sandboxed. The only module that spawns processes.
 //!
-//! What is enforced: the environment is cleared to the policy's list; the child gets its own
-//! process group, killed (SIGKILL to the group) on deadline, on kill and when the session is
-//! dropped; the memory cap becomes `RLIMIT_AS`; stdin/stdout/stderr are pipes.
+//! What is enforced (see `SECURITY-native.md` for the whole list, and what is not):
+//! - the environment is cleared to the policy's list;
+//! - the child gets its own process group, killed (SIGKILL to the group) on deadline, on kill
+//!   and when the session is dropped; a waiter thread reaps it, so no zombie is left;
+//! - rlimits, set in the child before exec ([`rlimit`]): the memory cap becomes `RLIMIT_AS`,
+//!   `max_cpu_time` `RLIMIT_CPU`, `max_open_files` `RLIMIT_NOFILE`, and `RLIMIT_CORE` is 0;
+//! - where the kernel has Landlock ([`landlock`]), the filesystem is limited to the preopens
+//!   (read-only honoured) plus the system's programs and libraries read-only, TCP is refused
+//!   and signals cannot leave the sandbox; without it nothing of that is, and
+//!   [`LandlockSupport::warning`] says so;
+//! - stdin/stdout/stderr are pipes.
 //!
-//! What is NOT enforced: fuel, filesystem restriction (`--dir` only documents intent; the child
-//! sees everything its user can), network access, syscalls.
+//! What is NOT enforced: fuel (CPU time is the coarse counterpart), system calls, UDP and Unix
+//! sockets, /proc of other processes when Landlock is missing, determinism.
+//!
+//! ```text
+//! spawn: Limits::for_policy + Landlock ruleset (host) ─ fork ─► pre_exec: setrlimit,
+//!        restrict_self ─► exec plugin
+//! waiter thread: waitid(WNOWAIT) ─► lock ─► wait4 (status + rusage) ─► oneshot
+//! task: select { waited → classify | deadline → killpg | kill switch → killpg } → Exit
+//! ```
 
-use std::os::unix::process::ExitStatusExt;
+mod landlock;
+mod rlimit;
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::Stdio;
-use std::time::Instant;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use tokio::process::Command;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use crate::error::{Exit, HostError};
 use crate::policy::Policy;
 use crate::sandbox::finish;
 use crate::stderr::{StderrMode, StderrTail};
 use crate::transport::{KillSwitch, Transport, killed};
+
+pub use landlock::{LANDLOCK_TARGET_ABI, LandlockSupport};
+pub(crate) use rlimit::Limits;
 
 /// Start `program` as a child process under what `policy` can express natively.
 pub(crate) fn spawn(
@@ -28,31 +49,59 @@ pub(crate) fn spawn(
     stderr_mode: StderrMode,
     tail_lines: usize,
 ) -> Result<Transport, HostError> {
-    let mut cmd = Command::new(program);
+    let spawn_error = |source: std::io::Error| HostError::Spawn {
+        program: program.to_owned(),
+        source,
+    };
+    let limits = Limits::for_policy(policy);
+    let mut confinement = landlock::confinement(program, &policy.preopens)?;
+    let mut cmd = std::process::Command::new(program);
     cmd.args(&policy.args)
         .env_clear()
         .envs(policy.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    if let Some(limit) = policy.max_memory {
-        set_address_space_limit(&mut cmd, limit);
+        .process_group(0);
+    #[allow(unsafe_code)]
+    // SAFETY: the closure runs in the forked child before exec. It calls close_range (or
+    // fcntl), setrlimit, prctl and landlock_restrict_self on values computed before the fork
+    // (no allocation, no lock on the success path); the ruleset it takes is the child's copy.
+    unsafe {
+        cmd.pre_exec(move || {
+            close_inherited_descriptors();
+            limits.apply()?;
+            confinement.apply()
+        });
     }
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(|source| HostError::Spawn {
-        program: program.to_owned(),
-        source,
-    })?;
-    let pid = child.id().and_then(|p| i32::try_from(p).ok());
-    let (Some(stdin), Some(stdout), Some(stderr_pipe)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
-        return Err(HostError::Spawn {
-            program: program.to_owned(),
-            source: std::io::Error::other("child stdio was not piped"),
-        });
+    let mut child = cmd.spawn().map_err(spawn_error)?;
+    let group = Arc::new(Group {
+        pgid: i32::try_from(child.id())
+            .map_err(|_| spawn_error(std::io::Error::other("process id out of range")))?,
+        reaped: Mutex::new(false),
+    });
+    let waited = match wait_in_thread(group.clone()) {
+        Ok(waited) => waited,
+        Err(e) => {
+            group.signal(libc::SIGKILL);
+            let _ = child.wait();
+            return Err(spawn_error(e));
+        }
+    };
+    let pipes = (|| {
+        let stdin = tokio::process::ChildStdin::from_std(child.stdin.take()?).ok()?;
+        let stdout = tokio::process::ChildStdout::from_std(child.stdout.take()?).ok()?;
+        let stderr = tokio::process::ChildStderr::from_std(child.stderr.take()?).ok()?;
+        Some((stdin, stdout, stderr))
+    })();
+    // The waiter thread reaps the child; `child` itself needs nothing more.
+    drop(child);
+    let Some((stdin, stdout, stderr_pipe)) = pipes else {
+        group.signal(libc::SIGKILL);
+        return Err(spawn_error(std::io::Error::other(
+            "the child's stdio could not be registered with the runtime",
+        )));
     };
 
     let stderr = StderrTail::new(tail_lines);
@@ -61,9 +110,14 @@ pub(crate) fn spawn(
     let (exit_tx, exit_rx) = watch::channel(None);
     let (kill, mut kill_rx) = KillSwitch::new();
     let deadline = policy.deadline;
+    let cpu_limit = limits.cpu_time();
     let tail = stderr.clone();
+    let pid = u32::try_from(group.pgid).ok();
 
     tokio::spawn(async move {
+        // Dropped with this task (runtime shutdown) before the child is reaped: kill it.
+        let _guard = KillOnDrop(group.clone());
+        let mut waited = waited;
         let timer = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until((started + d).into()).await,
@@ -71,18 +125,19 @@ pub(crate) fn spawn(
             }
         };
         let exit = tokio::select! {
-            status = child.wait() => match status {
-                Ok(status) => from_status(status, &tail),
-                Err(e) => Exit::Trap { message: format!("waiting for child: {e}"), stderr_tail: Vec::new() },
+            done = &mut waited => match done {
+                Ok(Ok(w)) => from_status(w.status, w.cpu, cpu_limit, &tail),
+                Ok(Err(e)) => Exit::Trap { message: format!("waiting for child: {e}"), stderr_tail: Vec::new() },
+                Err(_) => Exit::Trap { message: "waiting for child: the waiter thread ended".to_owned(), stderr_tail: Vec::new() },
             },
             () = timer => {
-                kill_group(pid);
-                let _ = child.wait().await;
+                group.signal(libc::SIGKILL);
+                let _ = (&mut waited).await;
                 Exit::DeadlineExceeded { limit: deadline.unwrap_or_default() }
             }
             () = killed(&mut kill_rx) => {
-                kill_group(pid);
-                let _ = child.wait().await;
+                group.signal(libc::SIGKILL);
+                let _ = (&mut waited).await;
                 Exit::Killed { signal: Some(libc::SIGKILL) }
             }
         };
@@ -95,13 +150,164 @@ pub(crate) fn spawn(
         exit: exit_rx,
         kill,
         stderr,
-        pid: pid.and_then(|p| u32::try_from(p).ok()),
+        pid,
     })
 }
 
-fn from_status(status: std::process::ExitStatus, tail: &StderrTail) -> Exit {
+/// Mark every descriptor above stderr close-on-exec, so the plugin starts with its three pipes
+/// and nothing sandpipe's own process happened to leave inheritable (a parent's jobserver
+/// pipe, a socket opened without `CLOEXEC` by some library). Marked rather than closed: std
+/// reports a failed exec through a pipe of its own that must stay open until the exec.
+#[allow(unsafe_code)]
+fn close_inherited_descriptors() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range takes plain integers and touches no memory; async-signal-safe.
+    let marked =
+        unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) } == 0;
+    if marked {
+        return;
+    }
+    // Kernels before 5.11: one fcntl per possible descriptor, up to the current limit.
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit on our stack; async-signal-safe.
+    let top = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        limit.rlim_cur.min(1 << 16) as libc::c_int
+    } else {
+        1024
+    };
+    for fd in 3..top {
+        // SAFETY: fcntl on a descriptor number; EBADF for a closed one is harmless.
+        unsafe {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+}
+
+/// The child's process group, and whether its leader has been reaped. While the leader is a
+/// zombie (or running) its id cannot be reused, so a signal sent under the lock with
+/// `reaped == false` reaches this plugin's group and nothing else.
+#[derive(Debug)]
+struct Group {
+    pgid: libc::pid_t,
+    reaped: Mutex<bool>,
+}
+
+impl Group {
+    fn signal(&self, signal: i32) {
+        let reaped = self.reaped.lock().unwrap_or_else(PoisonError::into_inner);
+        if !*reaped {
+            send_group_signal(self.pgid, signal);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct KillOnDrop(Arc<Group>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.0.signal(libc::SIGKILL);
+    }
+}
+
+/// How the child ended and the CPU time it used (user + system, its reaped children included).
+#[derive(Debug)]
+struct Waited {
+    status: ExitStatus,
+    cpu: Duration,
+}
+
+type WaitResult = std::io::Result<Waited>;
+
+/// Reap the child on a thread of its own: `wait4` is the only way to get the status together
+/// with the child's own resource usage, which tells a SIGKILL at the CPU hard limit from any
+/// other.
+fn wait_in_thread(group: Arc<Group>) -> std::io::Result<oneshot::Receiver<WaitResult>> {
+    let (tx, rx) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("sandpipe-wait".to_owned())
+        .spawn(move || {
+            let _ = tx.send(reap(&group));
+        })?;
+    Ok(rx)
+}
+
+#[allow(unsafe_code)]
+fn reap(group: &Group) -> WaitResult {
+    // First wait without reaping, so that nobody can signal a reused id; then reap under the
+    // lock the signallers take.
+    loop {
+        // SAFETY: siginfo_t is plain data; an all-zero value is valid for waitid to fill.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid writes into `info`, which lives across the call.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                group.pgid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if r == 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            *group.reaped.lock().unwrap_or_else(PoisonError::into_inner) = true;
+            return Err(e);
+        }
+    }
+    let mut reaped = group.reaped.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut status = 0;
+    // SAFETY: rusage is plain data; an all-zero value is valid for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: wait4 writes into `status` and `usage`, which live across the call.
+        let r = unsafe { libc::wait4(group.pgid, &mut status, 0, &mut usage) };
+        if r == group.pgid {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            *reaped = true;
+            return Err(e);
+        }
+    }
+    *reaped = true;
+    Ok(Waited {
+        status: ExitStatus::from_raw(status),
+        cpu: timeval(usage.ru_utime) + timeval(usage.ru_stime),
+    })
+}
+
+fn timeval(t: libc::timeval) -> Duration {
+    Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+        + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+}
+
+/// Classify an exit the host did not cause. `cpu_limit` is the soft `RLIMIT_CPU` the child ran
+/// under, `cpu` what it used.
+fn from_status(
+    status: ExitStatus,
+    cpu: Duration,
+    cpu_limit: Option<Duration>,
+    tail: &StderrTail,
+) -> Exit {
     if let Some(code) = status.code() {
         return Exit::Exited(code);
+    }
+    match (status.signal(), cpu_limit) {
+        // The kernel's SIGXCPU at the soft limit, or its SIGKILL at the hard limit (one second
+        // later) for a plugin that ignores SIGXCPU: the CPU time it used tells the latter from
+        // any other SIGKILL.
+        (Some(libc::SIGXCPU), Some(limit)) => return Exit::CpuTimeLimit { limit },
+        (Some(libc::SIGKILL), Some(limit)) if cpu >= limit => {
+            return Exit::CpuTimeLimit { limit };
+        }
+        _ => {}
     }
     match status.signal() {
         // Crash signals are the native counterpart of a wasm trap.
@@ -132,14 +338,6 @@ fn signal_name(sig: i32) -> &'static str {
     }
 }
 
-/// SIGKILL the child's whole process group. Called only while the leader is not yet reaped,
-/// so the group id cannot have been reused.
-fn kill_group(pid: Option<i32>) {
-    if let Some(pid) = pid {
-        send_group_signal(pid, libc::SIGKILL);
-    }
-}
-
 /// SIGTERM a native plugin's process group (the session's `terminate`).
 pub(crate) fn terminate_group(pid: u32) {
     if let Ok(pid) = i32::try_from(pid) {
@@ -153,23 +351,5 @@ fn send_group_signal(pgid: i32, signal: i32) {
     // the group is already gone) is harmless and ignored.
     unsafe {
         libc::killpg(pgid, signal);
-    }
-}
-
-#[allow(unsafe_code)]
-fn set_address_space_limit(cmd: &mut Command, bytes: u64) {
-    let limit = libc::rlimit {
-        rlim_cur: bytes as libc::rlim_t,
-        rlim_max: bytes as libc::rlim_t,
-    };
-    // SAFETY: the closure runs in the forked child before exec; it only calls setrlimit, which
-    // is async-signal-safe, on a value captured by copy. No allocation, no locks.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
     }
 }

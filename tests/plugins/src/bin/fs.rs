@@ -1,12 +1,17 @@
 //! Probe the filesystem the host grants: each argument is one operation, `read:PATH`,
-//! `write:PATH` (writes `sandpipe`, creating or truncating), `mkdir:PATH`, `list:PATH` or
+//! `write:PATH` (writes `sandpipe`, creating or truncating), `mkdir:PATH`, `list:PATH`,
 //! `env:NAME` (reports the variable's value, or fails with NotFound when it is not set),
+//! `connect:ADDR` (a TCP connection to ADDR, e.g. `127.0.0.1:8080`, closed at once) or
+//! `open-many:PATH` (opens PATH again and again, keeping every file open, until an open fails;
+//! reports `"result": {"opened": COUNT, "stopped": ERRNO}`, ERRNO being the failure's OS error
+//! number, e.g. 24 for EMFILE),
 //! answered in order by one JSON Lines frame, `{"op","path","ok":true,…}` or
 //! `{"op","path","ok":false,"error","kind"}`. Failures are data: it never panics on them.
 //!
 //! Build: cargo build --release -p sandpipe-test-plugins --target wasm32-wasip2
 //! Run:   sandpipe run --framing lines target/wasm32-wasip2/release/fs.wasm read:/etc/hostname list:/ </dev/null
-//!        (with no directories granted, both fail; natively, `target/release/fs …` succeeds)
+//!        (with no directories granted, both fail; natively both fail too under Landlock, and
+//!        succeed on a kernel without it)
 
 use std::fs;
 use std::io;
@@ -53,13 +58,32 @@ fn run(op: &str, path: &str) -> io::Result<Option<(&'static str, Value)>> {
             Ok(value) => Ok(Some(("value", value.into()))),
             Err(e) => Err(io::Error::new(io::ErrorKind::NotFound, e.to_string())),
         },
+        "connect" => std::net::TcpStream::connect(path).map(|_| None),
+        "open-many" => {
+            let mut open = Vec::new();
+            // Bounded, so a host without a limit gets an answer rather than a hung test.
+            let stopped = loop {
+                if open.len() == 1 << 20 {
+                    break None;
+                }
+                match fs::File::open(path) {
+                    Ok(file) => open.push(file),
+                    Err(e) => break Some(e),
+                }
+            };
+            let mut report = json!({"opened": open.len()});
+            report["stopped"] = stopped.and_then(|e| e.raw_os_error()).into();
+            Ok(Some(("result", report)))
+        }
         "list" => {
             let entries = fs::read_dir(path)?.collect::<io::Result<Vec<_>>>()?;
             Ok(Some(("entries", entries.len().into())))
         }
         _ => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("unknown operation {op:?} (expected read, write, mkdir, list or env)"),
+            format!(
+                "unknown operation {op:?} (expected read, write, mkdir, list, env, connect or open-many)"
+            ),
         )),
     }
 }
