@@ -56,7 +56,7 @@ pub enum ImportPolicy {
 ///   is unlimited by default too; a long-lived server legitimately adds up CPU over hours);
 /// - `max_open_files`: 1024 ([`DEFAULT_MAX_OPEN_FILES`]) open files for a native plugin.
 ///
-/// A native plugin (see `SECURITY-native.md`) additionally runs under Landlock where the kernel
+/// A native plugin (see `SECURITY.md`, "Native mode") additionally runs under Landlock where the kernel
 /// has it: its filesystem is the system's programs and libraries read-only, its own file, and
 /// `preopens` at their host paths; TCP bind and connect are refused; it cannot signal processes
 /// outside its sandbox.

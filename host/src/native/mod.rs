@@ -1,6 +1,6 @@
 //! Native plugins: real child processes, not sandboxed. The only module that spawns processes.
 //!
-//! What is enforced (see `SECURITY-native.md` for the whole list, and what is not):
+//! What is enforced (see `SECURITY.md`, "Native mode", for the whole list, and what is not):
 //! - the environment is cleared to the policy's list;
 //! - the child gets its own process group, killed (SIGKILL to the group) on deadline, on kill
 //!   and when the session is dropped; a waiter thread reaps it, so no zombie is left;
