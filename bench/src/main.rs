@@ -35,6 +35,7 @@ mod measure;
 mod pin;
 mod report;
 mod roundtrip;
+mod scale;
 mod startup;
 
 use std::io::Write as _;
@@ -113,10 +114,13 @@ fn parse_args() -> anyhow::Result<Args> {
 }
 
 fn main() -> ExitCode {
-    let result = parse_args().and_then(|args| match args.phase {
-        Some(phase) => run_phase(phase, &args),
-        None => run_all(&args),
-    });
+    let result = match scale::child_args() {
+        Some(child) => scale::child_main(&child),
+        None => parse_args().and_then(|args| match args.phase {
+            Some(phase) => run_phase(phase, &args),
+            None => run_all(&args),
+        }),
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -186,7 +190,9 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
         other_load,
         figures,
     };
-    let text = report::render(&run);
+    let scale = scale::run(&exe, &wasm, &native, args.quick)?;
+    let mut text = report::render(&run);
+    text.push_str(&scale::render(&scale));
     print!("{text}");
     if !args.quick {
         let path = sandpipe_tests::workspace_root().join("BENCHMARKS.md");

@@ -148,6 +148,14 @@ pub enum HostError {
         /// What failed.
         message: String,
     },
+    /// The pooling allocator has no free slot: as many wasm sessions are live as
+    /// [`Pooling::max_sessions`](crate::Pooling) allows (or one of its per-kind totals is
+    /// used up). Ending a session frees its slots.
+    #[error("instantiating plugin: {message}")]
+    PoolExhausted {
+        /// wasmtime's message, naming the limit and what ran out.
+        message: String,
+    },
     /// A native plugin could not be spawned.
     #[error("spawning native plugin {}: {source}", program.display())]
     Spawn {

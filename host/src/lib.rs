@@ -67,7 +67,7 @@ pub use native::{LANDLOCK_TARGET_ABI, LandlockSupport};
 pub use policy::{
     Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, ImportPolicy, Policy, Preopen,
 };
-pub use sandbox::{LoadSource, default_cache_dir};
+pub use sandbox::{InstanceAllocator, LoadSource, Pooling, default_cache_dir};
 pub use session::{
     Session, SessionControl, SessionOptions, SessionReader, SessionWriter, TERM_GRACE,
 };
@@ -173,16 +173,59 @@ impl Plugin {
     }
 }
 
-impl Host {
-    /// A host with the default artifact cache ([`default_cache_dir`]).
-    pub fn new() -> Result<Host, HostError> {
-        Self::with_cache_dir(default_cache_dir().as_deref())
+/// How a [`Host`] is set up. Defaults ([`HostOptions::default`]):
+/// - `cache_dir`: [`default_cache_dir`] (compiled artifacts are cached on disk);
+/// - `allocator`: [`InstanceAllocator::OnDemand`] (no cap on live sessions but
+///   `vm.max_map_count`; see [`Pooling`] for many thousands of sessions).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct HostOptions {
+    /// Where compiled artifacts are cached; `None` compiles every plugin once per process.
+    pub cache_dir: Option<PathBuf>,
+    /// How wasm instances get their memories, tables and stacks.
+    pub allocator: InstanceAllocator,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        Self {
+            cache_dir: default_cache_dir(),
+            allocator: InstanceAllocator::OnDemand,
+        }
+    }
+}
+
+impl HostOptions {
+    /// Set the artifact cache directory, or `None` for no disk cache.
+    pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.cache_dir = dir;
+        self
     }
 
-    /// A host with the given artifact cache directory, or none.
+    /// Take wasm instances from a pool sized by `pooling` (see [`Pooling`]).
+    pub fn pooling(mut self, pooling: Pooling) -> Self {
+        self.allocator = InstanceAllocator::Pooling(pooling);
+        self
+    }
+}
+
+impl Host {
+    /// A host with the default options ([`HostOptions::default`]).
+    pub fn new() -> Result<Host, HostError> {
+        Self::with_options(&HostOptions::default())
+    }
+
+    /// A host with the given artifact cache directory, or none, and the other options at
+    /// their defaults.
     pub fn with_cache_dir(cache_dir: Option<&Path>) -> Result<Host, HostError> {
+        Self::with_options(&HostOptions::default().cache_dir(cache_dir.map(Path::to_owned)))
+    }
+
+    /// A host set up by `options`. With [`InstanceAllocator::Pooling`] this reserves the
+    /// pool's address space now, and fails with [`HostError::Engine`] if it does not fit.
+    pub fn with_options(options: &HostOptions) -> Result<Host, HostError> {
         Ok(Host {
-            sandbox: Sandbox::new(cache_dir)?,
+            sandbox: Sandbox::new(options.cache_dir.as_deref(), &options.allocator)?,
         })
     }
 

@@ -10,6 +10,7 @@
 
 mod cache;
 mod determinism;
+mod pool;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use cache::ArtifactCache;
 pub use cache::default_cache_dir;
+pub use pool::{InstanceAllocator, Pooling};
 use tokio::io::DuplexStream;
 use tokio::sync::watch;
 use wasmtime::component::{Component, ResourceTable};
@@ -180,6 +182,20 @@ impl ResourceLimiter for Limiter {
     }
 }
 
+/// A full pool is its own error: the caller can wait for a session to end and retry.
+fn instantiate_err(e: wasmtime::Error) -> HostError {
+    if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+        .is_some()
+    {
+        return HostError::PoolExhausted {
+            message: e.to_string(),
+        };
+    }
+    HostError::Instantiate {
+        message: format!("{e:#}"),
+    }
+}
+
 /// The error an epoch callback raises once the deadline has passed.
 #[derive(Debug)]
 struct DeadlineHit;
@@ -216,10 +232,16 @@ fn engine_err(e: impl std::fmt::Display) -> HostError {
 }
 
 impl Sandbox {
-    pub(crate) fn new(cache_dir: Option<&Path>) -> Result<Self, HostError> {
+    pub(crate) fn new(
+        cache_dir: Option<&Path>,
+        allocator: &InstanceAllocator,
+    ) -> Result<Self, HostError> {
         let mut config = wasmtime::Config::new();
         config.consume_fuel(true);
         config.epoch_interruption(true);
+        // The allocator does not change generated code: both strategies share a cached
+        // artifact (the cache key hashes only codegen settings).
+        config.allocation_strategy(pool::strategy(allocator));
         let engine = Engine::new(&config).map_err(engine_err)?;
 
         let mut linker2 = wasmtime::component::Linker::new(&engine);
@@ -428,11 +450,10 @@ impl Sandbox {
                 let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);
                 arm(&mut store, &limits)?;
-                let command = pre.instantiate_async(&mut store).await.map_err(|e| {
-                    HostError::Instantiate {
-                        message: format!("{e:#}"),
-                    }
-                })?;
+                let command = pre
+                    .instantiate_async(&mut store)
+                    .await
+                    .map_err(instantiate_err)?;
                 let tail = stderr.clone();
                 tokio::spawn(async move {
                     let run = async {
@@ -456,11 +477,10 @@ impl Sandbox {
                 let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);
                 arm(&mut store, &limits)?;
-                let instance = pre.instantiate_async(&mut store).await.map_err(|e| {
-                    HostError::Instantiate {
-                        message: format!("{e:#}"),
-                    }
-                })?;
+                let instance = pre
+                    .instantiate_async(&mut store)
+                    .await
+                    .map_err(instantiate_err)?;
                 let start = instance
                     .get_typed_func::<(), ()>(&mut store, "_start")
                     .map_err(|e| HostError::Instantiate {

@@ -1,0 +1,119 @@
+//! How the engine allocates instances: on demand (wasmtime's default) or from a pool reserved
+//! up front.
+//!
+//! ```text
+//!  InstanceAllocator::OnDemand   each start mmaps its memories, tables and fiber stack
+//!                                (about 7 mappings a session: ~9,000 live sessions reach
+//!                                 vm.max_map_count = 65530)
+//!  InstanceAllocator::Pooling    one reservation per kind at Host creation; a start takes
+//!                                slots (about 4 mappings a session: 10,000 live sessions fit),
+//!                                a session beyond `max_sessions` is refused with
+//!                                HostError::PoolExhausted
+//! ```
+//!
+//! The allocator does not change generated code, so both share one cached artifact; the
+//! memory cap stays the [`Policy`](crate::Policy)'s (the pool's own per-memory ceiling is left
+//! at wasmtime's 4 GiB, so it never bites before the policy's cap does).
+
+use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// How wasm instances get their memories, tables and stacks. The default is
+/// [`InstanceAllocator::OnDemand`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InstanceAllocator {
+    /// Map each session's resources when it starts and unmap them when it ends. No limit on
+    /// the number of sessions, but each costs several memory mappings, and the kernel's
+    /// `vm.max_map_count` (65530 by default) caps live sessions near 9,000.
+    #[default]
+    OnDemand,
+    /// Reserve address space for a fixed number of sessions when the [`Host`](crate::Host) is
+    /// created, and hand out slots. Faster starts, fewer mappings per session.
+    Pooling(Pooling),
+}
+
+/// Sizes of the pooling allocator, per live wasm session. Defaults (from [`Pooling::new`]):
+/// - `core_instances_per_session`: 16 (a Rust component has a handful; componentize-py's
+///   need 14);
+/// - `memories_per_session`: 2;
+/// - `tables_per_session`: 16;
+/// - `table_elements`: 20,000 elements per table (wasmtime's pooling default).
+///
+/// Address space: each memory slot reserves wasmtime's default 4 GiB plus guard, so
+/// `max_sessions * memories_per_session` slots must fit the 128 TiB user address space
+/// (10,000 sessions with 2 memories each take about 80 TiB, reserved, not resident).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Pooling {
+    /// Live wasm sessions at once; one more is refused with
+    /// [`HostError::PoolExhausted`](crate::HostError::PoolExhausted).
+    pub max_sessions: u32,
+    /// Core module instances one session may hold (a p1 module is one; a component has
+    /// several).
+    pub core_instances_per_session: u32,
+    /// Linear memories one session may hold.
+    pub memories_per_session: u32,
+    /// Tables one session may hold.
+    pub tables_per_session: u32,
+    /// Largest table, in elements; a module whose table starts larger fails to start.
+    pub table_elements: u32,
+}
+
+impl Pooling {
+    /// A pool for `max_sessions` live sessions, with the default sizes listed on [`Pooling`].
+    pub fn new(max_sessions: u32) -> Pooling {
+        Pooling {
+            max_sessions,
+            core_instances_per_session: 16,
+            memories_per_session: 2,
+            tables_per_session: 16,
+            table_elements: 20_000,
+        }
+    }
+
+    /// Set the core instances one session may hold.
+    pub fn core_instances_per_session(mut self, n: u32) -> Pooling {
+        self.core_instances_per_session = n;
+        self
+    }
+
+    /// Set the linear memories one session may hold.
+    pub fn memories_per_session(mut self, n: u32) -> Pooling {
+        self.memories_per_session = n;
+        self
+    }
+
+    /// Set the tables one session may hold.
+    pub fn tables_per_session(mut self, n: u32) -> Pooling {
+        self.tables_per_session = n;
+        self
+    }
+
+    /// Set the largest table, in elements.
+    pub fn table_elements(mut self, n: u32) -> Pooling {
+        self.table_elements = n;
+        self
+    }
+}
+
+/// The wasmtime strategy for `allocator`.
+pub(super) fn strategy(allocator: &InstanceAllocator) -> InstanceAllocationStrategy {
+    let p = match allocator {
+        InstanceAllocator::OnDemand => return InstanceAllocationStrategy::OnDemand,
+        InstanceAllocator::Pooling(p) => p,
+    };
+    let times = |per: u32| p.max_sessions.saturating_mul(per);
+    let mut config = PoolingAllocationConfig::new();
+    config
+        .total_component_instances(p.max_sessions)
+        .total_core_instances(times(p.core_instances_per_session))
+        .total_memories(times(p.memories_per_session))
+        .total_tables(times(p.tables_per_session))
+        // One fiber stack per running guest: every session runs on its own.
+        .total_stacks(p.max_sessions)
+        .max_core_instances_per_component(p.core_instances_per_session)
+        .max_memories_per_component(p.memories_per_session)
+        .max_tables_per_component(p.tables_per_session)
+        .table_elements(usize::try_from(p.table_elements).unwrap_or(usize::MAX));
+    InstanceAllocationStrategy::Pooling(config)
+}
