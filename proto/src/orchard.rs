@@ -1126,6 +1126,238 @@ fn salvage_id(frame: &[u8]) -> Id {
     }
 }
 
+/// Fuzz body (for the `machine_orchard` cargo-fuzz target and the unit tests). Each line of
+/// `data` is one frame; `epoch` is any instant (deadlines are offsets from it, so the outcome
+/// does not depend on it).
+///
+/// Properties, besides never panicking:
+/// - plan mode: a line that [`parse_schema_output`] accepts encodes with
+///   [`encode_schema_output`] to output that parses to the same schema and re-encodes to the
+///   same bytes;
+/// - host side: the lines are the provider's answers. The client describes, then configures,
+///   executes (up to three at once) and shuts down whenever its state allows; every call
+///   completes exactly once, with its own id, method and action, counting a timeout of
+///   `describe` and [`Client::fail_pending`] at the end; a described schema is protocol `"1"`
+///   and reaches another host unchanged through [`Server::respond_describe`]; every frame sent
+///   is an Orchard request;
+/// - provider side: the lines are the host's frames. Every request (and every undecodable
+///   frame) gets exactly one answer with its id, whether the caller answers the event or the
+///   machine answers for it; notifications and responses get none.
+pub fn fuzz(epoch: Instant, data: &[u8]) {
+    let lines: Vec<&[u8]> = data.split(|b| *b == b'\n').collect();
+    for line in &lines {
+        fuzz_schema_output(line);
+    }
+    fuzz_client(epoch, &lines);
+    fuzz_server(&lines);
+}
+
+fn fuzz_schema_output(line: &[u8]) {
+    let Ok(schema) = parse_schema_output(line) else {
+        return;
+    };
+    let out = encode_schema_output(&schema);
+    let again = parse_schema_output(&out).expect("encoded schema output parses");
+    assert_eq!(again, schema, "schema output round trip");
+    assert_eq!(
+        encode_schema_output(&again),
+        out,
+        "schema output is canonical"
+    );
+}
+
+/// The schema a provider declares reaches a host unchanged.
+fn fuzz_schema_in_transit(epoch: Instant, schema: &ProviderSchema) {
+    let mut host = Client::new();
+    let mut provider = Server::new();
+    host.describe(epoch, DESCRIBE_TIMEOUT)
+        .expect("a new client describes");
+    let frame = host.poll_transmit().expect("describe is sent");
+    provider.handle_frame(&frame).expect("describe is valid");
+    let Some(ServerEvent::Describe { id }) = provider.poll_event() else {
+        panic!("no describe event");
+    };
+    provider
+        .respond_describe(id, schema)
+        .expect("describe is answerable");
+    let frame = provider.poll_transmit().expect("the answer is sent");
+    host.handle_frame(&frame).expect("the answer is valid");
+    match host.poll_event() {
+        Some(ClientEvent::Described {
+            result: Ok(got), ..
+        }) => {
+            assert_eq!(&got, schema, "schema in transit")
+        }
+        other => panic!("describe answer: {other:?}"),
+    }
+}
+
+/// What the fuzzed client sent and has not seen completed: id → (method, action).
+type Calls = BTreeMap<Id, (Method, String)>;
+
+fn client_events(epoch: Instant, client: &mut Client, calls: &mut Calls, completed: &mut usize) {
+    while let Some(event) = client.poll_event() {
+        let (id, method, action) = match &event {
+            ClientEvent::Described { id, result } => {
+                if let Ok(schema) = result {
+                    assert_eq!(schema.protocol, PROTOCOL_VERSION);
+                    fuzz_schema_in_transit(epoch, schema);
+                }
+                (id, Method::Describe, "")
+            }
+            ClientEvent::Configured { id, .. } => (id, Method::Configure, ""),
+            ClientEvent::Executed { id, action, .. } => (id, Method::Execute, action.as_str()),
+            ClientEvent::ShutDown { id, .. } => {
+                assert_eq!(client.state(), ClientState::Closed);
+                (id, Method::Shutdown, "")
+            }
+        };
+        let sent = calls.remove(id);
+        assert_eq!(
+            sent.as_ref().map(|(m, a)| (*m, a.as_str())),
+            Some((method, action)),
+            "outcome of call {id}"
+        );
+        *completed += 1;
+    }
+}
+
+/// Every frame the client sends is one of the four requests, or the refusal of a request
+/// from the provider.
+fn client_frames(client: &mut Client) {
+    while let Some(frame) = client.poll_transmit() {
+        match Message::decode(&frame, Dialect::Orchard).expect("a valid frame") {
+            Message::Request { method, .. } if Method::from_name(&method).is_some() => {}
+            Message::Response { result: Err(e), .. }
+                if e.code == ErrorCode::Str(codes::UNKNOWN_METHOD.into()) => {}
+            other => panic!("the host sent {other:?}"),
+        }
+    }
+}
+
+fn fuzz_client(epoch: Instant, lines: &[&[u8]]) {
+    let mut client = Client::new();
+    let mut calls = Calls::new();
+    let (mut issued, mut completed) = (0usize, 0usize);
+    let id = client
+        .describe(epoch, DESCRIBE_TIMEOUT)
+        .expect("a new client describes");
+    calls.insert(id, (Method::Describe, String::new()));
+    issued += 1;
+    for (i, line) in lines.iter().enumerate() {
+        let _ = client.handle_frame(line);
+        client_frames(&mut client);
+        if line.len() % 7 == 3 {
+            // Past the describe deadline.
+            client.handle_timeout(epoch + DESCRIBE_TIMEOUT);
+        }
+        client_events(epoch, &mut client, &mut calls, &mut completed);
+        let describing = calls.values().any(|(m, _)| *m == Method::Describe);
+        let want_timer = describing.then(|| epoch + DESCRIBE_TIMEOUT);
+        assert_eq!(
+            client.poll_timeout(),
+            want_timer,
+            "only describe has a deadline"
+        );
+        let action = String::from_utf8_lossy(&line[..line.len().min(6)]).into_owned();
+        let sent = match client.state() {
+            ClientState::Described if i % 4 == 3 => {
+                client.shutdown().map(|id| (id, Method::Shutdown))
+            }
+            ClientState::Described => client
+                .configure(json!({ "line": i }))
+                .map(|id| (id, Method::Configure)),
+            ClientState::Configured if i % 6 == 5 => {
+                client.shutdown().map(|id| (id, Method::Shutdown))
+            }
+            ClientState::Configured if calls.len() < 3 => client
+                .execute(&action, json!({ "line": i }))
+                .map(|id| (id, Method::Execute)),
+            ClientState::Closed => {
+                assert!(client.execute("a", Value::Null).is_err());
+                assert!(client.configure(Value::Null).is_err());
+                continue;
+            }
+            _ => continue,
+        };
+        let (id, method) = sent.expect("the state allows this call");
+        let action = if method == Method::Execute {
+            action
+        } else {
+            String::new()
+        };
+        assert!(
+            calls.insert(id.clone(), (method, action)).is_none(),
+            "id {id} reused while in flight"
+        );
+        issued += 1;
+        client_frames(&mut client);
+    }
+    client.fail_pending("provider exited", &["tail".to_owned()]);
+    client_events(epoch, &mut client, &mut calls, &mut completed);
+    assert!(calls.is_empty(), "calls without an outcome: {calls:?}");
+    assert_eq!(issued, completed, "every call completes exactly once");
+    assert_eq!(client.state(), ClientState::Closed);
+    assert_eq!(client.poll_timeout(), None);
+}
+
+fn fuzz_server(lines: &[&[u8]]) {
+    let mut server = Server::new();
+    for (i, line) in lines.iter().enumerate() {
+        let want_reply = match Message::decode(line, Dialect::Orchard) {
+            Ok(Message::Request { id, .. }) => Some(id),
+            Ok(_) => None,
+            Err(_) => Some(salvage_id(line)),
+        };
+        let _ = server.handle_frame(line);
+        while let Some(event) = server.poll_event() {
+            let (id, answer) = match event {
+                ServerEvent::Describe { id } => {
+                    let schema = ProviderSchema::new("fuzz");
+                    let r = server.respond_describe(id.clone(), &schema);
+                    (id, r)
+                }
+                ServerEvent::Configure { id, .. } if i % 2 == 0 => {
+                    let r = server.respond_configure(id.clone(), Ok(()));
+                    (id, r)
+                }
+                ServerEvent::Configure { id, .. } => {
+                    let error = ProviderError::configure_failed("no").with_detail("line");
+                    let r = server.respond_configure(id.clone(), Err(error));
+                    (id, r)
+                }
+                ServerEvent::Execute { id, attrs, .. } => {
+                    let r = server.respond_execute(id.clone(), Ok(attrs));
+                    (id, r)
+                }
+                ServerEvent::Shutdown { id } => {
+                    let r = server.respond_shutdown(id.clone());
+                    assert!(server.is_shut_down());
+                    (id, r)
+                }
+            };
+            assert_eq!(answer, Ok(()), "answering request {id}");
+            let twice = server.respond_error(id.clone(), ProviderError::internal("twice"));
+            assert_eq!(
+                twice,
+                Err(ProtocolError::NotAwaitingResponse { id: id.to_string() })
+            );
+        }
+        assert_eq!(server.in_flight(), 0);
+        let replies: Vec<Message> = std::iter::from_fn(|| server.poll_transmit())
+            .map(|frame| Message::decode(&frame, Dialect::Orchard).expect("a valid frame"))
+            .collect();
+        match (&want_reply, &replies[..]) {
+            (None, []) => {}
+            (Some(want), [Message::Response { id, .. }]) if id == want => {}
+            _ => panic!(
+                "frame {:?}: replies {replies:?}, want one for {want_reply:?}",
+                String::from_utf8_lossy(line)
+            ),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1740,5 +1972,49 @@ mod tests {
             lenient,
             ProviderError::new("-32603", "m").with_detail(r#"{"a":1}"#)
         );
+    }
+
+    /// The golden transcripts' lines, both directions, and hostile ones: a seed corpus for
+    /// [`fuzz`].
+    const FUZZ_SEEDS: &[&str] = &[
+        r#"{"id":1,"method":"describe","params":{}}"#,
+        r#"{"id":1,"result":{"schema":{"name":"example-orchard","protocol":"1","actions":{"echo":{"description":"return the attrs as outputs","attributes":{"defer":{"type":"bool"}}}}}}}"#,
+        r#"{"id":1,"result":{"schema":{"name":"l","protocol":"1","actions":[{"name":"a","x":1,"attributes":{"k":{"type":"string","required":true,"y":[]}}}],"z":null}}}"#,
+        r#"{"id":1,"result":{"schema":{"name":"old","protocol":"2"}}}"#,
+        r#"{"name":"plan","protocol":"1","actions":{"a":{}}}"#,
+        r#"{"id":2,"method":"configure","params":{"config":{"fail":true}}}"#,
+        r#"{"id":2,"error":{"code":"configure_failed","message":"configuration rejected","detail":"config.fail is true"}}"#,
+        r#"{"id":3,"result":{}}"#,
+        r#"{"id":4,"method":"execute","params":{"action":"prune","attrs":{}}}"#,
+        r#"{"id":4,"result":{"outputs":{"x":1}}}"#,
+        r#"{"id":5,"result":{"outputs":null}}"#,
+        r#"{"id":5,"error":{"code":"validation_failed","message":"values[1] is not a number","detail":"got \"two\""}}"#,
+        r#"{"id":6,"result":[]}"#,
+        r#"{"id":100,"method":"harvest","params":{}}"#,
+        r#"{"id":101,"method":"execute","params":{"attrs":{}}}"#,
+        r#"{"id":7,"method":"shutdown","params":{}}"#,
+        r#"{"id":7,"result":{}}"#,
+        r#"{"method":"log","params":{}}"#,
+        r#"{"id":"s","method":"describe","params":[]}"#,
+        r#"{"id":1.5,"method":"describe"}"#,
+        r#"{"id":null,"method":"describe"}"#,
+        "not json",
+        "",
+    ];
+
+    #[test]
+    fn fuzz_body_over_the_seed_corpus() {
+        let epoch = Instant::now();
+        fuzz(epoch, FUZZ_SEEDS.join("\n").as_bytes());
+        for seed in FUZZ_SEEDS {
+            for cut in 0..=seed.len() {
+                fuzz(epoch, &seed.as_bytes()[..cut]);
+            }
+        }
+        for a in FUZZ_SEEDS {
+            for b in FUZZ_SEEDS {
+                fuzz(epoch, format!("{a}\n{b}\n{a}\n{b}").as_bytes());
+            }
+        }
     }
 }
