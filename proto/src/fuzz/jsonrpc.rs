@@ -345,10 +345,10 @@ pub fn jsonrpc_peer(data: &[u8]) {
         side.request_with_id(Id::Num(-1), "d", None);
         for (i, line) in data.split(|b| *b == b'\n').enumerate() {
             let _ = side.deliver(line);
-            if line.len() % 5 == 0 {
-                if let Some(id) = side.pending.keys().next().cloned() {
-                    side.cancel(&id);
-                }
+            if line.len() % 5 == 0
+                && let Some(id) = side.pending.keys().next().cloned()
+            {
+                side.cancel(&id);
             }
             let awaiting: Vec<Id> = side.awaiting.iter().cloned().collect();
             for (k, id) in awaiting.into_iter().enumerate() {
