@@ -1358,6 +1358,292 @@ fn fuzz_server(lines: &[&[u8]]) {
     }
 }
 
+/// Structure-aware fuzz body (for the `pair_orchard` cargo-fuzz target and the unit tests): a
+/// [`Client`] wired to a [`Server`] in memory, driven by operations read from `data` — calls
+/// in any state (refused unless the lifecycle allows them), delivery of the next frame either
+/// way, the provider answering its open requests in any order (results or errors), time
+/// passing the `describe` deadline, and the provider dying ([`Client::fail_pending`]).
+///
+/// Properties: a call is accepted exactly when the lifecycle allows it; every frame one
+/// machine sends, the other accepts; each accepted call has exactly one outcome, and it is
+/// the one the provider sent (schema, outputs, or error, unchanged) unless it timed out or
+/// the provider died; the timer is the pending `describe`'s deadline; and a pair that
+/// delivers everything and answers everything ends with no call outstanding.
+pub fn fuzz_pair(epoch: Instant, data: &[u8]) {
+    let mut input = crate::fuzz::Choices::new(data);
+    let mut pair = Pair::new(epoch);
+    while !input.is_empty() {
+        match input.byte() % 9 {
+            0 => {
+                let timeout = Duration::from_millis(u64::from(input.byte()) * 20);
+                let allowed = pair.host.state() == ClientState::Start;
+                let sent = pair.host.describe(pair.now, timeout);
+                pair.sent(sent, allowed, Method::Describe, String::new());
+            }
+            1 => {
+                let allowed = pair.host.state() == ClientState::Described;
+                let sent = pair.host.configure(json!({ "k": input.byte() }));
+                pair.sent(sent, allowed, Method::Configure, String::new());
+            }
+            2 => {
+                let allowed = pair.host.state() == ClientState::Configured;
+                let action = ["echo", "", "x"][input.below(3)];
+                let sent = pair.host.execute(action, json!([input.byte()]));
+                pair.sent(sent, allowed, Method::Execute, action.to_owned());
+            }
+            3 => {
+                let allowed = matches!(
+                    pair.host.state(),
+                    ClientState::Described | ClientState::Configured
+                );
+                let sent = pair.host.shutdown();
+                pair.sent(sent, allowed, Method::Shutdown, String::new());
+            }
+            4 => pair.to_provider(),
+            5 => pair.to_host(),
+            6 => {
+                let k = input.below(pair.open.len());
+                let ok = input.byte() & 1 == 0;
+                pair.answer(k, ok);
+            }
+            7 => {
+                pair.now += Duration::from_millis(u64::from(input.byte()) * 20);
+                pair.host.handle_timeout(pair.now);
+                pair.check();
+            }
+            _ => {
+                pair.dead = true;
+                pair.host.fail_pending("provider exited", &[]);
+                pair.check();
+                assert!(pair.calls.is_empty(), "fail_pending left calls open");
+                assert_eq!(pair.host.state(), ClientState::Closed);
+                return;
+            }
+        }
+    }
+    // Deliver everything and answer everything until nothing moves.
+    loop {
+        let before = (
+            pair.wire_to_provider.len(),
+            pair.wire_to_host.len(),
+            pair.open.len(),
+        );
+        while !pair.wire_to_provider.is_empty() {
+            pair.to_provider();
+        }
+        while !pair.open.is_empty() {
+            pair.answer(0, true);
+        }
+        while !pair.wire_to_host.is_empty() {
+            pair.to_host();
+        }
+        if before == (0, 0, 0) {
+            break;
+        }
+    }
+    assert!(
+        pair.calls.is_empty(),
+        "calls left open by a live, answering provider: {:?}",
+        pair.calls
+    );
+    assert_eq!(pair.host.poll_timeout(), None);
+}
+
+/// The outcome a call must have, once the provider has answered it.
+#[derive(Debug)]
+enum Expect {
+    Described(ProviderSchema),
+    Ok(Value),
+    Failed(ProviderError),
+}
+
+/// The state of [`fuzz_pair`].
+struct Pair {
+    host: Client,
+    provider: Server,
+    now: Instant,
+    wire_to_provider: VecDeque<Vec<u8>>,
+    wire_to_host: VecDeque<Vec<u8>>,
+    /// Requests the provider has received and not answered, in arrival order.
+    open: Vec<ServerEvent>,
+    /// Calls without an outcome: id → (method, action, deadline).
+    calls: BTreeMap<Id, (Method, String, Option<Instant>)>,
+    /// What the provider answered, by id, until the host sees it.
+    answers: BTreeMap<Id, Expect>,
+    /// The provider died: answers still on the wire never arrive.
+    dead: bool,
+}
+
+impl Pair {
+    fn new(now: Instant) -> Self {
+        Self {
+            host: Client::new(),
+            provider: Server::new(),
+            now,
+            wire_to_provider: VecDeque::new(),
+            wire_to_host: VecDeque::new(),
+            open: Vec::new(),
+            calls: BTreeMap::new(),
+            answers: BTreeMap::new(),
+            dead: false,
+        }
+    }
+
+    fn sent(
+        &mut self,
+        sent: Result<Id, ProtocolError>,
+        allowed: bool,
+        method: Method,
+        action: String,
+    ) {
+        match sent {
+            Ok(id) => {
+                assert!(allowed, "{method} accepted in the wrong state");
+                let deadline = self
+                    .host
+                    .poll_timeout()
+                    .filter(|_| method == Method::Describe);
+                let fresh = self.calls.insert(id.clone(), (method, action, deadline));
+                assert!(fresh.is_none(), "id {id} reused while in flight");
+            }
+            Err(e) => {
+                assert!(!allowed, "{method} refused in a state that allows it: {e}");
+                assert!(matches!(e, ProtocolError::Unexpected { .. }));
+            }
+        }
+        self.check();
+    }
+
+    fn to_provider(&mut self) {
+        let Some(frame) = self.wire_to_provider.pop_front() else {
+            return;
+        };
+        assert_eq!(self.provider.handle_frame(&frame), Ok(()), "a host frame");
+        self.open
+            .extend(std::iter::from_fn(|| self.provider.poll_event()));
+        self.check();
+    }
+
+    fn to_host(&mut self) {
+        let Some(frame) = self.wire_to_host.pop_front() else {
+            return;
+        };
+        assert_eq!(self.host.handle_frame(&frame), Ok(()), "a provider frame");
+        self.check();
+    }
+
+    fn answer(&mut self, k: usize, ok: bool) {
+        if self.open.is_empty() {
+            return;
+        }
+        let event = self.open.remove(k);
+        let error = ProviderError::new(codes::EXECUTE_FAILED, "no").with_detail("why");
+        let (id, result, expect) = match event {
+            ServerEvent::Describe { id } => {
+                let schema =
+                    ProviderSchema::new("fuzz").with_action("echo", ActionSchema::new("echo"));
+                let r = self.provider.respond_describe(id.clone(), &schema);
+                (id, r, Expect::Described(schema))
+            }
+            ServerEvent::Configure { id, config } if ok => {
+                let r = self.provider.respond_configure(id.clone(), Ok(()));
+                assert!(config.get("k").is_some(), "config arrives: {config}");
+                (id, r, Expect::Ok(Value::Null))
+            }
+            ServerEvent::Execute { id, attrs, .. } if ok => {
+                let r = self.provider.respond_execute(id.clone(), Ok(attrs.clone()));
+                (id, r, Expect::Ok(attrs))
+            }
+            ServerEvent::Shutdown { id } => {
+                let r = self.provider.respond_shutdown(id.clone());
+                (id, r, Expect::Ok(Value::Null))
+            }
+            ServerEvent::Configure { id, .. } | ServerEvent::Execute { id, .. } => {
+                let r = self.provider.respond_error(id.clone(), error.clone());
+                (id, r, Expect::Failed(error))
+            }
+        };
+        assert_eq!(result, Ok(()), "answering {id}");
+        self.answers.insert(id, expect);
+        self.check();
+    }
+
+    /// Move frames onto the wires and check every outcome the host reports.
+    fn check(&mut self) {
+        self.wire_to_provider
+            .extend(std::iter::from_fn(|| self.host.poll_transmit()));
+        self.wire_to_host
+            .extend(std::iter::from_fn(|| self.provider.poll_transmit()));
+        while let Some(event) = self.host.poll_event() {
+            let id = match &event {
+                ClientEvent::Described { id, .. }
+                | ClientEvent::Configured { id, .. }
+                | ClientEvent::Executed { id, .. }
+                | ClientEvent::ShutDown { id, .. } => id.clone(),
+            };
+            let (method, action, _) = self
+                .calls
+                .remove(&id)
+                .unwrap_or_else(|| panic!("an outcome for {id}, which has none due: {event:?}"));
+            let answer = self.answers.remove(&id).filter(|_| !self.dead);
+            match (&event, answer) {
+                // Timed out, or the provider died: a local outcome, whatever was answered.
+                (
+                    ClientEvent::Described {
+                        result: Err(CallError::TimedOut { .. }),
+                        ..
+                    },
+                    _,
+                ) => assert_eq!(method, Method::Describe),
+                (_, None) => {
+                    let local = match &event {
+                        ClientEvent::Described { result, .. } => result.as_ref().err(),
+                        ClientEvent::Configured { result, .. }
+                        | ClientEvent::ShutDown { result, .. } => result.as_ref().err(),
+                        ClientEvent::Executed { result, .. } => result.as_ref().err(),
+                    };
+                    assert!(
+                        matches!(local, Some(CallError::Provider(e)) if e.message == "provider exited"),
+                        "an unanswered call completed with {event:?}"
+                    );
+                }
+                (ClientEvent::Described { result, .. }, Some(Expect::Described(schema))) => {
+                    assert_eq!(result.as_ref(), Ok(&schema))
+                }
+                (ClientEvent::Configured { result, .. }, Some(Expect::Ok(_)))
+                | (ClientEvent::ShutDown { result, .. }, Some(Expect::Ok(_))) => {
+                    assert_eq!(result, &Ok(()))
+                }
+                (ClientEvent::Configured { result, .. }, Some(Expect::Failed(e))) => {
+                    assert_eq!(result, &Err(CallError::Provider(e)))
+                }
+                (
+                    ClientEvent::Executed {
+                        result,
+                        action: got,
+                        ..
+                    },
+                    Some(expect),
+                ) => {
+                    assert_eq!(got, &action);
+                    match expect {
+                        Expect::Ok(outputs) => assert_eq!(result, &Ok(outputs)),
+                        Expect::Failed(e) => assert_eq!(result, &Err(CallError::Provider(e))),
+                        Expect::Described(_) => panic!("a schema answered an execute"),
+                    }
+                }
+                (event, answer) => panic!("{method} completed with {event:?}, sent {answer:?}"),
+            }
+        }
+        let want = self.calls.values().filter_map(|(_, _, d)| *d).min();
+        assert_eq!(
+            self.host.poll_timeout(),
+            want,
+            "the timer is describe's deadline"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2015,6 +2301,40 @@ mod tests {
             for b in FUZZ_SEEDS {
                 fuzz(epoch, format!("{a}\n{b}\n{a}\n{b}").as_bytes());
             }
+        }
+    }
+
+    #[test]
+    fn pair_body_over_scripted_and_pseudo_random_sessions() {
+        let epoch = Instant::now();
+        // describe, deliver, answer, deliver back, configure (refused: answer not yet
+        // delivered), …, execute twice, answer out of order, time passes, shut down.
+        let scripts: &[&[u8]] = &[
+            &[
+                0, 250, 4, 6, 0, 0, 5, 1, 7, 1, 4, 6, 0, 0, 5, 2, 0, 9, 2, 1, 9, 4, 4, 6, 1, 1, 6,
+                0, 0, 5, 5, 3, 4, 6, 0, 0, 5,
+            ],
+            &[0, 1, 4, 7, 5, 5, 6, 0, 0, 5, 0, 0],
+            &[0, 0, 7, 0, 4, 6, 0, 0, 5],
+            &[
+                0, 100, 4, 6, 0, 0, 5, 1, 3, 4, 6, 0, 1, 5, 2, 0, 1, 1, 4, 6, 0, 0, 2, 0, 0, 8,
+            ],
+            &[],
+        ];
+        for script in scripts {
+            fuzz_pair(epoch, script);
+        }
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..2000 {
+            let mut next = || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state
+            };
+            let len = (next() % 200) as usize;
+            let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            fuzz_pair(epoch, &data);
         }
     }
 }
