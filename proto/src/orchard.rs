@@ -1399,8 +1399,8 @@ pub fn fuzz_pair(epoch: Instant, data: &[u8]) {
                 let sent = pair.host.shutdown();
                 pair.sent(sent, allowed, Method::Shutdown, String::new());
             }
-            4 => pair.to_provider(),
-            5 => pair.to_host(),
+            4 => pair.deliver_to_provider(),
+            5 => pair.deliver_to_host(),
             6 => {
                 let k = input.below(pair.open.len());
                 let ok = input.byte() & 1 == 0;
@@ -1429,13 +1429,13 @@ pub fn fuzz_pair(epoch: Instant, data: &[u8]) {
             pair.open.len(),
         );
         while !pair.wire_to_provider.is_empty() {
-            pair.to_provider();
+            pair.deliver_to_provider();
         }
         while !pair.open.is_empty() {
             pair.answer(0, true);
         }
         while !pair.wire_to_host.is_empty() {
-            pair.to_host();
+            pair.deliver_to_host();
         }
         if before == (0, 0, 0) {
             break;
@@ -1514,7 +1514,7 @@ impl Pair {
         self.check();
     }
 
-    fn to_provider(&mut self) {
+    fn deliver_to_provider(&mut self) {
         let Some(frame) = self.wire_to_provider.pop_front() else {
             return;
         };
@@ -1524,7 +1524,7 @@ impl Pair {
         self.check();
     }
 
-    fn to_host(&mut self) {
+    fn deliver_to_host(&mut self) {
         let Some(frame) = self.wire_to_host.pop_front() else {
             return;
         };
