@@ -394,7 +394,7 @@ mod tests {
         assert!(events(&mut host).is_empty());
     }
 
-    /// Found by the `jsonrpc_pair` fuzz target: an id reused after a cancel let the late
+    /// Caught by the `jsonrpc_pair` fuzz body: an id reused after a cancel let the late
     /// answer to the cancelled request complete the new one, and the other side saw the id
     /// twice (`DuplicateId`).
     #[test]
