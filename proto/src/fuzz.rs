@@ -4,9 +4,66 @@
 //! A fuzz body panics when it finds a bug; on any input that is merely invalid it returns
 //! normally.
 
+mod jsonrpc;
+
+pub use jsonrpc::{jsonrpc_pair, jsonrpc_peer};
+
 use crate::frame::{
     AnyFramer, Bytes, BytesMut, FrameError, FrameLimits, Framer, Framing, JsonLines,
 };
+
+/// Fuzz input read as a series of choices, for the structure-aware bodies. Past the end every
+/// read gives zeros, so any input is a complete program.
+pub(crate) struct Choices<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Choices<'a> {
+    pub(crate) fn new(data: &'a [u8]) -> Self {
+        Self { rest: data }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.rest.is_empty()
+    }
+
+    pub(crate) fn byte(&mut self) -> u8 {
+        match self.rest.split_first() {
+            Some((b, rest)) => {
+                self.rest = rest;
+                *b
+            }
+            None => 0,
+        }
+    }
+
+    /// A number below `n` (0 when `n` is 0), from one or two bytes.
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        if n <= 1 {
+            return 0;
+        }
+        let raw = if n <= 256 {
+            usize::from(self.byte())
+        } else {
+            usize::from(u16::from_le_bytes(self.array()))
+        };
+        raw % n
+    }
+
+    /// Up to `n` bytes (fewer at the end of the input).
+    pub(crate) fn bytes(&mut self, n: usize) -> &'a [u8] {
+        let (taken, rest) = self.rest.split_at(n.min(self.rest.len()));
+        self.rest = rest;
+        taken
+    }
+
+    pub(crate) fn array<const N: usize>(&mut self) -> [u8; N] {
+        let mut out = [0; N];
+        let taken = self.bytes(N);
+        out[..taken.len()].copy_from_slice(taken);
+        out
+    }
+}
 
 /// What a framer made of a stream: the frames, then the error that stopped it, if any.
 pub type Outcome = (Vec<Bytes>, Option<FrameError>);
@@ -55,8 +112,10 @@ pub fn decode_pieces<'a>(
 }
 
 /// Decode `data` whole and in chunks, and check both agree; then re-encode every frame and
-/// check it decodes to itself (except a JSON Lines frame ending in `\r`, which `encode`
-/// must refuse).
+/// check it is the writer's canonical form (`frame\n`; the item's own bytes;
+/// `Content-Length: N\r\n\r\n` and the body) and decodes to itself, alone and as one
+/// re-encoded stream (except a JSON Lines frame ending in `\r`, which `encode` must refuse).
+/// A CBOR sequence has no delimiters, so its frames must be the stream's own bytes.
 ///
 /// The first two bytes of `data` steer the run (inputs shorter than that use defaults):
 /// - byte 0 seeds the chunk sizes (0: one byte at a time; otherwise pseudo-random sizes from
@@ -91,10 +150,43 @@ pub fn framer_chunked(framing: Framing, data: &[u8]) {
         chunked.1
     );
 
+    // CBOR sequences have no delimiters: the frames are the stream itself, byte for byte, up
+    // to the point where it broke.
+    if framing == Framing::CborSeq {
+        let joined = whole.0.concat();
+        assert!(
+            stream.starts_with(&joined),
+            "CborSeq: frames are not the stream's bytes"
+        );
+        if whole.1.is_none() {
+            assert_eq!(joined.len(), stream.len(), "CborSeq: bytes lost at the end");
+        }
+    }
+
+    // Every frame re-encodes to exactly the writer's canonical form, and the re-encoded
+    // stream decodes (whole and chunked) to the same frames.
+    let mut all_wire = BytesMut::new();
+    let mut all_frames = Vec::new();
     for frame in &whole.0 {
         let mut wire = BytesMut::new();
         match make().encode(frame, &mut wire) {
-            Ok(()) => {}
+            Ok(()) => {
+                let canonical = match framing {
+                    Framing::JsonLines => [&frame[..], b"\n"].concat(),
+                    Framing::CborSeq => frame.to_vec(),
+                    _ => {
+                        let header = format!("Content-Length: {}\r\n\r\n", frame.len());
+                        [header.as_bytes(), &frame[..]].concat()
+                    }
+                };
+                assert_eq!(
+                    &wire[..],
+                    &canonical[..],
+                    "{framing:?}: non-canonical encoding"
+                );
+                all_wire.extend_from_slice(&wire);
+                all_frames.push(frame.clone());
+            }
             // The one frame JSON Lines decodes but will not encode: a line that ended in
             // `\r\r\n` keeps one `\r`, which a writer cannot put back (it reads as `\r\n`).
             Err(FrameError::EmbeddedNewline { offset })
@@ -113,6 +205,17 @@ pub fn framer_chunked(framing: Framing, data: &[u8]) {
             "{framing:?}: re-encoded frame decodes differently"
         );
     }
+    let want = (all_frames, None);
+    assert_eq!(
+        decode_pieces(make(), [&all_wire[..]]),
+        want,
+        "{framing:?}: the re-encoded stream decodes differently"
+    );
+    assert_eq!(
+        decode_pieces(make(), Chunks::new(&all_wire, seed ^ 0x5a)),
+        want,
+        "{framing:?}: the re-encoded stream decodes differently in chunks"
+    );
 }
 
 /// Limits picked by bits of `knobs`: frame size by bits 0–1, depth by 2–3, header size by 4–5.

@@ -13,6 +13,7 @@ mod peer;
 
 use std::fmt;
 
+pub(crate) use peer::MAX_CANCELLED;
 pub use peer::{Event, Peer};
 use serde_json::{Map, Value};
 use thiserror::Error;

@@ -50,7 +50,7 @@ struct Pending {
 }
 
 /// Most cancelled ids remembered (so a late answer to them is ignored, not an error).
-const MAX_CANCELLED: usize = 1024;
+pub(crate) const MAX_CANCELLED: usize = 1024;
 
 /// One side of a JSON-RPC connection.
 #[derive(Debug)]
@@ -104,7 +104,7 @@ impl Peer {
         loop {
             let id = Id::Num(self.next_id);
             self.next_id = self.next_id.wrapping_add(1);
-            if !self.pending.contains_key(&id) {
+            if !self.pending.contains_key(&id) && !self.cancelled.contains(&id) {
                 // Only fails for a duplicate id, which the check above rules out.
                 let _ = self.send_request(id.clone(), method, params, deadline);
                 return id;
@@ -113,7 +113,9 @@ impl Peer {
     }
 
     /// Send a request with an id of the caller's choosing (string ids, or a protocol that
-    /// fixes them).
+    /// fixes them). [`ProtocolError::DuplicateId`] if the id is pending, or was cancelled or
+    /// timed out and is still remembered (the last 1024 such ids): the other side may yet
+    /// answer the old request, and that answer would be taken for the new one.
     pub fn request_with_id(
         &mut self,
         id: Id,
@@ -130,7 +132,9 @@ impl Peer {
         params: Option<Value>,
         deadline: Option<Instant>,
     ) -> Result<(), ProtocolError> {
-        if self.pending.contains_key(&id) {
+        // A given-up id stays taken while its late answer may still arrive: that answer
+        // would otherwise be taken for the new request's.
+        if self.pending.contains_key(&id) || self.cancelled.contains(&id) {
             return Err(ProtocolError::DuplicateId { id: id.to_string() });
         }
         let msg = Message::Request {
@@ -388,6 +392,35 @@ mod tests {
         plugin.respond(id, Ok(json!(1))).expect("pending");
         pump(&mut plugin, &mut host);
         assert!(events(&mut host).is_empty());
+    }
+
+    /// Caught by the `jsonrpc_pair` fuzz body: an id reused after a cancel let the late
+    /// answer to the cancelled request complete the new one, and the other side saw the id
+    /// twice (`DuplicateId`).
+    #[test]
+    fn a_given_up_id_is_not_reused_while_its_answer_may_arrive() {
+        let mut host = Peer::new(Dialect::JsonRpc2);
+        host.request_with_id(Id::from("a"), "slow", None)
+            .expect("fresh id");
+        host.request_with_id(Id::Num(1), "slow", None)
+            .expect("fresh id");
+        assert!(host.cancel(&Id::from("a")));
+        assert!(host.cancel(&Id::Num(1)));
+        assert_eq!(
+            host.request_with_id(Id::from("a"), "again", None),
+            Err(ProtocolError::DuplicateId { id: "\"a\"".into() })
+        );
+        // Automatic ids skip it too.
+        assert_eq!(host.request("x", None), Id::Num(0));
+        assert_eq!(host.request("y", None), Id::Num(2));
+        // The late answers are ignored, not taken for anything else.
+        host.handle_frame(br#"{"jsonrpc":"2.0","id":"a","result":1}"#)
+            .expect("late answer");
+        host.handle_frame(br#"{"jsonrpc":"2.0","id":1,"result":1}"#)
+            .expect("late answer");
+        let evs = events(&mut host);
+        assert_eq!(evs.len(), 2, "two cancels and nothing else: {evs:?}");
+        assert_eq!(host.pending().count(), 2);
     }
 
     #[test]
