@@ -30,6 +30,7 @@
 //! measure many-session scale, throughput, framer throughput or fuel/epoch overhead.
 //! No cargo features.
 
+mod framings;
 mod machine;
 mod measure;
 mod pin;
@@ -47,7 +48,7 @@ use sandpipe::Host;
 use sandpipe_tests::Target;
 
 use measure::{Plan, Stats};
-use report::{Figure, Run, SIZES};
+use report::{Figure, Rate, Run, SIZES};
 
 /// The command that produces BENCHMARKS.md, as written into it.
 const COMMAND: &str = "cargo run --release -p sandpipe-bench";
@@ -138,6 +139,7 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("finding the bench binary")?;
     let cpus = machine::cpus();
     let mut figures = Vec::new();
+    let mut rates = Vec::new();
     let mut other_load = Vec::new();
     for phase in Phase::ALL {
         eprintln!("sandpipe-bench: {} phase", phase.name());
@@ -162,7 +164,11 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
             out.status
         );
         for line in String::from_utf8_lossy(&out.stdout).lines() {
-            figures.push(parse_figure(phase, line)?);
+            if line.starts_with("throughput\t") {
+                rates.push(parse_rate(phase, line)?);
+            } else {
+                figures.push(parse_figure(phase, line)?);
+            }
         }
         other_load.push((
             phase,
@@ -185,6 +191,7 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
         load1_before,
         other_load,
         figures,
+        rates,
     };
     let text = report::render(&run);
     print!("{text}");
@@ -214,9 +221,28 @@ fn parse_figure(phase: Phase, line: &str) -> anyhow::Result<Figure> {
     })
 }
 
+fn parse_rate(phase: Phase, line: &str) -> anyhow::Result<Rate> {
+    let bad = || format!("unexpected phase output line {line:?}");
+    let fields: Vec<&str> = line.split('\t').collect();
+    let ["throughput", id, frames, bytes, nanos] = fields[..] else {
+        bail!(bad());
+    };
+    Ok(Rate {
+        phase,
+        id: id.to_owned(),
+        frames: frames.parse().with_context(bad)?,
+        bytes: bytes.parse().with_context(bad)?,
+        took: Duration::from_nanos(nanos.parse().with_context(bad)?),
+    })
+}
+
 /// Iteration plans for one mode.
 struct Plans {
     round_trip: [Plan; 2],
+    /// Per-framing and per-metering round trips (pinned only).
+    variant: [Plan; 2],
+    /// Frames per streaming-throughput run, per size.
+    stream: [u64; 2],
     floor: [Plan; 2],
     start: startup::Plans,
 }
@@ -227,6 +253,8 @@ impl Plans {
             let tiny = Plan::new(1, 5, 2_000);
             return Plans {
                 round_trip: [tiny; 2],
+                variant: [tiny; 2],
+                stream: [20, 5],
                 floor: [tiny; 2],
                 start: startup::Plans {
                     native: tiny,
@@ -243,6 +271,11 @@ impl Plans {
                 Plan::new(2_000, 20_000, 4_000),
                 Plan::new(200, 3_000, 4_000),
             ],
+            variant: [
+                Plan::new(1_000, 10_000, 2_000),
+                Plan::new(100, 1_000, 2_000),
+            ],
+            stream: [50_000, 1_000],
             floor: [
                 Plan::new(10_000, 100_000, 1_500),
                 Plan::new(500, 5_000, 1_500),
@@ -279,13 +312,40 @@ fn run_phase(phase: Phase, args: &Args) -> anyhow::Result<()> {
     // The driver runs as a spawned task, as a sandpipe host's sessions do, not on the
     // `block_on` thread: under the multi-thread runtime that puts it on a worker next to the
     // plugin's tasks.
-    let task = measure_all(plans, wasm.to_owned(), native.to_owned(), scratch.clone());
+    let task = measure_all(
+        phase,
+        plans,
+        wasm.to_owned(),
+        native.to_owned(),
+        scratch.clone(),
+    );
     let result = runtime
         .block_on(runtime.spawn(task))
         .context("the measuring task panicked")
         .and_then(|r| r);
     let _ = std::fs::remove_dir_all(&scratch);
     result
+}
+
+fn emit_rate(id: &str, t: framings::Throughput) {
+    let secs = t.took.as_secs_f64().max(1e-9);
+    eprintln!(
+        "  {id}: {} frames, {} bytes in {} ({:.0} frames/s, {:.1} MB/s)",
+        t.frames,
+        t.bytes,
+        report::fmt_duration(t.took),
+        t.frames as f64 / secs,
+        t.bytes as f64 / secs / 1e6
+    );
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "throughput\t{id}\t{}\t{}\t{}",
+        t.frames,
+        t.bytes,
+        t.took.as_nanos()
+    );
+    let _ = out.flush();
 }
 
 fn emit(id: &str, stats: Stats) {
@@ -307,6 +367,7 @@ fn emit(id: &str, stats: Stats) {
 }
 
 async fn measure_all(
+    phase: Phase,
     plans: Plans,
     wasm: PathBuf,
     native: PathBuf,
@@ -343,6 +404,63 @@ async fn measure_all(
                 .context("wasm")?,
         );
     }
+    measure_framings(phase, plans, &host, wasm, native).await?;
     let frame = roundtrip::frame(SIZES[0])?;
     startup::all(&plans.start, wasm, native, scratch, &frame, emit).await
+}
+
+/// Streaming throughput per framing (both phases); round trips per framing and per metering
+/// (pinned only: the comparisons need one core).
+async fn measure_framings(
+    phase: Phase,
+    plans: &Plans,
+    host: &Host,
+    wasm: &std::path::Path,
+    native: &std::path::Path,
+) -> anyhow::Result<()> {
+    for (framing, bin) in framings::FRAMINGS {
+        let name = framing.name();
+        for (i, size) in SIZES.into_iter().enumerate() {
+            let frame = framings::frame_for(framing, size)?;
+            for (kind, lines_build) in [("wasm", wasm), ("native", native)] {
+                let plugin = framings::sibling(lines_build, bin);
+                if phase == Phase::Pinned {
+                    emit(
+                        &format!("fr.{name}.{kind}.{size}"),
+                        framings::round_trips(&plans.variant[i], host, &plugin, framing, &frame)
+                            .await
+                            .with_context(|| format!("{name} round trips, {kind}"))?,
+                    );
+                }
+                emit_rate(
+                    &format!("tp.{name}.{kind}.{size}"),
+                    framings::throughput(host, &plugin, framing, &frame, plans.stream[i])
+                        .await
+                        .with_context(|| format!("{name} throughput, {kind}"))?,
+                );
+            }
+        }
+    }
+    if phase != Phase::Pinned {
+        return Ok(());
+    }
+    for (label, fuel, epochs) in framings::METERINGS {
+        let host = framings::metered_host(fuel, epochs)?;
+        for (i, size) in SIZES.into_iter().enumerate() {
+            let frame = roundtrip::frame(size)?;
+            emit(
+                &format!("lim.{label}.{size}"),
+                framings::round_trips(
+                    &plans.variant[i],
+                    &host,
+                    wasm,
+                    sandpipe_proto::frame::Framing::JsonLines,
+                    &frame,
+                )
+                .await
+                .with_context(|| format!("round trips with metering {label}"))?,
+            );
+        }
+    }
+    Ok(())
 }
