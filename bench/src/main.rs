@@ -79,10 +79,13 @@ struct Args {
     phase: Option<Phase>,
     wasm: Option<PathBuf>,
     native: Option<PathBuf>,
+    profile: Option<String>,
 }
 
 const USAGE: &str = "usage: sandpipe-bench [--quick]\n\
-    \x20      (internal) sandpipe-bench --phase pinned|unpinned --wasm PATH --native PATH [--quick]";
+    \x20      (internal) sandpipe-bench --phase pinned|unpinned --wasm PATH --native PATH [--quick]\n\
+    \x20      (profiling) ... --phase pinned --wasm PATH --native PATH --profile start|rt100|rt64k|native100|native64k\n\
+    \x20                  loops one scenario for 10 s under `perf record`, measuring nothing";
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args::default();
@@ -102,6 +105,7 @@ fn parse_args() -> anyhow::Result<Args> {
                 })
             }
             "--wasm" => args.wasm = Some(value()?.into()),
+            "--profile" => args.profile = Some(value()?),
             "--native" => args.native = Some(value()?.into()),
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -197,6 +201,12 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
     print!("{text}");
     if !args.quick {
         let path = sandpipe_tests::workspace_root().join("BENCHMARKS.md");
+        // Hand-written analysis (profiles, criterion results) below the marker survives a rerun.
+        let kept = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|old| old.find(report::KEEP_MARKER).map(|i| old[i..].to_owned()))
+            .unwrap_or_else(|| format!("{}\n", report::KEEP_MARKER));
+        let text = format!("{text}\n{kept}");
         std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("sandpipe-bench: wrote {}", path.display());
     }
@@ -308,6 +318,9 @@ fn run_phase(phase: Phase, args: &Args) -> anyhow::Result<()> {
     };
     let scratch = std::env::temp_dir().join(format!("sandpipe-bench-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    if let Some(what) = &args.profile {
+        return runtime.block_on(profile(what.clone(), wasm.to_owned(), native.to_owned()));
+    }
     let plans = Plans::new(args.quick);
     // The driver runs as a spawned task, as a sandpipe host's sessions do, not on the
     // `block_on` thread: under the multi-thread runtime that puts it on a worker next to the
@@ -325,6 +338,42 @@ fn run_phase(phase: Phase, args: &Args) -> anyhow::Result<()> {
         .and_then(|r| r);
     let _ = std::fs::remove_dir_all(&scratch);
     result
+}
+
+/// Loop one scenario for 10 s so a profiler attached to this process sees only it.
+async fn profile(what: String, wasm: PathBuf, native: PathBuf) -> anyhow::Result<()> {
+    let host = Host::with_cache_dir(None)?;
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let plan = Plan::new(0, 2_000_000, 10_000);
+    let (plugin, size) = match what.as_str() {
+        "start" | "rt100" => (&wasm, SIZES[0]),
+        "rt64k" => (&wasm, SIZES[1]),
+        "native100" => (&native, SIZES[0]),
+        "native64k" => (&native, SIZES[1]),
+        other => bail!("unknown profile scenario {other:?}\n{USAGE}"),
+    };
+    let frame = roundtrip::frame(size)?;
+    if what == "start" {
+        let loaded = host.load(plugin)?;
+        let mut n = 0u64;
+        while std::time::Instant::now() < until {
+            let mut session = host
+                .start(
+                    &loaded,
+                    &sandpipe::Policy::default(),
+                    &roundtrip::session_options(),
+                )
+                .await?;
+            roundtrip::session_round_trip(&mut session, &frame).await?;
+            session.shutdown(Duration::from_secs(2)).await;
+            n += 1;
+        }
+        eprintln!("profile start: {n} starts");
+        return Ok(());
+    }
+    let stats = roundtrip::sandpipe(&plan, &host, plugin, &frame).await?;
+    emit(&format!("profile.{what}"), stats);
+    Ok(())
 }
 
 fn emit_rate(id: &str, t: framings::Throughput) {

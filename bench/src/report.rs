@@ -17,6 +17,9 @@ pub const TARGETS_HEADER: &str = "| target | measured p50 | against p50 | ratio 
 pub const THROUGHPUT_HEADER: &str =
     "| stream | frame | frames | time | frames/s | MB/s | CPU placement |";
 
+/// Everything in BENCHMARKS.md from this line on is hand-written and kept by a rerun.
+pub const KEEP_MARKER: &str = "<!-- Hand-written below this line; sandpipe-bench keeps it when it rewrites the figures above. -->";
+
 /// Round-trip frame sizes, in bytes.
 pub const SIZES: [usize; 2] = [100, 64 * 1024];
 

@@ -9,7 +9,8 @@
 //! - `stream-100B`: about 1 MiB of ~100 B frames in one buffer (many frames per read);
 //! - `frame-1MiB/whole`: one 1 MiB frame in one buffer;
 //! - `frame-1MiB/chunks-4KiB`: the same frame arriving 4 KiB at a time, `decode` called after
-//!   each chunk as a session does (a framer that rescans would be quadratic here);
+//!   each chunk as a session does (a framer that rescans would be quadratic here), into a
+//!   buffer that grows as it fills; `chunks-4KiB-presized` into one with room for the frame;
 //! - `memchr`: counting `\n` in the same bytes (the floor for finding line ends);
 //! - `serde_json`/`ciborium`: parsing the same frames (what the layer above pays anyway).
 //!
@@ -123,8 +124,10 @@ fn decode_whole(mut framer: impl Framer, wire: &[u8]) -> usize {
 }
 
 /// Feed `wire` in `CHUNK`-byte pieces, decoding after each, as a session reading a pipe does.
-fn decode_chunked(mut framer: impl Framer, wire: &[u8]) -> usize {
-    let mut buf = BytesMut::with_capacity(CHUNK * 2);
+/// `presized` gives the buffer room for all of `wire` up front, so the figure shows the
+/// framer's own cost without the buffer's reallocations as it grows.
+fn decode_chunked(mut framer: impl Framer, wire: &[u8], presized: bool) -> usize {
+    let mut buf = BytesMut::with_capacity(if presized { wire.len() } else { CHUNK * 2 });
     let mut n = 0;
     for piece in wire.chunks(CHUNK) {
         buf.extend_from_slice(piece);
@@ -162,7 +165,10 @@ fn json_lines(c: &mut Criterion) {
             });
             if name == "frame-1MiB" {
                 g.bench_function(BenchmarkId::new("chunks-4KiB", v), |b| {
-                    b.iter(|| decode_chunked(lines(validate), input))
+                    b.iter(|| decode_chunked(lines(validate), input, false))
+                });
+                g.bench_function(BenchmarkId::new("chunks-4KiB-presized", v), |b| {
+                    b.iter(|| decode_chunked(lines(validate), input, true))
                 });
             }
         }
@@ -197,7 +203,10 @@ fn cbor_seq(c: &mut Criterion) {
         });
         if name == "frame-1MiB" {
             g.bench_function("chunks-4KiB", |b| {
-                b.iter(|| decode_chunked(CborSeq::new(limits()), input))
+                b.iter(|| decode_chunked(CborSeq::new(limits()), input, false))
+            });
+            g.bench_function("chunks-4KiB-presized", |b| {
+                b.iter(|| decode_chunked(CborSeq::new(limits()), input, true))
             });
         }
         g.bench_function("memchr", |b| b.iter(|| memchr_count(black_box(input))));
@@ -230,7 +239,10 @@ fn content_length(c: &mut Criterion) {
         });
         if name == "frame-1MiB" {
             g.bench_function("chunks-4KiB", |b| {
-                b.iter(|| decode_chunked(ContentLength::new(limits()), input))
+                b.iter(|| decode_chunked(ContentLength::new(limits()), input, false))
+            });
+            g.bench_function("chunks-4KiB-presized", |b| {
+                b.iter(|| decode_chunked(ContentLength::new(limits()), input, true))
             });
         }
         g.bench_function("memchr", |b| b.iter(|| memchr_count(black_box(input))));

@@ -22,7 +22,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-use bytes::{Buf, Bytes};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
 use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamError, StreamResult};
@@ -105,16 +105,38 @@ impl State {
         self.reader_waker.take()
     }
 
-    /// Take up to `max` bytes from the front, without copying.
+    /// Take up to `max` bytes from the front: the front chunk as it is when it alone fills the
+    /// read (or is all there is), else several chunks gathered into one buffer, so a guest
+    /// reading a stream of small frames makes one host call per read, not one per frame.
     fn pop(&mut self, max: usize) -> (Bytes, Option<Waker>) {
-        let Some(front) = self.chunks.front_mut() else {
+        let Some(front_len) = self.chunks.front().map(Bytes::len) else {
             return (Bytes::new(), None);
         };
-        let out = if front.len() <= max {
+        let out = if front_len >= max {
+            match self.chunks.front_mut() {
+                Some(front) => front.split_to(max),
+                None => Bytes::new(),
+            }
+        } else if front_len == self.len {
             self.chunks.pop_front().unwrap_or_default()
         } else {
-            front.split_to(max)
+            let mut gathered = BytesMut::with_capacity(self.len.min(max));
+            while gathered.len() < max {
+                let Some(front) = self.chunks.front_mut() else {
+                    break;
+                };
+                let n = front.len().min(max - gathered.len());
+                gathered.extend_from_slice(&front[..n]);
+                front.advance(n);
+                if front.is_empty() {
+                    self.chunks.pop_front();
+                }
+            }
+            gathered.freeze()
         };
+        if out.is_empty() {
+            return (out, None);
+        }
         self.len -= out.len();
         (out, self.writer_waker.take())
     }
@@ -547,6 +569,22 @@ mod tests {
         assert_eq!(guest.read(100).expect("read"), Bytes::from_static(b"ef"));
         host.shutdown().await.expect("shutdown");
         assert!(matches!(guest.read(1), Err(StreamError::Closed)));
+    }
+
+    #[tokio::test]
+    async fn one_guest_read_gathers_several_host_writes() {
+        let (mut host, stdin) = stdin_pipe(64);
+        let mut guest = stdin.p2_stream();
+        for piece in [&b"ab"[..], b"cd", b"ef"] {
+            host.write_all(piece).await.expect("write");
+        }
+        assert_eq!(guest.read(5).expect("read"), Bytes::from_static(b"abcde"));
+        assert_eq!(guest.read(5).expect("read"), Bytes::from_static(b"f"));
+        assert_eq!(guest.read(5).expect("read"), Bytes::new());
+        host.write_all(b"0123456789").await.expect("write");
+        assert_eq!(guest.read(4).expect("read"), Bytes::from_static(b"0123"));
+        assert_eq!(guest.read(0).expect("read"), Bytes::new());
+        assert_eq!(guest.read(64).expect("read"), Bytes::from_static(b"456789"));
     }
 
     #[tokio::test]
