@@ -30,6 +30,7 @@
 //! measure many-session scale, throughput, framer throughput or fuel/epoch overhead.
 //! No cargo features.
 
+mod framings;
 mod machine;
 mod measure;
 mod pin;
@@ -48,7 +49,7 @@ use sandpipe::Host;
 use sandpipe_tests::Target;
 
 use measure::{Plan, Stats};
-use report::{Figure, Run, SIZES};
+use report::{Figure, Rate, Run, SIZES};
 
 /// The command that produces BENCHMARKS.md, as written into it.
 const COMMAND: &str = "cargo run --release -p sandpipe-bench";
@@ -79,10 +80,13 @@ struct Args {
     phase: Option<Phase>,
     wasm: Option<PathBuf>,
     native: Option<PathBuf>,
+    profile: Option<String>,
 }
 
 const USAGE: &str = "usage: sandpipe-bench [--quick]\n\
-    \x20      (internal) sandpipe-bench --phase pinned|unpinned --wasm PATH --native PATH [--quick]";
+    \x20      (internal) sandpipe-bench --phase pinned|unpinned --wasm PATH --native PATH [--quick]\n\
+    \x20      (profiling) ... --phase pinned --wasm PATH --native PATH --profile start|rt100|rt64k|native100|native64k\n\
+    \x20                  loops one scenario for 10 s under `perf record`, measuring nothing";
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args::default();
@@ -102,6 +106,7 @@ fn parse_args() -> anyhow::Result<Args> {
                 })
             }
             "--wasm" => args.wasm = Some(value()?.into()),
+            "--profile" => args.profile = Some(value()?),
             "--native" => args.native = Some(value()?.into()),
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -142,6 +147,7 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("finding the bench binary")?;
     let cpus = machine::cpus();
     let mut figures = Vec::new();
+    let mut rates = Vec::new();
     let mut other_load = Vec::new();
     for phase in Phase::ALL {
         eprintln!("sandpipe-bench: {} phase", phase.name());
@@ -166,7 +172,11 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
             out.status
         );
         for line in String::from_utf8_lossy(&out.stdout).lines() {
-            figures.push(parse_figure(phase, line)?);
+            if line.starts_with("throughput\t") {
+                rates.push(parse_rate(phase, line)?);
+            } else {
+                figures.push(parse_figure(phase, line)?);
+            }
         }
         other_load.push((
             phase,
@@ -189,6 +199,7 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
         load1_before,
         other_load,
         figures,
+        rates,
     };
     let scale = scale::run(&exe, &wasm, &native, args.quick)?;
     let mut text = report::render(&run);
@@ -196,6 +207,12 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
     print!("{text}");
     if !args.quick {
         let path = sandpipe_tests::workspace_root().join("BENCHMARKS.md");
+        // Hand-written analysis (profiles, criterion results) below the marker survives a rerun.
+        let kept = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|old| old.find(report::KEEP_MARKER).map(|i| old[i..].to_owned()))
+            .unwrap_or_else(|| format!("{}\n", report::KEEP_MARKER));
+        let text = format!("{text}\n{kept}");
         std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("sandpipe-bench: wrote {}", path.display());
     }
@@ -220,9 +237,28 @@ fn parse_figure(phase: Phase, line: &str) -> anyhow::Result<Figure> {
     })
 }
 
+fn parse_rate(phase: Phase, line: &str) -> anyhow::Result<Rate> {
+    let bad = || format!("unexpected phase output line {line:?}");
+    let fields: Vec<&str> = line.split('\t').collect();
+    let ["throughput", id, frames, bytes, nanos] = fields[..] else {
+        bail!(bad());
+    };
+    Ok(Rate {
+        phase,
+        id: id.to_owned(),
+        frames: frames.parse().with_context(bad)?,
+        bytes: bytes.parse().with_context(bad)?,
+        took: Duration::from_nanos(nanos.parse().with_context(bad)?),
+    })
+}
+
 /// Iteration plans for one mode.
 struct Plans {
     round_trip: [Plan; 2],
+    /// Per-framing and per-metering round trips (pinned only).
+    variant: [Plan; 2],
+    /// Frames per streaming-throughput run, per size.
+    stream: [u64; 2],
     floor: [Plan; 2],
     start: startup::Plans,
 }
@@ -233,6 +269,8 @@ impl Plans {
             let tiny = Plan::new(1, 5, 2_000);
             return Plans {
                 round_trip: [tiny; 2],
+                variant: [tiny; 2],
+                stream: [20, 5],
                 floor: [tiny; 2],
                 start: startup::Plans {
                     native: tiny,
@@ -249,6 +287,11 @@ impl Plans {
                 Plan::new(2_000, 20_000, 4_000),
                 Plan::new(200, 3_000, 4_000),
             ],
+            variant: [
+                Plan::new(1_000, 10_000, 2_000),
+                Plan::new(100, 1_000, 2_000),
+            ],
+            stream: [50_000, 1_000],
             floor: [
                 Plan::new(10_000, 100_000, 1_500),
                 Plan::new(500, 5_000, 1_500),
@@ -281,17 +324,83 @@ fn run_phase(phase: Phase, args: &Args) -> anyhow::Result<()> {
     };
     let scratch = std::env::temp_dir().join(format!("sandpipe-bench-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    if let Some(what) = &args.profile {
+        return runtime.block_on(profile(what.clone(), wasm.to_owned(), native.to_owned()));
+    }
     let plans = Plans::new(args.quick);
     // The driver runs as a spawned task, as a sandpipe host's sessions do, not on the
     // `block_on` thread: under the multi-thread runtime that puts it on a worker next to the
     // plugin's tasks.
-    let task = measure_all(plans, wasm.to_owned(), native.to_owned(), scratch.clone());
+    let task = measure_all(
+        phase,
+        plans,
+        wasm.to_owned(),
+        native.to_owned(),
+        scratch.clone(),
+    );
     let result = runtime
         .block_on(runtime.spawn(task))
         .context("the measuring task panicked")
         .and_then(|r| r);
     let _ = std::fs::remove_dir_all(&scratch);
     result
+}
+
+/// Loop one scenario for 10 s so a profiler attached to this process sees only it.
+async fn profile(what: String, wasm: PathBuf, native: PathBuf) -> anyhow::Result<()> {
+    let host = Host::with_cache_dir(None)?;
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let plan = Plan::new(0, 2_000_000, 10_000);
+    let (plugin, size) = match what.as_str() {
+        "start" | "rt100" => (&wasm, SIZES[0]),
+        "rt64k" => (&wasm, SIZES[1]),
+        "native100" => (&native, SIZES[0]),
+        "native64k" => (&native, SIZES[1]),
+        other => bail!("unknown profile scenario {other:?}\n{USAGE}"),
+    };
+    let frame = roundtrip::frame(size)?;
+    if what == "start" {
+        let loaded = host.load(plugin)?;
+        let mut n = 0u64;
+        while std::time::Instant::now() < until {
+            let mut session = host
+                .start(
+                    &loaded,
+                    &sandpipe::Policy::default(),
+                    &roundtrip::session_options(),
+                )
+                .await?;
+            roundtrip::session_round_trip(&mut session, &frame).await?;
+            session.shutdown(Duration::from_secs(2)).await;
+            n += 1;
+        }
+        eprintln!("profile start: {n} starts");
+        return Ok(());
+    }
+    let stats = roundtrip::sandpipe(&plan, &host, plugin, &frame).await?;
+    emit(&format!("profile.{what}"), stats);
+    Ok(())
+}
+
+fn emit_rate(id: &str, t: framings::Throughput) {
+    let secs = t.took.as_secs_f64().max(1e-9);
+    eprintln!(
+        "  {id}: {} frames, {} bytes in {} ({:.0} frames/s, {:.1} MB/s)",
+        t.frames,
+        t.bytes,
+        report::fmt_duration(t.took),
+        t.frames as f64 / secs,
+        t.bytes as f64 / secs / 1e6
+    );
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "throughput\t{id}\t{}\t{}\t{}",
+        t.frames,
+        t.bytes,
+        t.took.as_nanos()
+    );
+    let _ = out.flush();
 }
 
 fn emit(id: &str, stats: Stats) {
@@ -313,6 +422,7 @@ fn emit(id: &str, stats: Stats) {
 }
 
 async fn measure_all(
+    phase: Phase,
     plans: Plans,
     wasm: PathBuf,
     native: PathBuf,
@@ -349,6 +459,63 @@ async fn measure_all(
                 .context("wasm")?,
         );
     }
+    measure_framings(phase, plans, &host, wasm, native).await?;
     let frame = roundtrip::frame(SIZES[0])?;
     startup::all(&plans.start, wasm, native, scratch, &frame, emit).await
+}
+
+/// Streaming throughput per framing (both phases); round trips per framing and per metering
+/// (pinned only: the comparisons need one core).
+async fn measure_framings(
+    phase: Phase,
+    plans: &Plans,
+    host: &Host,
+    wasm: &std::path::Path,
+    native: &std::path::Path,
+) -> anyhow::Result<()> {
+    for (framing, bin) in framings::FRAMINGS {
+        let name = framing.name();
+        for (i, size) in SIZES.into_iter().enumerate() {
+            let frame = framings::frame_for(framing, size)?;
+            for (kind, lines_build) in [("wasm", wasm), ("native", native)] {
+                let plugin = framings::sibling(lines_build, bin);
+                if phase == Phase::Pinned {
+                    emit(
+                        &format!("fr.{name}.{kind}.{size}"),
+                        framings::round_trips(&plans.variant[i], host, &plugin, framing, &frame)
+                            .await
+                            .with_context(|| format!("{name} round trips, {kind}"))?,
+                    );
+                }
+                emit_rate(
+                    &format!("tp.{name}.{kind}.{size}"),
+                    framings::throughput(host, &plugin, framing, &frame, plans.stream[i])
+                        .await
+                        .with_context(|| format!("{name} throughput, {kind}"))?,
+                );
+            }
+        }
+    }
+    if phase != Phase::Pinned {
+        return Ok(());
+    }
+    for (label, fuel, epochs) in framings::METERINGS {
+        let host = framings::metered_host(fuel, epochs)?;
+        for (i, size) in SIZES.into_iter().enumerate() {
+            let frame = roundtrip::frame(size)?;
+            emit(
+                &format!("lim.{label}.{size}"),
+                framings::round_trips(
+                    &plans.variant[i],
+                    &host,
+                    wasm,
+                    sandpipe_proto::frame::Framing::JsonLines,
+                    &frame,
+                )
+                .await
+                .with_context(|| format!("round trips with metering {label}"))?,
+            );
+        }
+    }
+    Ok(())
 }

@@ -13,6 +13,13 @@ pub const FIGURES_HEADER: &str =
 /// Header of the targets table (the smoke test looks for it).
 pub const TARGETS_HEADER: &str = "| target | measured p50 | against p50 | ratio | goal | result |";
 
+/// Header of the streaming-throughput table (the smoke test looks for it).
+pub const THROUGHPUT_HEADER: &str =
+    "| stream | frame | frames | time | frames/s | MB/s | CPU placement |";
+
+/// Everything in BENCHMARKS.md from this line on is hand-written and kept by a rerun.
+pub const KEEP_MARKER: &str = "<!-- Hand-written below this line; sandpipe-bench keeps it when it rewrites the figures above. -->";
+
 /// Round-trip frame sizes, in bytes.
 pub const SIZES: [usize; 2] = [100, 64 * 1024];
 
@@ -21,6 +28,16 @@ pub struct Figure {
     pub phase: Phase,
     pub id: String,
     pub stats: Stats,
+}
+
+/// One streaming-throughput measurement.
+#[derive(Debug, Clone)]
+pub struct Rate {
+    pub phase: Phase,
+    pub id: String,
+    pub frames: u64,
+    pub bytes: u64,
+    pub took: Duration,
 }
 
 /// Everything one run produced.
@@ -38,6 +55,7 @@ pub struct Run {
     /// Other processes' CPU use during each phase, in CPUs.
     pub other_load: Vec<(Phase, Option<f64>)>,
     pub figures: Vec<Figure>,
+    pub rates: Vec<Rate>,
 }
 
 impl Run {
@@ -57,12 +75,46 @@ fn size_name(size: usize) -> String {
     }
 }
 
+/// What a per-framing (`fr.`), throughput (`tp.`) or metering (`lim.`) id measures.
+fn describe_variant(what: &str) -> Option<String> {
+    let parts: Vec<&str> = what.split('.').collect();
+    match parts[..] {
+        ["fr" | "tp", framing, kind] => Some(format!(
+            "{framing}: sandpipe {} (`echo-{}`)",
+            if kind == "wasm" {
+                "wasm (wasm32-wasip2)"
+            } else {
+                "native fallback"
+            },
+            if framing == "content-length" {
+                "content-length"
+            } else {
+                framing
+            }
+        )),
+        ["lim", label] => Some(format!(
+            "lines, wasm, engine with {}",
+            match label {
+                "all" => "fuel and epochs (the default)",
+                "no-fuel" => "epochs only (fuel metering off)",
+                "no-epochs" => "fuel only (epoch checks off)",
+                _ => "neither fuel nor epochs",
+            }
+        )),
+        _ => None,
+    }
+}
+
 /// What a figure id measures, and its frame size.
-fn describe(id: &str) -> (&'static str, String) {
+fn describe(id: &str) -> (String, String) {
     let (what, size) = match id.rsplit_once('.') {
-        Some((what, size)) if what.starts_with("rt.") => (what, size.parse::<usize>().ok()),
+        Some((what, size)) if size.parse::<usize>().is_ok() => (what, size.parse::<usize>().ok()),
         _ => (id, None),
     };
+    let frame = size.map_or_else(|| "100 B".to_owned(), size_name);
+    if let Some(text) = describe_variant(what) {
+        return (text, frame);
+    }
     let text = match what {
         "rt.floor" => {
             "plain-function floor: JSON Lines framer encode, decode, echo, encode, decode"
@@ -85,12 +137,11 @@ fn describe(id: &str) -> (&'static str, String) {
         "start.wasm.preloaded" => "start: wasm, `Plugin` in hand (start + first response)",
         _ => "unknown figure",
     };
-    let frame = size.map_or_else(|| "100 B".to_owned(), size_name);
-    (text, frame)
+    (text.to_owned(), frame)
 }
 
 fn placement(phase: Phase, id: &str, cpus: usize) -> String {
-    let child = id.contains("baseline") || id.contains("native");
+    let child = id.contains("baseline") || id.contains(".native");
     let in_process = id.starts_with("rt.floor") || id.starts_with("rt.value");
     match phase {
         Phase::Pinned if in_process => "CPU 0 (process pinned), one thread".to_owned(),
@@ -192,6 +243,17 @@ fn targets() -> Vec<Target> {
             ));
         }
     }
+    for size in SIZES {
+        t.push(ratio(
+            &format!(
+                "{} fuel overhead: fuel on vs off (epochs on), pinned",
+                size_name(size)
+            ),
+            fig(Pinned, &format!("lim.all.{size}")),
+            fig(Pinned, &format!("lim.no-fuel.{size}")),
+            1.1,
+        ));
+    }
     for phase in [Pinned, Unpinned] {
         t.push(Target {
             name: format!("reused pre-instance to first response, {}", phase.name()),
@@ -283,6 +345,14 @@ pub fn render(run: &Run) -> String {
          its echo received on an already running plugin (`echo-lines`); ratios use p50.\n"
     );
 
+    let _ = writeln!(
+        w,
+        "Figure ids beginning `fr.` repeat the round trip for each framing with its own echo \
+         plugin (`echo-lines`, `echo-cbor`, `echo-content-length`; CBOR frames are a map of \
+         small maps plus a padding byte string, sized to the byte); `lim.` runs `echo-lines` \
+         under engines with fuel metering and epoch checks compiled in or out \
+         (`Host::with_metering`), pinned only.\n"
+    );
     let _ = writeln!(w, "## Figures\n");
     let _ = writeln!(w, "{FIGURES_HEADER}");
     let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---|");
@@ -290,7 +360,7 @@ pub fn render(run: &Run) -> String {
         let (what, frame) = describe(&f.id);
         let vs =
             f.id.rsplit_once('.')
-                .filter(|_| f.id.starts_with("rt."))
+                .filter(|_| f.id.starts_with("rt.") || f.id.starts_with("lim."))
                 .and_then(|(_, size)| run.get(f.phase, &format!("rt.baseline.{size}")))
                 .filter(|b| !b.p50.is_zero())
                 .map_or_else(String::new, |b| {
@@ -303,6 +373,29 @@ pub fn render(run: &Run) -> String {
             fmt_duration(f.stats.p50),
             fmt_duration(f.stats.p99),
             placement(f.phase, &f.id, run.cpus)
+        );
+    }
+
+    let _ = writeln!(w, "\n## Streaming throughput\n");
+    let _ = writeln!(
+        w,
+        "One session per row: a spawned task sends the frames back to back (then closes stdin) \
+         while the measuring task receives the echoes; time from the first send to the last \
+         echo, after one warm-up round trip. Bytes count frame payloads one way.\n"
+    );
+    let _ = writeln!(w, "{THROUGHPUT_HEADER}");
+    let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---|");
+    for r in &run.rates {
+        let (what, frame) = describe(&r.id);
+        let secs = r.took.as_secs_f64().max(1e-9);
+        let _ = writeln!(
+            w,
+            "| {what} | {frame} | {} | {} | {:.0} | {:.1} | {} |",
+            r.frames,
+            fmt_duration(r.took),
+            r.frames as f64 / secs,
+            r.bytes as f64 / secs / 1e6,
+            placement(r.phase, &r.id, run.cpus)
         );
     }
 
@@ -357,8 +450,8 @@ pub fn render(run: &Run) -> String {
 
     let _ = writeln!(
         w,
-        "\nNot measured by this suite yet: many-session scale, throughput, framer throughput \
-         (criterion micro-benchmarks), fuel and epoch overhead."
+        "\nFramer throughput is measured separately by criterion: \
+         `cargo bench -p sandpipe-proto --bench framers`."
     );
     out
 }

@@ -19,6 +19,7 @@ fn quick_mode_runs_every_figure_and_prints_the_tables() {
     for header in [
         "| figure | frame | n | p50 | p99 | vs baseline child (p50) | CPU placement |",
         "| target | measured p50 | against p50 | ratio | goal | result |",
+        "| stream | frame | frames | time | frames/s | MB/s | CPU placement |",
     ] {
         assert!(stdout.contains(header), "missing {header:?} in:\n{stdout}");
     }
@@ -30,6 +31,11 @@ fn quick_mode_runs_every_figure_and_prints_the_tables() {
         "cold compile",
         "on-disk cache",
         "reused pre-instance",
+        "cbor: sandpipe wasm",
+        "content-length: sandpipe native fallback",
+        "fuel metering off",
+        "epoch checks off",
+        "fuel overhead",
     ] {
         assert!(
             stdout.contains(figure),

@@ -58,8 +58,10 @@ mod transport;
 
 pub mod cli;
 
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use error::{Exit, HostError, SessionError};
@@ -67,7 +69,7 @@ pub use native::{LANDLOCK_TARGET_ABI, LandlockSupport};
 pub use policy::{
     Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, ImportPolicy, Policy, Preopen,
 };
-pub use sandbox::{InstanceAllocator, LoadSource, Pooling, default_cache_dir};
+pub use sandbox::{InstanceAllocator, LoadSource, Metering, Pooling, default_cache_dir};
 pub use session::{
     Session, SessionControl, SessionOptions, SessionReader, SessionWriter, TERM_GRACE,
 };
@@ -82,6 +84,51 @@ use transport::Meter;
 #[derive(Debug)]
 pub struct Host {
     sandbox: Sandbox,
+    /// Plugins loaded so far by path, with the file's identity when it was read: a second
+    /// `load` of an unchanged file neither reads nor hashes it again.
+    loaded: Mutex<HashMap<PathBuf, (FileStamp, Plugin)>>,
+}
+
+/// What identifies one version of a file without reading it: device, inode, size, and the
+/// modification and status-change times to the nanosecond. Replacing the file (a new inode),
+/// writing to it (mtime) or touching its metadata (ctime) all change the stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+/// A file modified this recently may be modified again within the same timestamp tick (the
+/// kernel's coarse clock), which the stamp could not tell apart; such a file is not memoized
+/// (git's "racily clean" rule).
+const RACY_WINDOW: Duration = Duration::from_secs(2);
+
+impl FileStamp {
+    fn of(path: &Path) -> std::io::Result<FileStamp> {
+        let m = std::fs::metadata(path)?;
+        Ok(FileStamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
+
+    /// Whether the file was modified so recently that a same-size rewrite could keep this stamp.
+    fn racy(&self) -> bool {
+        let Ok(secs) = u64::try_from(self.mtime.0) else {
+            return true;
+        };
+        let nanos = u32::try_from(self.mtime.1).unwrap_or(0);
+        let modified = std::time::UNIX_EPOCH + Duration::new(secs, nanos);
+        std::time::SystemTime::now()
+            .duration_since(modified)
+            .map_or(true, |age| age < RACY_WINDOW)
+    }
 }
 
 /// What kind of plugin a file is.
@@ -184,6 +231,8 @@ pub struct HostOptions {
     pub cache_dir: Option<PathBuf>,
     /// How wasm instances get their memories, tables and stacks.
     pub allocator: InstanceAllocator,
+    /// Whether fuel and epoch checks are compiled in (both, by default; see [`Metering`]).
+    pub metering: Metering,
 }
 
 impl Default for HostOptions {
@@ -191,6 +240,7 @@ impl Default for HostOptions {
         Self {
             cache_dir: default_cache_dir(),
             allocator: InstanceAllocator::OnDemand,
+            metering: Metering::default(),
         }
     }
 }
@@ -221,20 +271,63 @@ impl Host {
         Self::with_options(&HostOptions::default().cache_dir(cache_dir.map(Path::to_owned)))
     }
 
+    /// A host whose engine compiles fuel metering and epoch checks in or out. Only for
+    /// measuring what each limit costs: with fuel off a policy's fuel limit is refused at
+    /// start; with epochs off a spinning guest is not interrupted at its deadline (a guest
+    /// blocked in a host call still is). [`Host::new`] has both on.
+    pub fn with_metering(cache_dir: Option<&Path>, metering: Metering) -> Result<Host, HostError> {
+        let mut options = HostOptions::default().cache_dir(cache_dir.map(Path::to_owned));
+        options.metering = metering;
+        Self::with_options(&options)
+    }
+
     /// A host set up by `options`. With [`InstanceAllocator::Pooling`] this reserves the
     /// pool's address space now, and fails with [`HostError::Engine`] if it does not fit.
     pub fn with_options(options: &HostOptions) -> Result<Host, HostError> {
         Ok(Host {
-            sandbox: Sandbox::new(options.cache_dir.as_deref(), &options.allocator)?,
+            sandbox: Sandbox::new(
+                options.cache_dir.as_deref(),
+                &options.allocator,
+                options.metering,
+            )?,
+            loaded: Mutex::new(HashMap::new()),
         })
     }
 
     /// Load a plugin. A WASI component or core module (told by its header) is compiled, or
     /// taken from the caches; anything else becomes [`PluginKind::NativeUnsandboxed`].
     /// A bare name without `/` that is not a file is looked up in `PATH`, as a shell would.
+    ///
+    /// Loading a file again while it is unchanged (same inode, size, mtime and ctime) returns
+    /// the plugin loaded before without reading or hashing it, with [`LoadSource::Memory`]
+    /// (a file modified in the last two seconds is always read again).
     pub fn load(&self, path: impl AsRef<Path>) -> Result<Plugin, HostError> {
         let started = Instant::now();
         let path = resolve_program(path.as_ref());
+        let stamp = FileStamp::of(&path).map_err(|source| HostError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        if let Some((seen, plugin)) = self.memo().get(&path)
+            && *seen == stamp
+        {
+            let mut plugin = plugin.clone();
+            plugin.load_source = plugin.load_source.map(|_| LoadSource::Memory);
+            plugin.load_time = started.elapsed();
+            return Ok(plugin);
+        }
+        let plugin = self.read_and_load(path.clone(), started)?;
+        if !stamp.racy() {
+            self.memo().insert(path, (stamp, plugin.clone()));
+        }
+        Ok(plugin)
+    }
+
+    fn memo(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, (FileStamp, Plugin)>> {
+        self.loaded.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read_and_load(&self, path: PathBuf, started: Instant) -> Result<Plugin, HostError> {
         let bytes = std::fs::read(&path).map_err(|source| HostError::Read {
             path: path.clone(),
             source,
@@ -316,4 +409,63 @@ fn resolve_program(path: &Path) -> PathBuf {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    fn write_old(path: &Path, bytes: &[u8], age: Duration) {
+        std::fs::write(path, bytes).expect("write");
+        let f = std::fs::File::options()
+            .write(true)
+            .open(path)
+            .expect("open");
+        f.set_modified(SystemTime::now() - age).expect("set mtime");
+    }
+
+    #[test]
+    fn an_unchanged_file_is_not_read_again_and_a_changed_one_is() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("plugin");
+        let old = Duration::from_secs(60);
+        write_old(&path, b"#!/bin/sh\ncat\n", old);
+        let host = Host::with_cache_dir(None).expect("host");
+        let first = host.load(&path).expect("load");
+        assert!(host.memo().contains_key(&path), "an old file is memoized");
+        let second = host.load(&path).expect("load again");
+        assert_eq!(first.sha256(), second.sha256());
+        assert_eq!(second.kind(), PluginKind::NativeUnsandboxed);
+
+        // Same size, different bytes, even the same mtime: ctime moved, so it is read again.
+        write_old(&path, b"#!/bin/sh\ntac\n", old);
+        let third = host.load(&path).expect("load changed");
+        assert_eq!(third.sha256(), hex(&Sha256::digest(b"#!/bin/sh\ntac\n")));
+
+        // A replaced file (new inode) is read again too.
+        let tmp = dir.path().join("next");
+        write_old(&tmp, b"#!/bin/sh\nrev\n", old);
+        std::fs::rename(&tmp, &path).expect("replace");
+        let fourth = host.load(&path).expect("load replaced");
+        assert_eq!(fourth.sha256(), hex(&Sha256::digest(b"#!/bin/sh\nrev\n")));
+
+        // A file that is gone is an error, not the memo.
+        std::fs::remove_file(&path).expect("remove");
+        assert!(matches!(host.load(&path), Err(HostError::Read { .. })));
+    }
+
+    #[test]
+    fn a_just_written_file_is_not_memoized() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("plugin");
+        std::fs::write(&path, b"#!/bin/sh\ncat\n").expect("write");
+        let host = Host::with_cache_dir(None).expect("host");
+        host.load(&path).expect("load");
+        assert!(!host.memo().contains_key(&path));
+        // Rewritten within the same clock tick, same size: still read afresh.
+        std::fs::write(&path, b"#!/bin/sh\ntac\n").expect("rewrite");
+        let again = host.load(&path).expect("load again");
+        assert_eq!(again.sha256(), hex(&Sha256::digest(b"#!/bin/sh\ntac\n")));
+    }
 }

@@ -28,6 +28,10 @@ use std::sync::atomic::Ordering;
 
 /// How stdout is read.
 const READ_CHUNK: usize = 64 * 1024;
+/// Grow the read buffer only when less than this is free. Frames are split off the buffer
+/// without copying and share its allocation, so reserving a whole `READ_CHUNK` before every
+/// read would allocate a fresh 64 KiB for every small frame while the last one is alive.
+const MIN_SPARE: usize = 8 * 1024;
 
 /// How long [`Session::shutdown`] waits after SIGTERM before killing a native plugin.
 pub const TERM_GRACE: Duration = Duration::from_secs(2);
@@ -322,7 +326,9 @@ impl SessionReader {
                     });
                 }
             }
-            self.buf.reserve(READ_CHUNK);
+            if self.buf.capacity() - self.buf.len() < MIN_SPARE {
+                self.buf.reserve(READ_CHUNK);
+            }
             let n = self
                 .stdout
                 .read_buf(&mut self.buf)

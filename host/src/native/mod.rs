@@ -25,6 +25,7 @@
 mod landlock;
 mod rlimit;
 
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
@@ -103,6 +104,9 @@ pub(crate) fn spawn(
             "the child's stdio could not be registered with the runtime",
         )));
     };
+
+    grow_pipe(stdin.as_raw_fd());
+    grow_pipe(stdout.as_raw_fd());
 
     let stderr = StderrTail::new(tail_lines);
     let name = crate::sandbox::argv0_for(program);
@@ -351,5 +355,23 @@ fn send_group_signal(pgid: i32, signal: i32) {
     // the group is already gone) is harmless and ignored.
     unsafe {
         libc::killpg(pgid, signal);
+    }
+}
+
+/// Pipe capacity asked for on the child's stdin and stdout. The Linux default (64 KiB) is
+/// smaller than a 64 KiB frame plus its newline, so each such frame would cost extra
+/// switches between host and child while the pipe fills and drains.
+const PIPE_BYTES: libc::c_int = 1 << 20;
+
+#[allow(unsafe_code)]
+fn grow_pipe(fd: RawFd) {
+    // SAFETY: F_SETPIPE_SZ takes an int and touches no memory of ours; `fd` is a pipe we own
+    // and keep open. A refusal (EPERM above /proc/sys/fs/pipe-max-size) keeps the default size.
+    let got = unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, PIPE_BYTES) };
+    if got < 0 {
+        tracing::debug!(
+            "could not grow a plugin pipe: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }

@@ -4,13 +4,14 @@
 //!  Sandbox (one Engine: fuel + epochs compiled in, a 10 ms epoch ticker thread)
 //!    ├─ load(bytes)  ─ sha256 ─► in-process map ─► on-disk .cwasm cache ─► compile
 //!    │                               └──────────────► Compiled { CommandPre | InstancePre }
-//!    └─ start(compiled, policy) ─► Store { WasiCtx, Limiter } + duplex pipes
+//!    └─ start(compiled, policy) ─► Store { WasiCtx, Limiter } + stdio pipes (stdio.rs)
 //!                                    └─ runner task: instantiate, call run, classify ─► Exit
 //! ```
 
 mod cache;
 mod determinism;
 mod pool;
+mod stdio;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,13 +22,11 @@ use std::time::{Duration, Instant};
 use cache::ArtifactCache;
 pub use cache::default_cache_dir;
 pub use pool::{InstanceAllocator, Pooling};
-use tokio::io::DuplexStream;
 use tokio::sync::watch;
 use wasmtime::component::{Component, ResourceTable};
 use wasmtime::{
     CallHook, Engine, InstancePre, Module, ResourceLimiter, Store, Trap, UpdateDeadline,
 };
-use wasmtime_wasi::cli::{AsyncStdinStream, AsyncStdoutStream};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -40,7 +39,8 @@ use crate::transport::{KillSwitch, Meter, Transport, killed};
 /// How often the epoch ticker bumps the engine's epoch. Each bump lets a running guest yield
 /// to tokio (so kills and timeouts are noticed) and checks its deadline.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
-/// Capacity of each in-memory stdio pipe, and the stdout write budget the guest sees.
+/// Capacity of each in-memory stdio pipe (`stdio.rs`): unread bytes it holds before the writer
+/// waits, and so the most a guest's stdout write may carry.
 const PIPE_BYTES: usize = 64 * 1024;
 /// Table elements one store may hold in all (a table-growth bomb stops here).
 const MAX_TABLE_ELEMENTS: usize = 1 << 20;
@@ -208,9 +208,51 @@ impl std::fmt::Display for DeadlineHit {
 
 impl std::error::Error for DeadlineHit {}
 
+/// Which limits the engine compiles into guest code. Both are on by default, and a [`Host`]
+/// built with [`Host::new`] always has both; turning one off is for measuring its cost.
+///
+/// [`Host`]: crate::Host
+/// [`Host::new`]: crate::Host::new
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Metering {
+    /// Fuel metering (`Policy::fuel`). Off: a policy with a fuel limit is refused at start.
+    pub fuel: bool,
+    /// Epoch checks (the in-guest deadline check and the 10 ms yield to tokio). Off: only the
+    /// outer timer enforces a deadline, so a guest spinning in wasm runs on past it.
+    pub epochs: bool,
+}
+
+impl Default for Metering {
+    fn default() -> Self {
+        Self {
+            fuel: true,
+            epochs: true,
+        }
+    }
+}
+
+impl Metering {
+    /// Both limits compiled in: the default.
+    pub fn all() -> Self {
+        Self::default()
+    }
+    /// Set fuel metering on or off.
+    pub fn fuel(mut self, on: bool) -> Self {
+        self.fuel = on;
+        self
+    }
+    /// Set epoch checks on or off.
+    pub fn epochs(mut self, on: bool) -> Self {
+        self.epochs = on;
+        self
+    }
+}
+
 /// One engine, its linkers, and the compiled plugins it has seen.
 pub(crate) struct Sandbox {
     engine: Engine,
+    metering: Metering,
     linker2: wasmtime::component::Linker<State2>,
     linker1: wasmtime::Linker<State1>,
     cache: Option<ArtifactCache>,
@@ -235,10 +277,11 @@ impl Sandbox {
     pub(crate) fn new(
         cache_dir: Option<&Path>,
         allocator: &InstanceAllocator,
+        metering: Metering,
     ) -> Result<Self, HostError> {
         let mut config = wasmtime::Config::new();
-        config.consume_fuel(true);
-        config.epoch_interruption(true);
+        config.consume_fuel(metering.fuel);
+        config.epoch_interruption(metering.epochs);
         // The allocator does not change generated code: both strategies share a cached
         // artifact (the cache key hashes only codegen settings).
         config.allocation_strategy(pool::strategy(allocator));
@@ -250,10 +293,13 @@ impl Sandbox {
         wasmtime_wasi::p1::add_to_linker_async(&mut linker1, |s: &mut State1| &mut s.wasi)
             .map_err(engine_err)?;
 
-        spawn_epoch_ticker(&engine);
+        if metering.epochs {
+            spawn_epoch_ticker(&engine);
+        }
         let cache = cache_dir.map(|d| ArtifactCache::new(d, &engine));
         Ok(Self {
             engine,
+            metering,
             linker2,
             linker1,
             cache,
@@ -405,9 +451,9 @@ impl Sandbox {
         meter: Arc<Meter>,
     ) -> Result<Transport, HostError> {
         Self::check_imports(compiled, policy)?;
-        let (host_in, guest_in) = tokio::io::duplex(PIPE_BYTES);
-        let (guest_out, host_out) = tokio::io::duplex(PIPE_BYTES);
-        let (guest_err, host_err) = tokio::io::duplex(PIPE_BYTES);
+        let (host_in, guest_in) = stdio::stdin_pipe(PIPE_BYTES);
+        let (guest_out, host_out) = stdio::stdout_pipe(PIPE_BYTES);
+        let (guest_err, host_err) = stdio::stdout_pipe(PIPE_BYTES);
         let builder = wasi_builder(policy, argv0, guest_in, guest_out, guest_err)?;
 
         let denied = Arc::new(AtomicBool::new(false));
@@ -449,7 +495,7 @@ impl Sandbox {
                 };
                 let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);
-                arm(&mut store, &limits)?;
+                arm(&mut store, &limits, self.metering)?;
                 let command = pre
                     .instantiate_async(&mut store)
                     .await
@@ -476,7 +522,7 @@ impl Sandbox {
                 };
                 let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);
-                arm(&mut store, &limits)?;
+                arm(&mut store, &limits, self.metering)?;
                 let instance = pre
                     .instantiate_async(&mut store)
                     .await
@@ -557,29 +603,37 @@ struct Limits {
     denied: Arc<AtomicBool>,
 }
 
-fn arm<T>(store: &mut Store<T>, limits: &Limits) -> Result<(), HostError> {
-    match limits.fuel_per_request {
-        Some(budget) => {
-            store.set_fuel(budget).map_err(engine_err)?;
-            // Re-arm at the guest's first step back from a host call (typically the stdin read
-            // that delivered the request) after a new request began. A guest blocked on input
-            // burns no fuel, so idle time between requests is never billed.
-            let meter = limits.meter.clone();
-            let mut seen = meter.requests.load(Ordering::Relaxed);
-            store.call_hook(move |mut ctx, hook| {
-                if matches!(hook, CallHook::ReturningFromHost) {
-                    let now = meter.requests.load(Ordering::Relaxed);
-                    if now != seen {
-                        seen = now;
-                        ctx.set_fuel(budget)?;
-                    }
-                }
-                Ok(())
-            });
+fn arm<T>(store: &mut Store<T>, limits: &Limits, metering: Metering) -> Result<(), HostError> {
+    if !metering.fuel {
+        if limits.fuel.is_some() || limits.fuel_per_request.is_some() {
+            return Err(engine_err(
+                "a fuel limit needs fuel metering, which this host's engine has off",
+            ));
         }
-        None => store
+    } else if let Some(budget) = limits.fuel_per_request {
+        store.set_fuel(budget).map_err(engine_err)?;
+        // Re-arm at the guest's first step back from a host call (typically the stdin read
+        // that delivered the request) after a new request began. A guest blocked on input
+        // burns no fuel, so idle time between requests is never billed.
+        let meter = limits.meter.clone();
+        let mut seen = meter.requests.load(Ordering::Relaxed);
+        store.call_hook(move |mut ctx, hook| {
+            if matches!(hook, CallHook::ReturningFromHost) {
+                let now = meter.requests.load(Ordering::Relaxed);
+                if now != seen {
+                    seen = now;
+                    ctx.set_fuel(budget)?;
+                }
+            }
+            Ok(())
+        });
+    } else {
+        store
             .set_fuel(limits.fuel.unwrap_or(u64::MAX))
-            .map_err(engine_err)?,
+            .map_err(engine_err)?;
+    }
+    if !metering.epochs {
+        return Ok(());
     }
     // Every epoch tick, yield to tokio (so a spinning guest never starves the runtime and a
     // kill is noticed) and check the deadline from inside the guest.
@@ -692,14 +746,12 @@ pub(crate) async fn finish(
 fn wasi_builder(
     policy: &Policy,
     argv0: &str,
-    stdin: DuplexStream,
-    stdout: DuplexStream,
-    stderr: DuplexStream,
+    stdin: stdio::GuestStdin,
+    stdout: stdio::GuestStdout,
+    stderr: stdio::GuestStdout,
 ) -> Result<WasiCtxBuilder, HostError> {
     let mut b = WasiCtxBuilder::new();
-    b.stdin(AsyncStdinStream::new(stdin))
-        .stdout(AsyncStdoutStream::new(PIPE_BYTES, stdout))
-        .stderr(AsyncStdoutStream::new(PIPE_BYTES, stderr));
+    b.stdin(stdin).stdout(stdout).stderr(stderr);
     b.arg(argv0);
     for a in &policy.args {
         b.arg(a);

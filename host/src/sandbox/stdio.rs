@@ -1,0 +1,658 @@
+//! A purpose-built in-memory pipe between the host and a guest's stdin, stdout or stderr.
+//!
+//! ```text
+//!   host  PipeWriter (AsyncWrite) ─► [ VecDeque<Bytes> ≤ capacity ] ─► GuestInput  (p2 InputStream)
+//!   guest GuestOutput (p2 OutputStream) ─► [ VecDeque<Bytes> ≤ capacity ] ─► PipeReader (AsyncRead)
+//! ```
+//!
+//! Why not wasmtime-wasi's `AsyncStdinStream`/`AsyncStdoutStream` over a tokio duplex: those
+//! spawn one tokio task per stream and copy every byte twice more (into the task's buffer, then
+//! into the duplex). Here a guest write hands its `Bytes` over as they are, a guest read takes
+//! a slice of what the host wrote, no task is spawned, and a waker is only woken when someone
+//! is waiting. The buffer is bounded by `capacity` both ways (backpressure), so a flooding guest
+//! cannot grow host memory.
+//!
+//! Closing: the host closes its end by dropping it (or `poll_shutdown` on the writer); the
+//! guest's end closes when the store drops its last handle. A reader sees EOF once the writer
+//! is closed and the buffer is empty, so bytes written before a guest trapped still arrive.
+
+use std::collections::VecDeque;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
+use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamError, StreamResult};
+
+/// Make a pipe holding at most `capacity` unread bytes.
+fn shared(capacity: usize) -> Arc<Shared> {
+    Arc::new(Shared {
+        state: Mutex::new(State {
+            chunks: VecDeque::new(),
+            len: 0,
+            capacity: capacity.max(1),
+            writers: 1,
+            readers: 1,
+            write_closed: false,
+            reader_waker: None,
+            writer_waker: None,
+        }),
+    })
+}
+
+/// The guest's stdin: the host writes, the guest reads.
+pub(crate) fn stdin_pipe(capacity: usize) -> (PipeWriter, GuestStdin) {
+    let shared = shared(capacity);
+    (
+        PipeWriter {
+            shared: shared.clone(),
+        },
+        GuestStdin(GuestInput { shared }),
+    )
+}
+
+/// The guest's stdout (or stderr): the guest writes, the host reads.
+pub(crate) fn stdout_pipe(capacity: usize) -> (GuestStdout, PipeReader) {
+    let shared = shared(capacity);
+    (
+        GuestStdout(GuestOutput {
+            shared: shared.clone(),
+        }),
+        PipeReader { shared },
+    )
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Unread bytes, oldest first, each chunk non-empty.
+    chunks: VecDeque<Bytes>,
+    /// Sum of the chunks' lengths.
+    len: usize,
+    capacity: usize,
+    /// Live writing handles; 0 means the writer is gone.
+    writers: usize,
+    /// Live reading handles; 0 means nobody will ever read again.
+    readers: usize,
+    /// The writer shut down while handles remain.
+    write_closed: bool,
+    reader_waker: Option<Waker>,
+    writer_waker: Option<Waker>,
+}
+
+impl State {
+    fn writer_gone(&self) -> bool {
+        self.writers == 0 || self.write_closed
+    }
+
+    fn room(&self) -> usize {
+        self.capacity.saturating_sub(self.len)
+    }
+
+    fn push(&mut self, bytes: Bytes) -> Option<Waker> {
+        if bytes.is_empty() {
+            return None;
+        }
+        self.len += bytes.len();
+        self.chunks.push_back(bytes);
+        self.reader_waker.take()
+    }
+
+    /// Take up to `max` bytes from the front: the front chunk as it is when it alone fills the
+    /// read (or is all there is), else several chunks gathered into one buffer, so a guest
+    /// reading a stream of small frames makes one host call per read, not one per frame.
+    fn pop(&mut self, max: usize) -> (Bytes, Option<Waker>) {
+        let Some(front_len) = self.chunks.front().map(Bytes::len) else {
+            return (Bytes::new(), None);
+        };
+        let out = if front_len >= max {
+            match self.chunks.front_mut() {
+                Some(front) => front.split_to(max),
+                None => Bytes::new(),
+            }
+        } else if front_len == self.len {
+            self.chunks.pop_front().unwrap_or_default()
+        } else {
+            let mut gathered = BytesMut::with_capacity(self.len.min(max));
+            while gathered.len() < max {
+                let Some(front) = self.chunks.front_mut() else {
+                    break;
+                };
+                let n = front.len().min(max - gathered.len());
+                gathered.extend_from_slice(&front[..n]);
+                front.advance(n);
+                if front.is_empty() {
+                    self.chunks.pop_front();
+                }
+            }
+            gathered.freeze()
+        };
+        if out.is_empty() {
+            return (out, None);
+        }
+        self.len -= out.len();
+        (out, self.writer_waker.take())
+    }
+
+    /// Copy up to `dst.remaining()` bytes into `dst`.
+    fn copy_into(&mut self, dst: &mut ReadBuf<'_>) -> Option<Waker> {
+        let mut copied = 0;
+        while dst.remaining() > 0 {
+            let Some(front) = self.chunks.front_mut() else {
+                break;
+            };
+            let n = front.len().min(dst.remaining());
+            dst.put_slice(&front[..n]);
+            front.advance(n);
+            copied += n;
+            if front.is_empty() {
+                self.chunks.pop_front();
+            }
+        }
+        self.len -= copied;
+        if copied > 0 {
+            self.writer_waker.take()
+        } else {
+            None
+        }
+    }
+}
+
+/// Register `cx`'s waker in `slot`, waking a different one it replaces (two guest handles of
+/// one stream polled from different tasks must both make progress).
+fn register(slot: &mut Option<Waker>, cx: &Context<'_>) -> Option<Waker> {
+    match slot {
+        Some(w) if w.will_wake(cx.waker()) => None,
+        _ => slot.replace(cx.waker().clone()),
+    }
+}
+
+fn wake(w: Option<Waker>) {
+    if let Some(w) = w {
+        w.wake();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while holding the lock; recover the state if something ever did.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ready when a read would not return "nothing yet".
+    fn poll_readable(&self, cx: &Context<'_>) -> Poll<()> {
+        let mut s = self.lock();
+        if s.len > 0 || s.writer_gone() {
+            return Poll::Ready(());
+        }
+        let old = register(&mut s.reader_waker, cx);
+        drop(s);
+        wake(old);
+        Poll::Pending
+    }
+
+    /// Ready when a write would be accepted (or fail for good).
+    fn poll_writable(&self, cx: &Context<'_>) -> Poll<()> {
+        let mut s = self.lock();
+        if s.room() > 0 || s.readers == 0 {
+            return Poll::Ready(());
+        }
+        let old = register(&mut s.writer_waker, cx);
+        drop(s);
+        wake(old);
+        Poll::Pending
+    }
+
+    fn add_writer(self: &Arc<Self>) -> Arc<Self> {
+        self.lock().writers += 1;
+        self.clone()
+    }
+
+    fn add_reader(self: &Arc<Self>) -> Arc<Self> {
+        self.lock().readers += 1;
+        self.clone()
+    }
+
+    fn close_write(&self) {
+        let mut s = self.lock();
+        s.write_closed = true;
+        let w = s.reader_waker.take();
+        drop(s);
+        wake(w);
+    }
+
+    fn drop_writer(&self) {
+        let mut s = self.lock();
+        s.writers -= 1;
+        let w = if s.writers == 0 {
+            s.reader_waker.take()
+        } else {
+            None
+        };
+        drop(s);
+        wake(w);
+    }
+
+    fn drop_reader(&self) {
+        let mut s = self.lock();
+        s.readers -= 1;
+        let w = if s.readers == 0 {
+            // Nobody reads any more: free what is buffered and release a blocked writer.
+            s.chunks.clear();
+            s.len = 0;
+            s.writer_waker.take()
+        } else {
+            None
+        };
+        drop(s);
+        wake(w);
+    }
+}
+
+/// The host's end of the guest's stdin.
+#[derive(Debug)]
+pub(crate) struct PipeWriter {
+    shared: Arc<Shared>,
+}
+
+impl Drop for PipeWriter {
+    fn drop(&mut self) {
+        self.shared.drop_writer();
+    }
+}
+
+impl AsyncWrite for PipeWriter {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let mut s = self.shared.lock();
+        if s.readers == 0 {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        if s.write_closed {
+            return Poll::Ready(Err(io::Error::other("write after shutdown")));
+        }
+        let n = s.room().min(buf.len());
+        if n == 0 {
+            let old = register(&mut s.writer_waker, cx);
+            drop(s);
+            wake(old);
+            return Poll::Pending;
+        }
+        let w = s.push(Bytes::copy_from_slice(&buf[..n]));
+        drop(s);
+        wake(w);
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Written bytes are visible to the guest at once.
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.shared.close_write();
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// The host's end of the guest's stdout or stderr.
+#[derive(Debug)]
+pub(crate) struct PipeReader {
+    shared: Arc<Shared>,
+}
+
+impl Drop for PipeReader {
+    fn drop(&mut self) {
+        self.shared.drop_reader();
+    }
+}
+
+impl AsyncRead for PipeReader {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        let mut s = self.shared.lock();
+        if s.len > 0 {
+            let w = s.copy_into(buf);
+            drop(s);
+            wake(w);
+            return Poll::Ready(Ok(()));
+        }
+        if s.writer_gone() {
+            return Poll::Ready(Ok(())); // EOF
+        }
+        let old = register(&mut s.reader_waker, cx);
+        drop(s);
+        wake(old);
+        Poll::Pending
+    }
+}
+
+/// What the `WasiCtx` holds for stdin; every `get-stdin` gets a handle on the same pipe.
+#[derive(Debug)]
+pub(crate) struct GuestStdin(GuestInput);
+
+/// What the `WasiCtx` holds for stdout or stderr.
+#[derive(Debug)]
+pub(crate) struct GuestStdout(GuestOutput);
+
+impl IsTerminal for GuestStdin {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl IsTerminal for GuestStdout {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdinStream for GuestStdin {
+    fn async_stream(&self) -> Box<dyn AsyncRead + Send + Sync> {
+        Box::new(PipeReaderHandle(self.0.clone()))
+    }
+    fn p2_stream(&self) -> Box<dyn InputStream> {
+        Box::new(self.0.clone())
+    }
+}
+
+impl StdoutStream for GuestStdout {
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(PipeWriterHandle(self.0.clone()))
+    }
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.0.clone())
+    }
+}
+
+/// One guest handle on its stdin.
+#[derive(Debug)]
+pub(crate) struct GuestInput {
+    shared: Arc<Shared>,
+}
+
+impl Clone for GuestInput {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.add_reader(),
+        }
+    }
+}
+
+impl Drop for GuestInput {
+    fn drop(&mut self) {
+        self.shared.drop_reader();
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for GuestInput {
+    async fn ready(&mut self) {
+        std::future::poll_fn(|cx| self.shared.poll_readable(cx)).await
+    }
+}
+
+impl InputStream for GuestInput {
+    fn read(&mut self, size: usize) -> StreamResult<Bytes> {
+        let mut s = self.shared.lock();
+        if s.len == 0 {
+            return if s.writer_gone() {
+                Err(StreamError::Closed)
+            } else {
+                Ok(Bytes::new())
+            };
+        }
+        let (bytes, w) = s.pop(size);
+        drop(s);
+        wake(w);
+        Ok(bytes)
+    }
+}
+
+/// One guest handle on its stdout or stderr.
+#[derive(Debug)]
+pub(crate) struct GuestOutput {
+    shared: Arc<Shared>,
+}
+
+impl Clone for GuestOutput {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.add_writer(),
+        }
+    }
+}
+
+impl Drop for GuestOutput {
+    fn drop(&mut self) {
+        self.shared.drop_writer();
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for GuestOutput {
+    async fn ready(&mut self) {
+        std::future::poll_fn(|cx| self.shared.poll_writable(cx)).await
+    }
+}
+
+impl OutputStream for GuestOutput {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        let mut s = self.shared.lock();
+        if s.readers == 0 {
+            return Err(StreamError::Closed);
+        }
+        if bytes.len() > s.room() {
+            return Err(StreamError::Trap(wasmtime::format_err!(
+                "write of {} bytes exceeds the permitted {}",
+                bytes.len(),
+                s.room()
+            )));
+        }
+        let w = s.push(bytes);
+        drop(s);
+        wake(w);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        // Written bytes are visible to the host at once: there is nothing to flush.
+        if self.shared.lock().readers == 0 {
+            return Err(StreamError::Closed);
+        }
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        let s = self.shared.lock();
+        if s.readers == 0 {
+            return Err(StreamError::Closed);
+        }
+        Ok(s.room())
+    }
+}
+
+/// The guest's stdin as a tokio reader (only WASI p3 asks for it).
+struct PipeReaderHandle(GuestInput);
+
+impl AsyncRead for PipeReaderHandle {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let shared = &self.0.shared;
+        let mut s = shared.lock();
+        if s.len > 0 {
+            let w = s.copy_into(buf);
+            drop(s);
+            wake(w);
+            return Poll::Ready(Ok(()));
+        }
+        if s.writer_gone() {
+            return Poll::Ready(Ok(()));
+        }
+        let old = register(&mut s.reader_waker, cx);
+        drop(s);
+        wake(old);
+        Poll::Pending
+    }
+}
+
+/// The guest's stdout as a tokio writer (only WASI p3 asks for it).
+struct PipeWriterHandle(GuestOutput);
+
+impl AsyncWrite for PipeWriterHandle {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let shared = &self.0.shared;
+        let mut s = shared.lock();
+        if s.readers == 0 {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        let n = s.room().min(buf.len());
+        if n == 0 && !buf.is_empty() {
+            let old = register(&mut s.writer_waker, cx);
+            drop(s);
+            wake(old);
+            return Poll::Pending;
+        }
+        let w = s.push(Bytes::copy_from_slice(&buf[..n]));
+        drop(s);
+        wake(w);
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn host_to_guest_bytes_arrive_in_order_then_eof() {
+        let (mut host, stdin) = stdin_pipe(8);
+        let mut guest = stdin.p2_stream();
+        assert_eq!(guest.read(4).expect("read"), Bytes::new());
+        host.write_all(b"abcdef").await.expect("write");
+        assert_eq!(guest.read(4).expect("read"), Bytes::from_static(b"abcd"));
+        assert_eq!(guest.read(100).expect("read"), Bytes::from_static(b"ef"));
+        host.shutdown().await.expect("shutdown");
+        assert!(matches!(guest.read(1), Err(StreamError::Closed)));
+    }
+
+    #[tokio::test]
+    async fn one_guest_read_gathers_several_host_writes() {
+        let (mut host, stdin) = stdin_pipe(64);
+        let mut guest = stdin.p2_stream();
+        for piece in [&b"ab"[..], b"cd", b"ef"] {
+            host.write_all(piece).await.expect("write");
+        }
+        assert_eq!(guest.read(5).expect("read"), Bytes::from_static(b"abcde"));
+        assert_eq!(guest.read(5).expect("read"), Bytes::from_static(b"f"));
+        assert_eq!(guest.read(5).expect("read"), Bytes::new());
+        host.write_all(b"0123456789").await.expect("write");
+        assert_eq!(guest.read(4).expect("read"), Bytes::from_static(b"0123"));
+        assert_eq!(guest.read(0).expect("read"), Bytes::new());
+        assert_eq!(guest.read(64).expect("read"), Bytes::from_static(b"456789"));
+    }
+
+    #[tokio::test]
+    async fn a_full_stdin_blocks_the_host_until_the_guest_reads() {
+        let (mut host, stdin) = stdin_pipe(4);
+        let mut guest = stdin.p2_stream();
+        let writer = tokio::spawn(async move {
+            host.write_all(b"0123456789").await.expect("write");
+        });
+        let mut got = Vec::new();
+        while got.len() < 10 {
+            got.extend_from_slice(&guest.blocking_read(3).await.expect("read"));
+        }
+        assert_eq!(got, b"0123456789");
+        writer.await.expect("writer");
+        // The host end is gone: EOF after the buffer is empty.
+        assert!(matches!(guest.read(1), Err(StreamError::Closed)));
+    }
+
+    #[tokio::test]
+    async fn guest_output_is_bounded_and_survives_the_guest() {
+        let (stdout, mut host) = stdout_pipe(5);
+        let mut guest = stdout.p2_stream();
+        assert_eq!(guest.check_write().expect("permit"), 5);
+        guest.write(Bytes::from_static(b"hel")).expect("write");
+        assert_eq!(guest.check_write().expect("permit"), 2);
+        assert!(matches!(
+            guest.write(Bytes::from_static(b"abc")),
+            Err(StreamError::Trap(_))
+        ));
+        guest.write(Bytes::from_static(b"lo")).expect("write");
+        assert_eq!(guest.check_write().expect("permit"), 0);
+        // The guest (and the ctx holding the factory) goes away: what it wrote still arrives.
+        drop(guest);
+        drop(stdout);
+        let mut out = Vec::new();
+        host.read_to_end(&mut out).await.expect("read");
+        assert_eq!(out, b"hello");
+    }
+
+    #[tokio::test]
+    async fn a_dropped_host_reader_closes_the_guest_stdout() {
+        let (stdout, host) = stdout_pipe(5);
+        let mut guest = stdout.p2_stream();
+        guest.write(Bytes::from_static(b"x")).expect("write");
+        drop(host);
+        assert!(matches!(guest.check_write(), Err(StreamError::Closed)));
+        assert!(matches!(
+            guest.write(Bytes::from_static(b"y")),
+            Err(StreamError::Closed)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_dropped_guest_stdin_is_a_broken_pipe_for_the_host() {
+        let (mut host, stdin) = stdin_pipe(5);
+        drop(stdin);
+        let err = host.write_all(b"x").await.expect_err("broken pipe");
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_guest_wakes_when_the_host_writes() {
+        let (mut host, stdin) = stdin_pipe(64);
+        let mut guest = stdin.p2_stream();
+        let reader = tokio::spawn(async move { guest.blocking_read(64).await.map(|b| b.len()) });
+        tokio::task::yield_now().await;
+        host.write_all(b"ping").await.expect("write");
+        assert_eq!(reader.await.expect("task").expect("read"), 4);
+    }
+}
