@@ -87,6 +87,9 @@ pub struct Framed<R, W> {
     writer: W,
     framer: AnyFramer,
     inbuf: BytesMut,
+    /// Reads land here first: zeroed once, so a read does not zero-fill 64 KiB of guest memory
+    /// each time (the top item in the 100 B round-trip profile before this).
+    scratch: Box<[u8]>,
     outbuf: BytesMut,
     eof: bool,
 }
@@ -111,6 +114,7 @@ impl<R: Read, W: Write> Framed<R, W> {
             writer,
             framer: framing.framer(limits),
             inbuf: BytesMut::with_capacity(READ_CHUNK),
+            scratch: vec![0; READ_CHUNK].into_boxed_slice(),
             outbuf: BytesMut::new(),
             eof: false,
         }
@@ -130,19 +134,16 @@ impl<R: Read, W: Write> Framed<R, W> {
             if let Some(frame) = self.framer.decode(&mut self.inbuf)? {
                 return Ok(Some(frame));
             }
-            let start = self.inbuf.len();
-            self.inbuf.resize(start + READ_CHUNK, 0);
-            let n = match self.reader.read(&mut self.inbuf[start..]) {
+            let n = match self.reader.read(&mut self.scratch) {
                 Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
-                Err(e) => {
-                    self.inbuf.truncate(start);
-                    return Err(e.into());
-                }
+                // A signal is not the end of input: read again.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
             };
-            self.inbuf.truncate(start + n);
             if n == 0 {
                 self.eof = true;
+            } else {
+                self.inbuf.extend_from_slice(&self.scratch[..n]);
             }
         }
     }
@@ -192,4 +193,49 @@ fn exit_impl(code: u8) -> ! {
 #[cfg(not(all(target_os = "wasi", target_env = "p2")))]
 fn exit_impl(code: u8) -> ! {
     std::process::exit(i32::from(code))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Returns `Interrupted` before each chunk, then the chunks, then EOF.
+    struct Jumpy {
+        chunks: Vec<&'static [u8]>,
+        interrupt: bool,
+    }
+
+    impl Read for Jumpy {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.interrupt = !self.interrupt;
+            if self.interrupt {
+                return Err(io::ErrorKind::Interrupted.into());
+            }
+            if self.chunks.is_empty() {
+                return Ok(0);
+            }
+            let c = self.chunks.remove(0);
+            buf[..c.len()].copy_from_slice(c);
+            Ok(c.len())
+        }
+    }
+
+    #[test]
+    fn an_interrupted_read_is_retried_not_taken_for_eof() {
+        let reader = Jumpy {
+            chunks: vec![b"{\"a\":", b"1}\n{\"b\"", b":2}\n"],
+            interrupt: false,
+        };
+        let mut f = Framed::from_parts(
+            reader,
+            Vec::new(),
+            Framing::JsonLines,
+            FrameLimits::default(),
+        );
+        let mut got = Vec::new();
+        while let Some(frame) = f.recv().expect("no error") {
+            got.push(frame.to_vec());
+        }
+        assert_eq!(got, vec![b"{\"a\":1}".to_vec(), b"{\"b\":2}".to_vec()]);
+    }
 }
