@@ -63,7 +63,6 @@ async fn supervised<F, Fut>(
     protocol: Protocol,
     policy: Policy,
     budgets: Budgets,
-    args: &[&str],
     script: F,
 ) -> Report
 where
@@ -72,8 +71,6 @@ where
 {
     let host = Host::new().expect("host");
     let plugin = host.load(plugin(bin, target)).expect("load");
-    let mut policy = policy;
-    policy.args = args.iter().map(|s| s.to_string()).collect();
     let options = SessionOptions::default().stderr(StderrMode::Discard);
     let (to_sup, from_engine) = mpsc::channel(16);
     let (to_engine, from_sup) = mpsc::channel(16);
@@ -107,6 +104,25 @@ fn runaway(target: Target) -> (Budgets, &'static str, &'static str) {
     }
 }
 
+/// For wasm (fuel per request, `spin`) and native (request timeout, `sleep`): run `script`,
+/// told how to misbehave and what its error must name, against `bin` with restart on; then
+/// check the one failed request, the one restart and the one answered request.
+async fn runaway_then_next<F, Fut>(bin: &str, protocol: Protocol, script: F)
+where
+    F: Fn(Engine, &'static str, &'static str) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    for target in [Target::Wasm, Target::Native] {
+        let (budgets, how, reason) = runaway(target);
+        let report = supervised(bin, target, protocol, Policy::default(), budgets, |e| {
+            script(e, how, reason)
+        })
+        .await;
+        check_report(&report, reason);
+        assert_eq!(report.answered, 1, "{target:?}: {report:?}");
+    }
+}
+
 fn check_report(report: &Report, reason: &str) {
     assert_eq!(report.incidents.len(), 1, "{report:?}");
     assert!(report.incidents[0].reason.contains(reason), "{report:?}");
@@ -123,171 +139,138 @@ fn error_of(v: &Value, id: i64) -> &Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oracle_runaway_invoke_fails_and_the_next_succeeds() {
-    for target in [Target::Wasm, Target::Native] {
-        let (budgets, how, reason) = runaway(target);
-        let report = supervised(
-            "oracle-hog",
-            target,
-            Protocol::Oracle,
-            Policy::default(),
-            budgets,
-            &[],
-            |mut e| async move {
-                let ready = e.recv_json().await;
-                assert_eq!(ready["method"], "ready");
-                e.send_json(json!({"jsonrpc": "2.0", "id": ready["id"], "result": {}}))
-                    .await;
-                e.send_json(json!({"jsonrpc":"2.0","id":1,"method":"invoke",
+    runaway_then_next(
+        "oracle-hog",
+        Protocol::Oracle,
+        |mut e, how, reason| async move {
+            let ready = e.recv_json().await;
+            assert_eq!(ready["method"], "ready");
+            e.send_json(json!({"jsonrpc": "2.0", "id": ready["id"], "result": {}}))
+                .await;
+            e.send_json(json!({"jsonrpc":"2.0","id":1,"method":"invoke",
                     "params":{"selector": how, "calldata":["0x1"]}}))
-                    .await;
-                let err = e.recv_json().await;
-                let err = error_of(&err, 1);
-                assert_eq!(err["code"], json!(-32603), "{err}");
-                assert!(
-                    err["message"].as_str().expect("a string").contains(reason),
-                    "{err}"
-                );
-                assert_eq!(err["data"]["stderr"][0], format!("hog: {how} starting"));
-                e.send_json(json!({"jsonrpc":"2.0","id":2,"method":"invoke",
+                .await;
+            let err = e.recv_json().await;
+            let err = error_of(&err, 1);
+            assert_eq!(err["code"], json!(-32603), "{err}");
+            assert!(
+                err["message"].as_str().expect("a string").contains(reason),
+                "{err}"
+            );
+            assert_eq!(err["data"]["stderr"][0], format!("hog: {how} starting"));
+            e.send_json(json!({"jsonrpc":"2.0","id":2,"method":"invoke",
                     "params":{"selector":"echo","calldata":["0x2"]}}))
-                    .await;
-                // The fresh instance's `ready` is answered by the supervisor, never seen here.
-                let ok = e.recv_json().await;
-                assert_eq!(ok, json!({"jsonrpc":"2.0","id":2,"result":["0x2"]}));
-                e.send_json(json!({"jsonrpc":"2.0","method":"shutdown"}))
-                    .await;
-                assert!(e.close().await.is_empty());
-            },
-        )
-        .await;
-        check_report(&report, reason);
-        assert_eq!(report.answered, 1, "{target:?}");
-    }
+                .await;
+            // The fresh instance's `ready` is answered by the supervisor, never seen here.
+            let ok = e.recv_json().await;
+            assert_eq!(ok, json!({"jsonrpc":"2.0","id":2,"result":["0x2"]}));
+            e.send_json(json!({"jsonrpc":"2.0","method":"shutdown"}))
+                .await;
+            assert!(e.close().await.is_empty());
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn denobridge_runaway_create_fails_and_the_next_succeeds() {
-    for target in [Target::Wasm, Target::Native] {
-        let (budgets, how, reason) = runaway(target);
-        let report = supervised(
-            "denobridge-hog",
-            target,
-            Protocol::DenoBridge,
-            Policy::default(),
-            budgets,
-            &[],
-            |mut e| async move {
-                e.send_json(json!({"jsonrpc":"2.0","id":0,"method":"health"}))
-                    .await;
-                assert_eq!(e.recv_json().await["id"], json!(0));
-                e.send_json(json!({"jsonrpc":"2.0","id":1,"method":"create",
+    runaway_then_next(
+        "denobridge-hog",
+        Protocol::DenoBridge,
+        |mut e, how, reason| async move {
+            e.send_json(json!({"jsonrpc":"2.0","id":0,"method":"health"}))
+                .await;
+            assert_eq!(e.recv_json().await["id"], json!(0));
+            e.send_json(json!({"jsonrpc":"2.0","id":1,"method":"create",
                     "params":{"props":{"hog": how}}}))
-                    .await;
-                let err = e.recv_json().await;
-                let err = error_of(&err, 1);
-                assert_eq!(err["code"], json!(-32603), "{err}");
-                assert!(
-                    err["data"]["reason"]
-                        .as_str()
-                        .expect("a string")
-                        .contains(reason)
-                );
-                // `health` is replayed to the fresh instance; its answer is not repeated here.
-                e.send_json(json!({"jsonrpc":"2.0","id":2,"method":"create",
+                .await;
+            let err = e.recv_json().await;
+            let err = error_of(&err, 1);
+            assert_eq!(err["code"], json!(-32603), "{err}");
+            assert!(
+                err["data"]["reason"]
+                    .as_str()
+                    .expect("a string")
+                    .contains(reason)
+            );
+            // `health` is replayed to the fresh instance; its answer is not repeated here.
+            e.send_json(json!({"jsonrpc":"2.0","id":2,"method":"create",
                     "params":{"props":{"name":"a"}}}))
-                    .await;
-                let ok = e.recv_json().await;
-                assert_eq!(ok["id"], json!(2), "{ok}");
-                assert_eq!(ok["result"]["id"], json!("h1"), "{ok}");
-                assert!(e.close().await.is_empty());
-            },
-        )
-        .await;
-        check_report(&report, reason);
-    }
+                .await;
+            let ok = e.recv_json().await;
+            assert_eq!(ok["id"], json!(2), "{ok}");
+            assert_eq!(ok["result"]["id"], json!("h1"), "{ok}");
+            assert!(e.close().await.is_empty());
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orchard_runaway_execute_fails_with_execute_failed_and_the_next_succeeds() {
-    for target in [Target::Wasm, Target::Native] {
-        let (budgets, how, reason) = runaway(target);
-        let report = supervised(
-            "orchard-hog",
-            target,
-            Protocol::Orchard,
-            Policy::default(),
-            budgets,
-            &[],
-            |mut e| async move {
-                e.send_json(json!({"id":1,"method":"describe","params":{}}))
-                    .await;
-                assert_eq!(e.recv_json().await["result"]["schema"]["protocol"], "1");
-                e.send_json(json!({"id":2,"method":"configure","params":{"config":{}}}))
-                    .await;
-                assert_eq!(e.recv_json().await["id"], json!(2));
-                e.send_json(json!({"id":3,"method":"execute",
+    runaway_then_next(
+        "orchard-hog",
+        Protocol::Orchard,
+        |mut e, how, reason| async move {
+            e.send_json(json!({"id":1,"method":"describe","params":{}}))
+                .await;
+            assert_eq!(e.recv_json().await["result"]["schema"]["protocol"], "1");
+            e.send_json(json!({"id":2,"method":"configure","params":{"config":{}}}))
+                .await;
+            assert_eq!(e.recv_json().await["id"], json!(2));
+            e.send_json(json!({"id":3,"method":"execute",
                     "params":{"action":"hog","attrs":{"how": how}}}))
-                    .await;
-                let err = e.recv_json().await;
-                let err = error_of(&err, 3);
-                assert_eq!(err["code"], "execute_failed", "{err}");
-                assert!(
-                    err["message"].as_str().expect("a string").contains(reason),
-                    "{err}"
-                );
-                e.send_json(json!({"id":4,"method":"execute","params":{"action":"ok","attrs":{}}}))
-                    .await;
-                let ok = e.recv_json().await;
-                assert_eq!(ok["id"], json!(4), "{ok}");
-                assert!(ok.get("result").is_some(), "{ok}");
-                assert!(e.close().await.is_empty());
-            },
-        )
-        .await;
-        check_report(&report, reason);
-    }
+                .await;
+            let err = e.recv_json().await;
+            let err = error_of(&err, 3);
+            assert_eq!(err["code"], "execute_failed", "{err}");
+            assert!(
+                err["message"].as_str().expect("a string").contains(reason),
+                "{err}"
+            );
+            e.send_json(json!({"id":4,"method":"execute","params":{"action":"ok","attrs":{}}}))
+                .await;
+            let ok = e.recv_json().await;
+            assert_eq!(ok["id"], json!(4), "{ok}");
+            assert!(ok.get("result").is_some(), "{ok}");
+            assert!(e.close().await.is_empty());
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finecode_runaway_action_fails_and_the_next_succeeds() {
-    for target in [Target::Wasm, Target::Native] {
-        let (budgets, how, reason) = runaway(target);
-        let report = supervised(
-            "finecode-hog",
-            target,
-            Protocol::FineCode,
-            Policy::default(),
-            budgets,
-            &[],
-            |mut e| async move {
-                e.send_json(json!({"jsonrpc":"2.0","id":1,"method":"initialize",
+    runaway_then_next(
+        "finecode-hog",
+        Protocol::FineCode,
+        |mut e, how, reason| async move {
+            e.send_json(json!({"jsonrpc":"2.0","id":1,"method":"initialize",
                     "params":{"processId":1,"capabilities":{}}}))
-                    .await;
-                assert_eq!(e.recv_json().await["id"], json!(1));
-                e.send_json(json!({"jsonrpc":"2.0","method":"initialized","params":{}}))
-                    .await;
-                e.send_json(json!({"jsonrpc":"2.0","id":2,"method":"actions/run",
+                .await;
+            assert_eq!(e.recv_json().await["id"], json!(1));
+            e.send_json(json!({"jsonrpc":"2.0","method":"initialized","params":{}}))
+                .await;
+            e.send_json(json!({"jsonrpc":"2.0","id":2,"method":"actions/run",
                     "params":{"actionName": how, "params":{}}}))
-                    .await;
-                let err = e.recv_json().await;
-                let err = error_of(&err, 2);
-                assert_eq!(err["code"], json!(-32603), "{err}");
-                assert!(
-                    err["message"].as_str().expect("a string").contains(reason),
-                    "{err}"
-                );
-                e.send_json(json!({"jsonrpc":"2.0","id":3,"method":"actions/run",
+                .await;
+            let err = e.recv_json().await;
+            let err = error_of(&err, 2);
+            assert_eq!(err["code"], json!(-32603), "{err}");
+            assert!(
+                err["message"].as_str().expect("a string").contains(reason),
+                "{err}"
+            );
+            e.send_json(json!({"jsonrpc":"2.0","id":3,"method":"actions/run",
                     "params":{"actionName":"fine","params":{}}}))
-                    .await;
-                let ok = e.recv_json().await;
-                assert_eq!(ok["id"], json!(3), "{ok}");
-                assert!(ok.get("result").is_some(), "{ok}");
-                assert!(e.close().await.is_empty());
-            },
-        )
-        .await;
-        check_report(&report, reason);
-    }
+                .await;
+            let ok = e.recv_json().await;
+            assert_eq!(ok["id"], json!(3), "{ok}");
+            assert!(ok.get("result").is_some(), "{ok}");
+            assert!(e.close().await.is_empty());
+        },
+    )
+    .await;
 }
 
 fn text(s: &str) -> atp::Value {
@@ -305,50 +288,38 @@ fn work_start(run: &str, step: &str, config: atp::Value) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn atp_runaway_run_fails_and_the_next_succeeds() {
-    for target in [Target::Wasm, Target::Native] {
-        let (budgets, how, reason) = runaway(target);
-        let report = supervised(
-            "atp-hog",
-            target,
-            Protocol::Atp,
-            Policy::default(),
-            budgets,
-            &[],
-            |mut e| async move {
-                e.send(atp::START_ITEM.to_vec()).await;
-                let hello = atp::Hello::decode(&e.recv().await).expect("hello");
-                assert_eq!(hello.version, atp::Version::V3);
-                let config = atp::Value::Map(vec![(text("how"), text(how))]);
-                e.send(work_start("r1", "hog", config)).await;
-                match atp::Message::decode(&e.recv().await).expect("a message") {
-                    atp::Message::Error {
-                        run_id,
-                        error,
-                        step_fatal,
-                        server_fatal,
-                    } => {
-                        assert_eq!(run_id, "r1");
-                        assert!(error.contains(reason), "{error}");
-                        assert!(step_fatal && !server_fatal);
-                    }
-                    other => panic!("expected an error for r1, got {other:?}"),
-                }
-                // The fresh instance's hello is swallowed: the next frame is r2's result.
-                e.send(work_start("r2", "ok", text("x"))).await;
-                match atp::Message::decode(&e.recv().await).expect("a message") {
-                    atp::Message::WorkDone { run_id, output } => {
-                        assert_eq!(run_id, "r2");
-                        assert_eq!(output.output_id, "success");
-                    }
-                    other => panic!("expected r2's work done, got {other:?}"),
-                }
-                e.send(atp::Message::ClientDone.encode()).await;
-                assert!(e.close().await.is_empty());
-            },
-        )
-        .await;
-        check_report(&report, reason);
-    }
+    runaway_then_next("atp-hog", Protocol::Atp, |mut e, how, reason| async move {
+        e.send(atp::START_ITEM.to_vec()).await;
+        let hello = atp::Hello::decode(&e.recv().await).expect("hello");
+        assert_eq!(hello.version, atp::Version::V3);
+        let config = atp::Value::Map(vec![(text("how"), text(how))]);
+        e.send(work_start("r1", "hog", config)).await;
+        match atp::Message::decode(&e.recv().await).expect("a message") {
+            atp::Message::Error {
+                run_id,
+                error,
+                step_fatal,
+                server_fatal,
+            } => {
+                assert_eq!(run_id, "r1");
+                assert!(error.contains(reason), "{error}");
+                assert!(step_fatal && !server_fatal);
+            }
+            other => panic!("expected an error for r1, got {other:?}"),
+        }
+        // The fresh instance's hello is swallowed: the next frame is r2's result.
+        e.send(work_start("r2", "ok", text("x"))).await;
+        match atp::Message::decode(&e.recv().await).expect("a message") {
+            atp::Message::WorkDone { run_id, output } => {
+                assert_eq!(run_id, "r2");
+                assert_eq!(output.output_id, "success");
+            }
+            other => panic!("expected r2's work done, got {other:?}"),
+        }
+        e.send(atp::Message::ClientDone.encode()).await;
+        assert!(e.close().await.is_empty());
+    })
+    .await;
 }
 
 /// Invoke echo `n` times; the number answered before the session ended.
@@ -359,7 +330,6 @@ async fn echo_invokes(policy: Policy, budgets: Budgets, n: i64) -> Report {
         Protocol::Oracle,
         policy,
         budgets,
-        &[],
         |mut e| async move {
             let ready = e.recv_json().await;
             e.send_json(json!({"jsonrpc": "2.0", "id": ready["id"], "result": {}}))
@@ -419,7 +389,6 @@ async fn idle_time_between_requests_is_not_billed() {
             Protocol::Oracle,
             Policy::default(),
             b,
-            &[],
             |mut e| async move {
                 let ready = e.recv_json().await;
                 e.send_json(json!({"jsonrpc": "2.0", "id": ready["id"], "result": {}}))
@@ -458,7 +427,6 @@ async fn recycling_is_invisible_to_the_engine() {
                 Protocol::Oracle,
                 Policy::default(),
                 budgets,
-                &[],
                 |mut e| async move {
                     let ready = e.recv_json().await;
                     e.send_json(json!({"jsonrpc": "2.0", "id": ready["id"], "result": {}}))
@@ -493,7 +461,6 @@ async fn without_restart_a_runaway_request_ends_the_session_with_its_limit() {
         Protocol::Oracle,
         Policy::default(),
         b,
-        &[],
         |mut e| async move {
             let ready = e.recv_json().await;
             e.send_json(json!({"jsonrpc": "2.0", "id": ready["id"], "result": {}}))
