@@ -172,6 +172,28 @@ enum FromPlugin {
     Other,
 }
 
+/// The two members the supervisor reads from a JSON-RPC frame. Params, results and errors
+/// are skipped, not built into `Value`s: classification runs on every frame both ways.
+#[derive(serde::Deserialize)]
+struct Head {
+    #[serde(default)]
+    method: Option<Value>,
+    /// `None` for a missing or `null` id.
+    #[serde(default)]
+    id: Option<Value>,
+}
+
+impl Head {
+    /// The head of a JSON object frame; `None` for anything else.
+    fn of(frame: &[u8]) -> Option<Head> {
+        serde_json::from_slice(frame).ok()
+    }
+
+    fn method(&self) -> Option<&str> {
+        self.method.as_ref().and_then(Value::as_str)
+    }
+}
+
 /// The protocol-specific part: classification and error frames.
 #[derive(Debug, Clone, Copy)]
 struct Rules {
@@ -212,11 +234,11 @@ impl Rules {
                 _ => FromEngine::Other,
             };
         }
-        let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(frame) else {
+        let Some(head) = Head::of(frame) else {
             return FromEngine::Other;
         };
-        let id = m.get("id").filter(|v| !v.is_null()).map(key_of);
-        match (m.get("method").and_then(Value::as_str), id) {
+        let id = head.id.as_ref().map(key_of);
+        match (head.method(), id) {
             (Some(method), id) if self.engine_handshake(method) => {
                 FromEngine::Handshake { awaits: id }
             }
@@ -243,11 +265,11 @@ impl Rules {
                 Err(_) => FromPlugin::Other,
             };
         }
-        let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(frame) else {
+        let Some(head) = Head::of(frame) else {
             return FromPlugin::Other;
         };
-        let id = m.get("id").filter(|v| !v.is_null());
-        match (m.get("method").and_then(Value::as_str), id) {
+        let id = head.id.as_ref();
+        match (head.method(), id) {
             (Some(method), Some(id)) if self.plugin_handshake(method) => {
                 FromPlugin::HandshakeRequest {
                     id: id.clone(),
@@ -668,7 +690,6 @@ impl<'a> Supervisor<'a> {
         let mut failed: Vec<(String, Pending)> = b.pending.drain().collect();
         failed.sort_by_key(|(_, p)| p.since);
         for (key, p) in failed {
-            let frame = rules.error_frame(&key, p.method.as_deref(), &reason, Some(&exit), &tail);
             let incident = Incident {
                 request: key,
                 method: p.method,
@@ -676,9 +697,8 @@ impl<'a> Supervisor<'a> {
                 exit: Some(exit.clone()),
                 restarting: restart,
             };
-            self.incident(&incident);
-            b.report.incidents.push(incident);
-            let _ = to_engine.send(frame).await;
+            self.fail_request(rules, incident, &tail, to_engine, b)
+                .await;
         }
         if let Some(held) = was_restoring.and_then(|r| r.held) {
             let why = format!("the restarted plugin stopped during the handshake: {reason}");
@@ -743,7 +763,6 @@ impl<'a> Supervisor<'a> {
     ) {
         if let FromEngine::Request { key, method } = rules.classify_engine(frame) {
             b.report.requests += 1;
-            let out = rules.error_frame(&key, method.as_deref(), reason, exit, tail);
             let incident = Incident {
                 request: key,
                 method,
@@ -751,17 +770,32 @@ impl<'a> Supervisor<'a> {
                 exit: exit.cloned(),
                 restarting: false,
             };
-            self.incident(&incident);
-            b.report.incidents.push(incident);
-            let _ = to_engine.send(out).await;
+            self.fail_request(rules, incident, tail, to_engine, b).await;
         }
     }
 
-    fn incident(&mut self, incident: &Incident) {
+    /// Answer a request the plugin will not answer with the protocol's error, and record it.
+    async fn fail_request(
+        &mut self,
+        rules: Rules,
+        incident: Incident,
+        tail: &[String],
+        to_engine: &mpsc::Sender<Vec<u8>>,
+        b: &mut Books,
+    ) {
+        let frame = rules.error_frame(
+            &incident.request,
+            incident.method.as_deref(),
+            &incident.reason,
+            incident.exit.as_ref(),
+            tail,
+        );
         tracing::debug!(request = %incident.request, reason = %incident.reason, "request failed");
         if let Some(f) = &mut self.on_incident {
-            f(incident);
+            f(&incident);
         }
+        b.report.incidents.push(incident);
+        let _ = to_engine.send(frame).await;
     }
 
     fn recycle_due(&self, inst: &Instance) -> bool {
