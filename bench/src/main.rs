@@ -45,7 +45,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
-use sandpipe::Host;
+use sandpipe::{Host, HostOptions, Pooling};
 use sandpipe_tests::Target;
 
 use measure::{Plan, Stats};
@@ -85,7 +85,7 @@ struct Args {
 
 const USAGE: &str = "usage: sandpipe-bench [--quick]\n\
     \x20      (internal) sandpipe-bench --phase pinned|unpinned --wasm PATH --native PATH [--quick]\n\
-    \x20      (profiling) ... --phase pinned --wasm PATH --native PATH --profile start|rt100|rt64k|native100|native64k\n\
+    \x20      (profiling) ... --phase pinned --wasm PATH --native PATH --profile start|start-pooled|rt100|rt64k|native100|native64k\n\
     \x20                  loops one scenario for 10 s under `perf record`, measuring nothing";
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -348,18 +348,26 @@ fn run_phase(phase: Phase, args: &Args) -> anyhow::Result<()> {
 
 /// Loop one scenario for 10 s so a profiler attached to this process sees only it.
 async fn profile(what: String, wasm: PathBuf, native: PathBuf) -> anyhow::Result<()> {
-    let host = Host::with_cache_dir(None)?;
+    let host = if what == "start-pooled" {
+        Host::with_options(
+            &HostOptions::default()
+                .cache_dir(None)
+                .pooling(Pooling::new(16)),
+        )?
+    } else {
+        Host::with_cache_dir(None)?
+    };
     let until = std::time::Instant::now() + Duration::from_secs(10);
     let plan = Plan::new(0, 2_000_000, 10_000);
     let (plugin, size) = match what.as_str() {
-        "start" | "rt100" => (&wasm, SIZES[0]),
+        "start" | "start-pooled" | "rt100" => (&wasm, SIZES[0]),
         "rt64k" => (&wasm, SIZES[1]),
         "native100" => (&native, SIZES[0]),
         "native64k" => (&native, SIZES[1]),
         other => bail!("unknown profile scenario {other:?}\n{USAGE}"),
     };
     let frame = roundtrip::frame(size)?;
-    if what == "start" {
+    if what.starts_with("start") {
         let loaded = host.load(plugin)?;
         let mut n = 0u64;
         while std::time::Instant::now() < until {

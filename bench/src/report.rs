@@ -135,6 +135,12 @@ fn describe(id: &str) -> (String, String) {
             "start: wasm reused pre-instance (`Host::load` again + start + response)"
         }
         "start.wasm.preloaded" => "start: wasm, `Plugin` in hand (start + first response)",
+        "start.wasm.pooled" => {
+            "start: wasm reused pre-instance, pooling allocator (load again + start + response)"
+        }
+        "start.wasm.pooled.warm" => {
+            "start: wasm reused pre-instance, pooling allocator, warm slots (1.125 MiB memory + 64 KiB stack kept resident)"
+        }
         _ => "unknown figure",
     };
     (text.to_owned(), frame)
@@ -255,12 +261,21 @@ fn targets() -> Vec<Target> {
         ));
     }
     for phase in [Pinned, Unpinned] {
-        t.push(Target {
-            name: format!("reused pre-instance to first response, {}", phase.name()),
-            measured: fig(phase, "start.wasm.memory"),
-            against: None,
-            goal: Goal::Under(Duration::from_micros(50)),
-        });
+        for (id, what) in [
+            ("start.wasm.memory", "on-demand allocator"),
+            ("start.wasm.pooled", "pooling allocator"),
+            ("start.wasm.pooled.warm", "pooling allocator, warm slots"),
+        ] {
+            t.push(Target {
+                name: format!(
+                    "reused pre-instance to first response, {what}, {}",
+                    phase.name()
+                ),
+                measured: fig(phase, id),
+                against: None,
+                goal: Goal::Under(Duration::from_micros(50)),
+            });
+        }
         t.push(ratio(
             &format!("start from disk cache vs native spawn, {}", phase.name()),
             fig(phase, "start.wasm.disk"),

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use sandpipe::{Host, LoadSource, Plugin, Policy};
+use sandpipe::{Host, HostOptions, LoadSource, Plugin, Policy, Pooling};
 
 use crate::measure::{Plan, Sampler, Stats};
 use crate::roundtrip::{session_options, session_round_trip};
@@ -132,5 +132,34 @@ pub async fn all(
         s.record(first_response(&host, Loaded::Plugin(&wasm_plugin), first, frame).await?);
     }
     report("start.wasm.preloaded", s.finish());
+
+    // The pooling allocator, then the same pool keeping its slots warm (see
+    // `Pooling::keep_memory_resident`): reused pre-instance (`Host::load` finds it in memory).
+    for (id, pool) in [
+        ("start.wasm.pooled", Pooling::new(16)),
+        ("start.wasm.pooled.warm", warm_pool(16)),
+    ] {
+        let pooled = Host::with_options(&HostOptions::default().cache_dir(None).pooling(pool))?;
+        pooled.load(wasm)?;
+        let mut s = Sampler::new(&plans.memory);
+        while s.more() {
+            let memory = Some(LoadSource::Memory);
+            s.record(first_response(&pooled, Loaded::Path(wasm), memory, frame).await?);
+        }
+        report(id, s.finish());
+    }
     Ok(())
 }
+
+/// A pool whose slots stay resident between sessions: enough linear memory for a small Rust
+/// plugin (1 MiB shadow stack, then data and heap) and 64 KiB of fiber stack.
+pub fn warm_pool(sessions: u32) -> Pooling {
+    Pooling::new(sessions)
+        .keep_memory_resident(WARM_MEMORY)
+        .keep_stack_resident(WARM_STACK)
+}
+
+/// Linear memory a warm pool keeps resident per slot.
+pub const WARM_MEMORY: usize = 1_152 << 10;
+/// Fiber stack a warm pool keeps resident per slot.
+pub const WARM_STACK: usize = 64 << 10;

@@ -73,8 +73,12 @@ impl From<FrameError> for GuestError {
     }
 }
 
-/// Size of one read from stdin.
-const READ_CHUNK: usize = 64 * 1024;
+/// Size of the first reads from stdin: std's own stdin buffer size, so a read of this size
+/// bypasses that buffer instead of being copied through it.
+const FIRST_READ: usize = 8 * 1024;
+/// Largest read from stdin. The read buffer doubles up to this whenever a read fills it, so an
+/// idle plugin keeps only a few KiB resident while one fed large frames reads them in big steps.
+const MAX_READ: usize = 64 * 1024;
 
 /// Framed stdin and stdout of this process.
 pub type Stdio = Framed<io::Stdin, io::Stdout>;
@@ -87,8 +91,9 @@ pub struct Framed<R, W> {
     writer: W,
     framer: AnyFramer,
     inbuf: BytesMut,
-    /// Reads land here first: zeroed once, so a read does not zero-fill 64 KiB of guest memory
-    /// each time (the top item in the 100 B round-trip profile before this).
+    /// Reads land here first: zeroed when allocated, not before every read (zero-filling 64 KiB
+    /// per read was the top item of the 100 B round-trip profile). It starts at [`FIRST_READ`]
+    /// and grows to [`MAX_READ`] (a fixed 64 KiB was most of an idle session's memory).
     scratch: Box<[u8]>,
     outbuf: BytesMut,
     eof: bool,
@@ -113,8 +118,8 @@ impl<R: Read, W: Write> Framed<R, W> {
             reader,
             writer,
             framer: framing.framer(limits),
-            inbuf: BytesMut::with_capacity(READ_CHUNK),
-            scratch: vec![0; READ_CHUNK].into_boxed_slice(),
+            inbuf: BytesMut::new(),
+            scratch: vec![0; FIRST_READ].into_boxed_slice(),
             outbuf: BytesMut::new(),
             eof: false,
         }
@@ -144,6 +149,10 @@ impl<R: Read, W: Write> Framed<R, W> {
                 self.eof = true;
             } else {
                 self.inbuf.extend_from_slice(&self.scratch[..n]);
+                if n == self.scratch.len() && n < MAX_READ {
+                    // Input is arriving faster than this buffer takes it.
+                    self.scratch = vec![0; n * 2].into_boxed_slice();
+                }
             }
         }
     }
@@ -237,5 +246,50 @@ mod tests {
             got.push(frame.to_vec());
         }
         assert_eq!(got, vec![b"{\"a\":1}".to_vec(), b"{\"b\":2}".to_vec()]);
+    }
+
+    /// Hands out as much as the caller's buffer holds and records each buffer's size.
+    struct Greedy {
+        data: io::Cursor<Vec<u8>>,
+        sizes: Vec<usize>,
+    }
+
+    impl Read for Greedy {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.sizes.push(buf.len());
+            self.data.read(buf)
+        }
+    }
+
+    #[test]
+    fn the_read_buffer_starts_small_and_grows_while_reads_fill_it() {
+        // Two small frames, then one of 300 KiB, then a small one again.
+        let big = format!("[\"{}\"]", "x".repeat(300 << 10));
+        let input = format!("[1]\n[2]\n{big}\n[3]\n");
+        let reader = Greedy {
+            data: io::Cursor::new(input.into_bytes()),
+            sizes: Vec::new(),
+        };
+        let mut f = Framed::from_parts(
+            reader,
+            Vec::new(),
+            Framing::JsonLines,
+            FrameLimits::default(),
+        );
+        let mut got = Vec::new();
+        while let Some(frame) = f.recv().expect("no error") {
+            got.push(frame.to_vec());
+        }
+        let want = [&b"[1]"[..], b"[2]", big.as_bytes(), b"[3]"];
+        assert_eq!(got, want.map(<[u8]>::to_vec));
+        let sizes = &f.reader.sizes;
+        assert_eq!(sizes[0], FIRST_READ, "an idle plugin holds a small buffer");
+        assert_eq!(
+            sizes.iter().max(),
+            Some(&MAX_READ),
+            "big input is read in big steps"
+        );
+        // Doubling from FIRST_READ, never past MAX_READ.
+        assert!(sizes.windows(2).all(|w| w[1] == w[0] || w[1] == w[0] * 2));
     }
 }

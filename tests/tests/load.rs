@@ -440,3 +440,36 @@ fn trapping_sessions_are_exactly_five_percent_and_the_same_every_run() {
     assert!(distinct.len() > 10, "{distinct:?}");
     assert_ne!(a, roles(WASM_SESSIONS, TRAP_PERCENT, SEED + 1));
 }
+
+/// A pooled slot is handed to the next session clean, whether wasmtime returns its pages to
+/// the kernel (the default) or keeps them resident and zeroes them with `memset`: `residue`
+/// reads two words of its shadow stack, then writes a mark there, and every run in a pool of
+/// one (so every run reuses the previous run's slot) must read zeros.
+#[test]
+fn a_reused_pool_slot_holds_nothing_from_the_previous_session() {
+    serial(async {
+        let warm = Pooling::new(1)
+            .keep_memory_resident(2 << 20)
+            .keep_stack_resident(64 << 10);
+        for (label, pool) in [("default pool", Pooling::new(1)), ("warm pool", warm)] {
+            let host = host(HostOptions::default().pooling(pool));
+            let residue = host
+                .load(plugin("residue", Target::Wasm))
+                .expect("load residue");
+            let opts = SessionOptions::framed(Framing::JsonLines).stderr(StderrMode::Discard);
+            for run in 0..4 {
+                let mut s = host
+                    .start(&residue, &Policy::default(), &opts)
+                    .await
+                    .expect("start");
+                let line = s.recv().await.expect("recv").expect("a residue line");
+                assert_eq!(
+                    std::str::from_utf8(&line).expect("utf-8"),
+                    r#"{"residue":[0,0]}"#,
+                    "{label}, run {run}: the slot kept an earlier session's memory"
+                );
+                assert_eq!(s.control().wait().await, Exit::Exited(0), "{label}");
+            }
+        }
+    });
+}

@@ -37,7 +37,19 @@ pub enum InstanceAllocator {
 ///   need 14);
 /// - `memories_per_session`: 2;
 /// - `tables_per_session`: 16;
-/// - `table_elements`: 20,000 elements per table (wasmtime's pooling default).
+/// - `table_elements`: 20,000 elements per table (wasmtime's pooling default);
+/// - `keep_memory_resident` and `keep_stack_resident`: 0 (wasmtime's defaults).
+///
+/// **Keeping slots warm.** When a session ends, wasmtime resets its slot for the next one:
+/// by default it hands the pages back to the kernel (`madvise(MADV_DONTNEED)`), so the next
+/// session page-faults every page it touches again. [`Pooling::keep_memory_resident`] and
+/// [`Pooling::keep_stack_resident`] make it zero that many leading bytes of each linear memory
+/// and fiber stack with `memset` instead. The next session then starts without those page
+/// faults, madvise calls or TLB flushes (for `echo-lines` it halves start to first response;
+/// see BENCHMARKS.md), and it still sees only zeroed or freshly initialized memory. The price:
+/// a slot that has been used once keeps that many bytes resident for good, even while no
+/// session holds it. A Rust guest's first 1 MiB is its stack, with data and heap above it, so
+/// covering a small Rust plugin takes about 1.2 MiB of memory and 64 KiB of stack.
 ///
 /// Address space: each memory slot reserves wasmtime's default 4 GiB plus guard, so
 /// `max_sessions * memories_per_session` slots must fit the 128 TiB user address space
@@ -57,6 +69,12 @@ pub struct Pooling {
     pub tables_per_session: u32,
     /// Largest table, in elements; a module whose table starts larger fails to start.
     pub table_elements: u32,
+    /// Leading bytes of each linear memory reset with `memset` (and so kept resident) instead
+    /// of returned to the kernel when a session ends. See "Keeping slots warm" above.
+    pub keep_memory_resident: usize,
+    /// Leading bytes of each fiber stack reset with `memset` and kept resident. See "Keeping
+    /// slots warm" above.
+    pub keep_stack_resident: usize,
 }
 
 impl Pooling {
@@ -68,6 +86,8 @@ impl Pooling {
             memories_per_session: 2,
             tables_per_session: 16,
             table_elements: 20_000,
+            keep_memory_resident: 0,
+            keep_stack_resident: 0,
         }
     }
 
@@ -94,6 +114,20 @@ impl Pooling {
         self.table_elements = n;
         self
     }
+
+    /// Keep the first `bytes` of each linear memory slot resident between sessions (reset
+    /// with `memset`). See "Keeping slots warm" on [`Pooling`].
+    pub fn keep_memory_resident(mut self, bytes: usize) -> Pooling {
+        self.keep_memory_resident = bytes;
+        self
+    }
+
+    /// Keep the first `bytes` of each fiber stack resident between sessions (reset with
+    /// `memset`). See "Keeping slots warm" on [`Pooling`].
+    pub fn keep_stack_resident(mut self, bytes: usize) -> Pooling {
+        self.keep_stack_resident = bytes;
+        self
+    }
 }
 
 /// The wasmtime strategy for `allocator`.
@@ -114,6 +148,8 @@ pub(super) fn strategy(allocator: &InstanceAllocator) -> InstanceAllocationStrat
         .max_core_instances_per_component(p.core_instances_per_session)
         .max_memories_per_component(p.memories_per_session)
         .max_tables_per_component(p.tables_per_session)
-        .table_elements(usize::try_from(p.table_elements).unwrap_or(usize::MAX));
+        .table_elements(usize::try_from(p.table_elements).unwrap_or(usize::MAX))
+        .linear_memory_keep_resident(p.keep_memory_resident)
+        .async_stack_keep_resident(p.keep_stack_resident);
     InstanceAllocationStrategy::Pooling(config)
 }
