@@ -48,14 +48,13 @@ impl CborSeq {
 /// A container that is still open at the scan position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Open {
-    /// A definite-length array or map: items still expected (a map of `n` pairs holds `2n`).
+    /// A definite-length array or map, or a tag: items still expected (a map of `n` pairs
+    /// holds `2n`; a tag holds exactly one item, so it is `Items { remaining: 1 }`).
     Items { remaining: u64 },
     /// An indefinite-length array: items until a break.
     IndefArray,
     /// An indefinite-length map: key/value pairs until a break; `key_pending` after a key.
     IndefMap { key_pending: bool },
-    /// A tag: exactly one item follows.
-    Tag,
 }
 
 /// The resumable walk over one item at the front of the buffer.
@@ -89,6 +88,37 @@ struct Head {
 fn invalid(offset: usize, reason: &'static str) -> FrameError {
     FrameError::InvalidCbor { offset, reason }
 }
+
+/// For each initial byte: the length of the whole item when the byte alone tells it and the
+/// item needs no further checks, else 0. That covers integers, floats and one-byte simple
+/// values (their argument bytes never matter for a boundary, so they are skipped like a string
+/// payload), and strings shorter than 24 bytes. Everything else, including every byte that is
+/// an error, goes through [`Scan::step`].
+const LEAF_LEN: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let major = b >> 5;
+        let info = (b & 0x1f) as u8;
+        let arg_len = match info {
+            0..=23 => 0,
+            24 => 1,
+            25 => 2,
+            26 => 4,
+            27 => 8,
+            _ => 0,
+        };
+        table[b] = match (major, info) {
+            (0 | 1, 0..=27) => 1 + arg_len,
+            (2 | 3, 0..=23) => 1 + info,
+            // A two-byte simple value must be checked against 32.
+            (7, 0..=23 | 25..=27) => 1 + arg_len,
+            _ => 0,
+        };
+        b += 1;
+    }
+    table
+};
 
 impl Scan {
     /// `base + more`, or `TooLarge` if that exceeds `max_frame_bytes` (or overflows).
@@ -191,7 +221,6 @@ impl Scan {
                     *key_pending = !*key_pending;
                     return;
                 }
-                Some(Open::Tag) => {}
             }
             self.stack.pop();
         }
@@ -207,96 +236,238 @@ impl Scan {
             if self.walked {
                 return Ok(Some(self.pos));
             }
-            let at = self.pos;
-            let Some(Head {
-                major,
-                info,
-                arg,
-                end,
-            }) = self.head(buf, limits)?
-            else {
-                return Ok(None);
-            };
-            if let Some(string_major) = self.chunks_of {
-                if major == 7 && info == 31 {
-                    self.pos = end;
-                    self.chunks_of = None;
-                    self.item_done();
-                    continue;
+            if self.chunks_of.is_none() {
+                self.walk_counted(buf, limits);
+                if self.pos > buf.len() {
+                    return Ok(None);
                 }
-                if major != string_major || info == 31 {
-                    return Err(invalid(
-                        at,
-                        "indefinite-length string chunk is not a definite string of the same type",
-                    ));
+                if self.walked {
+                    return Ok(Some(self.pos));
                 }
             }
-            match (major, info) {
-                (0 | 1 | 6, 31) => {
-                    return Err(invalid(at, "indefinite length on an integer or a tag"));
+            if !self.step(buf, limits)? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The fast walk: while the innermost open level counts its items (a definite-length array
+    /// or map, a tag, or the top level, which holds one item), take the common headers with one
+    /// table lookup each. The innermost level's count lives in `remaining` and `depth`, not on
+    /// the stack, so an item costs no memory traffic; only opening and closing a container
+    /// does. It stops, with the stack complete again, at the first header that needs more:
+    /// an error, a break, an indefinite length, a long argument, a header that has not fully
+    /// arrived, or a limit about to be reached. [`Scan::step`] then takes that header exactly
+    /// as if there were no fast walk, so every error is the same.
+    fn walk_counted(&mut self, buf: &[u8], limits: &FrameLimits) {
+        let limit = limits.max_frame_bytes;
+        // Levels open, counting the innermost one held in `remaining`; 0 means the top level.
+        let mut depth = self.stack.len();
+        let mut remaining = match self.stack.last() {
+            None => 1,
+            Some(&Open::Items { remaining }) => {
+                self.stack.pop();
+                remaining
+            }
+            Some(Open::IndefArray | Open::IndefMap { .. }) => return,
+        };
+        let mut pos = self.pos;
+        #[cfg(test)]
+        let mut examined = 0;
+        // `break 'walk` leaves the innermost level open in `remaining`.
+        'walk: while let Some(&initial) = buf.get(pos) {
+            // A header handed over to `step` is counted there, so `examined` counts only the
+            // headers taken here.
+            let leaf = usize::from(LEAF_LEN[usize::from(initial)]);
+            if leaf != 0 {
+                if leaf > limit - pos {
+                    break 'walk;
                 }
-                (0 | 1, _) => {
-                    self.pos = end;
-                    self.item_done();
+                pos += leaf;
+                #[cfg(test)]
+                {
+                    examined += 1;
                 }
-                (2 | 3, 31) => {
-                    self.pos = end;
-                    self.chunks_of = Some(major);
+            } else {
+                let count = u64::from(initial & 0x1f);
+                let (items, head) = match initial {
+                    // A string with a one-byte length: the commonest longer header.
+                    0x58 | 0x78 => {
+                        let Some(&len) = buf.get(pos + 1) else {
+                            break 'walk;
+                        };
+                        let len = 2 + usize::from(len);
+                        if len > limit - pos {
+                            break 'walk;
+                        }
+                        pos += len;
+                        #[cfg(test)]
+                        {
+                            examined += 2;
+                        }
+                        (0, 0)
+                    }
+                    0x80..=0x97 => (count, 1),
+                    0xa0..=0xb7 => (2 * count, 1),
+                    0xc0..=0xd7 => (1, 1),
+                    _ => break 'walk,
+                };
+                if head != 0 {
+                    // Every item takes at least one byte, so the count must fit the limit too.
+                    if items + 1 > (limit - pos) as u64 || depth >= limits.max_depth {
+                        break 'walk;
+                    }
+                    pos += 1;
+                    #[cfg(test)]
+                    {
+                        examined += 1;
+                    }
+                    if depth > 0 {
+                        self.stack.push(Open::Items { remaining });
+                    }
+                    depth += 1;
+                    remaining = items;
+                    if items != 0 {
+                        continue 'walk;
+                    }
+                    // An empty container is done at once; it is still a level of nesting.
+                    remaining = 1;
                 }
-                (2 | 3, _) => {
-                    // Checked before the payload arrives; `pos` may now point past `buf`.
-                    self.pos = Self::need(end, arg, limits)?;
-                    self.item_done();
+            }
+            // An item is done: count it, closing every level it completes.
+            remaining -= 1;
+            while remaining == 0 {
+                if depth <= 1 {
+                    // The top level's one item, or a container on the top level, is done.
+                    self.pos = pos;
+                    self.walked = true;
+                    #[cfg(test)]
+                    {
+                        self.examined += examined;
+                    }
+                    return;
                 }
-                (4, 31) => {
-                    self.push(Open::IndefArray, limits)?;
-                    self.pos = end;
-                }
-                (5, 31) => {
-                    self.push(Open::IndefMap { key_pending: false }, limits)?;
-                    self.pos = end;
-                }
-                (4 | 5, _) => {
-                    let items = if major == 5 {
-                        arg.saturating_mul(2)
-                    } else {
-                        arg
-                    };
-                    // Every item takes at least one byte, so a count alone can exceed the limit.
-                    Self::need(end, items, limits)?;
-                    // An empty container is still a level of nesting, so it is pushed too.
-                    self.push(Open::Items { remaining: items }, limits)?;
-                    self.pos = end;
-                    if items == 0 {
-                        self.stack.pop();
+                depth -= 1;
+                match self.stack.pop() {
+                    Some(Open::Items { remaining: parent }) => remaining = parent.saturating_sub(1),
+                    other => {
+                        // The parent waits for a break, and the stack is complete again.
+                        if let Some(open) = other {
+                            self.stack.push(open);
+                        }
+                        self.pos = pos;
                         self.item_done();
+                        #[cfg(test)]
+                        {
+                            self.examined += examined;
+                        }
+                        return;
                     }
-                }
-                (6, _) => {
-                    self.push(Open::Tag, limits)?;
-                    self.pos = end;
-                }
-                (7, 24) if arg < 32 => {
-                    return Err(invalid(at, "two-byte simple value below 32"));
-                }
-                (7, 31) => match self.stack.last() {
-                    Some(Open::IndefArray | Open::IndefMap { key_pending: false }) => {
-                        self.stack.pop();
-                        self.pos = end;
-                        self.item_done();
-                    }
-                    Some(Open::IndefMap { key_pending: true }) => {
-                        return Err(invalid(at, "break after a map key without its value"));
-                    }
-                    _ => return Err(invalid(at, "break outside an indefinite-length item")),
-                },
-                // Major 7 (`major` is three bits, nothing else is left): simple values, floats.
-                _ => {
-                    self.pos = end;
-                    self.item_done();
                 }
             }
         }
+        #[cfg(test)]
+        {
+            self.examined += examined;
+        }
+        self.pos = pos;
+        if depth > 0 {
+            self.stack.push(Open::Items { remaining });
+        }
+    }
+
+    /// Take the one header at `pos`: `Ok(false)` if it has not fully arrived.
+    fn step(&mut self, buf: &[u8], limits: &FrameLimits) -> Result<bool, FrameError> {
+        let at = self.pos;
+        let Some(Head {
+            major,
+            info,
+            arg,
+            end,
+        }) = self.head(buf, limits)?
+        else {
+            return Ok(false);
+        };
+        if let Some(string_major) = self.chunks_of {
+            if major == 7 && info == 31 {
+                self.pos = end;
+                self.chunks_of = None;
+                self.item_done();
+                return Ok(true);
+            }
+            if major != string_major || info == 31 {
+                return Err(invalid(
+                    at,
+                    "indefinite-length string chunk is not a definite string of the same type",
+                ));
+            }
+        }
+        match (major, info) {
+            (0 | 1 | 6, 31) => {
+                return Err(invalid(at, "indefinite length on an integer or a tag"));
+            }
+            (0 | 1, _) => {
+                self.pos = end;
+                self.item_done();
+            }
+            (2 | 3, 31) => {
+                self.pos = end;
+                self.chunks_of = Some(major);
+            }
+            (2 | 3, _) => {
+                // Checked before the payload arrives; `pos` may now point past `buf`.
+                self.pos = Self::need(end, arg, limits)?;
+                self.item_done();
+            }
+            (4, 31) => {
+                self.push(Open::IndefArray, limits)?;
+                self.pos = end;
+            }
+            (5, 31) => {
+                self.push(Open::IndefMap { key_pending: false }, limits)?;
+                self.pos = end;
+            }
+            (4 | 5, _) => {
+                let items = if major == 5 {
+                    arg.saturating_mul(2)
+                } else {
+                    arg
+                };
+                // Every item takes at least one byte, so a count alone can exceed the limit.
+                Self::need(end, items, limits)?;
+                // An empty container is still a level of nesting, so it is pushed too.
+                self.push(Open::Items { remaining: items }, limits)?;
+                self.pos = end;
+                if items == 0 {
+                    self.stack.pop();
+                    self.item_done();
+                }
+            }
+            (6, _) => {
+                self.push(Open::Items { remaining: 1 }, limits)?;
+                self.pos = end;
+            }
+            (7, 24) if arg < 32 => {
+                return Err(invalid(at, "two-byte simple value below 32"));
+            }
+            (7, 31) => match self.stack.last() {
+                Some(Open::IndefArray | Open::IndefMap { key_pending: false }) => {
+                    self.stack.pop();
+                    self.pos = end;
+                    self.item_done();
+                }
+                Some(Open::IndefMap { key_pending: true }) => {
+                    return Err(invalid(at, "break after a map key without its value"));
+                }
+                _ => return Err(invalid(at, "break outside an indefinite-length item")),
+            },
+            // Major 7 (`major` is three bits, nothing else is left): simple values, floats.
+            _ => {
+                self.pos = end;
+                self.item_done();
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -825,8 +996,9 @@ mod tests {
             };
             assert_eq!(framer.decode(&mut buf), Ok(want), "after token {i}");
         }
-        // Headers are 16 of the item's 21 bytes; string payloads are never read.
-        assert_eq!(framer.scan.examined, 16);
+        // Only the 8 initial bytes of the item's 21 are read: string payloads and the float's
+        // argument say nothing about where the item ends, so they are skipped unread.
+        assert_eq!(framer.scan.examined, 8);
     }
 
     #[test]
@@ -855,5 +1027,295 @@ mod tests {
             Some(5 + (1 << 20))
         );
         assert_eq!(framer.scan.examined, 5);
+    }
+
+    /// The framer as it was before the fast walk, from `cbor_seq_reference`.
+    struct Reference {
+        limits: FrameLimits,
+        scan: crate::frame::cbor_seq_reference::Scan,
+    }
+
+    impl Framer for Reference {
+        fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, FrameError> {
+            let Some(len) = self.scan.advance(src, &self.limits)? else {
+                return Ok(None);
+            };
+            self.scan = Default::default();
+            Ok(Some(src.split_to(len).freeze()))
+        }
+
+        fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, FrameError> {
+            if let Some(frame) = self.decode(src)? {
+                return Ok(Some(frame));
+            }
+            if src.is_empty() {
+                return Ok(None);
+            }
+            Err(FrameError::Truncated {
+                got: src.len(),
+                snippet: escape_snippet(src, SNIPPET_BYTES),
+            })
+        }
+
+        fn encode(&mut self, _: &[u8], _: &mut BytesMut) -> Result<(), FrameError> {
+            unreachable!("only decoding is compared")
+        }
+    }
+
+    /// A tiny deterministic generator, so the generated streams are the same on every run.
+    struct XorShift(u64);
+
+    impl XorShift {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// A header of major type `major` with argument `arg`, in the shortest form or, when
+    /// `wide`, in a longer one than needed (still well-formed).
+    fn head_bytes(major: u8, arg: u64, wide: u64) -> Vec<u8> {
+        let m = major << 5;
+        match (arg, wide) {
+            (0..=23, 0) => vec![m | arg as u8],
+            (0..=0xff, 0 | 1) => vec![m | 24, arg as u8],
+            (0..=0xffff, 0..=2) => [&[m | 25][..], &(arg as u16).to_be_bytes()].concat(),
+            (0..=0xffff_ffff, 0..=3) => [&[m | 26][..], &(arg as u32).to_be_bytes()].concat(),
+            _ => [&[m | 27][..], &arg.to_be_bytes()].concat(),
+        }
+    }
+
+    /// Append one CBOR item to `out`: mostly well-formed, every kind of head, nested up to
+    /// `depth` more levels (the generator recurses; the framer must not).
+    fn gen_item(rng: &mut XorShift, depth: u32, out: &mut Vec<u8>) {
+        let arg = |rng: &mut XorShift| match rng.below(8) {
+            0..=4 => rng.below(24),
+            5 => rng.below(256),
+            6 => rng.below(1 << 16),
+            _ => rng.next() >> rng.below(64),
+        };
+        let wide = |rng: &mut XorShift| if rng.below(6) == 0 { rng.below(4) } else { 0 };
+        let small_len = |rng: &mut XorShift| match rng.below(6) {
+            0..=3 => rng.below(24),
+            4 => rng.below(60),
+            _ => rng.below(300),
+        };
+        let kind = if depth == 0 {
+            rng.below(6)
+        } else {
+            rng.below(11)
+        };
+        match kind {
+            0 | 1 => {
+                let (a, w) = (arg(rng), wide(rng));
+                out.extend(head_bytes(rng.below(2) as u8, a, w));
+            }
+            2 | 3 => {
+                let (len, w) = (small_len(rng), wide(rng));
+                out.extend(head_bytes(2 + rng.below(2) as u8, len, w));
+                out.extend((0..len).map(|_| rng.next() as u8));
+            }
+            4 => out.extend(match rng.below(6) {
+                0 => vec![0xe0 | rng.below(24) as u8],
+                1 => vec![0xf8, rng.below(256) as u8],
+                2 => vec![0xf9, 0x3c, 0x00],
+                3 => vec![0xfa, 0x47, 0xc3, 0x50, 0x00],
+                4 => vec![0xfb, 0x3f, 0xf1, 0x99, 0x99, 0x99, 0x99, 0x99, 0x9a],
+                _ => vec![0xf4 + rng.below(4) as u8],
+            }),
+            5 => {
+                // An indefinite-length string of definite chunks.
+                let major = 2 + rng.below(2) as u8;
+                out.push((major << 5) | 31);
+                for _ in 0..rng.below(4) {
+                    let len = rng.below(30);
+                    out.extend(head_bytes(major, len, wide(rng)));
+                    out.extend((0..len).map(|_| rng.next() as u8));
+                }
+                out.push(0xff);
+            }
+            6 | 7 => {
+                let major = 4 + rng.below(2) as u8;
+                let n = if rng.below(4) == 0 {
+                    rng.below(40)
+                } else {
+                    rng.below(6)
+                };
+                out.extend(head_bytes(major, n, wide(rng)));
+                for _ in 0..n * u64::from(major - 3) {
+                    gen_item(rng, depth - 1, out);
+                }
+            }
+            8 | 9 => {
+                let major = 4 + rng.below(2) as u8;
+                out.push((major << 5) | 31);
+                for _ in 0..rng.below(6) * u64::from(major - 3) {
+                    gen_item(rng, depth - 1, out);
+                }
+                out.push(0xff);
+            }
+            _ => {
+                let (a, w) = (arg(rng), wide(rng));
+                out.extend(head_bytes(6, a, w));
+                gen_item(rng, depth - 1, out);
+            }
+        }
+    }
+
+    #[test]
+    fn fast_walk_matches_the_reference_walk() {
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        for round in 0..4000 {
+            let mut stream = Vec::new();
+            for _ in 0..rng.below(6) {
+                let depth = rng.below(7) as u32;
+                gen_item(&mut rng, depth, &mut stream);
+            }
+            // Some streams are damaged: bytes overwritten, or cut short.
+            for _ in 0..rng.below(4).saturating_sub(1) {
+                if !stream.is_empty() {
+                    let at = rng.below(stream.len() as u64) as usize;
+                    stream[at] = rng.next() as u8;
+                }
+            }
+            if rng.below(5) == 0 && !stream.is_empty() {
+                stream.truncate(rng.below(stream.len() as u64) as usize);
+            }
+            let limits = limits(
+                [usize::MAX, 16 << 20, 40, 300, rng.below(200) as usize][rng.below(5) as usize],
+                [128, 0, 1, 3, rng.below(10) as usize][rng.below(5) as usize],
+            );
+            let mut rest = &stream[..];
+            let mut pieces = Vec::new();
+            while !rest.is_empty() {
+                let size = match rng.below(4) {
+                    0 => 1,
+                    1 => rng.below(4) as usize,
+                    2 => rng.below(40) as usize,
+                    _ => rest.len(),
+                };
+                let (piece, tail) = rest.split_at(size.min(rest.len()));
+                pieces.push(piece);
+                rest = tail;
+            }
+            let want = decode_pieces(
+                Reference {
+                    limits,
+                    scan: Default::default(),
+                },
+                pieces.iter().copied(),
+            );
+            let got = decode_pieces(CborSeq::new(limits), pieces.iter().copied());
+            assert_eq!(got, want, "round {round}: {stream:02x?} in {pieces:?}");
+            let want = decode_pieces(
+                Reference {
+                    limits,
+                    scan: Default::default(),
+                },
+                [&stream[..]],
+            );
+            assert_eq!(
+                decode_all(limits, &stream),
+                want,
+                "round {round}: {stream:02x?}"
+            );
+        }
+    }
+
+    /// One item holding every head the fast walk takes, and heads it hands back to the general
+    /// walk between them.
+    fn every_fast_head() -> Vec<u8> {
+        hex("84
+             a6 00 17 20 37 18 ff 39 01 00 1a 00 01 00 00 3b ff ff ff ff ff ff ff ff
+                40 57 41 42 43 44 45 46 47 48 49 4a 4b 4c 4d 4e 4f 50 51 52 53 54 55 56 57
+                78 01 61 58 00
+             8a 80 a0 c0 c1 82 f4 f5 f6 f7 f0 f9 3c 00 fa 47 c3 50 00
+                fb 3f f1 99 99 99 99 99 9a d8 20 83 9f 01 ff 5f 41 00 ff f8 20
+             99 00 02
+                b7 00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 11 12 13 14 15 16 17
+                   00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 11 12 13 14 15
+                98 19 00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 11 12 13 14 15 16 17
+                   18 18
+             c2 80")
+    }
+
+    #[test]
+    fn every_fast_head_split_at_every_pair_of_offsets() {
+        let item = every_fast_head();
+        let stream = [&item[..], &hex("f6 81 00")].concat();
+        let want = vec![
+            Bytes::from(item.clone()),
+            Bytes::from_static(&[0xf6]),
+            Bytes::from_static(&[0x81, 0x00]),
+        ];
+        every_split(|| CborSeq::new(FrameLimits::default()), &stream, &want);
+        for a in 0..=stream.len() {
+            for b in a..=stream.len() {
+                let pieces = [&stream[..a], &stream[a..b], &stream[b..]];
+                let got = decode_pieces(CborSeq::new(FrameLimits::default()), pieces);
+                assert_eq!(got, (want.clone(), None), "split at {a} and {b}");
+            }
+        }
+        // Every item is needed: each proper prefix is incomplete.
+        for cut in 0..item.len() {
+            let mut buf = BytesMut::from(&item[..cut]);
+            let got = CborSeq::new(FrameLimits::default()).decode(&mut buf);
+            assert_eq!(got, Ok(None), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn fast_heads_at_the_size_and_depth_limits() {
+        let item = every_fast_head();
+        let n = item.len();
+        assert_eq!(
+            decode_all(limits(n, 5), &item),
+            (vec![Bytes::from(item.clone())], None)
+        );
+        assert_eq!(
+            decode_all(limits(n - 1, 5), &item).1,
+            Some(FrameError::TooLarge {
+                limit: n - 1,
+                got: n
+            })
+        );
+        assert_eq!(
+            decode_all(limits(n, 4), &item).1,
+            Some(FrameError::TooDeep { limit: 4 })
+        );
+        // Each kind of fast head crossing the limit, and the same head one byte earlier.
+        let cases: &[(&str, &str, usize)] = &[
+            ("uint", "82 00 1a 00 00 00 00", 7),
+            ("short text", "82 00 65 61 62 63 64 65", 8),
+            ("one-byte text length", "82 00 78 02 61 62", 6),
+            ("array", "82 00 83 01 02 03", 6),
+            ("map", "82 00 a1 01 02", 5),
+            ("tag", "82 00 c1 00", 4),
+            ("empty map", "82 00 a0", 3),
+        ];
+        for (name, input, len) in cases {
+            let input = hex(input);
+            assert_eq!(input.len(), *len, "{name}");
+            let got = decode_all(limits(*len, 8), &input);
+            assert_eq!(got, (vec![Bytes::from(input.clone())], None), "{name}");
+            let want = decode_pieces(
+                Reference {
+                    limits: limits(len - 1, 8),
+                    scan: Default::default(),
+                },
+                [&input[..]],
+            );
+            assert!(
+                matches!(want.1, Some(FrameError::TooLarge { .. })),
+                "{name}: {want:?}"
+            );
+            assert_eq!(decode_all(limits(len - 1, 8), &input), want, "{name}");
+        }
     }
 }

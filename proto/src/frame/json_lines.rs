@@ -121,16 +121,21 @@ impl Framer for JsonLines {
                 return Err(self.too_large(len));
             }
             let line = &src[..len];
-            if is_blank(line) {
+            // A JSON value starts with a non-blank byte, so the whole blank check runs only on
+            // lines that open with whitespace.
+            if matches!(line.first(), None | Some(b' ' | b'\t' | b'\r')) && is_blank(line) {
                 src.advance(newline + 1);
                 continue;
             }
             if self.validate_json {
                 validate_json(line)?;
             }
-            let frame = src.split_to(len).freeze();
-            src.advance(newline + 1 - len);
-            return Ok(Some(frame));
+            // One split takes the line and its ending off the buffer together (a second split
+            // or an `advance` per frame costs more than the shortening, which is a length
+            // change on the split-off part).
+            let mut frame = src.split_to(newline + 1);
+            frame.truncate(len);
+            return Ok(Some(frame.freeze()));
         }
     }
 

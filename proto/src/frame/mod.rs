@@ -13,6 +13,8 @@
 //!   allocated for it.
 
 mod cbor_seq;
+#[cfg(test)]
+mod cbor_seq_reference;
 mod content_length;
 mod error;
 mod json_lines;
