@@ -33,7 +33,7 @@ use std::io::{self, Read, Write};
 use bytes::BytesMut;
 /// The protocol types and machines, for handlers that name them.
 pub use sandpipe_proto as proto;
-use sandpipe_proto::frame::AnyFramer;
+use sandpipe_proto::frame::{AnyFramer, JsonLines};
 pub use sandpipe_proto::frame::{Bytes, FrameError, FrameLimits, Framer, Framing};
 pub mod atp;
 pub mod denobridge;
@@ -47,7 +47,8 @@ pub mod orchard;
 pub enum GuestError {
     /// Reading stdin or writing stdout failed.
     Io(io::Error),
-    /// The host sent bytes that are not a valid frame, or a frame given to `send` is invalid.
+    /// The host sent bytes that are not a valid frame, or a frame given to `send` breaks the
+    /// framing (see [`Framed::send`]).
     Frame(FrameError),
 }
 
@@ -202,6 +203,9 @@ pub struct Framed<R, W> {
     reader: R,
     writer: W,
     framer: AnyFramer,
+    /// Frames `send`, with the same limits and framing checks but, for JSON Lines, without
+    /// re-validating the JSON: see [`Framed::send`].
+    encoder: AnyFramer,
     inbuf: BytesMut,
     /// Reads land here first: zeroed when allocated, not before every read (zero-filling 64 KiB
     /// per read was the top item of the 100 B round-trip profile). It starts at [`FIRST_READ`]
@@ -230,6 +234,12 @@ impl<R: Read, W: Write> Framed<R, W> {
             reader,
             writer,
             framer: framing.framer(limits),
+            encoder: match framing {
+                Framing::JsonLines => {
+                    AnyFramer::JsonLines(JsonLines::new(limits).without_json_validation())
+                }
+                other => other.framer(limits),
+            },
             inbuf: BytesMut::new(),
             scratch: vec![0; FIRST_READ].into_boxed_slice(),
             outbuf: BytesMut::new(),
@@ -270,9 +280,16 @@ impl<R: Read, W: Write> Framed<R, W> {
     }
 
     /// Frame `frame`, write it to stdout and flush, so the host sees it at once.
+    ///
+    /// Framing rules are checked (size limit; for JSON Lines no newline, no trailing `\r`, not
+    /// blank; for CBOR exactly one item), but a JSON Lines frame is **not** parsed as JSON
+    /// here: the receiver validates every frame it reads (sandpipe's host does, and reports a
+    /// bad one with this plugin's stderr), so checking it on both sides only doubled the JSON
+    /// work inside the sandbox, where it is slowest and billed as fuel. Frames from
+    /// `serde_json::to_vec` are valid by construction.
     pub fn send(&mut self, frame: &[u8]) -> Result<(), GuestError> {
         self.outbuf.clear();
-        self.framer.encode(frame, &mut self.outbuf)?;
+        self.encoder.encode(frame, &mut self.outbuf)?;
         self.writer.write_all(&self.outbuf)?;
         self.writer.flush()?;
         Ok(())
@@ -403,5 +420,41 @@ mod tests {
         );
         // Doubling from FIRST_READ, never past MAX_READ.
         assert!(sizes.windows(2).all(|w| w[1] == w[0] || w[1] == w[0] * 2));
+    }
+
+    #[test]
+    fn send_checks_framing_but_leaves_json_validation_to_the_receiver() {
+        let mut f = Framed::from_parts(
+            io::empty(),
+            Vec::new(),
+            Framing::JsonLines,
+            FrameLimits::with_max_frame_bytes(16),
+        );
+        f.send(b"not json")
+            .expect("framing is fine: the receiver judges the JSON");
+        assert!(matches!(
+            f.send(b"two\nlines"),
+            Err(GuestError::Frame(FrameError::EmbeddedNewline { .. }))
+        ));
+        assert!(matches!(
+            f.send(b"   "),
+            Err(GuestError::Frame(FrameError::BlankFrame))
+        ));
+        assert!(matches!(
+            f.send(&[b'1'; 17]),
+            Err(GuestError::Frame(FrameError::TooLarge { .. }))
+        ));
+        assert_eq!(f.writer(), b"not json\n");
+        // Reading still validates.
+        let mut r = Framed::from_parts(
+            &b"not json\n"[..],
+            Vec::new(),
+            Framing::JsonLines,
+            FrameLimits::default(),
+        );
+        assert!(matches!(
+            r.recv(),
+            Err(GuestError::Frame(FrameError::InvalidJson { .. }))
+        ));
     }
 }
