@@ -15,6 +15,7 @@
 mod cbor_seq;
 mod content_length;
 mod error;
+pub(crate) mod json_check;
 mod json_lines;
 
 pub use bytes::{Bytes, BytesMut};
