@@ -86,6 +86,7 @@ impl fmt::Display for JsonError {
 /// Check that `input` is one JSON value with optional whitespace around it.
 pub(crate) fn validate(input: &[u8]) -> Result<(), JsonError> {
     let mut nesting = Nesting::default();
+    let mut outer = Vec::new();
     let mut pos = 0;
     'value: loop {
         pos = skip_whitespace(input, pos);
@@ -95,7 +96,7 @@ pub(crate) fn validate(input: &[u8]) -> Result<(), JsonError> {
                 if input.get(pos) == Some(&b'}') {
                     pos += 1;
                 } else {
-                    nesting.push(Container::Object);
+                    nesting.push(Container::Object, &mut outer);
                     pos = key(input, pos, ErrorKind::ExpectedKeyOrEnd)?;
                     continue 'value;
                 }
@@ -105,7 +106,7 @@ pub(crate) fn validate(input: &[u8]) -> Result<(), JsonError> {
                 if input.get(pos) == Some(&b']') {
                     pos += 1;
                 } else {
-                    nesting.push(Container::Array);
+                    nesting.push(Container::Array, &mut outer);
                     continue 'value;
                 }
             }
@@ -140,7 +141,7 @@ pub(crate) fn validate(input: &[u8]) -> Result<(), JsonError> {
                 }
                 (Some(b']'), Container::Array) | (Some(b'}'), Container::Object) => {
                     pos += 1;
-                    nesting.pop();
+                    nesting.pop(&mut outer);
                 }
                 _ => return Err(error(input, pos, ErrorKind::ExpectedCommaOrEnd(container))),
             }
@@ -224,12 +225,30 @@ fn some_digits(input: &[u8], pos: usize) -> Result<usize, JsonError> {
     }
 }
 
+/// Digits from `pos`, eight at a time; returns the position after them.
 #[inline(always)]
 fn digits(input: &[u8], mut pos: usize) -> usize {
+    while let Some(chunk) = input.get(pos..).and_then(<[u8]>::first_chunk::<8>) {
+        let count = leading_digits(u64::from_le_bytes(*chunk));
+        pos += count;
+        if count < 8 {
+            return pos;
+        }
+    }
     while let Some(b'0'..=b'9') = input.get(pos) {
         pos += 1;
     }
     pos
+}
+
+/// How many ASCII digits `word` (little-endian) starts with, 0 to 8.
+#[inline(always)]
+fn leading_digits(word: u64) -> usize {
+    // After the xor a digit byte is below 10: its high bit is clear, and adding 0x76 to its
+    // low seven bits does not set it (no carry leaves a byte, as 0x7f + 0x76 < 0x100).
+    let x = word ^ (LOW_BITS * u64::from(b'0'));
+    let not_digits = (((x & !HIGH_BITS) + LOW_BITS * 0x76) | x) & HIGH_BITS;
+    (not_digits.trailing_zeros() / 8) as usize
 }
 
 const LOW_BITS: u64 = 0x0101_0101_0101_0101;
@@ -336,19 +355,19 @@ fn escape(input: &[u8], pos: usize) -> Result<usize, JsonError> {
 }
 
 /// The open containers, one bit each (1 = object): the innermost 64 in `inner`, the lowest
-/// bit innermost, and full words of outer levels in `outer`.
+/// bit innermost, and full words of outer levels in a `Vec` kept apart (so that this struct
+/// stays in registers).
 #[derive(Debug, Default)]
 struct Nesting {
     depth: usize,
     inner: u64,
-    outer: Vec<u64>,
 }
 
 impl Nesting {
     #[inline(always)]
-    fn push(&mut self, container: Container) {
+    fn push(&mut self, container: Container, outer: &mut Vec<u64>) {
         if self.depth > 0 && self.depth.is_multiple_of(64) {
-            self.outer.push(self.inner);
+            spill(outer, self.inner);
             self.inner = 0;
         }
         self.inner = (self.inner << 1) | u64::from(container == Container::Object);
@@ -357,11 +376,11 @@ impl Nesting {
 
     /// Close the innermost container; only called when `top` returned one.
     #[inline(always)]
-    fn pop(&mut self) {
+    fn pop(&mut self, outer: &mut Vec<u64>) {
         self.depth -= 1;
         self.inner >>= 1;
         if self.depth > 0 && self.depth.is_multiple_of(64) {
-            self.inner = self.outer.pop().unwrap_or_default();
+            self.inner = outer.pop().unwrap_or_default();
         }
     }
 
@@ -373,6 +392,11 @@ impl Nesting {
             _ => Some(Container::Object),
         }
     }
+}
+
+#[cold]
+fn spill(outer: &mut Vec<u64>, word: u64) {
+    outer.push(word);
 }
 
 #[cfg(test)]
