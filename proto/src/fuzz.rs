@@ -218,6 +218,24 @@ pub fn framer_chunked(framing: Framing, data: &[u8]) {
     );
 }
 
+/// Check [`crate::frame::json_check`] against the validator it replaced in JSON Lines:
+/// `serde_json::from_str::<IgnoredAny>` after `std::str::from_utf8`. They must accept and
+/// reject the same inputs, and a rejection must point inside the input (or just past it).
+pub fn json_check(data: &[u8]) {
+    let ours = crate::frame::json_check::validate(data);
+    let reference = std::str::from_utf8(data)
+        .is_ok_and(|text| serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok());
+    assert_eq!(
+        ours.is_ok(),
+        reference,
+        "json_check says {ours:?}, serde_json says ok={reference} for {:?}",
+        data.escape_ascii().to_string()
+    );
+    if let Err(err) = ours {
+        assert!(err.offset <= data.len(), "{err:?} is past the end");
+    }
+}
+
 /// Limits picked by bits of `knobs`: frame size by bits 0–1, depth by 2–3, header size by 4–5.
 /// Header limits stay at least 40 bytes, enough for any header `encode` writes under them.
 fn limits_from(knobs: u8) -> FrameLimits {

@@ -1,9 +1,7 @@
 //! JSON Lines: one JSON value per line.
 
+use super::{FrameError, FrameLimits, Framer, escape_snippet, json_check};
 use bytes::{Buf, Bytes, BytesMut};
-use serde::de::IgnoredAny;
-
-use super::{FrameError, FrameLimits, Framer, escape_snippet};
 
 /// How many input bytes an error message quotes.
 const SNIPPET_BYTES: usize = 200;
@@ -76,16 +74,20 @@ fn is_blank(line: &[u8]) -> bool {
 
 /// Check that `line` is UTF-8 holding exactly one JSON value (surrounding whitespace allowed).
 fn validate_json(line: &[u8]) -> Result<(), FrameError> {
-    let invalid = |reason: String| FrameError::InvalidJson {
-        reason,
-        snippet: escape_snippet(line, SNIPPET_BYTES),
-    };
-    // RFC 8259 requires UTF-8; `IgnoredAny` alone would not look inside strings.
-    let text = std::str::from_utf8(line)
-        .map_err(|e| invalid(format!("invalid utf-8 at byte {}", e.valid_up_to())))?;
-    // `ignore_value` walks nesting with a heap stack, so deep input cannot overflow ours.
-    serde_json::from_str::<IgnoredAny>(text).map_err(|e| invalid(e.to_string()))?;
-    Ok(())
+    json_check::validate(line).map_err(|err| {
+        // Report invalid UTF-8 when it comes no later than the syntax error, as a line that
+        // is not text at all is better described that way than as a misplaced byte.
+        let reason = match std::str::from_utf8(line) {
+            Err(utf8) if utf8.valid_up_to() <= err.offset => {
+                format!("invalid utf-8 at byte {}", utf8.valid_up_to())
+            }
+            _ => err.to_string(),
+        };
+        FrameError::InvalidJson {
+            reason,
+            snippet: escape_snippet(line, SNIPPET_BYTES),
+        }
+    })
 }
 
 impl Framer for JsonLines {
@@ -261,7 +263,7 @@ mod tests {
                 b"1 2\n",
                 &[],
                 Some(FrameError::InvalidJson {
-                    reason: "trailing characters at line 1 column 3".into(),
+                    reason: "trailing characters at byte 2, found `2`".into(),
                     snippet: "1 2".into(),
                 }),
             ),

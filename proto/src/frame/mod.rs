@@ -17,6 +17,7 @@ mod cbor_seq;
 mod cbor_seq_reference;
 mod content_length;
 mod error;
+pub(crate) mod json_check;
 mod json_lines;
 
 pub use bytes::{Bytes, BytesMut};
