@@ -466,6 +466,13 @@ async fn measure_all(
                 .await
                 .context("wasm")?,
         );
+        let [baseline, fallback, sandboxed] =
+            roundtrip::interleaved(rt, &host, wasm, native, &frame)
+                .await
+                .context("interleaved round trips")?;
+        emit(&format!("rt.turns.baseline.{size}"), baseline);
+        emit(&format!("rt.turns.native.{size}"), fallback);
+        emit(&format!("rt.turns.wasm.{size}"), sandboxed);
     }
     measure_framings(phase, plans, &host, wasm, native).await?;
     let frame = roundtrip::frame(SIZES[0])?;

@@ -216,6 +216,52 @@ pub async fn sandpipe(
     Ok(stats)
 }
 
+/// The hand-written baseline, the native fallback and wasm, all running at once, timed in
+/// turn (one round trip each per iteration), so all three see the same machine state. On
+/// this VM the machine's own speed swings by a third over seconds (one 64 KiB session's
+/// p50 per 500 round trips went 400 ↔ 720 µs), so ratios of figures measured one after
+/// another carry that swing; ratios of these interleaved figures do not.
+pub async fn interleaved(
+    plan: &Plan,
+    host: &Host,
+    wasm: &Path,
+    native: &Path,
+    frame: &[u8],
+) -> anyhow::Result<[Stats; 3]> {
+    let mut wire = frame.to_vec();
+    wire.push(b'\n');
+    let mut child = Baseline::spawn(native)?;
+    let start = |path: &Path| {
+        let plugin = host
+            .load(path)
+            .with_context(|| format!("loading {}", path.display()));
+        async move {
+            anyhow::Ok(
+                host.start(&plugin?, &Policy::default(), &session_options())
+                    .await?,
+            )
+        }
+    };
+    let mut fallback = start(native).await?;
+    let mut sandboxed = start(wasm).await?;
+    let mut samplers = [
+        Sampler::new(plan),
+        Sampler::new(plan),
+        Sampler::new(plan),
+    ];
+    while samplers.iter_mut().all(Sampler::more) {
+        samplers[0].record(child.round_trip(&wire)?);
+        samplers[1].record(session_round_trip(&mut fallback, frame).await?);
+        samplers[2].record(session_round_trip(&mut sandboxed, frame).await?);
+    }
+    child.finish()?;
+    for session in [fallback, sandboxed] {
+        let exit = session.shutdown(Duration::from_secs(2)).await;
+        ensure!(exit.success(), "plugin ended with {exit:?}");
+    }
+    Ok(samplers.map(Sampler::finish))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
