@@ -85,7 +85,7 @@ struct Args {
 
 const USAGE: &str = "usage: sandpipe-bench [--quick]\n\
     \x20      (internal) sandpipe-bench --phase pinned|unpinned --wasm PATH --native PATH [--quick]\n\
-    \x20      (profiling) ... --phase pinned --wasm PATH --native PATH --profile start|start-pooled|rt100|rt64k|native100|native64k\n\
+    \x20      (profiling) ... --phase pinned --wasm PATH --native PATH --profile start|start-pooled|start-warm|rt100|rt64k|native100|native64k\n\
     \x20                  loops one scenario for 10 s under `perf record`, measuring nothing";
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -354,13 +354,19 @@ async fn profile(what: String, wasm: PathBuf, native: PathBuf) -> anyhow::Result
                 .cache_dir(None)
                 .pooling(Pooling::new(16)),
         )?
+    } else if what == "start-warm" {
+        Host::with_options(
+            &HostOptions::default()
+                .cache_dir(None)
+                .pooling(startup::warm_pool(16)),
+        )?
     } else {
         Host::with_cache_dir(None)?
     };
     let until = std::time::Instant::now() + Duration::from_secs(10);
     let plan = Plan::new(0, 2_000_000, 10_000);
     let (plugin, size) = match what.as_str() {
-        "start" | "start-pooled" | "rt100" => (&wasm, SIZES[0]),
+        "start" | "start-pooled" | "start-warm" | "rt100" => (&wasm, SIZES[0]),
         "rt64k" => (&wasm, SIZES[1]),
         "native100" => (&native, SIZES[0]),
         "native64k" => (&native, SIZES[1]),

@@ -123,7 +123,9 @@ fn describe(id: &str) -> (String, String) {
         "rt.baseline" => "hand-written baseline: native child, blocking std pipes",
         "rt.native" => "sandpipe native fallback (`Host::start`, native build)",
         "rt.wasm" => "sandpipe wasm (`Host::start`, wasm32-wasip2 build)",
-        "rt.turns.baseline" => "in turns: hand-written baseline child (all three alive, one round trip each in turn)",
+        "rt.turns.baseline" => {
+            "in turns: hand-written baseline child (all three alive, one round trip each in turn)"
+        }
         "rt.turns.native" => "in turns: sandpipe native fallback",
         "rt.turns.wasm" => "in turns: sandpipe wasm",
         "start.native" => "start: native spawn (load + start + first response)",

@@ -244,11 +244,7 @@ pub async fn interleaved(
     };
     let mut fallback = start(native).await?;
     let mut sandboxed = start(wasm).await?;
-    let mut samplers = [
-        Sampler::new(plan),
-        Sampler::new(plan),
-        Sampler::new(plan),
-    ];
+    let mut samplers = [Sampler::new(plan), Sampler::new(plan), Sampler::new(plan)];
     while samplers.iter_mut().all(Sampler::more) {
         samplers[0].record(child.round_trip(&wire)?);
         samplers[1].record(session_round_trip(&mut fallback, frame).await?);
