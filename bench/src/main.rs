@@ -289,7 +289,7 @@ impl Plans {
             ],
             variant: [
                 Plan::new(1_000, 10_000, 2_000),
-                Plan::new(100, 1_000, 2_000),
+                Plan::new(100, 1_000, 4_000),
             ],
             stream: [50_000, 1_000],
             floor: [
@@ -472,13 +472,17 @@ async fn measure_all(
                 .await
                 .context("wasm")?,
         );
-        let [baseline, fallback, sandboxed] =
-            roundtrip::interleaved(rt, &host, wasm, native, &frame)
-                .await
-                .context("interleaved round trips")?;
-        emit(&format!("rt.turns.baseline.{size}"), baseline);
-        emit(&format!("rt.turns.native.{size}"), fallback);
-        emit(&format!("rt.turns.wasm.{size}"), sandboxed);
+        let contestants = vec![
+            roundtrip::Contestant::child(native, &frame)?,
+            roundtrip::Contestant::session(&host, native).await?,
+            roundtrip::Contestant::session(&host, wasm).await?,
+        ];
+        let stats = roundtrip::in_blocks(rt, roundtrip::block_for(size), contestants, &frame)
+            .await
+            .context("round trips in blocks")?;
+        for (who, stats) in ["baseline", "native", "wasm"].into_iter().zip(stats) {
+            emit(&format!("rt.blocks.{who}.{size}"), stats);
+        }
     }
     measure_framings(phase, plans, &host, wasm, native).await?;
     let frame = roundtrip::frame(SIZES[0])?;
@@ -520,22 +524,28 @@ async fn measure_framings(
     if phase != Phase::Pinned {
         return Ok(());
     }
-    for (label, fuel, epochs) in framings::METERINGS {
-        let host = framings::metered_host(fuel, epochs)?;
-        for (i, size) in SIZES.into_iter().enumerate() {
-            let frame = roundtrip::frame(size)?;
-            emit(
-                &format!("lim.{label}.{size}"),
-                framings::round_trips(
-                    &plans.variant[i],
-                    &host,
-                    wasm,
-                    sandpipe_proto::frame::Framing::JsonLines,
-                    &frame,
-                )
-                .await
-                .with_context(|| format!("round trips with metering {label}"))?,
-            );
+    // Every metering's engine and session alive at once, timed in blocks (see
+    // `roundtrip::in_blocks`), so the overheads compare like with like.
+    let mut hosts = Vec::new();
+    for (_, fuel, epochs) in framings::METERINGS {
+        hosts.push(framings::metered_host(fuel, epochs)?);
+    }
+    for (i, size) in SIZES.into_iter().enumerate() {
+        let frame = roundtrip::frame(size)?;
+        let mut contestants = Vec::new();
+        for host in &hosts {
+            contestants.push(roundtrip::Contestant::session(host, wasm).await?);
+        }
+        let stats = roundtrip::in_blocks(
+            &plans.variant[i],
+            roundtrip::block_for(size),
+            contestants,
+            &frame,
+        )
+        .await
+        .context("round trips per metering")?;
+        for ((label, _, _), stats) in framings::METERINGS.into_iter().zip(stats) {
+            emit(&format!("lim.{label}.{size}"), stats);
         }
     }
     Ok(())

@@ -123,11 +123,11 @@ fn describe(id: &str) -> (String, String) {
         "rt.baseline" => "hand-written baseline: native child, blocking std pipes",
         "rt.native" => "sandpipe native fallback (`Host::start`, native build)",
         "rt.wasm" => "sandpipe wasm (`Host::start`, wasm32-wasip2 build)",
-        "rt.turns.baseline" => {
-            "in turns: hand-written baseline child (all three alive, one round trip each in turn)"
+        "rt.blocks.baseline" => {
+            "in blocks: hand-written baseline child (all three alive, timed in blocks in turn)"
         }
-        "rt.turns.native" => "in turns: sandpipe native fallback",
-        "rt.turns.wasm" => "in turns: sandpipe wasm",
+        "rt.blocks.native" => "in blocks: sandpipe native fallback",
+        "rt.blocks.wasm" => "in blocks: sandpipe wasm",
         "start.native" => "start: native spawn (load + start + first response)",
         "start.native.preloaded" => {
             "start: native spawn, `Plugin` in hand (start + first response)"
@@ -210,15 +210,15 @@ fn targets() -> Vec<Target> {
     };
     let mut t = vec![
         ratio(
-            "100 B wasm vs native child, pinned to one core (in turns)",
-            fig(Pinned, "rt.turns.wasm.100"),
-            fig(Pinned, "rt.turns.baseline.100"),
+            "100 B wasm vs native child, pinned to one core (in blocks)",
+            fig(Pinned, "rt.blocks.wasm.100"),
+            fig(Pinned, "rt.blocks.baseline.100"),
             0.7,
         ),
         ratio(
-            "100 B wasm vs native child, unpinned, multi-thread runtime (in turns)",
-            fig(Unpinned, "rt.turns.wasm.100"),
-            fig(Unpinned, "rt.turns.baseline.100"),
+            "100 B wasm vs native child, unpinned, multi-thread runtime (in blocks)",
+            fig(Unpinned, "rt.blocks.wasm.100"),
+            fig(Unpinned, "rt.blocks.baseline.100"),
             0.15,
         ),
         ratio(
@@ -234,9 +234,9 @@ fn targets() -> Vec<Target> {
             3.0,
         ),
         ratio(
-            "64 KiB wasm vs native child, pinned (in turns)",
-            fig(Pinned, "rt.turns.wasm.65536"),
-            fig(Pinned, "rt.turns.baseline.65536"),
+            "64 KiB wasm vs native child, pinned (in blocks)",
+            fig(Pinned, "rt.blocks.wasm.65536"),
+            fig(Pinned, "rt.blocks.baseline.65536"),
             1.2,
         ),
     ];
@@ -244,12 +244,12 @@ fn targets() -> Vec<Target> {
         for size in SIZES {
             t.push(ratio(
                 &format!(
-                    "{} native fallback no slower than the hand-written baseline, {} (in turns)",
+                    "{} native fallback no slower than the hand-written baseline, {} (in blocks)",
                     size_name(size),
                     phase.name()
                 ),
-                fig(phase, &format!("rt.turns.native.{size}")),
-                fig(phase, &format!("rt.turns.baseline.{size}")),
+                fig(phase, &format!("rt.blocks.native.{size}")),
+                fig(phase, &format!("rt.blocks.baseline.{size}")),
                 1.0,
             ));
         }
@@ -363,11 +363,12 @@ pub fn render(run: &Run) -> String {
          in its own child process of the bench, and its measuring loop is a spawned tokio task \
          (on a worker thread when unpinned). Round trips are one JSON Lines frame sent and \
          its echo received on an already running plugin (`echo-lines`); ratios use p50. \
-         Rows marked **in turns** keep the baseline child, the native fallback and the wasm \
-         session alive at once and time one round trip of each in turn, so all three see the \
-         same moment of the machine: on this VM its speed swings by up to a third over seconds, \
-         which figures measured one after another would carry into their ratios. The \
-         child-vs-sandpipe targets use the in-turns rows.\n"
+         Rows marked **in blocks** keep the baseline child, the native fallback and the wasm \
+         session alive at once and time them in turn, a block of round trips each (200 at \
+         100 B, 8 at 64 KiB), so all three spread over the same stretch of time: on this VM \
+         the machine's own speed swings by up to a third over seconds, which figures measured \
+         one after another carry into their ratios. The child-vs-sandpipe targets use the \
+         in-blocks rows; the `lim.` rows are measured the same way, all four engines at once.\n"
     );
 
     let _ = writeln!(

@@ -115,7 +115,7 @@ pub fn value_floor(plan: &Plan, frame: &[u8]) -> anyhow::Result<Stats> {
 }
 
 /// The native plugin behind std pipes, written and read with blocking calls.
-struct Baseline {
+pub struct Baseline {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
@@ -216,46 +216,82 @@ pub async fn sandpipe(
     Ok(stats)
 }
 
-/// The hand-written baseline, the native fallback and wasm, all running at once, timed in
-/// turn (one round trip each per iteration), so all three see the same machine state. On
-/// this VM the machine's own speed swings by a third over seconds (one 64 KiB session's
-/// p50 per 500 round trips went 400 ↔ 720 µs), so ratios of figures measured one after
-/// another carry that swing; ratios of these interleaved figures do not.
-pub async fn interleaved(
-    plan: &Plan,
-    host: &Host,
-    wasm: &Path,
-    native: &Path,
-    frame: &[u8],
-) -> anyhow::Result<[Stats; 3]> {
-    let mut wire = frame.to_vec();
-    wire.push(b'\n');
-    let mut child = Baseline::spawn(native)?;
-    let start = |path: &Path| {
+/// One side of an in-blocks comparison: the hand-written child or a sandpipe session.
+pub enum Contestant {
+    Child(Baseline, Vec<u8>),
+    Session(Box<Session>),
+}
+
+impl Contestant {
+    /// The hand-written baseline child for `frame`.
+    pub fn child(program: &Path, frame: &[u8]) -> anyhow::Result<Contestant> {
+        let mut wire = frame.to_vec();
+        wire.push(b'\n');
+        Ok(Contestant::Child(Baseline::spawn(program)?, wire))
+    }
+
+    /// A session of `plugin` started on `host`.
+    pub async fn session(host: &Host, plugin: &Path) -> anyhow::Result<Contestant> {
         let plugin = host
-            .load(path)
-            .with_context(|| format!("loading {}", path.display()));
-        async move {
-            anyhow::Ok(
-                host.start(&plugin?, &Policy::default(), &session_options())
-                    .await?,
-            )
+            .load(plugin)
+            .with_context(|| format!("loading {}", plugin.display()))?;
+        let session = host
+            .start(&plugin, &Policy::default(), &session_options())
+            .await?;
+        Ok(Contestant::Session(Box::new(session)))
+    }
+
+    async fn round_trip(&mut self, frame: &[u8]) -> anyhow::Result<Duration> {
+        match self {
+            Contestant::Child(child, wire) => child.round_trip(wire),
+            Contestant::Session(session) => session_round_trip(session, frame).await,
         }
-    };
-    let mut fallback = start(native).await?;
-    let mut sandboxed = start(wasm).await?;
-    let mut samplers = [Sampler::new(plan), Sampler::new(plan), Sampler::new(plan)];
+    }
+
+    async fn finish(self) -> anyhow::Result<()> {
+        match self {
+            Contestant::Child(child, _) => child.finish(),
+            Contestant::Session(session) => {
+                let exit = session.shutdown(Duration::from_secs(2)).await;
+                ensure!(exit.success(), "plugin ended with {exit:?}");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Round trips on every contestant, `block` at a time each, in turn, until every one has
+/// its plan's samples (or the plan's time runs out). All of them are alive throughout.
+///
+/// Why: on this VM the machine's own speed swings by up to a third over seconds (one 64 KiB
+/// session's p50 per 500 round trips went 400 <-> 720 us), so two figures measured one after
+/// the other can differ by that much for nothing. Blocks spread every contestant over the
+/// same stretch of time; within a block each runs warm, as a busy plugin does (alternating
+/// single round trips instead thrashed the caches and doubled every figure).
+pub async fn in_blocks(
+    plan: &Plan,
+    block: usize,
+    contestants: Vec<Contestant>,
+    frame: &[u8],
+) -> anyhow::Result<Vec<Stats>> {
+    let mut contestants = contestants;
+    let mut samplers: Vec<Sampler> = contestants.iter().map(|_| Sampler::new(plan)).collect();
     while samplers.iter_mut().all(Sampler::more) {
-        samplers[0].record(child.round_trip(&wire)?);
-        samplers[1].record(session_round_trip(&mut fallback, frame).await?);
-        samplers[2].record(session_round_trip(&mut sandboxed, frame).await?);
+        for (c, s) in contestants.iter_mut().zip(&mut samplers) {
+            for _ in 0..block {
+                s.record(c.round_trip(frame).await?);
+            }
+        }
     }
-    child.finish()?;
-    for session in [fallback, sandboxed] {
-        let exit = session.shutdown(Duration::from_secs(2)).await;
-        ensure!(exit.success(), "plugin ended with {exit:?}");
+    for c in contestants {
+        c.finish().await?;
     }
-    Ok(samplers.map(Sampler::finish))
+    Ok(samplers.into_iter().map(Sampler::finish).collect())
+}
+
+/// Round trips per block for a frame of `size` bytes: a few milliseconds of work each.
+pub fn block_for(size: usize) -> usize {
+    if size <= 1024 { 200 } else { 8 }
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ use std::io::{self, Read, Write};
 use bytes::BytesMut;
 /// The protocol types and machines, for handlers that name them.
 pub use sandpipe_proto as proto;
-use sandpipe_proto::frame::{AnyFramer, JsonLines};
+use sandpipe_proto::frame::AnyFramer;
 pub use sandpipe_proto::frame::{Bytes, FrameError, FrameLimits, Framer, Framing};
 pub mod atp;
 pub mod denobridge;
@@ -234,12 +234,7 @@ impl<R: Read, W: Write> Framed<R, W> {
             reader,
             writer,
             framer: framing.framer(limits),
-            encoder: match framing {
-                Framing::JsonLines => {
-                    AnyFramer::JsonLines(JsonLines::new(limits).without_json_validation())
-                }
-                other => other.framer(limits),
-            },
+            encoder: framing.sender(limits),
             inbuf: BytesMut::new(),
             scratch: vec![0; FIRST_READ].into_boxed_slice(),
             outbuf: BytesMut::new(),

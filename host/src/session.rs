@@ -154,11 +154,14 @@ impl std::fmt::Debug for SessionReader {
 impl Session {
     pub(crate) fn new(t: Transport, opts: &SessionOptions, meter: Arc<Meter>) -> Self {
         let framer = || opts.framing.map(|f| f.framer(opts.frame_limits));
+        // Frames to the plugin are framed and size-checked but not parsed as JSON: the
+        // plugin's side validates what it reads (see `Framing::sender`).
+        let sender = opts.framing.map(|f| f.sender(opts.frame_limits));
         Session {
             writer: SessionWriter {
                 record: opts.record.clone(),
                 stdin: Some(t.stdin),
-                framer: framer(),
+                framer: sender,
                 buf: BytesMut::new(),
                 _kill: t.kill.clone(),
             },
@@ -183,7 +186,11 @@ impl Session {
         }
     }
 
-    /// Send one frame (validated and framed per the session's framing).
+    /// Send one frame, framed per the session's framing. The framing is checked (size; for
+    /// JSON Lines no newline and not blank; for CBOR exactly one item) and a violation is
+    /// [`SessionError::BadFrameToPlugin`]; a JSON Lines frame is not parsed as JSON here,
+    /// since the plugin validates what it reads (the host validates every frame it reads
+    /// from the plugin).
     pub async fn send(&mut self, frame: &[u8]) -> Result<(), SessionError> {
         self.writer.send(frame).await
     }

@@ -83,6 +83,20 @@ impl Framing {
         }
     }
 
+    /// A framer for the sending side of a stream: the same limits and framing checks as
+    /// [`Framing::framer`] (size; for JSON Lines no newline, no trailing `\r`, not blank; for
+    /// CBOR exactly one item), but a JSON Lines frame is not parsed as JSON. The receiver
+    /// validates every frame it reads, so checking the JSON on both sides of a hop only
+    /// doubles the work; sandpipe's host and guest SDK both send with this.
+    pub fn sender(self, limits: FrameLimits) -> AnyFramer {
+        match self {
+            Framing::JsonLines => {
+                AnyFramer::JsonLines(JsonLines::new(limits).without_json_validation())
+            }
+            other => other.framer(limits),
+        }
+    }
+
     /// The name used on the command line and in transcripts.
     pub fn name(self) -> &'static str {
         match self {
@@ -166,4 +180,43 @@ pub fn escape_snippet(bytes: &[u8], max: usize) -> String {
         s.push_str("...");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sender_checks_framing_but_does_not_parse_json() {
+        let limits = FrameLimits::with_max_frame_bytes(16);
+        let mut out = BytesMut::new();
+        let mut lines = Framing::JsonLines.sender(limits);
+        lines
+            .encode(b"not json", &mut out)
+            .expect("framing is fine: the receiver judges the JSON");
+        assert_eq!(&out[..], b"not json\n");
+        assert!(matches!(
+            lines.encode(b"a\nb", &mut out),
+            Err(FrameError::EmbeddedNewline { .. })
+        ));
+        assert!(matches!(
+            lines.encode(b" \t", &mut out),
+            Err(FrameError::BlankFrame)
+        ));
+        assert!(matches!(
+            lines.encode(&[b'1'; 17], &mut out),
+            Err(FrameError::TooLarge { .. })
+        ));
+        // The receiving framer still validates.
+        let mut reader = Framing::JsonLines.framer(limits);
+        let mut wire = BytesMut::from(&b"not json\n"[..]);
+        assert!(matches!(
+            reader.decode(&mut wire),
+            Err(FrameError::InvalidJson { .. })
+        ));
+        // Other framings send with their usual checks: CBOR wants exactly one item.
+        let mut cbor = Framing::CborSeq.sender(limits);
+        assert!(cbor.encode(&[0x01, 0x02], &mut out).is_err());
+        assert!(cbor.encode(&[0x01], &mut out).is_ok());
+    }
 }
