@@ -45,10 +45,10 @@ pub enum InstanceAllocator {
 /// session page-faults every page it touches again. [`Pooling::keep_memory_resident`] and
 /// [`Pooling::keep_stack_resident`] make it zero that many leading bytes of each linear memory
 /// and fiber stack with `memset` instead. The next session then starts without those page
-/// faults, madvise calls or TLB flushes (for `echo-lines` it halves start to first response;
-/// see BENCHMARKS.md), and it still sees only zeroed or freshly initialized memory. The price:
-/// a slot that has been used once keeps that many bytes resident for good, even while no
-/// session holds it. A Rust guest's first 1 MiB is its stack, with data and heap above it, so
+/// faults, madvise calls or TLB flushes (for `echo-lines` start to first response drops by
+/// 10–30 %; see BENCHMARKS.md), and it still sees only zeroed or freshly initialized memory.
+/// The price: a slot that has been used once keeps that many bytes resident for good, even
+/// while no session holds it. A Rust guest's first 1 MiB is its stack, with data and heap above it, so
 /// covering a small Rust plugin takes about 1.2 MiB of memory and 64 KiB of stack.
 ///
 /// Address space: each memory slot reserves wasmtime's default 4 GiB plus guard, so
