@@ -60,9 +60,9 @@ impl fmt::Display for JsonError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let what = match self.kind {
             ErrorKind::ExpectedValue => "expected value",
-            ErrorKind::ExpectedLiteral("true") => "expected `true`",
-            ErrorKind::ExpectedLiteral("false") => "expected `false`",
-            ErrorKind::ExpectedLiteral(_) => "expected `null`",
+            ErrorKind::ExpectedLiteral("true") => "invalid literal (expected `true`)",
+            ErrorKind::ExpectedLiteral("false") => "invalid literal (expected `false`)",
+            ErrorKind::ExpectedLiteral(_) => "invalid literal (expected `null`)",
             ErrorKind::ExpectedKeyOrEnd => "expected string key or `}`",
             ErrorKind::ExpectedKey => "expected string key",
             ErrorKind::ExpectedColon => "expected `:`",
@@ -186,7 +186,13 @@ fn literal(input: &[u8], pos: usize, word: &'static str) -> Result<usize, JsonEr
     if input.get(pos..end) == Some(word.as_bytes()) {
         Ok(end)
     } else {
-        Err(error(input, pos, ErrorKind::ExpectedLiteral(word)))
+        // Point at the first byte that differs (`this` is wrong at its `h`, not its `t`).
+        let same = word
+            .bytes()
+            .zip(&input[pos..])
+            .take_while(|(w, b)| w == *b)
+            .count();
+        Err(error(input, pos + same, ErrorKind::ExpectedLiteral(word)))
     }
 }
 
@@ -508,6 +514,18 @@ mod tests {
             ),
             (b"1 2", "trailing characters at byte 2, found `2`"),
             (b"-x", "expected digit at byte 1, found `x`"),
+            (
+                b"this is not json",
+                "invalid literal (expected `true`) at byte 1, found `h`",
+            ),
+            (
+                b"[nul]",
+                "invalid literal (expected `null`) at byte 4, found `]`",
+            ),
+            (
+                b"fals",
+                "invalid literal (expected `false`) at byte 4, found end of input",
+            ),
         ];
         for &(input, want) in cases {
             let err = validate(input).expect_err("invalid");
