@@ -8,8 +8,8 @@ use anyhow::{Context, ensure};
 use sandpipe::{Host, Metering, Policy, SessionOptions, StderrMode};
 use sandpipe_proto::frame::Framing;
 
-use crate::measure::{Plan, Sampler, Stats};
-use crate::roundtrip::{frame, session_round_trip};
+use crate::measure::{Plan, Stats};
+use crate::roundtrip::frame;
 
 /// Every framing, with its echo plugin's binary name and the short name used in figure ids.
 pub const FRAMINGS: [(Framing, &str); 3] = [
@@ -94,20 +94,7 @@ pub async fn round_trips(
     framing: Framing,
     frame: &[u8],
 ) -> anyhow::Result<Stats> {
-    let plugin = host
-        .load(plugin)
-        .with_context(|| format!("loading {}", plugin.display()))?;
-    let mut session = host
-        .start(&plugin, &Policy::default(), &options(framing))
-        .await?;
-    let mut s = Sampler::new(plan);
-    while s.more() {
-        s.record(session_round_trip(&mut session, frame).await?);
-    }
-    let stats = s.finish();
-    let exit = session.shutdown(Duration::from_secs(2)).await;
-    ensure!(exit.success(), "plugin ended with {exit:?}");
-    Ok(stats)
+    crate::roundtrip::round_trips(plan, host, plugin, &options(framing), frame).await
 }
 
 /// Streaming throughput: how long `count` frames take to go out and come back when the

@@ -192,28 +192,51 @@ pub async fn session_round_trip(session: &mut Session, frame: &[u8]) -> anyhow::
     Ok(took)
 }
 
+/// `Host::load` and `Host::start` on `plugin` under the default policy.
+pub async fn start_session(
+    host: &Host,
+    plugin: &Path,
+    options: &SessionOptions,
+) -> anyhow::Result<Session> {
+    let plugin = host
+        .load(plugin)
+        .with_context(|| format!("loading {}", plugin.display()))?;
+    Ok(host.start(&plugin, &Policy::default(), options).await?)
+}
+
+/// Close the session's stdin and require a clean exit.
+pub async fn end_session(session: Session) -> anyhow::Result<()> {
+    let exit = session.shutdown(Duration::from_secs(2)).await;
+    ensure!(exit.success(), "plugin ended with {exit:?}");
+    Ok(())
+}
+
+/// Round trips of `frame` on one session of `plugin` started with `options`.
+pub async fn round_trips(
+    plan: &Plan,
+    host: &Host,
+    plugin: &Path,
+    options: &SessionOptions,
+    frame: &[u8],
+) -> anyhow::Result<Stats> {
+    let mut session = start_session(host, plugin, options).await?;
+    let mut s = Sampler::new(plan);
+    while s.more() {
+        s.record(session_round_trip(&mut session, frame).await?);
+    }
+    end_session(session).await?;
+    Ok(s.finish())
+}
+
 /// `Host::start` on `plugin` (the native build gives the native fallback, the wasm build the
-/// sandbox), then round trips on that one session.
+/// sandbox), then JSON Lines round trips on that one session.
 pub async fn sandpipe(
     plan: &Plan,
     host: &Host,
     plugin: &Path,
     frame: &[u8],
 ) -> anyhow::Result<Stats> {
-    let plugin = host
-        .load(plugin)
-        .with_context(|| format!("loading {}", plugin.display()))?;
-    let mut session = host
-        .start(&plugin, &Policy::default(), &session_options())
-        .await?;
-    let mut s = Sampler::new(plan);
-    while s.more() {
-        s.record(session_round_trip(&mut session, frame).await?);
-    }
-    let stats = s.finish();
-    let exit = session.shutdown(Duration::from_secs(2)).await;
-    ensure!(exit.success(), "plugin ended with {exit:?}");
-    Ok(stats)
+    round_trips(plan, host, plugin, &session_options(), frame).await
 }
 
 /// One side of an in-blocks comparison: the hand-written child or a sandpipe session.
@@ -232,12 +255,7 @@ impl Contestant {
 
     /// A session of `plugin` started on `host`.
     pub async fn session(host: &Host, plugin: &Path) -> anyhow::Result<Contestant> {
-        let plugin = host
-            .load(plugin)
-            .with_context(|| format!("loading {}", plugin.display()))?;
-        let session = host
-            .start(&plugin, &Policy::default(), &session_options())
-            .await?;
+        let session = start_session(host, plugin, &session_options()).await?;
         Ok(Contestant::Session(Box::new(session)))
     }
 
@@ -251,11 +269,7 @@ impl Contestant {
     async fn finish(self) -> anyhow::Result<()> {
         match self {
             Contestant::Child(child, _) => child.finish(),
-            Contestant::Session(session) => {
-                let exit = session.shutdown(Duration::from_secs(2)).await;
-                ensure!(exit.success(), "plugin ended with {exit:?}");
-                Ok(())
-            }
+            Contestant::Session(session) => end_session(*session).await,
         }
     }
 }

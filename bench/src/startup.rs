@@ -118,12 +118,10 @@ pub async fn all(
 
     // Reused pre-instance: the host has loaded the plugin once, `Host::load` finds it in memory.
     let wasm_plugin = host.load(wasm)?;
-    let mut s = Sampler::new(&plans.memory);
-    while s.more() {
-        let memory = Some(LoadSource::Memory);
-        s.record(first_response(&host, Loaded::Path(wasm), memory, frame).await?);
-    }
-    report("start.wasm.memory", s.finish());
+    report(
+        "start.wasm.memory",
+        reused_pre_instance(&plans.memory, &host, wasm, frame).await?,
+    );
 
     // The same plugin value each time: its load source stays what the first load was.
     let first = wasm_plugin.load_source();
@@ -141,14 +139,28 @@ pub async fn all(
     ] {
         let pooled = Host::with_options(&HostOptions::default().cache_dir(None).pooling(pool))?;
         pooled.load(wasm)?;
-        let mut s = Sampler::new(&plans.memory);
-        while s.more() {
-            let memory = Some(LoadSource::Memory);
-            s.record(first_response(&pooled, Loaded::Path(wasm), memory, frame).await?);
-        }
-        report(id, s.finish());
+        report(
+            id,
+            reused_pre_instance(&plans.memory, &pooled, wasm, frame).await?,
+        );
     }
     Ok(())
+}
+
+/// Start to first response when `host` has loaded `wasm` before: `Host::load` finds it in
+/// memory (the caller loads it once first).
+async fn reused_pre_instance(
+    plan: &Plan,
+    host: &Host,
+    wasm: &Path,
+    frame: &[u8],
+) -> anyhow::Result<Stats> {
+    let mut s = Sampler::new(plan);
+    while s.more() {
+        let memory = Some(LoadSource::Memory);
+        s.record(first_response(host, Loaded::Path(wasm), memory, frame).await?);
+    }
+    Ok(s.finish())
 }
 
 /// A pool whose slots stay resident between sessions: enough linear memory for a small Rust

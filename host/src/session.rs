@@ -153,9 +153,9 @@ impl std::fmt::Debug for SessionReader {
 
 impl Session {
     pub(crate) fn new(t: Transport, opts: &SessionOptions, meter: Arc<Meter>) -> Self {
-        let framer = || opts.framing.map(|f| f.framer(opts.frame_limits));
-        // Frames to the plugin are framed and size-checked but not parsed as JSON: the
-        // plugin's side validates what it reads (see `Framing::sender`).
+        // Frames from the plugin are validated in full; frames to it are framed and
+        // size-checked but not parsed as JSON, since the plugin's side validates what it reads
+        // (see `Framing::sender`).
         let sender = opts.framing.map(|f| f.sender(opts.frame_limits));
         Session {
             writer: SessionWriter {
@@ -168,7 +168,7 @@ impl Session {
             reader: SessionReader {
                 record: opts.record.clone(),
                 stdout: t.stdout,
-                framer: framer(),
+                framer: opts.framing.map(|f| f.framer(opts.frame_limits)),
                 buf: BytesMut::with_capacity(READ_CHUNK),
                 eof: false,
                 failed: None,
