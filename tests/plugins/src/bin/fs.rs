@@ -8,7 +8,7 @@
 //! number, e.g. 24 for EMFILE, and `reopened` whether the open after the close succeeded) or
 //! `open-streams:PATH` (wasm32-wasip2 only: opens PATH, which must lie in a preopen, takes a
 //! `read-via-stream` of it and drops the descriptor, keeping only the stream, until an open
-//! fails; reports `"result": {"opened": COUNT, "error": WASI-ERROR-CODE}`),
+//! fails; reports `"result": {"opened": COUNT, "error": WASI-ERROR-CODE-NAME}`),
 //! answered in order by one JSON Lines frame, `{"op","path","ok":true,…}` or
 //! `{"op","path","ok":false,"error","kind"}`. Failures are data: it never panics on them.
 //!
@@ -134,7 +134,7 @@ fn open_streams(path: &str) -> io::Result<Value> {
         drop(file);
         streams.push(stream);
     };
-    Ok(json!({"opened": streams.len(), "error": error.map(|e| format!("{e:?}"))}))
+    Ok(json!({"opened": streams.len(), "error": error.map(|e| e.name())}))
 }
 
 #[cfg(not(all(target_os = "wasi", target_env = "p2")))]
