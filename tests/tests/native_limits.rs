@@ -194,6 +194,50 @@ async fn a_wasm_plugin_is_refused_past_its_open_file_cap_and_runs_on() {
 }
 
 #[tokio::test]
+async fn below_the_cap_opens_behave_as_before() {
+    // The capped open hands every open it lets through to wasmtime-wasi: its answers, refusals
+    // included, are wasmtime-wasi's own, under p1 as under p2.
+    let host = host();
+    let ro = tempfile::tempdir().expect("tempdir");
+    std::fs::write(ro.path().join("hello.txt"), "hello").expect("write");
+    let ops = [
+        ("read:/ro/hello.txt", "ok"),
+        ("read:/ro/missing.txt", "NotFound"),
+        ("write:/ro/hello.txt", "PermissionDenied"),
+        ("write:/ro/new.txt", "PermissionDenied"),
+        ("read:/ro/../outside.txt", "PermissionDenied"),
+        ("list:/ro", "ok"),
+    ];
+    for target in [Target::Wasm, Target::WasmP1] {
+        let mut policy =
+            Policy::default()
+                .max_open_files(Some(8))
+                .preopen(ro.path(), "/ro", Access::ReadOnly);
+        for (op, _) in ops {
+            policy = policy.arg(op);
+        }
+        let p = host.load(plugin("fs", target)).expect("load");
+        let opts = SessionOptions::framed(Framing::JsonLines).stderr(StderrMode::Discard);
+        let mut s = host.start(&p, &policy, &opts).await.expect("start");
+        let (frames, exit) = replies(&mut s).await;
+        assert_eq!(exit, Exit::Exited(0), "{target:?} {:?}", s.stderr_tail());
+        let got: Vec<&str> = frames
+            .iter()
+            .map(|f| match f["ok"].as_bool() {
+                Some(true) => "ok",
+                _ => f["kind"].as_str().unwrap_or("?"),
+            })
+            .collect();
+        let want: Vec<&str> = ops.iter().map(|(_, want)| *want).collect();
+        assert_eq!(got, want, "{target:?}: {frames:#?}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(ro.path().join("hello.txt")).expect("read"),
+        "hello"
+    );
+}
+
+#[tokio::test]
 async fn a_stream_keeps_its_file_counted_after_the_descriptor_is_dropped() {
     // A p2 guest can drop a descriptor and keep a stream read from it; the host file stays
     // open, so it stays counted: dropping descriptors is no way around the cap.
