@@ -4,7 +4,8 @@
 //!  Sandbox (one Engine: fuel + epochs compiled in, a 10 ms epoch ticker thread)
 //!    ├─ load(bytes)  ─ sha256 ─► in-process map ─► on-disk .cwasm cache ─► compile
 //!    │                               └──────────────► Compiled { CommandPre | InstancePre }
-//!    └─ start(compiled, policy) ─► Store { WasiCtx, Limiter } + stdio pipes (stdio.rs)
+//!    └─ start(compiled, policy) ─► Store { WasiCtx, Limiter, OpenFiles (open_files.rs) }
+//!                                    + stdio pipes (stdio.rs)
 //!                                    └─ runner task: instantiate, call run, classify ─► Exit
 //! ```
 
