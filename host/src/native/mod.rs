@@ -31,7 +31,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
@@ -66,8 +66,8 @@ pub(crate) fn spawn(
     };
     let mut confinement = landlock::confinement(program, &policy.preopens, &grants)?;
     // The plugin must not outlive sandpipe, even one killed with SIGKILL: the child asks for
-    // SIGKILL when the thread that forked it dies, and checks that sandpipe did not die before
-    // the request took effect.
+    // SIGKILL when the thread that forked it (the spawner thread, which lives as long as
+    // sandpipe) dies, and checks that sandpipe did not die before the request took effect.
     let parent = std::process::id();
     let mut cmd = std::process::Command::new(program);
     cmd.args(&policy.args)
@@ -90,7 +90,7 @@ pub(crate) fn spawn(
         });
     }
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(spawn_error)?;
+    let mut child = spawn_from_spawner_thread(cmd).map_err(spawn_error)?;
     let group = Arc::new(Group {
         pgid: i32::try_from(child.id())
             .map_err(|_| spawn_error(std::io::Error::other("process id out of range")))?,
@@ -186,6 +186,42 @@ pub(crate) fn spawn(
         stderr,
         pid,
     })
+}
+
+/// Fork every native plugin from one thread that lives as long as the process: the kernel sends
+/// `PR_SET_PDEATHSIG` when the *thread* that forked the child ends, so a plugin started from a
+/// short-lived thread (a `spawn_blocking` worker, a thread running its own runtime) would be
+/// killed with that thread instead of with sandpipe.
+fn spawn_from_spawner_thread(
+    mut cmd: std::process::Command,
+) -> std::io::Result<std::process::Child> {
+    type Job = (
+        std::process::Command,
+        std::sync::mpsc::Sender<std::io::Result<std::process::Child>>,
+    );
+    static SPAWNER: OnceLock<Option<std::sync::mpsc::Sender<Job>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("sandpipe-spawn".to_owned())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .ok()
+            .map(|_| tx)
+    });
+    let Some(spawner) = spawner else {
+        return cmd.spawn();
+    };
+    let (reply, answer) = std::sync::mpsc::channel();
+    spawner
+        .send((cmd, reply))
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
+    answer
+        .recv()
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
 }
 
 /// In the forked child: ask for SIGKILL when the thread that forked us dies, then check that
