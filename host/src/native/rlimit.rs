@@ -25,7 +25,7 @@ impl Limits {
         Limits {
             data: policy
                 .max_memory
-                .map(|b| super::memory::backstop(b))
+                .map(super::memory::backstop)
                 .map(|b| (b, b)),
             cpu_seconds: policy.max_cpu_time.map(|d| {
                 let soft = cpu_seconds(d);
