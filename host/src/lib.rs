@@ -71,7 +71,7 @@ pub use policy::{
 };
 pub use sandbox::{InstanceAllocator, LoadSource, Metering, Pooling, default_cache_dir};
 pub use session::{
-    Session, SessionControl, SessionOptions, SessionReader, SessionWriter, TERM_GRACE,
+    NativeStdio, Session, SessionControl, SessionOptions, SessionReader, SessionWriter, TERM_GRACE,
 };
 pub use stderr::{StderrMode, StderrTail};
 
@@ -388,6 +388,7 @@ impl Host {
                 policy,
                 options.stderr,
                 options.stderr_tail_lines,
+                options.native_stdio,
             )?,
         };
         Ok(Session::new(transport, options, meter))

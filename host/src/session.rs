@@ -46,7 +46,8 @@ fn unreachable_exit() -> Exit {
 /// - `frame_limits`: [`FrameLimits::default`] (16 MiB frames);
 /// - `stderr`: [`StderrMode::Log`];
 /// - `stderr_tail_lines`: 20;
-/// - `record`: `None`.
+/// - `record`: `None`;
+/// - `native_stdio`: [`NativeStdio::Piped`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct SessionOptions {
@@ -60,6 +61,23 @@ pub struct SessionOptions {
     pub stderr_tail_lines: usize,
     /// Record every frame both ways, and the outcome, as a transcript.
     pub record: Option<Arc<Recorder>>,
+    /// How a native plugin's stdin and stdout are connected (ignored for wasm).
+    pub native_stdio: NativeStdio,
+}
+
+/// How a native plugin's stdin and stdout are connected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NativeStdio {
+    /// Pipes to the session: frames are sent, received, checked and recorded.
+    #[default]
+    Piped,
+    /// The plugin gets this process's own stdin and stdout: no copy and no hop, and nothing
+    /// for the session to send, receive, check or record (`send` writes nowhere, `recv` sees
+    /// end of stream at once). For a caller that only stands in for the plugin with raw bytes:
+    /// `sandpipe run` without `--framing` for a native plugin. Limits, Landlock, signals and the
+    /// exit work as with pipes.
+    Inherit,
 }
 
 impl Default for SessionOptions {
@@ -70,6 +88,7 @@ impl Default for SessionOptions {
             stderr: StderrMode::Log,
             stderr_tail_lines: 20,
             record: None,
+            native_stdio: NativeStdio::Piped,
         }
     }
 }

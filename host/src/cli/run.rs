@@ -14,8 +14,8 @@ use super::signals::{self, Action, SigintMode, Signals};
 use super::stdio::{EngineStdin, EngineStdout};
 use super::{exit_code, parse_duration};
 use crate::{
-    Exit, Host, PluginKind, SessionControl, SessionError, SessionOptions, SessionReader,
-    SessionWriter, StderrMode,
+    Exit, Host, NativeStdio, PluginKind, SessionControl, SessionError, SessionOptions,
+    SessionReader, SessionWriter, StderrMode,
 };
 
 /// Arguments of `sandpipe run`.
@@ -138,11 +138,35 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         options.record =
             super::sandbox_args::recorder(args.record.as_deref(), &plugin, &policy, f, None)?;
     }
+    // Raw bytes to a native plugin need no bridge at all: it gets sandpipe's own stdin and
+    // stdout, so the engine talks to it exactly as it would without sandpipe (no copy, no
+    // hop); limits, Landlock, signals and the exit status work the same.
+    let inherit = native && framing.is_none();
+    if inherit {
+        options.native_stdio = NativeStdio::Inherit;
+    }
     let session = host
         .start(&plugin, &policy, &options)
         .await
         .with_context(|| format!("starting plugin {}", plugin.path().display()))?;
     let (writer, reader, control) = session.into_split();
+    if inherit {
+        let close_input = watch::channel(false).0;
+        let mut stopping = Stopping::default();
+        let exit = loop {
+            tokio::select! {
+                exit = control.wait() => break exit,
+                sig = signals.recv() => stopping.on_signal(sig, on_signal, &control, &close_input),
+                () = stopping.expired() => control.kill(),
+            }
+        };
+        drop((writer, reader));
+        if failed_by_itself(&exit) {
+            // Its output went straight to the engine: whether it wrote any is unknown here.
+            super::sandbox_args::explain_failed_start(&plugin, &policy, false);
+        }
+        return Ok(exit_status(&exit));
+    }
 
     // The input's error is kept here before the plugin's stdin is closed, so it is seen however
     // the plugin's exit and the input task's end race.
@@ -183,11 +207,15 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     };
     input.abort();
     // A plugin that dies by itself before its first byte may have been refused a file it needs.
-    let failed = matches!(exit, Exit::Trap { .. }) || matches!(exit, Exit::Exited(c) if c != 0);
-    if failed && written.get() == 0 && end.is_none() && bad_input.get().is_none() {
-        super::sandbox_args::explain_failed_start(&plugin, &policy);
+    if failed_by_itself(&exit) && written.get() == 0 && end.is_none() && bad_input.get().is_none() {
+        super::sandbox_args::explain_failed_start(&plugin, &policy, true);
     }
     Ok(report(end, bad_input.get(), &exit))
+}
+
+/// A crash or a non-zero exit, not a limit or a kill.
+fn failed_by_itself(exit: &Exit) -> bool {
+    matches!(exit, Exit::Trap { .. }) || matches!(exit, Exit::Exited(c) if *c != 0)
 }
 
 /// How `run` treats the signals it receives (see [`super::signals`]).

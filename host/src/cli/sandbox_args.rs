@@ -175,9 +175,9 @@ pub(crate) fn native_grants(plugin: &Plugin, policy: &Policy) -> String {
         .join(", ")
 }
 
-/// After a native plugin ended in failure without writing a byte: what Landlock let it read,
-/// and how to grant more.
-pub(crate) fn explain_failed_start(plugin: &Plugin, policy: &Policy) {
+/// After a native plugin ended in failure (`before_output`: without writing a byte): what
+/// Landlock let it read, and how to grant more.
+pub(crate) fn explain_failed_start(plugin: &Plugin, policy: &Policy, before_output: bool) {
     if plugin.kind() != PluginKind::NativeUnsandboxed
         || matches!(
             LandlockSupport::detect(),
@@ -199,8 +199,13 @@ pub(crate) fn explain_failed_start(plugin: &Plugin, policy: &Policy) {
         };
         format!("--dir {}{ro}", p.host.display())
     }));
+    let when = if before_output {
+        "the plugin failed before writing any output"
+    } else {
+        "the plugin failed"
+    };
     eprintln!(
-        "sandpipe: note: the plugin failed before writing any output; under Landlock it could read only {}; if it needs more, grant it with --dir PATH:ro",
+        "sandpipe: note: {when}; under Landlock it could read only {}; if it needs more, grant it with --dir PATH:ro",
         allowed.join(", ")
     );
 }

@@ -39,6 +39,7 @@ use tokio::sync::{oneshot, watch};
 use crate::error::{Exit, HostError};
 use crate::policy::Policy;
 use crate::sandbox::finish;
+use crate::session::NativeStdio;
 use crate::stderr::{StderrMode, StderrTail};
 use crate::transport::{KillSwitch, Transport, killed};
 
@@ -53,6 +54,7 @@ pub(crate) fn spawn(
     policy: &Policy,
     stderr_mode: StderrMode,
     tail_lines: usize,
+    stdio: NativeStdio,
 ) -> Result<Transport, HostError> {
     let spawn_error = |source: std::io::Error| HostError::Spawn {
         program: program.to_owned(),
@@ -73,10 +75,14 @@ pub(crate) fn spawn(
     cmd.args(&policy.args)
         .env_clear()
         .envs(policy.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    let inherit = stdio == NativeStdio::Inherit;
+    if inherit {
+        cmd.stdin(Stdio::inherit()).stdout(Stdio::inherit());
+    } else {
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+    }
     #[allow(unsafe_code)]
     // SAFETY: the closure runs in the forked child before exec. It calls close_range (or
     // fcntl), setrlimit, prctl and landlock_restrict_self on values computed before the fork
@@ -107,11 +113,25 @@ pub(crate) fn spawn(
             return Err(spawn_error(e));
         }
     };
-    let pipes = (|| {
+    type Pipes = (
+        std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+        std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+        tokio::process::ChildStderr,
+    );
+    let pipes = (|| -> Option<Pipes> {
+        let stderr = tokio::process::ChildStderr::from_std(child.stderr.take()?).ok()?;
+        if inherit {
+            return Some((
+                Box::pin(tokio::io::sink()),
+                Box::pin(tokio::io::empty()),
+                stderr,
+            ));
+        }
         let stdin = tokio::process::ChildStdin::from_std(child.stdin.take()?).ok()?;
         let stdout = tokio::process::ChildStdout::from_std(child.stdout.take()?).ok()?;
-        let stderr = tokio::process::ChildStderr::from_std(child.stderr.take()?).ok()?;
-        Some((stdin, stdout, stderr))
+        grow_pipe(stdin.as_raw_fd());
+        grow_pipe(stdout.as_raw_fd());
+        Some((Box::pin(stdin), Box::pin(stdout), stderr))
     })();
     // The waiter thread reaps the child; `child` itself needs nothing more.
     drop(child);
@@ -121,9 +141,6 @@ pub(crate) fn spawn(
             "the child's stdio could not be registered with the runtime",
         )));
     };
-
-    grow_pipe(stdin.as_raw_fd());
-    grow_pipe(stdout.as_raw_fd());
 
     let stderr = StderrTail::new(tail_lines);
     let name = crate::sandbox::argv0_for(program);
@@ -179,8 +196,8 @@ pub(crate) fn spawn(
     });
 
     Ok(Transport {
-        stdin: Box::pin(stdin),
-        stdout: Box::pin(stdout),
+        stdin,
+        stdout,
         exit: exit_rx,
         kill,
         stderr,
