@@ -140,8 +140,10 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     }
     // Raw bytes to a native plugin need no bridge at all: it gets sandpipe's own stdin and
     // stdout, so the engine talks to it exactly as it would without sandpipe (no copy, no
-    // hop); limits, Landlock, signals and the exit status work the same.
-    let inherit = native && framing.is_none();
+    // hop); limits, Landlock, signals and the exit status work the same. Not from a terminal:
+    // the plugin leads its own process group, which is not the terminal's foreground group, so
+    // its reads would stop it (SIGTTIN).
+    let inherit = native && framing.is_none() && !on_signal.stdin_is_terminal;
     if inherit {
         options.native_stdio = NativeStdio::Inherit;
     }
