@@ -117,18 +117,21 @@ pub fn schema() -> Value {
     object(json!({"steps": {"greet": greet, "wait": wait}}))
 }
 
-/// The whole plugin minus stdio: `--v1` speaks ATP v1, otherwise v3.
+/// The whole plugin minus stdio: `--v1` speaks ATP v1, otherwise v3. `--atp` is accepted and
+/// changes nothing: Arcaflow's container deployers append it to every plugin's command, as the
+/// Python SDK expects.
 pub fn main_with<R: Read, W: Write>(
     io: &mut Framed<R, W>,
     args: &[String],
 ) -> Result<(), GuestError> {
     let version = match args {
         [] => Version::V3,
+        [atp] if atp == "--atp" => Version::V3,
         [v1] if v1 == "--v1" => Version::V1,
         other => {
             return Err(GuestError::Io(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("unknown arguments {other:?} (only --v1)"),
+                format!("unknown arguments {other:?} (only --v1 or --atp)"),
             )));
         }
     };
