@@ -11,6 +11,11 @@
 //! | `python-lsp-server` (`pylsp`) | Content-Length | normal, malformed message, large frame, SIGINT, SIGTERM, stdin EOF |
 //! | `finecode-extension-runner` (stdio) | Content-Length | normal, malformed message, large frame, SIGINT, SIGTERM, stdin EOF |
 //!
+//! The real Arcaflow engine (PyPI `arcaflow` 0.21.0) runs a workflow whose plugin step goes
+//! through a podman stand-in: the SDK plugin directly and behind `sandpipe run`, and the
+//! project's Rust example (`examples/atp`) natively and, behind `sandpipe run`, as wasm; the
+//! workflow output must be the same.
+//!
 //! Nothing is normalised: none of these peers writes a time or a pid on stdout.
 //!
 //! `cargo test -p sandpipe-tests --test peers_python` (after `.ci/setup`); `atp`, `pylsp` or
@@ -710,6 +715,30 @@ fn arcaflow_engine_runs_the_sdk_plugin_through_sandpipe_run() {
             behind.extend(["--framing".into(), f.into()]);
         }
         behind.extend([python.clone(), script.clone()]);
+        let (got, got_status, _) = run_workflow(&behind);
+        assert_eq!((&got, &got_status), (&want, &status), "{behind:?}");
+    }
+}
+
+#[test]
+fn arcaflow_engine_runs_the_rust_example_as_wasm_through_sandpipe_run() {
+    use sandpipe_tests::{Target, plugin};
+    let native = plugin("example-atp", Target::Native).into_os_string();
+    let wasm = plugin("example-atp", Target::Wasm).into_os_string();
+    let sandpipe = peers::sandpipe().into_os_string();
+    let (want, status, _) = run_workflow(std::slice::from_ref(&native));
+    assert!(want.contains("message: Hello, Arca Lot!"), "{want}");
+    for behind in [
+        vec![sandpipe.clone(), "run".into(), wasm.clone()],
+        vec![
+            sandpipe.clone(),
+            "run".into(),
+            "--framing".into(),
+            "cbor".into(),
+            wasm.clone(),
+        ],
+        vec![sandpipe.clone(), "run".into(), native.clone()],
+    ] {
         let (got, got_status, _) = run_workflow(&behind);
         assert_eq!((&got, &got_status), (&want, &status), "{behind:?}");
     }

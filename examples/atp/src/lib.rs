@@ -100,7 +100,7 @@ pub fn schema() -> Value {
     let text = json!({"type": {"type_id": "string"}, "required": true});
     let greet = json!({
         "id": "greet",
-        "input": scope("GreetInput", json!({"name": text, "defer": {"type": {"type_id": "bool"}}})),
+        "input": scope("GreetInput", json!({"name": text, "defer": {"type": {"type_id": "bool"}, "required": false}})),
         "outputs": {
             "success": {"schema": scope("Greeting", json!({"message": text}))},
             "error": {"error": true, "schema": scope("Failure", json!({"reason": text}))},
@@ -111,8 +111,9 @@ pub fn schema() -> Value {
         "id": "wait",
         "input": scope("WaitInput", json!({})),
         "outputs": {"success": {"schema": scope("Received", json!({"received": any}))}},
-        "signal_handlers": {"go": {"id": "go"}},
-        "signal_emitters": {"ready": {"id": "ready"}},
+        // The Arcaflow engine refuses a signal without a data schema.
+        "signal_handlers": {"go": {"id": "go", "data_schema": scope("Go", json!({}))}},
+        "signal_emitters": {"ready": {"id": "ready", "data_schema": scope("Ready", json!({}))}},
     });
     object(json!({"steps": {"greet": greet, "wait": wait}}))
 }
