@@ -65,7 +65,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use error::{Exit, HostError, SessionError};
-pub use native::{LANDLOCK_TARGET_ABI, LandlockSupport};
+pub use native::{LANDLOCK_TARGET_ABI, LandlockSupport, StartupGrant, startup_grants};
 pub use policy::{
     Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, ImportPolicy, Policy, Preopen,
 };
