@@ -30,10 +30,11 @@ use sandpipe_proto::atp::{Hello, Message, Value};
 use sandpipe_proto::frame::Framing;
 use sandpipe_tests::peers;
 use serde_json::{Value as Json, json};
-use stand_in::{Peer, Session, Transcript, Way, assert_same};
+use stand_in::{Peer, Session, Transcript, Way};
 
 /// Run `script` against `peer(way)` each way and check that every transcript equals the
-/// direct one. Returns the direct transcript.
+/// direct one; every way runs, and the failure names each one that differed. Returns the
+/// direct transcript.
 fn each_way(
     case: &str,
     framing: Framing,
@@ -41,19 +42,22 @@ fn each_way(
     script: impl Fn(&mut Session),
 ) -> Transcript {
     let mut direct: Option<Transcript> = None;
+    let mut differ = Vec::new();
     for way in Way::all(framing) {
         let mut session = Session::start(&peer(way), way);
         script(&mut session);
         let (got, stderr) = session.finish();
         match &direct {
             None => direct = Some(got),
-            Some(want) => assert_same(
-                &format!("{case} {way}; its stderr:\n{stderr}\n"),
-                want,
-                &got,
-            ),
+            Some(want) => {
+                let name = format!("{case}, {way}; its stderr:\n{stderr}\n");
+                if let Err(diff) = stand_in::compare(&name, want, &got) {
+                    differ.push(diff);
+                }
+            }
         }
     }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
     direct.expect("the direct run")
 }
 

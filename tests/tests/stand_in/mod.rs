@@ -365,13 +365,20 @@ pub fn render(bytes: &[u8]) -> String {
 
 /// Fail unless `got` (behind sandpipe) equals `want` (direct), with both rendered.
 pub fn assert_same(case: &str, want: &Transcript, got: &Transcript) {
+    if let Err(diff) = compare(case, want, got) {
+        panic!("{diff}");
+    }
+}
+
+/// `Err` with both transcripts rendered around their first difference, unless equal.
+pub fn compare(case: &str, want: &Transcript, got: &Transcript) -> Result<(), String> {
     if want == got {
-        return;
+        return Ok(());
     }
     let (w, g) = (render(&want.stdout), render(&got.stdout));
     let common = w.bytes().zip(g.bytes()).take_while(|(a, b)| a == b).count();
     let from = common.saturating_sub(200);
-    panic!(
+    Err(format!(
         "{case}: transcripts differ\n direct: {} , {} stdout bytes\n behind: {} , {} stdout bytes\n \
          first difference at rendered offset {common}:\n direct: ...{}\n behind: ...{}",
         want.status,
@@ -380,5 +387,5 @@ pub fn assert_same(case: &str, want: &Transcript, got: &Transcript) {
         got.stdout.len(),
         &w[from.min(w.len())..(common + 400).min(w.len())],
         &g[from.min(g.len())..(common + 400).min(g.len())],
-    );
+    ))
 }
