@@ -12,6 +12,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+pub mod peers;
 use std::sync::OnceLock;
 
 /// Which build of a plugin.
