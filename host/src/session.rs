@@ -302,6 +302,16 @@ impl SessionWriter {
         written.await.map_err(stdin_error)
     }
 
+    /// Send `frame`, already framed by the caller as `wire` (for `Content-Length`, the engine's
+    /// own header block and the body): `frame` is what is recorded, `wire` what the plugin
+    /// reads. A proxy uses it to pass headers it does not interpret (`Content-Type`) through.
+    pub async fn send_wire(&mut self, frame: &[u8], wire: &[u8]) -> Result<(), SessionError> {
+        if let Some(r) = &self.record {
+            r.frame(Direction::ToPlugin, frame);
+        }
+        self.send_raw(wire).await
+    }
+
     /// Write `bytes` to the plugin's stdin as they are, outside the framing: for a stream
     /// passed through after its framing was lost (`sandpipe run` forwards what the engine
     /// writes and lets the plugin judge it). Not recorded.
@@ -333,6 +343,13 @@ fn stdin_error(e: std::io::Error) -> SessionError {
 }
 
 impl SessionReader {
+    /// With `Content-Length` framing, the header block of the frame `recv` returned last,
+    /// exactly as the plugin wrote it (a proxy forwards it so headers such as `Content-Type`
+    /// reach the other side unchanged); `None` for the other framings and raw bytes.
+    pub fn last_headers(&self) -> Option<&[u8]> {
+        self.framer.as_ref().and_then(AnyFramer::last_headers)
+    }
+
     /// Receive the next frame; `Ok(None)` once stdout closed at a frame boundary. A frame cut
     /// off by the plugin's end is [`SessionError::BadFrameFromPlugin`] with
     /// `FrameError::Truncated`; check [`SessionControl::wait`] for why it ended.

@@ -134,11 +134,49 @@ pub fn main() -> i32 {
     // Don't wait for the stdin pump: it may be parked in a blocking read of our stdin.
     runtime.shutdown_background();
     match result {
-        Ok(code) => code,
+        Ok(code) => {
+            let signal = DIE_BY_SIGNAL.load(std::sync::atomic::Ordering::Relaxed);
+            if signal != 0 {
+                die_by(signal);
+            }
+            code
+        }
         Err(e) => {
             eprintln!("sandpipe: {e:#}");
             exit_code::HOST_ERROR
         }
+    }
+}
+
+/// Set by `run` when the plugin was killed by a signal it did not get from sandpipe: sandpipe
+/// then ends by the same signal, so the engine sees what it would have seen of the plugin
+/// ("signal 15", not "exit 143").
+static DIE_BY_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+pub(crate) fn die_by_signal_at_exit(signal: i32) {
+    DIE_BY_SIGNAL.store(signal, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Raise `signal` on ourselves with its default action (no core file); returns only if that
+/// action does not end the process.
+#[allow(unsafe_code)]
+fn die_by(signal: i32) {
+    use std::io::Write;
+    let _ = std::io::stderr().flush();
+    let _ = std::io::stdout().flush();
+    // SAFETY: setrlimit, signal, sigprocmask and raise take plain values or pointers to locals.
+    unsafe {
+        let no_core = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+        libc::signal(signal, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(signal);
     }
 }
 

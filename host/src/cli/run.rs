@@ -163,6 +163,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
             }
         };
         drop((writer, reader));
+        if let Exit::Killed {
+            signal: Some(signal),
+        } = exit
+        {
+            super::die_by_signal_at_exit(signal);
+        }
         if failed_by_itself(&exit) {
             // Its output went straight to the engine: whether it wrote any is unknown here.
             super::sandbox_args::explain_failed_start(&plugin, &policy, false);
@@ -290,6 +296,14 @@ fn report(end: Option<BridgeEnd>, bad_input: Option<&FrameError>, exit: &Exit) -
         }
         Some(BridgeEnd::StdoutClosed) | None => {}
     }
+    if let Exit::Killed {
+        signal: Some(signal),
+    } = exit
+    {
+        // Killed by a signal sandpipe did not send (sandpipe's own stops end otherwise): end
+        // the same way, as the plugin itself would have been seen to.
+        super::die_by_signal_at_exit(*signal);
+    }
     exit_status(exit)
 }
 
@@ -341,7 +355,18 @@ async fn pump_in(
                 };
                 match next {
                     Ok(Some(frame)) => {
-                        if send(&mut writer, &frame).await.is_err() {
+                        let sent = match framer.last_headers() {
+                            // The engine's own header block (Content-Type included).
+                            Some(headers) => {
+                                let mut wire = Vec::with_capacity(headers.len() + frame.len());
+                                wire.extend_from_slice(headers);
+                                wire.extend_from_slice(&frame);
+                                writer.send_wire(&frame, &wire).await
+                            }
+                            None => writer.send(&frame).await,
+                        };
+                        if let Err(e) = sent {
+                            tracing::debug!("plugin stopped reading stdin: {e}");
                             return;
                         }
                     }
@@ -393,14 +418,6 @@ async fn closed(close: &mut watch::Receiver<bool>) {
     let _ = close.wait_for(|c| *c).await.map(|_| ());
 }
 
-/// Send; a plugin that stopped reading ends the input side quietly (its exit tells why).
-async fn send(writer: &mut SessionWriter, frame: &[u8]) -> Result<(), SessionError> {
-    writer
-        .send(frame)
-        .await
-        .inspect_err(|e| tracing::debug!("plugin stopped reading stdin: {e}"))
-}
-
 async fn pump_out(
     mut reader: SessionReader,
     framing: Option<Framing>,
@@ -422,14 +439,21 @@ async fn pump_out(
                 return Ok(());
             }
         };
-        let bytes: &[u8] = match &mut encoder {
-            Some(enc) => {
+        let bytes: &[u8] = match (&mut encoder, reader.last_headers()) {
+            // The plugin's own header block (Content-Type included), already checked.
+            (Some(_), Some(headers)) => {
+                out.clear();
+                out.extend_from_slice(headers);
+                out.extend_from_slice(&frame);
+                &out
+            }
+            (Some(enc), None) => {
                 out.clear();
                 // The frame was just decoded with the same limits, so this cannot fail.
                 enc.encode(&frame, &mut out).map_err(BridgeEnd::BadOutput)?;
                 &out
             }
-            None => &frame,
+            (None, _) => &frame,
         };
         written.set(written.get() + bytes.len() as u64);
         if stdout.write_all(bytes).await.is_err() {

@@ -39,6 +39,8 @@ const SNIPPET_BYTES: usize = 200;
 pub struct ContentLength {
     limits: FrameLimits,
     state: State,
+    /// The header block of the last frame decoded, as it was on the wire.
+    headers: Vec<u8>,
     /// Bytes handed to the newline search, to prove in tests that each byte is searched once.
     #[cfg(test)]
     examined: usize,
@@ -68,9 +70,18 @@ impl ContentLength {
         Self {
             limits,
             state: START,
+            headers: Vec::new(),
             #[cfg(test)]
             examined: 0,
         }
+    }
+
+    /// The header block of the frame `decode` returned last, exactly as it arrived (every
+    /// header, the blank line included): what a proxy forwards so that headers besides
+    /// `Content-Length` (`Content-Type`) reach the other side unchanged. Its length was
+    /// checked against `max_header_bytes`.
+    pub fn last_headers(&self) -> &[u8] {
+        &self.headers
     }
 
     /// Search for the blank line that ends the header block; its length once found.
@@ -197,6 +208,8 @@ impl Framer for ContentLength {
                 return Ok(None);
             };
             let body_len = self.parse_headers(&src[..header_len])?;
+            self.headers.clear();
+            self.headers.extend_from_slice(&src[..header_len]);
             src.advance(header_len);
             self.state = State::Body {
                 header_len,
@@ -274,6 +287,23 @@ mod tests {
         Some(FrameError::BadHeader {
             snippet: snippet.into(),
         })
+    }
+
+    #[test]
+    fn the_header_block_of_each_frame_is_kept_as_it_arrived() {
+        let wire = b"Content-Length: 2\r\nContent-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n{}content-length:1\r\n\r\n7";
+        let mut framer = ContentLength::new(FrameLimits::default());
+        // Split in two places, so the headers of the first frame are read across reads.
+        let mut buf = BytesMut::from(&wire[..10]);
+        assert_eq!(framer.decode(&mut buf), Ok(None));
+        buf.extend_from_slice(&wire[10..]);
+        assert_eq!(framer.decode(&mut buf), Ok(Some(Bytes::from_static(b"{}"))));
+        assert_eq!(
+            framer.last_headers(),
+            b"Content-Length: 2\r\nContent-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n"
+        );
+        assert_eq!(framer.decode(&mut buf), Ok(Some(Bytes::from_static(b"7"))));
+        assert_eq!(framer.last_headers(), b"content-length:1\r\n\r\n");
     }
 
     #[test]

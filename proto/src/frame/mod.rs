@@ -156,6 +156,17 @@ pub enum AnyFramer {
     ContentLength(ContentLength),
 }
 
+impl AnyFramer {
+    /// For `Content-Length` framing, the header block of the frame decoded last, as it arrived
+    /// (see [`ContentLength::last_headers`]); `None` for the other framings.
+    pub fn last_headers(&self) -> Option<&[u8]> {
+        match self {
+            AnyFramer::ContentLength(f) => Some(f.last_headers()),
+            _ => None,
+        }
+    }
+}
+
 impl Framer for AnyFramer {
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, FrameError> {
         match self {
