@@ -1,0 +1,142 @@
+//! Where `.ci/setup` put the real peers (pinned packages from the registries), the peers built
+//! here from source against real SDKs, and the `sandpipe` binary the stand-in tests run.
+//! Everything here fails with "run .ci/setup" when something is missing: a test that cannot
+//! find its peer fails, it never skips.
+//!
+//! ```no_run
+//! let deno = sandpipe_tests::peers::deno();
+//! assert!(deno.ends_with("node_modules/.bin/deno"));
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::Target;
+
+/// `$SANDPIPE_PEERS_DIR`, default `$HOME/.cache/sandpipe-ci/peers` (the same rule as `.ci/setup`).
+pub fn dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SANDPIPE_PEERS_DIR") {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME").expect("HOME is set (or set SANDPIPE_PEERS_DIR)");
+    PathBuf::from(home).join(".cache/sandpipe-ci/peers")
+}
+
+fn installed(path: PathBuf, what: &str) -> PathBuf {
+    assert!(
+        path.exists(),
+        "{what} is not installed at {}: run .ci/setup",
+        path.display()
+    );
+    path
+}
+
+/// A file or directory in `tests/peers/` (plugins written here against the real SDKs).
+pub fn source(name: &str) -> PathBuf {
+    let p = super::workspace_root().join("tests/peers").join(name);
+    assert!(p.exists(), "{} is missing", p.display());
+    p
+}
+
+// --- the sandpipe binary --------------------------------------------------------------------
+
+/// The `sandpipe` binary of this workspace, built (once per test process) into the target
+/// directory this test binary runs from, with its profile. The test crate cannot name another
+/// package's binary (`CARGO_BIN_EXE_*` is only set for its own), and a binary left over from
+/// an earlier build could be stale, so cargo is asked every time; it rebuilds only what
+/// changed.
+pub fn sandpipe() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("the test binary's path");
+            // <target>/<profile>/deps/<test binary>
+            let profile_dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("the test binary lives in <target>/<profile>/deps");
+            let target = profile_dir.parent().expect("<target>");
+            let profile = profile_dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .expect("profile directory name");
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let mut cmd = Command::new(cargo);
+            cmd.current_dir(super::workspace_root())
+                .args(["build", "--quiet", "-p", "sandpipe", "--bin", "sandpipe"])
+                .arg("--target-dir")
+                .arg(target);
+            match profile {
+                "debug" => {}
+                "release" => {
+                    cmd.arg("--release");
+                }
+                other => {
+                    cmd.args(["--profile", other]);
+                }
+            }
+            let status = cmd.status().expect("running cargo to build sandpipe");
+            assert!(status.success(), "building the sandpipe binary failed");
+            let bin = profile_dir.join("sandpipe");
+            assert!(bin.exists(), "{} was not built", bin.display());
+            bin
+        })
+        .clone()
+}
+
+// --- issue 12 (peers-rs-deno): the Cairo oracle on the real SDK, and Deno from npm ----------
+
+/// `deno` from the npm package `deno` (pinned in `.ci/setup`), as an engine's configuration
+/// names it: `node_modules/.bin/deno`, a symlink to the binary the package ships.
+pub fn deno() -> PathBuf {
+    installed(
+        dir().join("deno/node_modules/.bin/deno"),
+        "deno (npm package `deno`)",
+    )
+}
+
+/// The Cairo oracle in `tests/peers/cairo-oracle`, written with the real `cairo-oracle-server`
+/// SDK from crates.io, built for `target` (once per test process and target) into the plugin
+/// target directory. It is its own cargo workspace, with its own lock file.
+pub fn cairo_oracle(target: Target) -> PathBuf {
+    static WASM: OnceLock<PathBuf> = OnceLock::new();
+    static NATIVE: OnceLock<PathBuf> = OnceLock::new();
+    let (cell, triple) = match target {
+        Target::Wasm => (&WASM, Some("wasm32-wasip2")),
+        Target::Native => (&NATIVE, None),
+        Target::WasmP1 => panic!("the Cairo oracle peer is built for wasm32-wasip2 and natively"),
+    };
+    cell.get_or_init(|| {
+        let manifest = source("cairo-oracle/Cargo.toml");
+        let dir = super::plugin_target_dir();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args([
+            "build",
+            "--release",
+            "--quiet",
+            "--locked",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&dir);
+        if let Some(triple) = triple {
+            cmd.args(["--target", triple]);
+        }
+        let status = cmd
+            .status()
+            .expect("running cargo to build the Cairo oracle");
+        assert!(
+            status.success(),
+            "building {} for {target:?} failed",
+            manifest.display()
+        );
+        match triple {
+            Some(triple) => dir.join(triple).join("release/peer-cairo-oracle.wasm"),
+            None => dir.join("release/peer-cairo-oracle"),
+        }
+    })
+    .clone()
+}
