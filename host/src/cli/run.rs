@@ -167,6 +167,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
             // Its output went straight to the engine: whether it wrote any is unknown here.
             super::sandbox_args::explain_failed_start(&plugin, &policy, false);
         }
+        if let Exit::Killed { signal: Some(sig) } = exit {
+            super::end_by_signal_like_the_plugin(sig);
+        }
         return Ok(exit_status(&exit));
     }
 
@@ -289,6 +292,9 @@ fn report(end: Option<BridgeEnd>, bad_input: Option<&FrameError>, exit: &Exit) -
             return exit_code::BAD_FRAME;
         }
         Some(BridgeEnd::StdoutClosed) | None => {}
+    }
+    if let Exit::Killed { signal: Some(sig) } = exit {
+        super::end_by_signal_like_the_plugin(*sig);
     }
     exit_status(exit)
 }
