@@ -54,7 +54,7 @@ pub enum ImportPolicy {
 /// - `deterministic`: `None`, real clocks and random;
 /// - `max_cpu_time`: `None`, no CPU-time limit for a native plugin (the wasm counterpart, fuel,
 ///   is unlimited by default too; a long-lived server legitimately adds up CPU over hours);
-/// - `max_open_files`: 1024 ([`DEFAULT_MAX_OPEN_FILES`]) open files for a native plugin;
+/// - `max_open_files`: 1024 ([`DEFAULT_MAX_OPEN_FILES`]) open files, wasm and native;
 /// - `startup_grants`: on; a native plugin may read what it needs to start (see
 ///   [`crate::startup_grants`]).
 ///
@@ -100,10 +100,18 @@ pub struct Policy {
     /// ignores SIGXCPU; both end as [`crate::Exit::CpuTimeLimit`]. Counted per process: each
     /// process the plugin starts has its own budget. Native only: wasm uses [`Policy::fuel`].
     pub max_cpu_time: Option<Duration>,
-    /// Most file descriptors a native plugin may have open at once (`RLIMIT_NOFILE`), stdio
-    /// included; past it `open` fails with `EMFILE`. Lowered to sandpipe's own hard limit when
-    /// that is smaller. A dynamically linked program needs a few to start (at least 16 is
-    /// safe). `None` keeps sandpipe's own limit. Native only.
+    /// Most file descriptors a plugin may have open at once.
+    ///
+    /// - Wasm: host descriptors the session holds, its preopened directories included (its
+    ///   stdio is in memory and holds none). A file counts until the guest has closed it and
+    ///   every stream read from it or written to it. Past the cap an open fails with an error
+    ///   the guest can handle, never a trap: WASI p2's `error-code.quota` (wasi-libc `EDQUOT`,
+    ///   Rust `ErrorKind::QuotaExceeded`; p2 has no `EMFILE`), WASI p1's `mfile` (`EMFILE`).
+    ///   Closing one makes room for the next. `None`: no cap but sandpipe's own
+    ///   `RLIMIT_NOFILE`, which one session can then use up for all the others.
+    /// - Native: `RLIMIT_NOFILE`, stdio included; past it `open` fails with `EMFILE`. Lowered
+    ///   to sandpipe's own hard limit when that is smaller. A dynamically linked program needs
+    ///   a few to start (at least 16 is safe). `None` keeps sandpipe's own limit.
     pub max_open_files: Option<u64>,
     /// Native only: grant, read-only, what the plugin needs to start (its resolved executable,
     /// a script's interpreter, the interpreter's install prefix, a venv, script files named in
@@ -115,9 +123,10 @@ pub struct Policy {
 /// The default memory cap.
 pub const DEFAULT_MAX_MEMORY: u64 = 256 << 20;
 
-/// The default open-file limit of a native plugin: the usual soft limit of a Linux login, so an
-/// ordinary plugin never notices it, while a descriptor leak stops at a thousand instead of at
-/// a service manager's hard limit of a million.
+/// The default open-file limit of a plugin, wasm or native: the usual soft limit of a Linux
+/// login, so an ordinary plugin never notices it, while a descriptor leak stops at a thousand
+/// instead of at a service manager's hard limit of a million (natively) or at the host
+/// process's own limit, shared by every session (wasm).
 pub const DEFAULT_MAX_OPEN_FILES: u64 = 1024;
 
 impl Default for Policy {
@@ -161,7 +170,8 @@ impl Policy {
         self.max_cpu_time = limit;
         self
     }
-    /// Set the open-file limit of a native plugin (`None` keeps sandpipe's own).
+    /// Set the open-file limit, wasm and native (`None` keeps sandpipe's own; see
+    /// [`Policy::max_open_files`]).
     pub fn max_open_files(mut self, limit: Option<u64>) -> Self {
         self.max_open_files = limit;
         self

@@ -356,6 +356,24 @@ fn help_documents_exit_codes() {
     ] {
         assert!(help.contains(needle), "{needle} missing from:\n{help}");
     }
+    // The open-file cap states its default and what it means for wasm.
+    let flag = help
+        .split("--max-open-files")
+        .nth(1)
+        .and_then(|rest| rest.split("\n      --").next())
+        .unwrap_or_else(|| panic!("--max-open-files missing from:\n{help}"))
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for needle in [
+        "[default: 1024]",
+        "Wasm:",
+        "quota",
+        "EMFILE",
+        "RLIMIT_NOFILE",
+    ] {
+        assert!(flag.contains(needle), "{needle} missing from:\n{flag}");
+    }
     let out = sandpipe(&["--help"], b"");
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("124  deadline exceeded"), "{help}");

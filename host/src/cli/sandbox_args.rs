@@ -34,8 +34,10 @@ pub struct SandboxArgs {
     /// the kernel stops the plugin (exit status 121). Wasm plugins use --fuel [default: unlimited].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) max_cpu_time: Option<Duration>,
-    /// Most files a native plugin may have open at once (RLIMIT_NOFILE, stdio included), or
-    /// none to keep sandpipe's own limit.
+    /// Most files a plugin may have open at once, or none for sandpipe's own limit. Wasm: host
+    /// descriptors the session holds (its --dir preopens plus what it opened); past it an open
+    /// fails (p2 error-code quota, EDQUOT; p1 EMFILE) and the plugin runs on. Native:
+    /// RLIMIT_NOFILE, stdio included (EMFILE).
     #[arg(long, value_name = "N", default_value = "1024", value_parser = parse_open_files)]
     pub(crate) max_open_files: FileCap,
     /// Largest frame accepted in either direction (e.g. 16MiB).
