@@ -12,9 +12,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 pub mod peers;
-use std::sync::OnceLock;
+pub mod stand_in;
 
 /// Which build of a plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,15 +1,18 @@
-//! Where `.ci/setup` put the real peers (pinned packages from the registries), and the
-//! `sandpipe` binary the stand-in tests run. Everything here fails with "run .ci/setup" when
-//! something is missing: a test that cannot find its peer fails, it never skips.
+//! Where `.ci/setup` put the real peers (pinned packages from the registries), the peers built
+//! here from source against real SDKs, and the `sandpipe` binary the stand-in tests run.
+//! Everything here fails with "run .ci/setup" when something is missing: a test that cannot
+//! find its peer fails, it never skips.
 //!
 //! ```no_run
-//! let python = sandpipe_tests::peers::python();
-//! assert!(python.ends_with("venv/bin/python"));
+//! let deno = sandpipe_tests::peers::deno();
+//! assert!(deno.ends_with("node_modules/.bin/deno"));
 //! ```
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+
+use crate::Target;
 
 /// `$SANDPIPE_PEERS_DIR`, default `$HOME/.cache/sandpipe-ci/peers` (the same rule as `.ci/setup`).
 pub fn dir() -> PathBuf {
@@ -110,4 +113,60 @@ pub fn sandpipe() -> PathBuf {
             bin
         })
         .clone()
+}
+
+// --- issue 12 (peers-rs-deno): the Cairo oracle on the real SDK, and Deno from npm ----------
+
+/// `deno` from the npm package `deno` (pinned in `.ci/setup`), as an engine's configuration
+/// names it: `node_modules/.bin/deno`, a symlink to the binary the package ships.
+pub fn deno() -> PathBuf {
+    installed(
+        dir().join("deno/node_modules/.bin/deno"),
+        "deno (npm package `deno`)",
+    )
+}
+
+/// The Cairo oracle in `tests/peers/cairo-oracle`, written with the real `cairo-oracle-server`
+/// SDK from crates.io, built for `target` (once per test process and target) into the plugin
+/// target directory. It is its own cargo workspace, with its own lock file.
+pub fn cairo_oracle(target: Target) -> PathBuf {
+    static WASM: OnceLock<PathBuf> = OnceLock::new();
+    static NATIVE: OnceLock<PathBuf> = OnceLock::new();
+    let (cell, triple) = match target {
+        Target::Wasm => (&WASM, Some("wasm32-wasip2")),
+        Target::Native => (&NATIVE, None),
+        Target::WasmP1 => panic!("the Cairo oracle peer is built for wasm32-wasip2 and natively"),
+    };
+    cell.get_or_init(|| {
+        let manifest = source("cairo-oracle/Cargo.toml");
+        let dir = super::plugin_target_dir();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args([
+            "build",
+            "--release",
+            "--quiet",
+            "--locked",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&dir);
+        if let Some(triple) = triple {
+            cmd.args(["--target", triple]);
+        }
+        let status = cmd
+            .status()
+            .expect("running cargo to build the Cairo oracle");
+        assert!(
+            status.success(),
+            "building {} for {target:?} failed",
+            manifest.display()
+        );
+        match triple {
+            Some(triple) => dir.join(triple).join("release/peer-cairo-oracle.wasm"),
+            None => dir.join("release/peer-cairo-oracle"),
+        }
+    })
+    .clone()
 }

@@ -11,6 +11,7 @@ mod signals;
 mod stdio;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::{Parser, Subcommand};
 
@@ -103,7 +104,56 @@ impl CacheArgs {
     }
 }
 
-/// Parse the command line, run it, and return the process exit code.
+/// The signal that ended `run`'s plugin, when sandpipe is to end the same way (see [`exit`]).
+static PLUGIN_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// Signals whose default action ends a process without a core file: a plugin killed by one of
+/// these (a forwarded SIGTERM, SIGINT, …) ends sandpipe by the same signal.
+const TERMINATING: [i32; 8] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGKILL,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGPIPE,
+    libc::SIGALRM,
+    libc::SIGTERM,
+];
+
+/// `run`'s plugin was killed by `signal` (not by sandpipe): [`exit`] re-raises it.
+pub(crate) fn end_by_signal_like_the_plugin(signal: i32) {
+    if TERMINATING.contains(&signal) {
+        PLUGIN_SIGNAL.store(signal, Ordering::SeqCst);
+    }
+}
+
+/// End the process with `code`, or, when `run`'s plugin was killed by a terminating signal,
+/// by that same signal: an engine that waits for its plugin then sees "killed by SIGTERM"
+/// (`WIFSIGNALED`), exactly as without sandpipe, not an exit code of 143. A shell's `$?` is
+/// 128 + N either way, and `code` is that number should the signal not end the process.
+pub fn exit(code: i32) -> ! {
+    let signal = PLUGIN_SIGNAL.load(Ordering::SeqCst);
+    if signal != 0 {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        // SAFETY: resetting one signal to its default action and raising it on the calling
+        // thread, with no handler of ours left to run. The runtime's handlers for these
+        // signals only write to a pipe; the process ends here either way.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, signal);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::raise(signal);
+        }
+    }
+    std::process::exit(code)
+}
+
+/// Parse the command line, run it, and return the process exit code (pass it to [`exit`]).
 pub fn main() -> i32 {
     let cli = Cli::parse();
     init_logging(cli.verbose);
@@ -134,49 +184,11 @@ pub fn main() -> i32 {
     // Don't wait for the stdin pump: it may be parked in a blocking read of our stdin.
     runtime.shutdown_background();
     match result {
-        Ok(code) => {
-            let signal = DIE_BY_SIGNAL.load(std::sync::atomic::Ordering::Relaxed);
-            if signal != 0 {
-                die_by(signal);
-            }
-            code
-        }
+        Ok(code) => code,
         Err(e) => {
             eprintln!("sandpipe: {e:#}");
             exit_code::HOST_ERROR
         }
-    }
-}
-
-/// Set by `run` when the plugin was killed by a signal it did not get from sandpipe: sandpipe
-/// then ends by the same signal, so the engine sees what it would have seen of the plugin
-/// ("signal 15", not "exit 143").
-static DIE_BY_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
-
-pub(crate) fn die_by_signal_at_exit(signal: i32) {
-    DIE_BY_SIGNAL.store(signal, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Raise `signal` on ourselves with its default action (no core file); returns only if that
-/// action does not end the process.
-#[allow(unsafe_code)]
-fn die_by(signal: i32) {
-    use std::io::Write;
-    let _ = std::io::stderr().flush();
-    let _ = std::io::stdout().flush();
-    // SAFETY: setrlimit, signal, sigprocmask and raise take plain values or pointers to locals.
-    unsafe {
-        let no_core = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
-        libc::signal(signal, libc::SIG_DFL);
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, signal);
-        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(signal);
     }
 }
 

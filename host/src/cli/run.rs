@@ -167,11 +167,14 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
             signal: Some(signal),
         } = exit
         {
-            super::die_by_signal_at_exit(signal);
+            super::end_by_signal_like_the_plugin(signal);
         }
         if failed_by_itself(&exit) {
             // Its output went straight to the engine: whether it wrote any is unknown here.
             super::sandbox_args::explain_failed_start(&plugin, &policy, false);
+        }
+        if let Exit::Killed { signal: Some(sig) } = exit {
+            super::end_by_signal_like_the_plugin(sig);
         }
         return Ok(exit_status(&exit));
     }
@@ -296,13 +299,8 @@ fn report(end: Option<BridgeEnd>, bad_input: Option<&FrameError>, exit: &Exit) -
         }
         Some(BridgeEnd::StdoutClosed) | None => {}
     }
-    if let Exit::Killed {
-        signal: Some(signal),
-    } = exit
-    {
-        // Killed by a signal sandpipe did not send (sandpipe's own stops end otherwise): end
-        // the same way, as the plugin itself would have been seen to.
-        super::die_by_signal_at_exit(*signal);
+    if let Exit::Killed { signal: Some(sig) } = exit {
+        super::end_by_signal_like_the_plugin(*sig);
     }
     exit_status(exit)
 }

@@ -1,0 +1,11 @@
+mod ahash;
+mod arcstr;
+mod bigdecimal;
+mod chrono;
+mod fxhash;
+mod hashbrown;
+mod num_bigint;
+mod ordered_float;
+mod rust_decimal;
+mod time;
+mod xxhash_rust;
