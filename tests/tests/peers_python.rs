@@ -41,9 +41,19 @@ fn each_way(
     peer: impl Fn(Way) -> Peer,
     script: impl Fn(&mut Session),
 ) -> Transcript {
+    each_of(case, &Way::all(framing), peer, script)
+}
+
+/// Like [`each_way`], over `ways` (the first is the reference).
+fn each_of(
+    case: &str,
+    ways: &[Way],
+    peer: impl Fn(Way) -> Peer,
+    script: impl Fn(&mut Session),
+) -> Transcript {
     let mut direct: Option<Transcript> = None;
     let mut differ = Vec::new();
-    for way in Way::all(framing) {
+    for &way in ways {
         let mut session = Session::start(&peer(way), way);
         script(&mut session);
         let (got, stderr) = session.finish();
@@ -176,17 +186,42 @@ fn atp_malformed_message() {
 fn atp_not_cbor() {
     // 0x1c is a reserved CBOR initial byte: the engine's stream loses its framing. The SDK
     // reports the decode error and stops.
-    let t = each_way("atp not cbor", Framing::CborSeq, atp_peer, |s| {
+    let script = |s: &mut Session| {
         atp_handshake(s);
         atp_greet(s, "r1", "before");
         s.send(&[0x1c]);
-    });
+    };
+    let marker: &[u8] = b"Error while decoding CBOR:";
+    // Raw: byte for byte what the engine sees directly, the bad byte passed on unjudged.
+    let t = each_of(
+        "atp not cbor",
+        &[Way::Direct, Way::Behind(None)],
+        atp_peer,
+        script,
+    );
+    let cut = t
+        .stdout
+        .windows(marker.len())
+        .position(|w| w == marker)
+        .unwrap_or_else(|| panic!("{}", stand_in::render(&t.stdout)));
+    // With --framing cbor, sandpipe validates what the untrusted plugin writes (README,
+    // "Standing in for a plugin"): the SDK writes that error as plain text on stdout (its
+    // "stderr" points there), which is not CBOR. The engine gets every frame before it, then
+    // the end of the stream, and status 123 with the reason on stderr: the documented
+    // difference, not the plugin's own exit.
+    let behind = Way::Behind(Some(Framing::CborSeq));
+    let mut session = Session::start(&atp_peer(behind), behind);
+    script(&mut session);
+    let (got, stderr) = session.finish();
+    assert_eq!(
+        stand_in::render(&got.stdout),
+        stand_in::render(&t.stdout[..cut]),
+        "{stderr}"
+    );
+    assert_eq!(got.status, "exit 123", "{stderr}");
     assert!(
-        t.stdout
-            .windows(26)
-            .any(|w| w == b"Error while decoding CBOR:"),
-        "{}",
-        stand_in::render(&t.stdout)
+        stderr.contains("sandpipe: bad frame from plugin"),
+        "{stderr}"
     );
 }
 
