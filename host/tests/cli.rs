@@ -746,6 +746,12 @@ fn native_start_and_inspect_state_the_landlock_confinement() {
         serde_json::json!(support.warning())
     );
     assert_eq!(v["native"]["rlimits"]["cpu_seconds"], 1);
+    let grants = v["native"]["startup_grants"].as_array().expect("grants");
+    assert!(
+        grants.iter().any(|g| g["reason"] == "program"
+            && g["path"].as_str().is_some_and(|p| p.ends_with("/spin"))),
+        "{v:#}"
+    );
     assert_eq!(v["native"]["rlimits"]["open_files"], 1024);
     let text = sandpipe(&["inspect", &spin], b"");
     let text = String::from_utf8_lossy(&text.stdout).into_owned();

@@ -58,6 +58,15 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
     if plugin.kind() == PluginKind::NativeUnsandboxed {
         let policy = args.sandbox.policy(args.plugin_args.clone())?;
         report["native"] = native_report(&policy, &LandlockSupport::detect());
+        let grants: Vec<Value> = if policy.startup_grants {
+            crate::startup_grants(plugin.path(), &policy.args)
+                .iter()
+                .map(|g| json!({"path": g.path.display().to_string(), "reason": g.reason}))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        report["native"]["startup_grants"] = Value::Array(grants);
     }
     if let Some(protocol) = args.protocol {
         let policy = args.sandbox.policy(args.plugin_args.clone())?;
@@ -176,6 +185,26 @@ fn print_text(r: &Value) {
             Some(v) => unit(v),
             None => "unlimited".to_owned(),
         };
+        if let Some(grants) = n["startup_grants"].as_array() {
+            let listed: Vec<String> = grants
+                .iter()
+                .map(|g| {
+                    format!(
+                        "{} ({})",
+                        g["path"].as_str().unwrap_or_default(),
+                        g["reason"].as_str().unwrap_or_default()
+                    )
+                })
+                .collect();
+            println!(
+                "start-up:  read-only {}",
+                if listed.is_empty() {
+                    "nothing beyond the system directories".to_owned()
+                } else {
+                    listed.join(", ")
+                }
+            );
+        }
         println!(
             "rlimits:   writable memory (RLIMIT_DATA, backstop of the resident cap) {}, CPU time {}, open files {}, core 0",
             limit("data_bytes", &|b| bytesize::ByteSize(b)
