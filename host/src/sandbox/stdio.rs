@@ -660,7 +660,9 @@ mod tests {
         guest.write(Bytes::from(big.clone())).expect("one write");
         assert_eq!(guest.check_write().expect("permit"), 0, "over capacity now");
         let flusher = tokio::spawn(async move {
-            guest.blocking_flush().await.expect("flush");
+            // The host's `blocking-flush`: flush, then wait until writable.
+            guest.flush().expect("flush");
+            guest.write_ready().await.expect("writable");
             guest
         });
         let mut got = vec![0; big.len() - 4];
