@@ -14,6 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+pub mod guests;
+pub mod peers;
+
 /// Which build of a plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {

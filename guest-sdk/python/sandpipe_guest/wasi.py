@@ -12,13 +12,18 @@ __all__ = ["IN_WASM", "argv", "exit"]
 
 IN_WASM = sys.platform == "wasi"
 
+if IN_WASM:
+    # Imported now, while componentize-py initialises the interpreter at build time: generated
+    # binding modules that nothing imported then are not in the component.
+    from componentize_py_types import Err, Ok
+    from wit_world.imports import environment as _environment
+    from wit_world.imports import exit as _wasi_exit
+
 
 def argv():
     """The plugin's arguments, without the program name."""
     if IN_WASM:
-        from wit_world.imports import environment
-
-        return list(environment.get_arguments()[1:])
+        return list(_environment.get_arguments()[1:])
     return sys.argv[1:]
 
 
@@ -27,10 +32,7 @@ def exit(code=0):
     sys.stdout.flush()
     sys.stderr.flush()
     if IN_WASM:
-        from componentize_py_types import Err, Ok
-        from wit_world.imports import exit as wasi_exit
-
-        wasi_exit.exit(Ok(None) if code == 0 else Err(None))
+        _wasi_exit.exit(Ok(None) if code == 0 else Err(None))
     sys.exit(code)
 
 
