@@ -26,7 +26,11 @@ static BUILDING: Mutex<()> = Mutex::new(());
 pub fn python(source: &str, target: Target) -> PathBuf {
     let root = workspace_root();
     let sdk = root.join("guest-sdk/python");
-    let inputs = [root.join(source), sdk.clone()];
+    let inputs = [
+        root.join(source),
+        sdk.join("sandpipe_guest"),
+        sdk.join("wit"),
+    ];
     let (ext, flags): (&str, Vec<String>) = match target {
         Target::Wasm => ("wasm", Vec::new()),
         Target::Native => (
@@ -56,7 +60,12 @@ pub fn python(source: &str, target: Target) -> PathBuf {
 }
 
 /// Build `name` into `<plugin target dir>/guests/<stem>-<hash>.<ext>` unless it is there.
-fn cached(source: &str, ext: &str, inputs: &[PathBuf], build: impl Fn(&Path) -> Command) -> PathBuf {
+fn cached(
+    source: &str,
+    ext: &str,
+    inputs: &[PathBuf],
+    build: impl Fn(&Path) -> Command,
+) -> PathBuf {
     let dir = plugin_target_dir().join("guests");
     std::fs::create_dir_all(&dir).expect("creating the guests build directory");
     let stem = Path::new(source)
@@ -73,7 +82,10 @@ fn cached(source: &str, ext: &str, inputs: &[PathBuf], build: impl Fn(&Path) -> 
     let status = build(&partial)
         .status()
         .unwrap_or_else(|e| panic!("building {source}: {e} (run .ci/setup)"));
-    assert!(status.success(), "building {source} ({ext}) failed: {status}");
+    assert!(
+        status.success(),
+        "building {source} ({ext}) failed: {status}"
+    );
     std::fs::rename(&partial, &out).expect("moving the build into place");
     eprintln!(
         "built {} in {:.1} s",
@@ -92,7 +104,10 @@ fn hash_tree(paths: &[PathBuf]) -> u64 {
             };
             for e in entries.flatten() {
                 let path = e.path();
-                if path.file_name().is_some_and(|n| n == "__pycache__" || n == "node_modules") {
+                if path
+                    .file_name()
+                    .is_some_and(|n| n == "__pycache__" || n == "node_modules")
+                {
                     continue;
                 }
                 walk(&path, files);

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use sandpipe::{Exit, Host, HostOptions, Policy, SessionOptions, StderrMode, replay};
 use sandpipe_proto::transcript::Transcript;
-use sandpipe_tests::{Target, guests, plugin_target_dir, workspace_root};
+use sandpipe_tests::{Target, guests, peers, plugin_target_dir, workspace_root};
 
 /// One host for the whole file, caching compiled components on disk between test processes.
 fn host() -> &'static Host {
@@ -114,11 +114,12 @@ async fn read_chunks(s: &mut sandpipe::Session, from: usize, n: usize, size: usi
     let mut offset = from * size;
     let end = offset + n;
     while offset < end {
-        let bytes = s
-            .recv()
-            .await
-            .expect("recv")
-            .unwrap_or_else(|| panic!("stdout ended at byte {offset} of {end}: {:?}", s.stderr_tail()));
+        let bytes = s.recv().await.expect("recv").unwrap_or_else(|| {
+            panic!(
+                "stdout ended at byte {offset} of {end}: {:?}",
+                s.stderr_tail()
+            )
+        });
         for (i, b) in bytes.iter().enumerate() {
             let at = offset + i;
             assert_eq!(
@@ -180,4 +181,21 @@ async fn a_guest_writing_mib_after_mib_waits_for_the_host_instead_of_filling_its
     read_chunks(&mut s, 1, (CHUNKS - 1) * MIB, MIB).await;
     assert_eq!(s.recv().await.expect("eof"), None);
     assert_eq!(s.wait().await, Exit::Exited(0), "{:?}", s.stderr_tail());
+}
+
+#[test]
+fn the_python_sdk_unit_tests_pass_under_python3() {
+    let sdk = workspace_root().join("guest-sdk/python");
+    let out = std::process::Command::new(peers::system_python())
+        .current_dir(&sdk)
+        .env("PYTHONPATH", &sdk)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .args(["-m", "unittest", "discover", "-s", "tests"])
+        .output()
+        .expect("running python3");
+    assert!(
+        out.status.success(),
+        "python3 -m unittest failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -23,6 +23,7 @@ import sys
 
 from . import cbor
 from .framing import CBOR
+from .oracle import _debug as _quote
 from .stdio import stdio
 
 __all__ = ["Plugin", "Run", "Output", "Failed", "PENDING", "AtpError", "serve", "V1", "V3"]
@@ -218,12 +219,6 @@ class _Server:
             )
         else:
             raise TypeError(f"a handler returned {progress!r}; expected PENDING, Output or Failed")
-
-
-def _quote(s):
-    from .oracle import _debug
-
-    return _debug(s)
 
 
 def serve(plugin, schema, version=V3, io=None):

@@ -667,7 +667,9 @@ mod tests {
         });
         let mut got = vec![0; big.len() - 4];
         host.read_exact(&mut got).await.expect("read");
-        let mut guest = flusher.await.expect("flush returns once the pipe is under capacity");
+        let mut guest = flusher
+            .await
+            .expect("flush returns once the pipe is under capacity");
         assert_eq!(guest.check_write().expect("permit"), WRITE_PERMIT);
         drop(guest);
         drop(stdout);
