@@ -44,7 +44,7 @@ pub enum ImportPolicy {
 /// The sandbox policy. Deny by default; [`Policy::default`] gives:
 /// - `fuel`: `None`, no instruction budget (fuel metering is still compiled in, so a budget can
 ///   be set per session without recompiling);
-/// - `max_memory`: 256 MiB of linear memory (native: the address-space rlimit);
+/// - `max_memory`: 256 MiB of linear memory (native: resident memory, see `SECURITY.md`);
 /// - `deadline`: `None`, no wall-clock limit;
 /// - `preopens`: none, the plugin sees no filesystem at all;
 /// - `env`: empty, nothing is inherited from the host;
@@ -54,7 +54,9 @@ pub enum ImportPolicy {
 /// - `deterministic`: `None`, real clocks and random;
 /// - `max_cpu_time`: `None`, no CPU-time limit for a native plugin (the wasm counterpart, fuel,
 ///   is unlimited by default too; a long-lived server legitimately adds up CPU over hours);
-/// - `max_open_files`: 1024 ([`DEFAULT_MAX_OPEN_FILES`]) open files for a native plugin.
+/// - `max_open_files`: 1024 ([`DEFAULT_MAX_OPEN_FILES`]) open files for a native plugin;
+/// - `startup_grants`: on; a native plugin may read what it needs to start (see
+///   [`crate::startup_grants`]).
 ///
 /// A native plugin (see `SECURITY.md`, "Native mode") additionally runs under Landlock where the kernel
 /// has it: its filesystem is the system's programs and libraries read-only, its own file, and
@@ -74,7 +76,10 @@ pub struct Policy {
     /// [`SessionControl::begin_request`]: crate::SessionControl::begin_request
     /// [`Exit::OutOfFuel`]: crate::Exit::OutOfFuel
     pub fuel_per_request: Option<u64>,
-    /// Memory cap in bytes: linear memory for wasm, `RLIMIT_AS` for native. `None` = no cap.
+    /// Memory cap in bytes: linear memory for wasm; for native, the resident memory of the
+    /// plugin and its descendants, sampled, with `RLIMIT_DATA` at four times the cap (at least
+    /// 1 GiB) as a backstop (memory a plugin uses, not address space it reserves, so V8, Go
+    /// and the JVM start under it). `None` = no cap.
     pub max_memory: Option<u64>,
     /// Wall-clock deadline from the start of the session.
     pub deadline: Option<Duration>,
@@ -100,6 +105,11 @@ pub struct Policy {
     /// that is smaller. A dynamically linked program needs a few to start (at least 16 is
     /// safe). `None` keeps sandpipe's own limit. Native only.
     pub max_open_files: Option<u64>,
+    /// Native only: grant, read-only, what the plugin needs to start (its resolved executable,
+    /// a script's interpreter, the interpreter's install prefix, a venv, script files named in
+    /// the arguments; see [`crate::startup_grants`]). On by default: without it a pyenv, venv or
+    /// npm-installed interpreter dies under Landlock before its first frame.
+    pub startup_grants: bool,
 }
 
 /// The default memory cap.
@@ -124,6 +134,7 @@ impl Default for Policy {
             deterministic: None,
             max_cpu_time: None,
             max_open_files: Some(DEFAULT_MAX_OPEN_FILES),
+            startup_grants: true,
         }
     }
 }
@@ -155,6 +166,13 @@ impl Policy {
         self.max_open_files = limit;
         self
     }
+
+    /// Turn the read-only start-up grants of a native plugin on (the default) or off.
+    pub fn startup_grants(mut self, on: bool) -> Self {
+        self.startup_grants = on;
+        self
+    }
+
     /// Set the wall-clock deadline.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);

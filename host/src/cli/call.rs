@@ -59,8 +59,8 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     let plugin = host
         .load(&args.plugin)
         .with_context(|| format!("loading plugin {}", args.plugin.display()))?;
-    warn_if_native(&plugin);
     let policy = args.sandbox.policy(args.plugin_args.clone())?;
+    warn_if_native(&plugin, &policy);
     let mut options =
         SessionOptions::framed(args.protocol.framing()).frame_limits(args.sandbox.frame_limits());
     options.stderr = StderrMode::Inherit;
