@@ -170,3 +170,24 @@ pub fn cairo_oracle(target: Target) -> PathBuf {
     })
     .clone()
 }
+
+// --- pyjs: componentize-py, and the interpreter of the native Python builds ----------------
+
+/// The shared venv's Python (componentize-py 0.25.1 lives there too).
+pub fn venv_python() -> PathBuf {
+    python()
+}
+
+/// `componentize-py` 0.25.1 in the shared venv.
+pub fn componentize_py() -> PathBuf {
+    installed(
+        dir().join("venv/bin/componentize-py"),
+        "componentize-py (PyPI)",
+    )
+}
+
+/// The system `python3` that runs the native builds of Python plugins (a path Landlock lets a
+/// native plugin read: `/usr`).
+pub fn system_python() -> PathBuf {
+    installed(PathBuf::from("/usr/bin/python3"), "the system python3")
+}

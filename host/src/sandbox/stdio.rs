@@ -12,6 +12,16 @@
 //! is waiting. The buffer is bounded by `capacity` both ways (backpressure), so a flooding guest
 //! cannot grow host memory.
 //!
+//! Blocking writes complete in full, as on a Linux pipe. wasi-libc's `write()` (CPython,
+//! C guests) asks `check-write` for a permit, writes at most that much, and returns the count;
+//! much code written for blocking pipes (cbor2, for one) never retries a short write. So while
+//! the pipe holds less than `capacity`, a guest may write up to [`WRITE_PERMIT`] bytes in one
+//! call; the pipe then holds more than `capacity` until the host reads, and the guest's next
+//! `blocking-flush` (which wasi-libc calls after every write) or `check-write` waits until it is
+//! back under `capacity`. The guest, not the host's buffer, absorbs the wait: what the pipe
+//! holds stays below `capacity + WRITE_PERMIT`, and those bytes were already in the guest's
+//! own (capped) linear memory.
+//!
 //! Closing: the host closes its end by dropping it (or `poll_shutdown` on the writer); the
 //! guest's end closes when the store drops its last handle. A reader sees EOF once the writer
 //! is closed and the buffer is empty, so bytes written before a guest trapped still arrive.
@@ -27,7 +37,13 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
 use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamError, StreamResult};
 
-/// Make a pipe holding at most `capacity` unread bytes.
+/// The most one guest write to stdout or stderr may hand over while the pipe is under its
+/// capacity: the default `max_frame_bytes`, so a frame written with one `write()` arrives whole.
+/// A larger write is short (the guest's libc returns the count, as POSIX allows).
+pub(crate) const WRITE_PERMIT: usize = 16 << 20;
+
+/// Make a pipe holding at most `capacity` unread bytes (a guest output pipe: at most
+/// `capacity - 1 + WRITE_PERMIT`, see the module docs).
 fn shared(capacity: usize) -> Arc<Shared> {
     Arc::new(Shared {
         state: Mutex::new(State {
@@ -94,6 +110,12 @@ impl State {
 
     fn room(&self) -> usize {
         self.capacity.saturating_sub(self.len)
+    }
+
+    /// What a guest may write to its stdout or stderr now: nothing while the pipe is full,
+    /// otherwise one write of up to [`WRITE_PERMIT`] bytes (see the module docs).
+    fn guest_permit(&self) -> usize {
+        if self.room() > 0 { WRITE_PERMIT } else { 0 }
     }
 
     fn push(&mut self, bytes: Bytes) -> Option<Waker> {
@@ -461,11 +483,11 @@ impl OutputStream for GuestOutput {
         if s.readers == 0 {
             return Err(StreamError::Closed);
         }
-        if bytes.len() > s.room() {
+        if bytes.len() > s.guest_permit() {
             return Err(StreamError::Trap(wasmtime::format_err!(
                 "write of {} bytes exceeds the permitted {}",
                 bytes.len(),
-                s.room()
+                s.guest_permit()
             )));
         }
         let w = s.push(bytes);
@@ -487,7 +509,7 @@ impl OutputStream for GuestOutput {
         if s.readers == 0 {
             return Err(StreamError::Closed);
         }
-        Ok(s.room())
+        Ok(s.guest_permit())
     }
 }
 
@@ -608,21 +630,58 @@ mod tests {
     async fn guest_output_is_bounded_and_survives_the_guest() {
         let (stdout, mut host) = stdout_pipe(5);
         let mut guest = stdout.p2_stream();
-        assert_eq!(guest.check_write().expect("permit"), 5);
+        assert_eq!(guest.check_write().expect("permit"), WRITE_PERMIT);
         guest.write(Bytes::from_static(b"hel")).expect("write");
-        assert_eq!(guest.check_write().expect("permit"), 2);
+        // Under capacity: one more write of any size up to the permit is accepted whole.
+        assert_eq!(guest.check_write().expect("permit"), WRITE_PERMIT);
+        guest.write(Bytes::from_static(b"lo")).expect("write");
+        // At capacity: nothing more until the host reads.
+        assert_eq!(guest.check_write().expect("permit"), 0);
         assert!(matches!(
-            guest.write(Bytes::from_static(b"abc")),
+            guest.write(Bytes::from_static(b"!")),
             Err(StreamError::Trap(_))
         ));
-        guest.write(Bytes::from_static(b"lo")).expect("write");
-        assert_eq!(guest.check_write().expect("permit"), 0);
         // The guest (and the ctx holding the factory) goes away: what it wrote still arrives.
         drop(guest);
         drop(stdout);
         let mut out = Vec::new();
         host.read_to_end(&mut out).await.expect("read");
         assert_eq!(out, b"hello");
+    }
+
+    #[tokio::test]
+    async fn a_write_larger_than_the_pipe_completes_whole_and_the_flush_waits_for_the_host() {
+        let (stdout, mut host) = stdout_pipe(8);
+        let mut guest = stdout.p2_stream();
+        let big: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        // What wasi-libc's write() does: one permit, one write, then a blocking flush.
+        let permit = guest.check_write().expect("permit");
+        assert!(permit >= big.len(), "permit {permit}");
+        guest.write(Bytes::from(big.clone())).expect("one write");
+        assert_eq!(guest.check_write().expect("permit"), 0, "over capacity now");
+        let flusher = tokio::spawn(async move {
+            // The host's `blocking-flush`: flush, then wait until writable.
+            guest.flush().expect("flush");
+            guest.write_ready().await.expect("writable");
+            guest
+        });
+        let mut got = vec![0; big.len() - 4];
+        host.read_exact(&mut got).await.expect("read");
+        let mut guest = flusher
+            .await
+            .expect("flush returns once the pipe is under capacity");
+        assert_eq!(guest.check_write().expect("permit"), WRITE_PERMIT);
+        drop(guest);
+        drop(stdout);
+        host.read_to_end(&mut got).await.expect("rest");
+        assert_eq!(got, big);
+        // More than the permit in one call breaks the contract, as with any stream.
+        let (stdout, _host) = stdout_pipe(8);
+        let mut guest = stdout.p2_stream();
+        assert!(matches!(
+            guest.write(Bytes::from(vec![0; WRITE_PERMIT + 1])),
+            Err(StreamError::Trap(_))
+        ));
     }
 
     #[tokio::test]

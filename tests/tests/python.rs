@@ -1,0 +1,201 @@
+//! Python plugins, as componentize-py components and natively under `python3`: the guest SDK
+//! in `guest-sdk/python` and the examples in `examples/python` replay the same golden
+//! transcripts as the Rust examples, and a guest's blocking write completes in full as on a
+//! Linux pipe while the host's buffer stays bounded.
+//!
+//! Each component is built once (see `sandpipe_tests::guests`) and compiled once per test
+//! process: one `Host` for every test here, with the on-disk artifact cache in a directory of
+//! the plugin target dir.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use sandpipe::{Exit, Host, HostOptions, Policy, SessionOptions, StderrMode, replay};
+use sandpipe_proto::transcript::Transcript;
+use sandpipe_tests::{Target, guests, peers, plugin_target_dir, workspace_root};
+
+/// One host for the whole file, caching compiled components on disk between test processes.
+fn host() -> &'static Host {
+    static HOST: OnceLock<Host> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let cache = plugin_target_dir().join("guests-cache");
+        Host::with_options(&HostOptions::default().cache_dir(Some(cache))).expect("host")
+    })
+}
+
+/// Python plugin for a transcript's `# plugin:` header.
+fn python_example(bin: &str) -> Option<&'static str> {
+    match bin {
+        "example-atp" => Some("examples/python/example_atp.py"),
+        "example-oracle" => Some("examples/python/example_oracle.py"),
+        _ => None,
+    }
+}
+
+fn transcripts(protocol: &str) -> Vec<PathBuf> {
+    let dir = workspace_root().join("tests/transcripts").join(protocol);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("transcripts")
+        .map(|e| e.expect("entry").path())
+        .filter(|f| f.extension().is_some_and(|e| e == "transcript"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// `sandpipe replay FILE --plugin PLUGIN`, as `tests/tests/transcripts.rs` does it.
+async fn replay(file: &Path, plugin: &Path, target: Target) -> Result<(), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+    let t = Transcript::parse(&text).map_err(|e| e.to_string())?;
+    let framing = replay::framing_of(&t)?;
+    let scratch = replay::ScratchDirs::new().map_err(|e| e.to_string())?;
+    let policy = replay::recorded_policy(&t, target == Target::Native, &|guest| {
+        scratch.dir_for(guest)
+    })?;
+    let p = host().load(plugin).map_err(|e| e.to_string())?;
+    let opts = SessionOptions::framed(framing).stderr(StderrMode::Discard);
+    let mut s = host()
+        .start(&p, &policy, &opts)
+        .await
+        .map_err(|e| e.to_string())?;
+    match replay::check(&mut s, &t, Duration::from_secs(60)).await {
+        Ok(Exit::Exited(0)) => Ok(()),
+        Ok(other) => Err(format!(
+            "plugin ended with {other} (stderr: {:?})",
+            s.stderr_tail()
+        )),
+        Err(divergence) => Err(divergence.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_examples_replay_the_atp_and_oracle_transcripts_as_wasm_and_native() {
+    let mut failures = Vec::new();
+    let mut replayed = 0;
+    for protocol in ["atp", "oracle"] {
+        for file in transcripts(protocol) {
+            let text = std::fs::read_to_string(&file).expect("transcript");
+            let t = Transcript::parse(&text).expect("transcript parses");
+            let bin = t.header("plugin").expect("a # plugin: header");
+            let source = python_example(bin)
+                .unwrap_or_else(|| panic!("{}: no Python port of {bin}", file.display()));
+            for target in [Target::Wasm, Target::Native] {
+                let plugin = guests::python(source, target);
+                replayed += 1;
+                if let Err(e) = replay(&file, &plugin, target).await {
+                    failures.push(format!("{} ({target:?}): {e}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(replayed >= 18, "only {replayed} replays");
+    assert!(
+        failures.is_empty(),
+        "{} replay(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Start `tests/plugins/python/big_write.py CHUNKS SIZE` with stdout unframed.
+async fn big_write(target: Target, chunks: usize, size: usize) -> sandpipe::Session {
+    let plugin = guests::python("tests/plugins/python/big_write.py", target);
+    let p = host().load(&plugin).expect("load");
+    let policy = Policy::default()
+        .arg(chunks.to_string())
+        .arg(size.to_string());
+    let opts = SessionOptions::default().stderr(StderrMode::Discard);
+    host().start(&p, &policy, &opts).await.expect("start")
+}
+
+/// Read exactly `n` bytes of stdout (raw chunks), checking chunk `i` is all `i % 251`.
+async fn read_chunks(s: &mut sandpipe::Session, from: usize, n: usize, size: usize) {
+    let mut offset = from * size;
+    let end = offset + n;
+    while offset < end {
+        let bytes = s.recv().await.expect("recv").unwrap_or_else(|| {
+            panic!(
+                "stdout ended at byte {offset} of {end}: {:?}",
+                s.stderr_tail()
+            )
+        });
+        for (i, b) in bytes.iter().enumerate() {
+            let at = offset + i;
+            assert_eq!(
+                usize::from(*b),
+                (at / size) % 251,
+                "byte {at} belongs to chunk {}",
+                at / size
+            );
+        }
+        offset += bytes.len();
+    }
+    assert_eq!(offset, end, "read past the expected bytes");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_blocking_write_of_1_mib_completes_in_full() {
+    const MIB: usize = 1 << 20;
+    for target in [Target::Wasm, Target::Native] {
+        let mut s = big_write(target, 1, MIB).await;
+        read_chunks(&mut s, 0, MIB, MIB).await;
+        assert_eq!(s.recv().await.expect("eof"), None);
+        assert_eq!(
+            s.wait().await,
+            Exit::Exited(0),
+            "{target:?}: {:?}",
+            s.stderr_tail()
+        );
+    }
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("rss pages");
+    pages * 4096
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_writing_mib_after_mib_waits_for_the_host_instead_of_filling_its_memory() {
+    const MIB: usize = 1 << 20;
+    const CHUNKS: usize = 64;
+    let mut s = big_write(Target::Wasm, CHUNKS, MIB).await;
+    // The first chunk is through: the guest is into its next writes. Stop reading.
+    read_chunks(&mut s, 0, MIB, MIB).await;
+    let before = rss_bytes();
+    // What a host that does not read meanwhile may hold: the pipe's 64 KiB plus one write
+    // (1 MiB), never the 63 MiB the guest still wants to write.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let paused = rss_bytes();
+    eprintln!("rss before {before}, after the pause {paused}");
+    assert!(
+        paused.saturating_sub(before) < 16 << 20,
+        "host memory grew by {} bytes while it did not read",
+        paused.saturating_sub(before)
+    );
+    read_chunks(&mut s, 1, (CHUNKS - 1) * MIB, MIB).await;
+    assert_eq!(s.recv().await.expect("eof"), None);
+    assert_eq!(s.wait().await, Exit::Exited(0), "{:?}", s.stderr_tail());
+}
+
+#[test]
+fn the_python_sdk_unit_tests_pass_under_python3() {
+    let sdk = workspace_root().join("guest-sdk/python");
+    let out = std::process::Command::new(peers::system_python())
+        .current_dir(&sdk)
+        .env("PYTHONPATH", &sdk)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .args(["-m", "unittest", "discover", "-s", "tests"])
+        .output()
+        .expect("running python3");
+    assert!(
+        out.status.success(),
+        "python3 -m unittest failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
