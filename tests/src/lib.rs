@@ -10,6 +10,8 @@
 //! assert!(echo.exists());
 //! ```
 
+pub mod peers;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

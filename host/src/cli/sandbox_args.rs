@@ -53,6 +53,8 @@ pub struct SandboxArgs {
     pub(crate) seed: Option<u64>,
     #[command(flatten)]
     pub(crate) cache: CacheArgs,
+    #[command(flatten)]
+    pub(crate) dist: super::dist::DistArgs,
 }
 
 impl SandboxArgs {
