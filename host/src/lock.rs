@@ -111,8 +111,11 @@ impl LockFile {
             source,
         };
         let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        std::fs::write(&tmp, format!("# written by sandpipe; do not edit by hand\n{text}"))
-            .map_err(io)?;
+        std::fs::write(
+            &tmp,
+            format!("# written by sandpipe; do not edit by hand\n{text}"),
+        )
+        .map_err(io)?;
         std::fs::rename(&tmp, path).map_err(io)
     }
 
@@ -139,7 +142,10 @@ mod tests {
         let path = dir.path().join("sandpipe.lock");
         assert_eq!(LockFile::load(&path).expect("missing"), LockFile::default());
         let mut lock = LockFile::default();
-        for (r, signer) in [("oci://h/b:1", None), ("oci://h/a:1", Some("ABCD".to_owned()))] {
+        for (r, signer) in [
+            ("oci://h/b:1", None),
+            ("oci://h/a:1", Some("ABCD".to_owned())),
+        ] {
             lock.insert(LockEntry {
                 reference: r.into(),
                 manifest: "sha256:m".into(),
@@ -153,6 +159,9 @@ mod tests {
         assert_eq!(back, lock);
         assert_eq!(back.plugins[0].reference, "oci://h/a:1");
         std::fs::write(&path, "version = 2\n").expect("write");
-        assert!(matches!(LockFile::load(&path), Err(LockError::Parse { .. })));
+        assert!(matches!(
+            LockFile::load(&path),
+            Err(LockError::Parse { .. })
+        ));
     }
 }

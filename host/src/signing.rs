@@ -1,7 +1,8 @@
 //! minisign (Ed25519) signatures over manifest bytes, in the formats the `minisign` CLI reads
-//! and writes: secret keys from `minisign -G` (encrypted, with the password in
-//! `SANDPIPE_MINISIGN_PASSWORD`, or unencrypted with `-W`), public keys, and `.minisig` files
-//! that `minisign -V` verifies.
+//! and writes: password-protected secret keys from `minisign -G` (the password in
+//! `SANDPIPE_MINISIGN_PASSWORD`), public keys, and `.minisig` files that `minisign -V`
+//! verifies. Keys made with `minisign -G -W` (no password) are refused by the `minisign` crate
+//! 0.7.9 ("wrong password"); use a password.
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
@@ -86,7 +87,7 @@ fn key_id(keynum: &[u8]) -> String {
 }
 
 /// Sign `data` with the secret key at `path`. The key's password comes from
-/// `SANDPIPE_MINISIGN_PASSWORD` (empty for a key made with `minisign -G -W`). Returns the
+/// `SANDPIPE_MINISIGN_PASSWORD`. Returns the
 /// `.minisig` text and the key id.
 pub fn sign(path: &Path, data: &[u8], comment: &str) -> Result<(String, String), SignError> {
     let password = std::env::var("SANDPIPE_MINISIGN_PASSWORD").unwrap_or_default();
@@ -102,10 +103,11 @@ pub fn sign(path: &Path, data: &[u8], comment: &str) -> Result<(String, String),
                 "{e} (set SANDPIPE_MINISIGN_PASSWORD for an encrypted key)"
             ))
         })?;
-    let sig = minisign::sign(None, &sk, Cursor::new(data), Some(comment), None)
-        .map_err(|e| SignError::Sign {
+    let sig = minisign::sign(None, &sk, Cursor::new(data), Some(comment), None).map_err(|e| {
+        SignError::Sign {
             reason: e.to_string(),
-        })?;
+        }
+    })?;
     let id = key_id(sig_keynum(&sig.to_string())?.as_slice());
     Ok((sig.into_string(), id))
 }

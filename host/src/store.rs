@@ -57,7 +57,7 @@ pub enum StoreError {
     },
 }
 
-fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
     move |source| StoreError::Io {
         action,
         path: path.to_owned(),
@@ -162,11 +162,7 @@ impl Store {
         }
         let dir = path.parent().unwrap_or(&self.root);
         create_private_dir(dir).map_err(io("creating", dir))?;
-        let tmp = dir.join(format!(
-            ".{}.{}.tmp",
-            &digest[7..19],
-            std::process::id()
-        ));
+        let tmp = dir.join(format!(".{}.{}.tmp", &digest[7..19], std::process::id()));
         {
             let mut f = std::fs::File::create(&tmp).map_err(io("writing", &tmp))?;
             f.write_all(bytes).map_err(io("writing", &tmp))?;
@@ -199,7 +195,10 @@ impl Store {
 
     /// The verified blob's path; `None` if absent.
     pub fn get_path(&self, digest: &str) -> Result<Option<PathBuf>, StoreError> {
-        Ok(self.get(digest)?.map(|_| self.blob_path(digest)).transpose()?)
+        Ok(self
+            .get(digest)?
+            .map(|_| self.blob_path(digest))
+            .transpose()?)
     }
 
     /// Remember that `tag` of `registry/repository` resolved to `digest`.
@@ -384,7 +383,9 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn is_hex64(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 #[cfg(test)]
@@ -425,8 +426,10 @@ mod tests {
             // Distinct, increasing last-use times without sleeping.
             let p = store.blob_path(&digest(b)).expect("path");
             let f = std::fs::File::options().write(true).open(&p).expect("open");
-            f.set_modified(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000 + i as u64))
-                .expect("mtime");
+            f.set_modified(
+                SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000 + i as u64),
+            )
+            .expect("mtime");
         }
         let left: Vec<String> = store.entries().into_iter().map(|e| e.name).collect();
         assert_eq!(left, vec![digest(&blobs[3]), digest(&blobs[4])]);

@@ -156,7 +156,7 @@ impl Sandpipe {
         args.push(reference);
         let file = file.display().to_string();
         args.push(&file);
-        let out = self.run(&args, b"");
+        let out = self.run_env(&args, b"", &[("SANDPIPE_MINISIGN_PASSWORD", PASSWORD)]);
         assert_eq!(out.status.code(), Some(0), "push: {}", stderr(&out));
         String::from_utf8(out.stdout)
             .expect("utf-8")
@@ -234,7 +234,10 @@ fn push_run_pull_and_offline_after_the_registry_stops() {
     // pull gives a byte-identical file.
     let dir = tempfile::tempdir().expect("tempdir");
     let pulled = dir.path().join("echo.wasm");
-    let out = sp.run(&["pull", &reference, "-o", &pulled.display().to_string()], b"");
+    let out = sp.run(
+        &["pull", &reference, "-o", &pulled.display().to_string()],
+        b"",
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), pinned);
     assert_eq!(
@@ -245,7 +248,10 @@ fn push_run_pull_and_offline_after_the_registry_stops() {
     // The registry goes down: a clear error without --offline, the store with it.
     registry.stop();
     let out = sp.run(&["run", "--framing", "lines", &pinned], FRAME);
-    assert_refused(&out, &format!("registry {} is unreachable", registry.host()));
+    assert_refused(
+        &out,
+        &format!("registry {} is unreachable", registry.host()),
+    );
     let out = sp.run(&["run", "--offline", "--framing", "lines", &pinned], FRAME);
     assert_eq!(out.stdout, FRAME, "{}", stderr(&out));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -282,23 +288,41 @@ fn a_component_pushed_by_oras_runs() {
         stderr(&out)
     );
     let out = sp.run(
-        &["run", "--framing", "lines", &registry.reference("oras/echo:v1")],
+        &[
+            "run",
+            "--framing",
+            "lines",
+            &registry.reference("oras/echo:v1"),
+        ],
         FRAME,
     );
     assert_eq!(out.stdout, FRAME, "{}", stderr(&out));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
+const PASSWORD: &str = "correct horse";
+
 fn minisign_keypair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     let sk = dir.join(format!("{name}.key"));
     let pk = dir.join(format!("{name}.pub"));
-    let out = Command::new(peers::debian("minisign"))
-        .args(["-G", "-W", "-p"])
+    // minisign reads the new key's password (twice) from stdin when it is not a terminal.
+    let mut child = Command::new(peers::debian("minisign"))
+        .args(["-G", "-p"])
         .arg(&pk)
         .arg("-s")
         .arg(&sk)
-        .output()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("minisign -G");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(format!("{PASSWORD}\n{PASSWORD}\n").as_bytes())
+        .expect("password");
+    let out = child.wait_with_output().expect("minisign -G");
     assert!(out.status.success(), "minisign -G: {}", stderr(&out));
     (sk, pk)
 }
@@ -314,7 +338,11 @@ fn signatures_interoperate_with_minisign_and_refuse_wrong_or_missing_ones() {
     let other_s = other_pk.display().to_string();
 
     let signed = registry.reference("signed/echo:1");
-    sp.push(&signed, &wasm("echo-lines"), &["--sign", &sk.display().to_string()]);
+    sp.push(
+        &signed,
+        &wasm("echo-lines"),
+        &["--sign", &sk.display().to_string()],
+    );
 
     // pull --signature writes a .minisig that minisign -V verifies over the manifest.
     let out_dir = tempfile::tempdir().expect("tempdir");
@@ -356,14 +384,29 @@ fn signatures_interoperate_with_minisign_and_refuse_wrong_or_missing_ones() {
 
     // Trusted key: it runs.
     let out = sp.run(
-        &["run", "--trusted-key", &pk_s, "--require-signature", "--framing", "lines", &signed],
+        &[
+            "run",
+            "--trusted-key",
+            &pk_s,
+            "--require-signature",
+            "--framing",
+            "lines",
+            &signed,
+        ],
         FRAME,
     );
     assert_eq!(out.stdout, FRAME, "{}", stderr(&out));
 
     // A wrong key: refused before anything is compiled.
     let out = sp.run(
-        &["run", "--trusted-key", &other_s, "--framing", "lines", &signed],
+        &[
+            "run",
+            "--trusted-key",
+            &other_s,
+            "--framing",
+            "lines",
+            &signed,
+        ],
         FRAME,
     );
     assert_refused(&out, "which is not a --trusted-key");
@@ -373,7 +416,13 @@ fn signatures_interoperate_with_minisign_and_refuse_wrong_or_missing_ones() {
     sp.push(&unsigned, &wasm("echo-lines"), &[]);
     for cmd in ["run", "inspect"] {
         let out = sp.run(
-            &[cmd, "--trusted-key", &pk_s, "--require-signature", &unsigned],
+            &[
+                cmd,
+                "--trusted-key",
+                &pk_s,
+                "--require-signature",
+                &unsigned,
+            ],
             FRAME,
         );
         assert_refused(&out, "is not signed (--require-signature)");
@@ -395,7 +444,10 @@ fn a_corrupted_blob_in_the_registry_is_refused() {
     bad[last] ^= 0xff;
     std::fs::write(&file, &bad).expect("corrupt the registry's blob");
     let out = sp.run(&["run", "--framing", "lines", &reference], FRAME);
-    assert_refused(&out, &format!("layer has digest sha256:{}", sha256_hex(&bad)));
+    assert_refused(
+        &out,
+        &format!("layer has digest sha256:{}", sha256_hex(&bad)),
+    );
 }
 
 #[test]
@@ -419,18 +471,39 @@ fn a_moved_tag_is_refused_under_locked() {
     let reference = registry.reference("plugins/echo:stable");
     let first = sp.push(&reference, &wasm("echo-lines"), &[]);
     let out = sp.run(
-        &["run", "--lockfile", &lock_s, "--framing", "lines", &reference],
+        &[
+            "run",
+            "--lockfile",
+            &lock_s,
+            "--framing",
+            "lines",
+            &reference,
+        ],
         FRAME,
     );
     assert_eq!(out.stdout, FRAME, "{}", stderr(&out));
     let text = std::fs::read_to_string(&lock).expect("lock file written");
     let first_digest = first.rsplit_once('@').expect("pinned").1;
-    assert!(text.contains(&format!("manifest = \"{first_digest}\"")), "{text}");
-    assert!(text.contains(&format!("reference = \"{reference}\"")), "{text}");
+    assert!(
+        text.contains(&format!("manifest = \"{first_digest}\"")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("reference = \"{reference}\"")),
+        "{text}"
+    );
 
     // Locked and unmoved: runs.
     let out = sp.run(
-        &["run", "--lockfile", &lock_s, "--locked", "--framing", "lines", &reference],
+        &[
+            "run",
+            "--lockfile",
+            &lock_s,
+            "--locked",
+            "--framing",
+            "lines",
+            &reference,
+        ],
         FRAME,
     );
     assert_eq!(out.stdout, FRAME, "{}", stderr(&out));
@@ -439,14 +512,33 @@ fn a_moved_tag_is_refused_under_locked() {
     let second = sp.push(&reference, &wasm("echo-cbor"), &[]);
     let second_digest = second.rsplit_once('@').expect("pinned").1;
     let out = sp.run(
-        &["run", "--lockfile", &lock_s, "--locked", "--framing", "lines", &reference],
+        &[
+            "run",
+            "--lockfile",
+            &lock_s,
+            "--locked",
+            "--framing",
+            "lines",
+            &reference,
+        ],
         FRAME,
     );
-    assert_refused(&out, &format!("the lock file has {first_digest}, the registry now has {second_digest}"));
+    assert_refused(
+        &out,
+        &format!("the lock file has {first_digest}, the registry now has {second_digest}"),
+    );
 
     // --offline resolves the tag through the lock file.
     let out = sp.run(
-        &["run", "--lockfile", &lock_s, "--offline", "--framing", "lines", &reference],
+        &[
+            "run",
+            "--lockfile",
+            &lock_s,
+            "--offline",
+            "--framing",
+            "lines",
+            &reference,
+        ],
         FRAME,
     );
     assert_eq!(out.stdout, FRAME, "{}", stderr(&out));
@@ -458,7 +550,11 @@ fn a_registry_with_htpasswd_wants_credentials_from_the_docker_config() {
     let sp = Sandpipe::new();
     let reference = registry.reference("private/echo:1");
     let out = sp.run(
-        &["push", &reference, &wasm("echo-lines").display().to_string()],
+        &[
+            "push",
+            &reference,
+            &wasm("echo-lines").display().to_string(),
+        ],
         b"",
     );
     assert_refused(&out, "refused access (401 unauthorized); no credentials");
@@ -468,7 +564,15 @@ fn a_registry_with_htpasswd_wants_credentials_from_the_docker_config() {
     // skopeo login writes the Docker config; sandpipe reads it.
     let authfile = sp.docker_config.path().join("config.json");
     let out = Command::new(peers::debian("skopeo"))
-        .args(["login", "--tls-verify=false", "-u", "sandpipe", "-p", "s3cret", "--authfile"])
+        .args([
+            "login",
+            "--tls-verify=false",
+            "-u",
+            "sandpipe",
+            "-p",
+            "s3cret",
+            "--authfile",
+        ])
         .arg(&authfile)
         .arg(registry.host())
         .output()
@@ -486,10 +590,16 @@ fn sha256_pins_a_local_path() {
     let echo = wasm("echo-lines");
     let hex = sha256_hex(&std::fs::read(&echo).expect("read"));
     let path = echo.display().to_string();
-    let out = sp.run(&["run", "--sha256", &hex, "--framing", "lines", &path], FRAME);
+    let out = sp.run(
+        &["run", "--sha256", &hex, "--framing", "lines", &path],
+        FRAME,
+    );
     assert_eq!(out.stdout, FRAME, "{}", stderr(&out));
     let wrong = "f".repeat(64);
-    let out = sp.run(&["run", "--sha256", &wrong, "--framing", "lines", &path], FRAME);
+    let out = sp.run(
+        &["run", "--sha256", &wrong, "--framing", "lines", &path],
+        FRAME,
+    );
     assert_refused(&out, &format!("has sha256 {hex}, not {wrong} (--sha256)"));
 }
 
@@ -528,11 +638,21 @@ fn the_cache_stays_under_its_cap_when_filled_past_it() {
         );
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let total = cache_size(sp.cache.path());
-        assert!(total <= cap, "cache holds {total} bytes, over its cap of {cap}");
+        assert!(
+            total <= cap,
+            "cache holds {total} bytes, over its cap of {cap}"
+        );
     }
     let out = sp.run(&["cache", "ls"], b"");
     let listing = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(listing.lines().filter(|l| l.starts_with("compiled")).count(), 1, "{listing}");
+    assert_eq!(
+        listing
+            .lines()
+            .filter(|l| l.starts_with("compiled"))
+            .count(),
+        1,
+        "{listing}"
+    );
     let out = sp.run(&["cache", "clean"], b"");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(cache_size(sp.cache.path()), 0);

@@ -56,7 +56,8 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
         None => None,
     };
     let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
-    let plugin = super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
+    let plugin =
+        super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
     warn_if_native(&plugin);
     let policy = args.sandbox.policy(args.plugin_args.clone())?;
     let mut options =

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use super::dist::{DistArgs, load, store_root};
 use super::CacheArgs;
+use super::dist::{DistArgs, load, store_root};
 use crate::{Host, LoadSource};
 
 /// Arguments of `sandpipe compile`.

@@ -95,7 +95,10 @@ pub(crate) async fn resolve(spec: &Path, dist: &DistArgs, cache: &CacheArgs) -> 
 }
 
 fn check_sha256(what: &Path, got: &str, expected: &str) -> Result<()> {
-    let expected = expected.trim().trim_start_matches("sha256:").to_ascii_lowercase();
+    let expected = expected
+        .trim()
+        .trim_start_matches("sha256:")
+        .to_ascii_lowercase();
     if got != expected {
         bail!(
             "{} has sha256 {got}, not {expected} (--sha256); refusing to run it",
@@ -152,7 +155,11 @@ pub(crate) async fn resolve_reference(
     })
     .await??;
     if let Some(expected) = &dist.sha256 {
-        let got = fetched.layer.digest.trim_start_matches("sha256:").to_owned();
+        let got = fetched
+            .layer
+            .digest
+            .trim_start_matches("sha256:")
+            .to_owned();
         check_sha256(Path::new(text), &got, expected)?;
     }
     if let Some(path) = &dist.lockfile
@@ -188,7 +195,7 @@ pub(crate) async fn load(
 ) -> Result<Plugin> {
     let resolved = resolve(spec, dist, cache)
         .await
-        .with_context(|| format!("resolving plugin {}", spec.display()))?;
+        .context("resolving the plugin")?;
     let plugin = host
         .load(&resolved.path)
         .with_context(|| format!("loading plugin {}", spec.display()))?;

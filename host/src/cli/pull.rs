@@ -29,10 +29,14 @@ pub struct PullArgs {
 }
 
 pub(crate) async fn pull(args: PullArgs) -> Result<i32> {
-    let resolved =
-        resolve_reference(&args.reference, &args.dist, &args.cache, args.signature.is_some())
-            .await
-            .with_context(|| format!("pulling {}", args.reference))?;
+    let resolved = resolve_reference(
+        &args.reference,
+        &args.dist,
+        &args.cache,
+        args.signature.is_some(),
+    )
+    .await
+    .with_context(|| format!("pulling {}", args.reference))?;
     let fetched = resolved.fetched.context("a reference always fetches")?;
     let output = args.output.unwrap_or_else(|| {
         let repo = &fetched.reference.repository;

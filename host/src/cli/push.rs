@@ -31,7 +31,12 @@ pub(crate) async fn push(args: PushArgs) -> Result<i32> {
         let mut options = ClientOptions::new(Credentials::from_default_config()?);
         options.insecure_registries = args.insecure_registries;
         let client = Client::new(options);
-        Ok(push_artifact(&client, &reference, &wasm, args.sign.as_deref())?)
+        Ok(push_artifact(
+            &client,
+            &reference,
+            &wasm,
+            args.sign.as_deref(),
+        )?)
     })
     .await??;
     if let Some(id) = &pushed.signer {

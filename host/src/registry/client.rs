@@ -143,7 +143,9 @@ impl Client {
         }
         let url = format!("{}/blobs/{}", self.base(r), d.digest);
         let resp = self.send(r, Method::Get, &url, &[], None, Access::Pull)?;
-        let resp = expect_ok(resp, Method::Get, &url, r, || format!("{what} {}", d.digest))?;
+        let resp = expect_ok(resp, Method::Get, &url, r, || {
+            format!("{what} {}", d.digest)
+        })?;
         let bytes = read_limited(resp, what, d.size, &r.registry)?;
         if bytes.len() as u64 != d.size {
             return Err(RegistryError::SizeMismatch {
@@ -259,8 +261,15 @@ impl Client {
         if matches!(resp.status().as_u16(), 404 | 405 | 400) {
             return Ok(None);
         }
-        let resp = expect_ok(resp, Method::Get, &url, r, || format!("referrers of {digest}"))?;
-        let bytes = read_limited(resp, "referrers index", super::MAX_MANIFEST_BYTES, &r.registry)?;
+        let resp = expect_ok(resp, Method::Get, &url, r, || {
+            format!("referrers of {digest}")
+        })?;
+        let bytes = read_limited(
+            resp,
+            "referrers index",
+            super::MAX_MANIFEST_BYTES,
+            &r.registry,
+        )?;
         #[derive(serde::Deserialize)]
         struct Index {
             #[serde(default)]
@@ -341,12 +350,7 @@ impl Client {
     }
 
     /// The Authorization header that answers `challenge`.
-    fn answer(
-        &self,
-        r: &Reference,
-        challenge: &str,
-        scope: &str,
-    ) -> Result<String, RegistryError> {
+    fn answer(&self, r: &Reference, challenge: &str, scope: &str) -> Result<String, RegistryError> {
         let cred = self.options.credentials.get(&r.registry);
         let basic = cred.map(|c| {
             format!(
@@ -525,7 +529,11 @@ fn challenge_params(s: &str) -> HashMap<String, String> {
     let mut out = HashMap::new();
     let mut rest = s.trim();
     while let Some((key, after)) = rest.split_once('=') {
-        let key = key.trim().trim_start_matches(',').trim().to_ascii_lowercase();
+        let key = key
+            .trim()
+            .trim_start_matches(',')
+            .trim()
+            .to_ascii_lowercase();
         let after = after.trim_start();
         let (value, next) = if let Some(quoted) = after.strip_prefix('"') {
             match quoted.split_once('"') {
@@ -568,6 +576,9 @@ mod tests {
         assert_eq!(p["realm"], "https://auth.example/token");
         assert_eq!(p["service"], "registry.example");
         assert_eq!(p["scope"], "repository:a:pull");
-        assert_eq!(urlencode("repository:a/b:pull,push"), "repository%3Aa%2Fb%3Apull%2Cpush");
+        assert_eq!(
+            urlencode("repository:a/b:pull,push"),
+            "repository%3Aa%2Fb%3Apull%2Cpush"
+        );
     }
 }

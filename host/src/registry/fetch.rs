@@ -14,9 +14,8 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use super::{
-    Artifact, Client, Descriptor, MAX_LAYER_BYTES, MAX_SIGNATURE_BYTES,
-    Manifest, OCI_MANIFEST_MEDIA_TYPE, Reference, RegistryError, SIGNATURE_ARTIFACT_TYPE,
-    signature_tag,
+    Artifact, Client, Descriptor, MAX_LAYER_BYTES, MAX_SIGNATURE_BYTES, Manifest,
+    OCI_MANIFEST_MEDIA_TYPE, Reference, RegistryError, SIGNATURE_ARTIFACT_TYPE, signature_tag,
 };
 use crate::lock::LockEntry;
 use crate::signing::{SignError, TrustedKey};
@@ -33,12 +32,12 @@ pub enum FetchError {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The signature was refused.
-    #[error("{reference}: {source}")]
+    #[error("{reference}: {error}")]
     Signature {
         /// The reference.
         reference: String,
         /// Why.
-        source: SignError,
+        error: SignError,
     },
     /// `--require-signature`, and there is none.
     #[error("{reference} is not signed (--require-signature)")]
@@ -142,13 +141,11 @@ pub fn fetch(
     }
     let locked_digest = options.locked.map(|e| e.manifest.clone());
     let (manifest, digest) = if options.offline {
-        let digest = r
-            .digest
-            .clone()
-            .or(locked_digest.clone())
-            .ok_or_else(|| FetchError::OfflineUnpinned {
+        let digest = r.digest.clone().or(locked_digest.clone()).ok_or_else(|| {
+            FetchError::OfflineUnpinned {
                 reference: name.clone(),
-            })?;
+            }
+        })?;
         let bytes = store
             .get(&digest)?
             .ok_or_else(|| FetchError::OfflineMissing {
@@ -185,13 +182,12 @@ pub fn fetch(
                 return Err(FetchError::Unsigned { reference: name });
             }
             (Some(text), true) => {
-                let id =
-                    crate::signing::verify(options.trusted_keys, text, &manifest).map_err(
-                        |source| FetchError::Signature {
-                            reference: name.clone(),
-                            source,
-                        },
-                    )?;
+                let id = crate::signing::verify(options.trusted_keys, text, &manifest).map_err(
+                    |error| FetchError::Signature {
+                        reference: name.clone(),
+                        error,
+                    },
+                )?;
                 (sig, Some(id))
             }
             _ => (sig, None),
@@ -329,7 +325,12 @@ pub fn push(
         client.push_blob(r, minisig.as_bytes())?;
         client.push_blob(r, &sig.config)?;
         // A registry with the referrers API indexes it by its subject; the tag is the fallback.
-        client.push_manifest(r, &signature_tag(&digest), &sig.manifest, OCI_MANIFEST_MEDIA_TYPE)?;
+        client.push_manifest(
+            r,
+            &signature_tag(&digest),
+            &sig.manifest,
+            OCI_MANIFEST_MEDIA_TYPE,
+        )?;
         signer = Some(id);
     }
     Ok(Pushed {

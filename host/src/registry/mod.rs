@@ -300,7 +300,9 @@ impl fmt::Display for Reference {
 
 /// Whether `s` is 64 lowercase hex digits.
 pub fn is_sha256_hex(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// `sha256:<hex>` of `bytes`.
@@ -490,8 +492,20 @@ mod tests {
     fn references_parse_and_print() {
         let hex = "a".repeat(64);
         let cases = [
-            ("oci://127.0.0.1:5000/echo:1", "127.0.0.1:5000", "echo", Some("1"), None),
-            ("oci://localhost/a/b/echo", "localhost", "a/b/echo", None, None),
+            (
+                "oci://127.0.0.1:5000/echo:1",
+                "127.0.0.1:5000",
+                "echo",
+                Some("1"),
+                None,
+            ),
+            (
+                "oci://localhost/a/b/echo",
+                "localhost",
+                "a/b/echo",
+                None,
+                None,
+            ),
             (
                 &*format!("oci://r.example/echo:v2@sha256:{hex}"),
                 "r.example",
