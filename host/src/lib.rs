@@ -71,13 +71,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use error::{Exit, HostError, SessionError};
-pub use native::{LANDLOCK_TARGET_ABI, LandlockSupport};
+pub use native::{LANDLOCK_TARGET_ABI, LandlockSupport, StartupGrant, startup_grants};
 pub use policy::{
     Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, ImportPolicy, Policy, Preopen,
 };
 pub use sandbox::{InstanceAllocator, LoadSource, Metering, Pooling, default_cache_dir};
 pub use session::{
-    Session, SessionControl, SessionOptions, SessionReader, SessionWriter, TERM_GRACE,
+    NativeStdio, Session, SessionControl, SessionOptions, SessionReader, SessionWriter, TERM_GRACE,
 };
 pub use stderr::{StderrMode, StderrTail};
 
@@ -394,6 +394,7 @@ impl Host {
                 policy,
                 options.stderr,
                 options.stderr_tail_lines,
+                options.native_stdio,
             )?,
         };
         Ok(Session::new(transport, options, meter))

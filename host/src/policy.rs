@@ -44,7 +44,7 @@ pub enum ImportPolicy {
 /// The sandbox policy. Deny by default; [`Policy::default`] gives:
 /// - `fuel`: `None`, no instruction budget (fuel metering is still compiled in, so a budget can
 ///   be set per session without recompiling);
-/// - `max_memory`: 256 MiB of linear memory (native: the address-space rlimit);
+/// - `max_memory`: 256 MiB of linear memory (native: resident memory, see `SECURITY.md`);
 /// - `deadline`: `None`, no wall-clock limit;
 /// - `preopens`: none, the plugin sees no filesystem at all;
 /// - `env`: empty, nothing is inherited from the host;
@@ -54,7 +54,9 @@ pub enum ImportPolicy {
 /// - `deterministic`: `None`, real clocks and random;
 /// - `max_cpu_time`: `None`, no CPU-time limit for a native plugin (the wasm counterpart, fuel,
 ///   is unlimited by default too; a long-lived server legitimately adds up CPU over hours);
-/// - `max_open_files`: 1024 ([`DEFAULT_MAX_OPEN_FILES`]) open files for a native plugin.
+/// - `max_open_files`: 1024 ([`DEFAULT_MAX_OPEN_FILES`]) open files, wasm and native;
+/// - `startup_grants`: on; a native plugin may read what it needs to start (see
+///   [`crate::startup_grants`]).
 ///
 /// A native plugin (see `SECURITY.md`, "Native mode") additionally runs under Landlock where the kernel
 /// has it: its filesystem is the system's programs and libraries read-only, its own file, and
@@ -74,7 +76,10 @@ pub struct Policy {
     /// [`SessionControl::begin_request`]: crate::SessionControl::begin_request
     /// [`Exit::OutOfFuel`]: crate::Exit::OutOfFuel
     pub fuel_per_request: Option<u64>,
-    /// Memory cap in bytes: linear memory for wasm, `RLIMIT_AS` for native. `None` = no cap.
+    /// Memory cap in bytes: linear memory for wasm; for native, the resident memory of the
+    /// plugin and its descendants, sampled, with `RLIMIT_DATA` at four times the cap (at least
+    /// 1 GiB) as a backstop (memory a plugin uses, not address space it reserves, so V8, Go
+    /// and the JVM start under it). `None` = no cap.
     pub max_memory: Option<u64>,
     /// Wall-clock deadline from the start of the session.
     pub deadline: Option<Duration>,
@@ -95,19 +100,33 @@ pub struct Policy {
     /// ignores SIGXCPU; both end as [`crate::Exit::CpuTimeLimit`]. Counted per process: each
     /// process the plugin starts has its own budget. Native only: wasm uses [`Policy::fuel`].
     pub max_cpu_time: Option<Duration>,
-    /// Most file descriptors a native plugin may have open at once (`RLIMIT_NOFILE`), stdio
-    /// included; past it `open` fails with `EMFILE`. Lowered to sandpipe's own hard limit when
-    /// that is smaller. A dynamically linked program needs a few to start (at least 16 is
-    /// safe). `None` keeps sandpipe's own limit. Native only.
+    /// Most file descriptors a plugin may have open at once.
+    ///
+    /// - Wasm: host descriptors the session holds, its preopened directories included (its
+    ///   stdio is in memory and holds none). A file counts until the guest has closed it and
+    ///   every stream read from it or written to it. Past the cap an open fails with an error
+    ///   the guest can handle, never a trap: WASI p2's `error-code.quota` (wasi-libc `EDQUOT`,
+    ///   Rust `ErrorKind::QuotaExceeded`; p2 has no `EMFILE`), WASI p1's `mfile` (`EMFILE`).
+    ///   Closing one makes room for the next. `None`: no cap but sandpipe's own
+    ///   `RLIMIT_NOFILE`, which one session can then use up for all the others.
+    /// - Native: `RLIMIT_NOFILE`, stdio included; past it `open` fails with `EMFILE`. Lowered
+    ///   to sandpipe's own hard limit when that is smaller. A dynamically linked program needs
+    ///   a few to start (at least 16 is safe). `None` keeps sandpipe's own limit.
     pub max_open_files: Option<u64>,
+    /// Native only: grant, read-only, what the plugin needs to start (its resolved executable,
+    /// a script's interpreter, the interpreter's install prefix, a venv, script files named in
+    /// the arguments; see [`crate::startup_grants`]). On by default: without it a pyenv, venv or
+    /// npm-installed interpreter dies under Landlock before its first frame.
+    pub startup_grants: bool,
 }
 
 /// The default memory cap.
 pub const DEFAULT_MAX_MEMORY: u64 = 256 << 20;
 
-/// The default open-file limit of a native plugin: the usual soft limit of a Linux login, so an
-/// ordinary plugin never notices it, while a descriptor leak stops at a thousand instead of at
-/// a service manager's hard limit of a million.
+/// The default open-file limit of a plugin, wasm or native: the usual soft limit of a Linux
+/// login, so an ordinary plugin never notices it, while a descriptor leak stops at a thousand
+/// instead of at a service manager's hard limit of a million (natively) or at the host
+/// process's own limit, shared by every session (wasm).
 pub const DEFAULT_MAX_OPEN_FILES: u64 = 1024;
 
 impl Default for Policy {
@@ -124,6 +143,7 @@ impl Default for Policy {
             deterministic: None,
             max_cpu_time: None,
             max_open_files: Some(DEFAULT_MAX_OPEN_FILES),
+            startup_grants: true,
         }
     }
 }
@@ -150,11 +170,19 @@ impl Policy {
         self.max_cpu_time = limit;
         self
     }
-    /// Set the open-file limit of a native plugin (`None` keeps sandpipe's own).
+    /// Set the open-file limit, wasm and native (`None` keeps sandpipe's own; see
+    /// [`Policy::max_open_files`]).
     pub fn max_open_files(mut self, limit: Option<u64>) -> Self {
         self.max_open_files = limit;
         self
     }
+
+    /// Turn the read-only start-up grants of a native plugin on (the default) or off.
+    pub fn startup_grants(mut self, on: bool) -> Self {
+        self.startup_grants = on;
+        self
+    }
+
     /// Set the wall-clock deadline.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);

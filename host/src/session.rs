@@ -46,7 +46,8 @@ fn unreachable_exit() -> Exit {
 /// - `frame_limits`: [`FrameLimits::default`] (16 MiB frames);
 /// - `stderr`: [`StderrMode::Log`];
 /// - `stderr_tail_lines`: 20;
-/// - `record`: `None`.
+/// - `record`: `None`;
+/// - `native_stdio`: [`NativeStdio::Piped`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct SessionOptions {
@@ -60,6 +61,23 @@ pub struct SessionOptions {
     pub stderr_tail_lines: usize,
     /// Record every frame both ways, and the outcome, as a transcript.
     pub record: Option<Arc<Recorder>>,
+    /// How a native plugin's stdin and stdout are connected (ignored for wasm).
+    pub native_stdio: NativeStdio,
+}
+
+/// How a native plugin's stdin and stdout are connected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NativeStdio {
+    /// Pipes to the session: frames are sent, received, checked and recorded.
+    #[default]
+    Piped,
+    /// The plugin gets this process's own stdin and stdout: no copy and no hop, and nothing
+    /// for the session to send, receive, check or record (`send` writes nowhere, `recv` sees
+    /// end of stream at once). For a caller that only stands in for the plugin with raw bytes:
+    /// `sandpipe run` without `--framing` for a native plugin. Limits, Landlock, signals and the
+    /// exit work as with pipes.
+    Inherit,
 }
 
 impl Default for SessionOptions {
@@ -70,6 +88,7 @@ impl Default for SessionOptions {
             stderr: StderrMode::Log,
             stderr_tail_lines: 20,
             record: None,
+            native_stdio: NativeStdio::Piped,
         }
     }
 }
@@ -280,13 +299,19 @@ impl SessionWriter {
             stdin.write_all(bytes).await?;
             stdin.flush().await
         };
-        written.await.map_err(|e| match e.kind() {
-            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
-                SessionError::StdinClosed
-            }
-            _ => SessionError::Io(e),
-        })?;
-        Ok(())
+        written.await.map_err(stdin_error)
+    }
+
+    /// Write `bytes` to the plugin's stdin as they are, outside the framing: for a stream
+    /// passed through after its framing was lost (`sandpipe run` forwards what the engine
+    /// writes and lets the plugin judge it). Not recorded.
+    pub async fn send_raw(&mut self, bytes: &[u8]) -> Result<(), SessionError> {
+        let stdin = self.stdin.as_mut().ok_or(SessionError::AlreadyClosed)?;
+        let written = async {
+            stdin.write_all(bytes).await?;
+            stdin.flush().await
+        };
+        written.await.map_err(stdin_error)
     }
 
     /// Close the plugin's stdin; later sends fail with [`SessionError::AlreadyClosed`].
@@ -294,6 +319,16 @@ impl SessionWriter {
         if let Some(mut stdin) = self.stdin.take() {
             let _ = stdin.shutdown().await;
         }
+    }
+}
+
+/// A failed write to the plugin's stdin: a closed pipe means the plugin stopped reading.
+fn stdin_error(e: std::io::Error) -> SessionError {
+    match e.kind() {
+        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+            SessionError::StdinClosed
+        }
+        _ => SessionError::Io(e),
     }
 }
 
@@ -414,8 +449,15 @@ impl SessionControl {
     /// Send SIGTERM to a native plugin's process group (nothing for wasm: see
     /// [`Session::terminate`]).
     pub fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// Send `signal` to a native plugin's process group while it runs; nothing for wasm (a wasm
+    /// plugin cannot receive signals: close its stdin, which is its SIGTERM). `sandpipe run`
+    /// forwards the signals it receives this way.
+    pub fn signal(&self, signal: i32) {
         if let (Some(pid), None) = (self.pid, self.try_exit()) {
-            crate::native::terminate_group(pid);
+            crate::native::signal_group(pid, signal);
         }
     }
 
@@ -440,7 +482,7 @@ impl SessionControl {
             Some(pid) => {
                 let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
                 let resident: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-                Some(resident * page_size())
+                Some(resident * crate::native::page_size())
             }
         }
     }
@@ -449,12 +491,4 @@ impl SessionControl {
     pub fn pid(&self) -> Option<u32> {
         self.pid
     }
-}
-
-/// The system page size, for `/proc/<pid>/statm` (in pages).
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    #[allow(unsafe_code)]
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(size).ok().filter(|s| *s > 0).unwrap_or(4096)
 }

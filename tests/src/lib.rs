@@ -14,6 +14,8 @@ pub mod peers;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+pub mod peers;
 use std::sync::OnceLock;
 
 /// Which build of a plugin.

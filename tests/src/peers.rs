@@ -1,40 +1,128 @@
-//! Where the real peers that `.ci/setup` installs are. Each function fails the test with
-//! "run .ci/setup" when its peer is missing: a test never skips.
+//! Where `.ci/setup` put the real peers (pinned packages from the registries), and the
+//! `sandpipe` binary the stand-in tests run. Everything here fails with "run .ci/setup" when
+//! something is missing: a test that cannot find its peer fails, it never skips.
+//!
+//! ```no_run
+//! let python = sandpipe_tests::peers::python();
+//! assert!(python.ends_with("venv/bin/python"));
+//! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
 
-/// `$SANDPIPE_PEERS_DIR`, else `$HOME/.cache/sandpipe-ci/peers`.
-pub fn peers_dir() -> PathBuf {
+/// `$SANDPIPE_PEERS_DIR`, default `$HOME/.cache/sandpipe-ci/peers` (the same rule as `.ci/setup`).
+pub fn dir() -> PathBuf {
     if let Some(d) = std::env::var_os("SANDPIPE_PEERS_DIR") {
         return PathBuf::from(d);
     }
-    let home = std::env::var_os("HOME").expect("HOME is set");
+    let home = std::env::var_os("HOME").expect("HOME is set (or set SANDPIPE_PEERS_DIR)");
     PathBuf::from(home).join(".cache/sandpipe-ci/peers")
 }
 
-fn must_exist(path: PathBuf, what: &str) -> PathBuf {
+fn installed(path: PathBuf, what: &str) -> PathBuf {
     assert!(
         path.exists(),
-        "{what} is missing ({}): run .ci/setup",
+        "{what} is not installed at {}: run .ci/setup",
         path.display()
     );
     path
 }
 
+// --- Python peers (one venv; .ci/setup's "Python peers" section) --------------------------
+
+/// The venv holding the Python peers (`arcaflow-plugin-sdk`, `python-lsp-server`,
+/// `finecode-extension-runner`, `arcaflow`), made from the machine's `python3`.
+pub fn python_venv() -> PathBuf {
+    installed(dir().join("venv"), "the Python peers' venv")
+}
+
+/// The venv's interpreter, as an engine's configuration names it (a symlink into the
+/// interpreter's own prefix, which sandpipe resolves and grants).
+pub fn python() -> PathBuf {
+    installed(python_venv().join("bin/python"), "the venv's python")
+}
+
+/// The real Arcaflow engine: the static Go binary inside PyPI's `arcaflow` wheel.
+pub fn arcaflow_engine() -> PathBuf {
+    let lib = python_venv().join("lib");
+    let site = std::fs::read_dir(&lib)
+        .ok()
+        .and_then(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path().join("site-packages/arcaflow/bin/arcaflow"))
+                .find(|p| p.exists())
+        })
+        .unwrap_or_else(|| lib.join("python3/site-packages/arcaflow/bin/arcaflow"));
+    installed(site, "the arcaflow engine (PyPI arcaflow)")
+}
+
+/// A file in `tests/peers/` (plugins written here against the real SDKs).
+pub fn source(name: &str) -> PathBuf {
+    let p = super::workspace_root().join("tests/peers").join(name);
+    assert!(p.exists(), "{} is missing", p.display());
+    p
+}
+
+// --- the sandpipe binary --------------------------------------------------------------------
+
+/// The `sandpipe` binary of this workspace, built (once per test process) into the target
+/// directory this test binary runs from, with its profile. The test crate cannot name another
+/// package's binary (`CARGO_BIN_EXE_*` is only set for its own), and a binary left over from
+/// an earlier build could be stale, so cargo is asked every time; it rebuilds only what
+/// changed. Cargo releases the target directory's lock once the test binaries are built, so
+/// this nested build does not wait on the `cargo test` that runs it.
+pub fn sandpipe() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("the test binary's path");
+            // <target>/<profile>/deps/<test binary>
+            let profile_dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("the test binary lives in <target>/<profile>/deps");
+            let target = profile_dir.parent().expect("<target>");
+            let profile = profile_dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .expect("profile directory name");
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let mut cmd = Command::new(cargo);
+            cmd.current_dir(super::workspace_root())
+                .args(["build", "--quiet", "-p", "sandpipe", "--bin", "sandpipe"])
+                .arg("--target-dir")
+                .arg(target);
+            match profile {
+                "debug" => {}
+                "release" => {
+                    cmd.arg("--release");
+                }
+                other => {
+                    cmd.args(["--profile", other]);
+                }
+            }
+            let status = cmd.status().expect("running cargo to build sandpipe");
+            assert!(status.success(), "building the sandpipe binary failed");
+            let bin = profile_dir.join("sandpipe");
+            assert!(bin.exists(), "{} was not built", bin.display());
+            bin
+        })
+        .clone()
+}
+
+// --- oci (issue 14): Debian's registry, skopeo, minisign, htpasswd; the oras SDK ------------
+
 /// A program from a Debian package (`/usr/bin/NAME`).
 pub fn debian(name: &str) -> PathBuf {
-    must_exist(
+    installed(
         PathBuf::from("/usr/bin").join(name),
         &format!("Debian's {name}"),
     )
 }
 
-// --- oci (issue 14) -----------------------------------------------------------------------
-
 /// The Python of the venv holding the `oras` SDK (PyPI `oras`).
 pub fn oras_python() -> PathBuf {
-    must_exist(
-        peers_dir().join("oras-venv/bin/python"),
-        "the oras Python SDK",
-    )
+    installed(dir().join("oras-venv/bin/python"), "the oras Python SDK")
 }

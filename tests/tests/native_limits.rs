@@ -1,6 +1,7 @@
 //! The native fallback's limits: CPU time (`RLIMIT_CPU`), open files (`RLIMIT_NOFILE`) and
 //! Landlock filesystem and network confinement, each biting on a real child process, and the
-//! stated fallback where the kernel has no Landlock.
+//! stated fallback where the kernel has no Landlock. Beside the native open-file limit, the
+//! same cap on wasm sessions (p2 and p1), where it is the host's own count.
 
 use std::path::Path;
 use std::time::Duration;
@@ -93,22 +94,47 @@ async fn cpu_time_limit_catches_a_plugin_that_ignores_sigxcpu() {
     );
 }
 
-/// Run the native fs plugin with `open-many:/dev/null` under `limit`; (opened, errno).
-async fn open_until_refused(host: &Host, limit: Option<u64>) -> (u64, Option<i64>) {
-    let policy = Policy::default()
-        .max_open_files(limit)
-        .arg("open-many:/dev/null");
-    let mut s = start(host, "fs", &policy).await;
+/// How the fs plugin's `open-many` ended: how many opens succeeded, the error that stopped it,
+/// and whether an open after closing one succeeded.
+#[derive(Debug)]
+struct OpenMany {
+    opened: u64,
+    errno: Option<i64>,
+    error: String,
+    kind: String,
+    reopened: bool,
+}
+
+/// Run the fs plugin built for `target` with `open-many` under `policy`: natively on
+/// `/dev/null`, as wasm on a file in a read-only preopen at `/data` (one host descriptor).
+async fn open_until_refused(host: &Host, target: Target, policy: Policy) -> OpenMany {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("f.txt"), "f").expect("write");
+    let policy = match target {
+        Target::Native => policy.arg("open-many:/dev/null"),
+        Target::Wasm | Target::WasmP1 => policy
+            .preopen(dir.path(), "/data", Access::ReadOnly)
+            .arg("open-many:/data/f.txt"),
+    };
+    let p = host.load(plugin("fs", target)).expect("load");
+    let opts = SessionOptions::framed(Framing::JsonLines).stderr(StderrMode::Discard);
+    let mut s = host.start(&p, &policy, &opts).await.expect("start");
     let (frames, exit) = replies(&mut s).await;
+    // An error, not a trap: the plugin reports and exits normally.
     assert_eq!(exit, Exit::Exited(0), "{frames:?} {:?}", s.stderr_tail());
     let [reply] = frames.as_slice() else {
         panic!("expected one reply, got {frames:?}");
     };
     assert_eq!(reply["ok"], true, "{reply}");
-    (
-        reply["result"]["opened"].as_u64().expect("opened"),
-        reply["result"]["stopped"].as_i64(),
-    )
+    let r = &reply["result"];
+    let text = |key: &str| r[key].as_str().unwrap_or_default().to_owned();
+    OpenMany {
+        opened: r["opened"].as_u64().expect("opened"),
+        errno: r["stopped"].as_i64(),
+        error: text("error"),
+        kind: text("kind"),
+        reopened: r["reopened"] == true,
+    }
 }
 
 #[tokio::test]
@@ -118,13 +144,118 @@ async fn open_file_limit_bites_at_emfile() {
     // plugin's, and the open past them fails with EMFILE. Exactly three: nothing this test
     // process leaves inheritable (cargo's jobserver pipe) reaches the plugin.
     for limit in [32, 64, DEFAULT_MAX_OPEN_FILES] {
-        let (opened, errno) = open_until_refused(&host, Some(limit)).await;
-        assert_eq!(opened, limit - 3, "limit {limit}");
-        assert_eq!(errno, Some(EMFILE), "limit {limit}");
+        let r = open_until_refused(
+            &host,
+            Target::Native,
+            Policy::default().max_open_files(Some(limit)),
+        )
+        .await;
+        assert_eq!(r.opened, limit - 3, "limit {limit}: {r:?}");
+        assert_eq!(r.errno, Some(EMFILE), "limit {limit}: {r:?}");
+        assert!(r.reopened, "limit {limit}: {r:?}");
     }
     // The default policy applies the default limit.
-    let policy = Policy::default();
-    assert_eq!(policy.max_open_files, Some(DEFAULT_MAX_OPEN_FILES));
+    let r = open_until_refused(&host, Target::Native, Policy::default()).await;
+    assert_eq!(r.opened, DEFAULT_MAX_OPEN_FILES - 3, "{r:?}");
+}
+
+/// `EDQUOT` and `EMFILE` as wasi-libc numbers them (the WASI p1 errno values).
+const WASI_EDQUOT: i64 = 19;
+const WASI_EMFILE: i64 = 33;
+
+#[tokio::test]
+async fn a_wasm_plugin_is_refused_past_its_open_file_cap_and_runs_on() {
+    let host = host();
+    // The preopen holds one of the allowed descriptors (wasm stdio is in memory and holds
+    // none); the rest are the plugin's. Past them the open fails with an error the guest can
+    // handle, and after it closes one, the next open succeeds.
+    for target in [Target::Wasm, Target::WasmP1] {
+        for policy in [
+            Policy::default().max_open_files(Some(32)),
+            Policy::default(),
+        ] {
+            let limit = policy.max_open_files.expect("a limit");
+            let r = open_until_refused(&host, target, policy).await;
+            assert_eq!(r.opened, limit - 1, "{target:?} limit {limit}: {r:?}");
+            assert!(r.reopened, "{target:?} limit {limit}: {r:?}");
+            match target {
+                // WASI p2 has no EMFILE: the host answers error-code `quota`.
+                Target::Wasm => {
+                    assert_eq!(r.errno, Some(WASI_EDQUOT), "{r:?}");
+                    assert_eq!(r.kind, "QuotaExceeded", "{r:?}");
+                }
+                _ => {
+                    assert_eq!(r.errno, Some(WASI_EMFILE), "{r:?}");
+                    assert!(r.error.contains("os error 33"), "{r:?}");
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn below_the_cap_opens_behave_as_before() {
+    // The capped open hands every open it lets through to wasmtime-wasi: its answers, refusals
+    // included, are wasmtime-wasi's own, under p1 as under p2.
+    let host = host();
+    let ro = tempfile::tempdir().expect("tempdir");
+    std::fs::write(ro.path().join("hello.txt"), "hello").expect("write");
+    let ops = [
+        ("read:/ro/hello.txt", "ok"),
+        ("read:/ro/missing.txt", "NotFound"),
+        ("write:/ro/hello.txt", "PermissionDenied"),
+        ("write:/ro/new.txt", "PermissionDenied"),
+        ("read:/ro/../outside.txt", "PermissionDenied"),
+        ("list:/ro", "ok"),
+    ];
+    for target in [Target::Wasm, Target::WasmP1] {
+        let mut policy =
+            Policy::default()
+                .max_open_files(Some(8))
+                .preopen(ro.path(), "/ro", Access::ReadOnly);
+        for (op, _) in ops {
+            policy = policy.arg(op);
+        }
+        let p = host.load(plugin("fs", target)).expect("load");
+        let opts = SessionOptions::framed(Framing::JsonLines).stderr(StderrMode::Discard);
+        let mut s = host.start(&p, &policy, &opts).await.expect("start");
+        let (frames, exit) = replies(&mut s).await;
+        assert_eq!(exit, Exit::Exited(0), "{target:?} {:?}", s.stderr_tail());
+        let got: Vec<&str> = frames
+            .iter()
+            .map(|f| match f["ok"].as_bool() {
+                Some(true) => "ok",
+                _ => f["kind"].as_str().unwrap_or("?"),
+            })
+            .collect();
+        let want: Vec<&str> = ops.iter().map(|(_, want)| *want).collect();
+        assert_eq!(got, want, "{target:?}: {frames:#?}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(ro.path().join("hello.txt")).expect("read"),
+        "hello"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_keeps_its_file_counted_after_the_descriptor_is_dropped() {
+    // A p2 guest can drop a descriptor and keep a stream read from it; the host file stays
+    // open, so it stays counted: dropping descriptors is no way around the cap.
+    let host = host();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("f.txt"), "f").expect("write");
+    let policy = Policy::default()
+        .max_open_files(Some(32))
+        .preopen(dir.path(), "/data", Access::ReadOnly)
+        .arg("open-streams:/data/f.txt");
+    let p = host.load(plugin("fs", Target::Wasm)).expect("load");
+    let opts = SessionOptions::framed(Framing::JsonLines).stderr(StderrMode::Discard);
+    let mut s = host.start(&p, &policy, &opts).await.expect("start");
+    let (frames, exit) = replies(&mut s).await;
+    assert_eq!(exit, Exit::Exited(0), "{frames:?} {:?}", s.stderr_tail());
+    assert_eq!(frames[0]["ok"], true, "{frames:?}");
+    assert_eq!(frames[0]["result"]["opened"], 31, "{frames:?}");
+    assert_eq!(frames[0]["result"]["error"], "quota", "{frames:?}");
 }
 
 #[tokio::test]

@@ -100,7 +100,7 @@ pub fn schema() -> Value {
     let text = json!({"type": {"type_id": "string"}, "required": true});
     let greet = json!({
         "id": "greet",
-        "input": scope("GreetInput", json!({"name": text, "defer": {"type": {"type_id": "bool"}}})),
+        "input": scope("GreetInput", json!({"name": text, "defer": {"type": {"type_id": "bool"}, "required": false}})),
         "outputs": {
             "success": {"schema": scope("Greeting", json!({"message": text}))},
             "error": {"error": true, "schema": scope("Failure", json!({"reason": text}))},
@@ -111,24 +111,28 @@ pub fn schema() -> Value {
         "id": "wait",
         "input": scope("WaitInput", json!({})),
         "outputs": {"success": {"schema": scope("Received", json!({"received": any}))}},
-        "signal_handlers": {"go": {"id": "go"}},
-        "signal_emitters": {"ready": {"id": "ready"}},
+        // The Arcaflow engine refuses a signal without a data schema.
+        "signal_handlers": {"go": {"id": "go", "data_schema": scope("Go", json!({}))}},
+        "signal_emitters": {"ready": {"id": "ready", "data_schema": scope("Ready", json!({}))}},
     });
     object(json!({"steps": {"greet": greet, "wait": wait}}))
 }
 
-/// The whole plugin minus stdio: `--v1` speaks ATP v1, otherwise v3.
+/// The whole plugin minus stdio: `--v1` speaks ATP v1, otherwise v3. `--atp` is accepted and
+/// changes nothing: Arcaflow's container deployers append it to every plugin's command, as the
+/// Python SDK expects.
 pub fn main_with<R: Read, W: Write>(
     io: &mut Framed<R, W>,
     args: &[String],
 ) -> Result<(), GuestError> {
     let version = match args {
         [] => Version::V3,
+        [atp] if atp == "--atp" => Version::V3,
         [v1] if v1 == "--v1" => Version::V1,
         other => {
             return Err(GuestError::Io(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("unknown arguments {other:?} (only --v1)"),
+                format!("unknown arguments {other:?} (only --v1 or --atp)"),
             )));
         }
     };

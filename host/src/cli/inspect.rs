@@ -176,8 +176,8 @@ fn print_text(r: &Value) {
             None => "unlimited".to_owned(),
         };
         println!(
-            "rlimits:   address space {}, CPU time {}, open files {}, core 0",
-            limit("address_space_bytes", &|b| bytesize::ByteSize(b)
+            "rlimits:   writable memory (RLIMIT_DATA, backstop of the resident cap) {}, CPU time {}, open files {}, core 0",
+            limit("data_bytes", &|b| bytesize::ByteSize(b)
                 .display()
                 .iec()
                 .to_string()),
@@ -208,7 +208,7 @@ fn native_report(policy: &Policy, support: &LandlockSupport) -> Value {
             "warning": support.warning(),
         },
         "rlimits": {
-            "address_space_bytes": limits.address_space.map(|(soft, _)| soft),
+            "data_bytes": limits.data.map(|(soft, _)| soft),
             "cpu_seconds": limits.cpu_seconds.map(|(soft, _)| soft),
             "open_files": limits.open_files.map(|(soft, _)| soft),
             "core_bytes": 0,
@@ -238,10 +238,7 @@ mod tests {
         );
         assert_eq!(r["rlimits"]["cpu_seconds"], 2);
         assert_eq!(r["rlimits"]["open_files"], 64);
-        assert_eq!(
-            r["rlimits"]["address_space_bytes"],
-            crate::DEFAULT_MAX_MEMORY
-        );
+        assert_eq!(r["rlimits"]["data_bytes"], 1u64 << 30);
         let full = native_report(&Policy::default(), &LandlockSupport::from_query(Ok(7)));
         assert_eq!(full["landlock"]["status"], "full");
         assert_eq!(full["landlock"]["abi"], 7);

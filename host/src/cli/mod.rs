@@ -14,6 +14,8 @@ mod push;
 mod replay;
 mod run;
 mod sandbox_args;
+mod signals;
+mod stdio;
 
 use std::path::PathBuf;
 
@@ -46,8 +48,8 @@ Exit status:
   121  out of fuel (--fuel, --fuel-per-request), or a native plugin used up its CPU time
        (--max-cpu-time)
   122  memory limit (--max-memory)
-  123  bad frame, from the plugin or on sandpipe's stdin (--framing, --max-frame), or a
-       plugin that broke its protocol (call)
+  123  bad frame from the plugin (--framing, --max-frame), a frame over --max-frame on
+       sandpipe's stdin, or a plugin that broke its protocol (call)
   124  deadline exceeded (--timeout, --request-timeout)
   125  sandpipe could not load or start the plugin
   1    (call) the plugin answered with the protocol's error
@@ -125,7 +127,16 @@ impl CacheArgs {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    let runtime = match tokio::runtime::Runtime::new() {
+    // `run` bridges one plugin: on one thread, a frame goes from a read of sandpipe's stdin to
+    // the plugin (or the wasm guest running on that same thread) and back to a write of its
+    // stdout without a hand-off between threads. The other subcommands keep the default.
+    let runtime = match &cli.command {
+        Command::Run(_) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        _ => tokio::runtime::Runtime::new(),
+    };
+    let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("sandpipe: starting the async runtime: {e}");

@@ -6,10 +6,11 @@ use std::time::Duration;
 use anyhow::Result;
 use bytes::BytesMut;
 use sandpipe_proto::frame::{FrameError, FrameLimits, Framer, Framing};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use super::run::exit_status;
+use super::run::{SignalPolicy, exit_status};
+use super::signals::Signals;
+use super::stdio::{EngineStdin, EngineStdout};
 use super::{exit_code, parse_duration, parse_size};
 use crate::protocols::Protocol;
 use crate::supervise::{Budgets, Incident, Supervisor};
@@ -56,6 +57,11 @@ impl BudgetArgs {
 }
 
 /// Bridge sandpipe's stdin/stdout to a supervised plugin speaking `protocol`.
+///
+/// Signals: SIGINT is dropped where `run` would drop it; any other handled signal ends the
+/// engine's input as EOF would, so the supervisor closes the plugin's stdin and the plugin
+/// ends through its protocol; a second one ends sandpipe at once (a native plugin dies with it).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_proxy(
     host: &Host,
     plugin: &Plugin,
@@ -63,6 +69,8 @@ pub(crate) async fn run_proxy(
     options: SessionOptions,
     protocol: Protocol,
     args: &BudgetArgs,
+    mut signals: Signals,
+    on_signal: SignalPolicy,
 ) -> Result<i32> {
     if plugin.kind() == PluginKind::NativeUnsandboxed && args.fuel_per_request.is_some() {
         eprintln!(
@@ -77,7 +85,28 @@ pub(crate) async fn run_proxy(
     let output = tokio::spawn(write_engine(out_rx, framing, limits));
     let supervisor = Supervisor::new(host, plugin, policy, options, protocol, args.budgets())
         .on_incident(print_incident);
-    let report = supervisor.run(in_rx, out_tx).await?;
+    let supervised = supervisor.run(in_rx, out_tx);
+    tokio::pin!(supervised);
+    let mut ending = false;
+    let report = loop {
+        tokio::select! {
+            report = &mut supervised => break report?,
+            sig = signals.recv() => {
+                let action = super::signals::action(
+                    sig, on_signal.native, on_signal.sigint, on_signal.stdin_is_terminal);
+                if action == super::signals::Action::Ignore {
+                    continue;
+                }
+                if ending {
+                    eprintln!("sandpipe: second signal {sig}: ending now");
+                    return Ok(128 + sig);
+                }
+                ending = true;
+                // Dropping the reader's sender is the engine's EOF to the supervisor.
+                input.abort();
+            }
+        }
+    };
     // The supervisor dropped its sender: the writer finishes what is queued.
     let _ = output.await;
     input.abort();
@@ -113,15 +142,17 @@ fn print_incident(i: &Incident) {
     eprintln!("sandpipe: {what} failed: {}; {next}", i.reason);
 }
 
-/// Frames from sandpipe's stdin. A bad frame ends the input like EOF (requests before it are
-/// still answered) and is returned.
+/// Frames from sandpipe's stdin, split but not judged (a malformed JSON line reaches the plugin,
+/// which answers it). A frame over the cap, or a CBOR or `Content-Length` stream that loses its
+/// framing (the supervisor tracks requests, so it needs frames), ends the input like EOF
+/// (requests before it are still answered) and is returned.
 async fn read_engine(
     tx: mpsc::Sender<Vec<u8>>,
     framing: Framing,
     limits: FrameLimits,
 ) -> Result<(), FrameError> {
-    let mut stdin = tokio::io::stdin();
-    let mut framer = framing.framer(limits);
+    let mut stdin = EngineStdin::open();
+    let mut framer = framing.splitter(limits);
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut eof = false;
     loop {
@@ -153,7 +184,7 @@ async fn read_engine(
 
 /// Frames to sandpipe's stdout, each flushed.
 async fn write_engine(mut rx: mpsc::Receiver<Vec<u8>>, framing: Framing, limits: FrameLimits) {
-    let mut stdout = tokio::io::stdout();
+    let mut stdout = EngineStdout::open();
     let mut encoder = framing.framer(limits);
     let mut out = BytesMut::new();
     while let Some(frame) = rx.recv().await {
@@ -162,7 +193,7 @@ async fn write_engine(mut rx: mpsc::Receiver<Vec<u8>>, framing: Framing, limits:
             tracing::warn!("dropping a frame for the engine: {e}");
             continue;
         }
-        if stdout.write_all(&out).await.is_err() || stdout.flush().await.is_err() {
+        if stdout.write_all(&out).await.is_err() {
             return;
         }
     }

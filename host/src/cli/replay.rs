@@ -67,7 +67,6 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
     };
     let host = Host::with_cache_dir(args.cache.dir().as_deref())?;
     let plugin = super::dist::load(&host, plugin_path, &args.dist, &args.cache).await?;
-    warn_if_native(&plugin);
     if let Some(sha) = transcript.header("sha256")
         && sha != plugin.sha256()
     {
@@ -91,6 +90,7 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
     let native = plugin.kind() == PluginKind::NativeUnsandboxed;
     let policy =
         replay::recorded_policy(&transcript, native, &host_dir).map_err(anyhow::Error::msg)?;
+    warn_if_native(&plugin, &policy);
     let framing = replay::framing_of(&transcript).map_err(anyhow::Error::msg)?;
     let options = SessionOptions::framed(framing).stderr(StderrMode::Inherit);
     let mut session = host.start(&plugin, &policy, &options).await?;

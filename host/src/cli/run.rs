@@ -1,21 +1,30 @@
 //! `sandpipe run`: bridge sandpipe's stdin/stdout to a plugin's.
 
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bytes::BytesMut;
 use sandpipe_proto::frame::{FrameError, FrameLimits, Framer, Framing};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
 
-use super::exit_code;
 use super::sandbox_args::{SandboxArgs, warn_if_native};
-use crate::{Exit, Host, SessionError, SessionOptions, SessionReader, SessionWriter, StderrMode};
+use super::signals::{self, Action, SigintMode, Signals};
+use super::stdio::{EngineStdin, EngineStdout};
+use super::{exit_code, parse_duration};
+use crate::{
+    Exit, Host, NativeStdio, PluginKind, SessionControl, SessionError, SessionOptions,
+    SessionReader, SessionWriter, StderrMode,
+};
 
 /// Arguments of `sandpipe run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Framing of both directions: raw passes bytes through; the others validate every frame
-    /// and end the session with a one-line reason on the first bad one.
+    /// Framing of both directions: raw passes bytes through. With a framing, what the plugin
+    /// writes is validated (the first bad frame ends the session with a one-line reason);
+    /// what the engine writes is split into frames and capped by --max-frame, but passed on
+    /// unjudged: the plugin answers malformed input as it would without sandpipe.
     #[arg(long, default_value = "raw", value_parser = ["raw", "lines", "cbor", "content-length"])]
     framing: String,
     /// Speak protocol P (jsonrpc, oracle, orchard, denobridge, atp, finecode) with the engine on
@@ -27,6 +36,15 @@ pub struct RunArgs {
     sandbox: SandboxArgs,
     #[command(flatten)]
     budgets: super::proxy::BudgetArgs,
+    /// SIGINT: auto forwards it to a native plugin, and for wasm ignores it when stdin is not a
+    /// terminal (engines end plugins through the protocol) or acts as SIGTERM on a terminal.
+    /// SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2 are forwarded to a native plugin; a wasm plugin's
+    /// stdin is closed and it is killed after --grace.
+    #[arg(long, value_enum, default_value = "auto", value_name = "MODE")]
+    sigint: SigintMode,
+    /// How long a wasm plugin has to exit after a SIGTERM closed its stdin.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
+    grace: Duration,
     /// Record the session (every frame both ways, the policy, the outcome) as a transcript;
     /// needs --framing.
     #[arg(long, value_name = "FILE")]
@@ -52,8 +70,6 @@ impl RunArgs {
 
 /// Why the bridge stopped early.
 enum BridgeEnd {
-    /// sandpipe's own stdin had a bad frame.
-    BadInput(FrameError),
     /// The plugin wrote a bad frame.
     BadOutput(FrameError),
     /// sandpipe's stdout went away.
@@ -61,6 +77,8 @@ enum BridgeEnd {
 }
 
 pub(crate) async fn run(args: RunArgs) -> Result<i32> {
+    // Take the signals over first: from here on a SIGTERM or SIGINT is the plugin's to see.
+    let mut signals = Signals::install().context("installing signal handlers")?;
     let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
     let plugin =
         super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
@@ -83,13 +101,29 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         &plugin.sha256()[..12],
         plugin.load_time()
     );
-    warn_if_native(&plugin);
+    warn_if_native(&plugin, &policy);
+    let native = plugin.kind() == PluginKind::NativeUnsandboxed;
+    let on_signal = SignalPolicy {
+        native,
+        sigint: args.sigint,
+        stdin_is_terminal: signals::stdin_is_terminal(),
+        grace: args.grace,
+    };
     if let Some(protocol) = args.protocol {
         let options = SessionOptions::default()
             .frame_limits(args.sandbox.frame_limits())
             .stderr(StderrMode::Inherit);
-        return super::proxy::run_proxy(&host, &plugin, policy, options, protocol, &args.budgets)
-            .await;
+        return super::proxy::run_proxy(
+            &host,
+            &plugin,
+            policy,
+            options,
+            protocol,
+            &args.budgets,
+            signals,
+            on_signal,
+        )
+        .await;
     }
     let framing = args.framing();
     let limits = args.sandbox.frame_limits();
@@ -104,48 +138,148 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         options.record =
             super::sandbox_args::recorder(args.record.as_deref(), &plugin, &policy, f, None)?;
     }
+    // Raw bytes to a native plugin need no bridge at all: it gets sandpipe's own stdin and
+    // stdout, so the engine talks to it exactly as it would without sandpipe (no copy, no
+    // hop); limits, Landlock, signals and the exit status work the same. Not from a terminal:
+    // the plugin leads its own process group, which is not the terminal's foreground group, so
+    // its reads would stop it (SIGTTIN).
+    let inherit = native && framing.is_none() && !on_signal.stdin_is_terminal;
+    if inherit {
+        options.native_stdio = NativeStdio::Inherit;
+    }
     let session = host
         .start(&plugin, &policy, &options)
         .await
         .with_context(|| format!("starting plugin {}", plugin.path().display()))?;
     let (writer, reader, control) = session.into_split();
+    if inherit {
+        let close_input = watch::channel(false).0;
+        let mut stopping = Stopping::default();
+        let exit = loop {
+            tokio::select! {
+                exit = control.wait() => break exit,
+                sig = signals.recv() => stopping.on_signal(sig, on_signal, &control, &close_input),
+                () = stopping.expired() => control.kill(),
+            }
+        };
+        drop((writer, reader));
+        if failed_by_itself(&exit) {
+            // Its output went straight to the engine: whether it wrote any is unknown here.
+            super::sandbox_args::explain_failed_start(&plugin, &policy, false);
+        }
+        return Ok(exit_status(&exit));
+    }
 
-    let input = tokio::spawn(pump_in(writer, framing, limits));
-    let output = pump_out(reader, framing, limits);
+    // The input's error is kept here before the plugin's stdin is closed, so it is seen however
+    // the plugin's exit and the input task's end race.
+    let bad_input: Arc<OnceLock<FrameError>> = Arc::default();
+    let (close_input, close_rx) = watch::channel(false);
+    let input = tokio::spawn(pump_in(
+        writer,
+        framing,
+        limits,
+        bad_input.clone(),
+        close_rx,
+    ));
+    let written = std::cell::Cell::new(0u64);
+    let output = pump_out(reader, framing, limits, &written);
     tokio::pin!(output);
-    let mut input = Some(input);
     let mut end: Option<BridgeEnd> = None;
+    let mut stopping = Stopping::default();
     loop {
         tokio::select! {
             out = &mut output => {
-                if let Err(e) = out { end.get_or_insert(e); }
+                if let Err(e) = out { end = Some(e); }
                 break;
             }
-            joined = async { input.as_mut().expect("guarded by the if").await }, if input.is_some() => {
-                input = None;
-                // A bad frame on our stdin ends the input like EOF does (the pump closed the
-                // plugin's stdin), so the plugin still answers every frame sent before it.
-                if let Ok(Err(e)) = joined {
-                    end = Some(e);
-                }
-            }
+            sig = signals.recv() => stopping.on_signal(sig, on_signal, &control, &close_input),
+            () = stopping.expired() => control.kill(),
         }
     }
     if matches!(end, Some(BridgeEnd::BadOutput(_) | BridgeEnd::StdoutClosed)) {
         control.kill();
     }
-    let exit = control.wait().await;
-    Ok(report(end, &exit))
+    // The plugin closed its stdout; it may still be running, and signals still reach it.
+    let exit = loop {
+        tokio::select! {
+            exit = control.wait() => break exit,
+            sig = signals.recv() => stopping.on_signal(sig, on_signal, &control, &close_input),
+            () = stopping.expired() => control.kill(),
+        }
+    };
+    input.abort();
+    // A plugin that dies by itself before its first byte may have been refused a file it needs.
+    if failed_by_itself(&exit) && written.get() == 0 && end.is_none() && bad_input.get().is_none() {
+        super::sandbox_args::explain_failed_start(&plugin, &policy, true);
+    }
+    Ok(report(end, bad_input.get(), &exit))
+}
+
+/// A crash or a non-zero exit, not a limit or a kill.
+fn failed_by_itself(exit: &Exit) -> bool {
+    matches!(exit, Exit::Trap { .. }) || matches!(exit, Exit::Exited(c) if *c != 0)
+}
+
+/// How `run` treats the signals it receives (see [`super::signals`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SignalPolicy {
+    pub(crate) native: bool,
+    pub(crate) sigint: SigintMode,
+    pub(crate) stdin_is_terminal: bool,
+    pub(crate) grace: Duration,
+}
+
+/// A SIGTERM emulation in progress: the plugin's stdin is closed, and it is killed at `deadline`.
+#[derive(Debug, Default)]
+pub(crate) struct Stopping {
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl Stopping {
+    /// Act on `sig`: forward it, start the SIGTERM emulation (a second one kills at once), or
+    /// drop it.
+    pub(crate) fn on_signal(
+        &mut self,
+        sig: i32,
+        how: SignalPolicy,
+        control: &SessionControl,
+        close_input: &watch::Sender<bool>,
+    ) {
+        match signals::action(sig, how.native, how.sigint, how.stdin_is_terminal) {
+            Action::Forward(s) => {
+                tracing::info!("forwarding signal {s} to the plugin");
+                control.signal(s);
+            }
+            Action::Ignore => tracing::info!("ignoring signal {sig}"),
+            Action::Terminate if self.deadline.is_some() => control.kill(),
+            Action::Terminate => {
+                tracing::info!(
+                    "signal {sig}: closing the plugin's stdin, killing it after {:?}",
+                    how.grace
+                );
+                let _ = close_input.send(true);
+                self.deadline = Some(tokio::time::Instant::now() + how.grace);
+            }
+        }
+    }
+
+    /// Resolves when the grace period of a SIGTERM emulation is over; never otherwise.
+    pub(crate) async fn expired(&self) {
+        match self.deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// Print the one-line reason and choose the exit status.
-fn report(end: Option<BridgeEnd>, exit: &Exit) -> i32 {
+fn report(end: Option<BridgeEnd>, bad_input: Option<&FrameError>, exit: &Exit) -> i32 {
     let abnormal = !matches!(exit, Exit::Exited(_) | Exit::Killed { signal: None });
+    if let Some(e) = bad_input {
+        eprintln!("sandpipe: bad frame on stdin: {e}");
+        return exit_code::BAD_FRAME;
+    }
     match end {
-        Some(BridgeEnd::BadInput(e)) => {
-            eprintln!("sandpipe: bad frame on stdin: {e}");
-            return exit_code::BAD_FRAME;
-        }
         // A frame cut off by the plugin's crash is a casualty of the crash: report the crash.
         Some(BridgeEnd::BadOutput(FrameError::Truncated { got, .. })) if abnormal => {
             eprintln!("sandpipe: dropped an incomplete frame of {got} bytes");
@@ -181,55 +315,82 @@ pub(crate) fn status_for(exit: &Exit) -> i32 {
     }
 }
 
+/// Engine → plugin. What the engine writes is passed on, never judged: frames are split (so
+/// they can be recorded and tracked) and capped by `--max-frame`, a JSON Lines line is not
+/// parsed, and a CBOR or `Content-Length` stream that loses its framing is passed through as
+/// bytes from there on. Only a frame over the cap ends the input, like EOF (the plugin still
+/// answers what came before), and is kept in `bad_input` before the plugin's stdin closes.
 async fn pump_in(
     mut writer: SessionWriter,
     framing: Option<Framing>,
     limits: FrameLimits,
-) -> Result<(), BridgeEnd> {
-    let mut stdin = tokio::io::stdin();
-    let mut framer = framing.map(|f| f.framer(limits));
+    bad_input: Arc<OnceLock<FrameError>>,
+    mut close: watch::Receiver<bool>,
+) {
+    let mut stdin = EngineStdin::open();
+    let mut splitter = framing.map(|f| f.splitter(limits));
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut eof = false;
     loop {
-        if let Some(framer) = &mut framer {
+        if let Some(framer) = &mut splitter {
             loop {
                 let next = if eof {
                     framer.decode_eof(&mut buf)
                 } else {
                     framer.decode(&mut buf)
                 };
-                let next = match next {
-                    Ok(next) => next,
-                    Err(e) => {
-                        writer.close().await;
-                        return Err(BridgeEnd::BadInput(e));
-                    }
-                };
                 match next {
-                    Some(frame) => {
+                    Ok(Some(frame)) => {
                         if send(&mut writer, &frame).await.is_err() {
-                            return Ok(());
+                            return;
                         }
                     }
-                    None => break,
+                    Ok(None) => break,
+                    Err(e @ FrameError::TooLarge { .. }) => {
+                        let _ = bad_input.set(e);
+                        writer.close().await;
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            "the engine's stream lost its framing ({e}); passing it on unframed"
+                        );
+                        splitter = None;
+                        break;
+                    }
                 }
             }
-        } else if !buf.is_empty() {
+        }
+        if splitter.is_none() && !buf.is_empty() {
             let chunk = buf.split();
-            if send(&mut writer, &chunk).await.is_err() {
-                return Ok(());
+            if let Err(e) = writer.send_raw(&chunk).await {
+                tracing::debug!("plugin stopped reading stdin: {e}");
+                return;
             }
         }
         if eof {
             writer.close().await;
-            return Ok(());
+            return;
         }
         buf.reserve(64 * 1024);
-        match stdin.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => eof = true,
-            Ok(_) => {}
+        tokio::select! {
+            read = stdin.read_buf(&mut buf) => match read {
+                Ok(0) | Err(_) => eof = true,
+                Ok(_) => {}
+            },
+            // The SIGTERM emulation: the plugin's stdin closes as if the engine had closed ours.
+            () = closed(&mut close) => {
+                writer.close().await;
+                return;
+            }
         }
     }
+}
+
+/// Resolves once the input is to be closed (or its sender is gone).
+async fn closed(close: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is not Send: drop it here, inside this function.
+    let _ = close.wait_for(|c| *c).await.map(|_| ());
 }
 
 /// Send; a plugin that stopped reading ends the input side quietly (its exit tells why).
@@ -244,8 +405,9 @@ async fn pump_out(
     mut reader: SessionReader,
     framing: Option<Framing>,
     limits: FrameLimits,
+    written: &std::cell::Cell<u64>,
 ) -> Result<(), BridgeEnd> {
-    let mut stdout = tokio::io::stdout();
+    let mut stdout = EngineStdout::open();
     let mut encoder = framing.map(|f| f.framer(limits));
     let mut out = BytesMut::new();
     loop {
@@ -269,7 +431,8 @@ async fn pump_out(
             }
             None => &frame,
         };
-        if stdout.write_all(bytes).await.is_err() || stdout.flush().await.is_err() {
+        written.set(written.get() + bytes.len() as u64);
+        if stdout.write_all(bytes).await.is_err() {
             return Err(BridgeEnd::StdoutClosed);
         }
     }

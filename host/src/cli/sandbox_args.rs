@@ -15,7 +15,8 @@ pub struct SandboxArgs {
     /// Total fuel (about one unit per wasm instruction) for the whole session [default: unlimited].
     #[arg(long, value_name = "N")]
     pub(crate) fuel: Option<u64>,
-    /// Memory cap: linear memory for wasm, RLIMIT_AS for native (e.g. 64MiB, or none).
+    /// Memory cap (e.g. 64MiB, or none): linear memory for wasm; for native, RLIMIT_DATA (heap
+    /// and other writable memory, not address space V8, Go or the JVM only reserve).
     #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_memory)]
     pub(crate) max_memory: MemoryCap,
     /// Wall-clock deadline for the whole session (e.g. 2s, 500ms) [default: none].
@@ -33,8 +34,10 @@ pub struct SandboxArgs {
     /// the kernel stops the plugin (exit status 121). Wasm plugins use --fuel [default: unlimited].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) max_cpu_time: Option<Duration>,
-    /// Most files a native plugin may have open at once (RLIMIT_NOFILE, stdio included), or
-    /// none to keep sandpipe's own limit.
+    /// Most files a plugin may have open at once, or none for sandpipe's own limit. Wasm: host
+    /// descriptors the session holds (its --dir preopens plus what it opened); past it an open
+    /// fails (p2 error-code quota, EDQUOT; p1 EMFILE) and the plugin runs on. Native:
+    /// RLIMIT_NOFILE, stdio included (EMFILE).
     #[arg(long, value_name = "N", default_value = "1024", value_parser = parse_open_files)]
     pub(crate) max_open_files: FileCap,
     /// Largest frame accepted in either direction (e.g. 16MiB).
@@ -51,6 +54,11 @@ pub struct SandboxArgs {
     /// The seed for --deterministic [default: 0; implies --deterministic].
     #[arg(long, value_name = "N")]
     pub(crate) seed: Option<u64>,
+    /// Native only: do not grant, read-only, what the plugin needs to start (its resolved
+    /// executable, a script's interpreter, the interpreter's install prefix, a venv, script
+    /// files named in its arguments); it then sees only the system directories and --dir.
+    #[arg(long)]
+    pub(crate) no_startup_grants: bool,
     #[command(flatten)]
     pub(crate) cache: CacheArgs,
     #[command(flatten)]
@@ -65,7 +73,8 @@ impl SandboxArgs {
         policy.deadline = self.timeout;
         policy = policy
             .max_cpu_time(self.max_cpu_time)
-            .max_open_files(self.max_open_files.0);
+            .max_open_files(self.max_open_files.0)
+            .startup_grants(!self.no_startup_grants);
         for spec in &self.dirs {
             let (host, guest, access) = parse_dir(spec).map_err(anyhow::Error::msg)?;
             policy = policy.preopen(host, guest, access);
@@ -127,17 +136,25 @@ pub(crate) fn recorder(
     Ok(Some(std::sync::Arc::new(r)))
 }
 
-/// The one-line notice printed whenever a plugin runs natively, and the one-line warning when
-/// Landlock cannot confine it (fully).
-pub(crate) fn warn_if_native(plugin: &Plugin) {
+/// The one-line notice printed whenever a plugin runs natively (naming what it may read to
+/// start), and the one-line warning when Landlock cannot confine it (fully).
+pub(crate) fn warn_if_native(plugin: &Plugin, policy: &Policy) {
     if plugin.kind() == PluginKind::NativeUnsandboxed {
         let support = LandlockSupport::detect();
         let confined = match support {
             LandlockSupport::Unavailable { .. } => {
-                "fuel, filesystem and network are not restricted"
+                "fuel, filesystem and network are not restricted".to_owned()
             }
             _ => {
-                "Landlock limits its files to --dir and refuses TCP, but there is no fuel and no system-call filter"
+                let grants = native_grants(plugin, policy);
+                let grants = if grants.is_empty() {
+                    String::new()
+                } else {
+                    format!(", read-only for start-up: {grants}")
+                };
+                format!(
+                    "Landlock limits its files to --dir{grants}, and refuses TCP, but there is no fuel and no system-call filter"
+                )
             }
         };
         eprintln!(
@@ -148,6 +165,53 @@ pub(crate) fn warn_if_native(plugin: &Plugin) {
             eprintln!("{warning}");
         }
     }
+}
+
+/// A native plugin's start-up grants as `PATH (reason), ...`; empty when off or none.
+pub(crate) fn native_grants(plugin: &Plugin, policy: &Policy) -> String {
+    if !policy.startup_grants {
+        return String::new();
+    }
+    crate::startup_grants(plugin.path(), &policy.args)
+        .iter()
+        .map(|g| format!("{} ({})", g.path.display(), g.reason))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// After a native plugin ended in failure (`before_output`: without writing a byte): what
+/// Landlock let it read, and how to grant more.
+pub(crate) fn explain_failed_start(plugin: &Plugin, policy: &Policy, before_output: bool) {
+    if plugin.kind() != PluginKind::NativeUnsandboxed
+        || matches!(
+            LandlockSupport::detect(),
+            LandlockSupport::Unavailable { .. }
+        )
+    {
+        return;
+    }
+    let mut allowed = vec!["the system directories (/usr /bin /sbin /lib*)".to_owned()];
+    let grants = native_grants(plugin, policy);
+    if !grants.is_empty() {
+        allowed.push(grants);
+    }
+    allowed.extend(policy.preopens.iter().map(|p| {
+        let ro = if p.access == Access::ReadOnly {
+            ":ro"
+        } else {
+            ""
+        };
+        format!("--dir {}{ro}", p.host.display())
+    }));
+    let when = if before_output {
+        "the plugin failed before writing any output"
+    } else {
+        "the plugin failed"
+    };
+    eprintln!(
+        "sandpipe: note: {when}; under Landlock it could read only {}; if it needs more, grant it with --dir PATH:ro",
+        allowed.join(", ")
+    );
 }
 
 /// An open-file limit, or none. (A newtype for the same reason as `MemoryCap`.)

@@ -9,6 +9,8 @@
 //!                   /etc/localtime /dev/urandom /dev/random   (the system's programs and libraries)
 //! read + write      /dev/null /dev/zero /dev/full
 //! read + execute    the plugin's own file
+//! read + execute    its start-up grants: interpreter, install prefix, venv, scripts
+//!                   (see `startup.rs`; off with `Policy::startup_grants(false)`)
 //! --dir HOST:ro     read, list and execute beneath HOST
 //! --dir HOST        everything beneath HOST
 //! network           no TCP bind or connect (ABI 4)
@@ -22,6 +24,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
+use super::startup::StartupGrant;
 use crate::error::HostError;
 use crate::policy::{Access, Preopen};
 
@@ -193,9 +196,19 @@ const SYSTEM_FILES: &[&str] = &[
 /// Devices a shell redirection or a library may open for writing.
 const SINK_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
 
-/// Build the confinement of `program` with `preopens`, or none when the kernel has no Landlock.
+/// Whether `path` lies under a system directory every plugin may already read.
+pub(crate) fn is_system_path(path: &Path) -> bool {
+    SYSTEM_DIRS.iter().any(|dir| path.starts_with(dir))
+}
+
+/// Build the confinement of `program` with `preopens` and the read-only start-up `grants`, or
+/// none when the kernel has no Landlock.
 #[cfg(target_os = "linux")]
-pub(crate) fn confinement(program: &Path, preopens: &[Preopen]) -> Result<Confinement, HostError> {
+pub(crate) fn confinement(
+    program: &Path,
+    preopens: &[Preopen],
+    grants: &[StartupGrant],
+) -> Result<Confinement, HostError> {
     use landlock::{
         ABI, Access as _, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
         RulesetCreatedAttr, Scope,
@@ -240,6 +253,10 @@ pub(crate) fn confinement(program: &Path, preopens: &[Preopen]) -> Result<Confin
         rules.extend(rule(Path::new(dev), file & !AccessFs::Execute, false).map_err(&fail)?);
     }
     rules.extend(rule(program, AccessFs::ReadFile | AccessFs::Execute, true).map_err(&fail)?);
+    for grant in grants {
+        // A grant that vanished since it was computed is simply not granted.
+        rules.extend(rule(&grant.path, read, false).map_err(&fail)?);
+    }
     for preopen in preopens {
         let access = match preopen.access {
             Access::ReadOnly => read,
@@ -260,7 +277,11 @@ pub(crate) fn confinement(program: &Path, preopens: &[Preopen]) -> Result<Confin
 }
 
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn confinement(_program: &Path, preopens: &[Preopen]) -> Result<Confinement, HostError> {
+pub(crate) fn confinement(
+    _program: &Path,
+    preopens: &[Preopen],
+    _grants: &[StartupGrant],
+) -> Result<Confinement, HostError> {
     check_preopens(preopens)?;
     Ok(Confinement)
 }

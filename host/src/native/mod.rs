@@ -23,13 +23,15 @@
 //! ```
 
 mod landlock;
+mod memory;
 mod rlimit;
+mod startup;
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
@@ -37,11 +39,14 @@ use tokio::sync::{oneshot, watch};
 use crate::error::{Exit, HostError};
 use crate::policy::Policy;
 use crate::sandbox::finish;
+use crate::session::NativeStdio;
 use crate::stderr::{StderrMode, StderrTail};
 use crate::transport::{KillSwitch, Transport, killed};
 
 pub use landlock::{LANDLOCK_TARGET_ABI, LandlockSupport};
+pub(crate) use memory::page_size;
 pub(crate) use rlimit::Limits;
+pub use startup::{StartupGrant, startup_grants};
 
 /// Start `program` as a child process under what `policy` can express natively.
 pub(crate) fn spawn(
@@ -49,39 +54,57 @@ pub(crate) fn spawn(
     policy: &Policy,
     stderr_mode: StderrMode,
     tail_lines: usize,
+    stdio: NativeStdio,
 ) -> Result<Transport, HostError> {
     let spawn_error = |source: std::io::Error| HostError::Spawn {
         program: program.to_owned(),
         source,
     };
     let limits = Limits::for_policy(policy);
-    let mut confinement = landlock::confinement(program, &policy.preopens)?;
+    let grants = if policy.startup_grants {
+        startup_grants(program, &policy.args)
+    } else {
+        Vec::new()
+    };
+    let mut confinement = landlock::confinement(program, &policy.preopens, &grants)?;
+    // The plugin must not outlive sandpipe, even one killed with SIGKILL: the child asks for
+    // SIGKILL when the thread that forked it (the spawner thread, which lives as long as
+    // sandpipe) dies, and checks that sandpipe did not die before the request took effect.
+    let parent = std::process::id();
     let mut cmd = std::process::Command::new(program);
     cmd.args(&policy.args)
         .env_clear()
         .envs(policy.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    let inherit = stdio == NativeStdio::Inherit;
+    if inherit {
+        cmd.stdin(Stdio::inherit()).stdout(Stdio::inherit());
+    } else {
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+    }
     #[allow(unsafe_code)]
     // SAFETY: the closure runs in the forked child before exec. It calls close_range (or
     // fcntl), setrlimit, prctl and landlock_restrict_self on values computed before the fork
     // (no allocation, no lock on the success path); the ruleset it takes is the child's copy.
     unsafe {
         cmd.pre_exec(move || {
+            die_with_parent(parent)?;
             close_inherited_descriptors();
             limits.apply()?;
             confinement.apply()
         });
     }
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(spawn_error)?;
+    let mut child = spawn_from_spawner_thread(cmd).map_err(spawn_error)?;
     let group = Arc::new(Group {
         pgid: i32::try_from(child.id())
             .map_err(|_| spawn_error(std::io::Error::other("process id out of range")))?,
         reaped: Mutex::new(false),
     });
+    // A process of its own that SIGKILLs the plugin's group when sandpipe dies, however it
+    // dies: PR_SET_PDEATHSIG reaches the plugin alone, not what the plugin started.
+    let guard = GroupGuard::start(group.pgid);
     let waited = match wait_in_thread(group.clone()) {
         Ok(waited) => waited,
         Err(e) => {
@@ -90,11 +113,25 @@ pub(crate) fn spawn(
             return Err(spawn_error(e));
         }
     };
-    let pipes = (|| {
+    type Pipes = (
+        std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+        std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+        tokio::process::ChildStderr,
+    );
+    let pipes = (|| -> Option<Pipes> {
+        let stderr = tokio::process::ChildStderr::from_std(child.stderr.take()?).ok()?;
+        if inherit {
+            return Some((
+                Box::pin(tokio::io::sink()),
+                Box::pin(tokio::io::empty()),
+                stderr,
+            ));
+        }
         let stdin = tokio::process::ChildStdin::from_std(child.stdin.take()?).ok()?;
         let stdout = tokio::process::ChildStdout::from_std(child.stdout.take()?).ok()?;
-        let stderr = tokio::process::ChildStderr::from_std(child.stderr.take()?).ok()?;
-        Some((stdin, stdout, stderr))
+        grow_pipe(stdin.as_raw_fd());
+        grow_pipe(stdout.as_raw_fd());
+        Some((Box::pin(stdin), Box::pin(stdout), stderr))
     })();
     // The waiter thread reaps the child; `child` itself needs nothing more.
     drop(child);
@@ -105,9 +142,6 @@ pub(crate) fn spawn(
         )));
     };
 
-    grow_pipe(stdin.as_raw_fd());
-    grow_pipe(stdout.as_raw_fd());
-
     let stderr = StderrTail::new(tail_lines);
     let name = crate::sandbox::argv0_for(program);
     let stderr_task = tokio::spawn(stderr.clone().drain(stderr_pipe, stderr_mode, name));
@@ -115,12 +149,14 @@ pub(crate) fn spawn(
     let (kill, mut kill_rx) = KillSwitch::new();
     let deadline = policy.deadline;
     let cpu_limit = limits.cpu_time();
+    let memory_limit = policy.max_memory;
     let tail = stderr.clone();
     let pid = u32::try_from(group.pgid).ok();
 
     tokio::spawn(async move {
         // Dropped with this task (runtime shutdown) before the child is reaped: kill it.
         let _guard = KillOnDrop(group.clone());
+        let _group_guard = guard;
         let mut waited = waited;
         let timer = async {
             match deadline {
@@ -128,9 +164,15 @@ pub(crate) fn spawn(
                 None => std::future::pending().await,
             }
         };
+        let over_memory = async {
+            match memory_limit {
+                Some(cap) => memory::exceeded(group.pgid as u32, cap).await,
+                None => std::future::pending().await,
+            }
+        };
         let exit = tokio::select! {
             done = &mut waited => match done {
-                Ok(Ok(w)) => from_status(w.status, w.cpu, cpu_limit, &tail),
+                Ok(Ok(w)) => from_status(&w, cpu_limit, memory_limit, &tail),
                 Ok(Err(e)) => Exit::Trap { message: format!("waiting for child: {e}"), stderr_tail: Vec::new() },
                 Err(_) => Exit::Trap { message: "waiting for child: the waiter thread ended".to_owned(), stderr_tail: Vec::new() },
             },
@@ -138,6 +180,11 @@ pub(crate) fn spawn(
                 group.signal(libc::SIGKILL);
                 let _ = (&mut waited).await;
                 Exit::DeadlineExceeded { limit: deadline.unwrap_or_default() }
+            }
+            () = over_memory => {
+                group.signal(libc::SIGKILL);
+                let _ = (&mut waited).await;
+                Exit::MemoryLimit { limit: memory_limit.unwrap_or_default() }
             }
             () = killed(&mut kill_rx) => {
                 group.signal(libc::SIGKILL);
@@ -149,13 +196,73 @@ pub(crate) fn spawn(
     });
 
     Ok(Transport {
-        stdin: Box::pin(stdin),
-        stdout: Box::pin(stdout),
+        stdin,
+        stdout,
         exit: exit_rx,
         kill,
         stderr,
         pid,
     })
+}
+
+/// Fork every native plugin from one thread that lives as long as the process: the kernel sends
+/// `PR_SET_PDEATHSIG` when the *thread* that forked the child ends, so a plugin started from a
+/// short-lived thread (a `spawn_blocking` worker, a thread running its own runtime) would be
+/// killed with that thread instead of with sandpipe.
+fn spawn_from_spawner_thread(
+    mut cmd: std::process::Command,
+) -> std::io::Result<std::process::Child> {
+    type Job = (
+        std::process::Command,
+        std::sync::mpsc::Sender<std::io::Result<std::process::Child>>,
+    );
+    static SPAWNER: OnceLock<Option<std::sync::mpsc::Sender<Job>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("sandpipe-spawn".to_owned())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .ok()
+            .map(|_| tx)
+    });
+    let Some(spawner) = spawner else {
+        return cmd.spawn();
+    };
+    let (reply, answer) = std::sync::mpsc::channel();
+    spawner
+        .send((cmd, reply))
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
+    answer
+        .recv()
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
+}
+
+/// In the forked child: ask for SIGKILL when the thread that forked us dies, then check that
+/// `parent` (sandpipe's pid) had not already died before the request took effect, in which case
+/// nobody will ever send it. Async-signal-safe: prctl and getppid only.
+#[allow(unsafe_code)]
+fn die_with_parent(parent: u32) -> std::io::Result<()> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) and getppid take and return plain integers.
+    unsafe {
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        if u32::try_from(libc::getppid()).ok() != Some(parent) {
+            libc::_exit(137);
+        }
+    }
+    Ok(())
 }
 
 /// Mark every descriptor above stderr close-on-exec, so the plugin starts with its three pipes
@@ -208,6 +315,82 @@ impl Group {
     }
 }
 
+/// A forked watcher that kills the plugin's process group if sandpipe dies without stopping it
+/// (SIGKILL included): it blocks reading a pipe whose only write end sandpipe holds, and the
+/// kernel closes that end when sandpipe's process ends. Dropping the guard stops the watcher
+/// first (SIGKILL, then reap) and only then closes the pipe, so a normal end never signals a
+/// group id that may since have been reused.
+#[derive(Debug)]
+struct GroupGuard {
+    pid: libc::pid_t,
+    /// Held, never written: the watcher wakes when the last copy closes.
+    _write_end: std::os::fd::OwnedFd,
+}
+
+impl GroupGuard {
+    #[allow(unsafe_code)]
+    fn start(pgid: libc::pid_t) -> Option<GroupGuard> {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 writes two descriptors into `fds`, which lives across the call.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            tracing::warn!("no group guard: pipe2: {}", std::io::Error::last_os_error());
+            return None;
+        }
+        let [read_end, write_end] = fds;
+        // SAFETY: the child of a multi-threaded process may only make async-signal-safe calls:
+        // it makes nothing but close_range, read, killpg and _exit system calls, on integers
+        // and a byte of its own stack, and never returns into Rust code.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            unsafe {
+                let r = read_end as libc::c_uint;
+                // Hold nothing of sandpipe's: no stdio, no plugin pipe, no engine pipe.
+                if r > 0 {
+                    libc::syscall(libc::SYS_close_range, 0u32, r - 1, 0u32);
+                }
+                libc::syscall(libc::SYS_close_range, r + 1, u32::MAX, 0u32);
+                let mut byte = 0u8;
+                loop {
+                    let n = libc::read(read_end, (&raw mut byte).cast(), 1);
+                    if n < 0 && *libc::__errno_location() == libc::EINTR {
+                        continue;
+                    }
+                    break;
+                }
+                libc::killpg(pgid, libc::SIGKILL);
+                libc::_exit(0);
+            }
+        }
+        // SAFETY: `read_end` and `write_end` are ours, just created and not owned elsewhere.
+        unsafe { libc::close(read_end) };
+        let write_end = unsafe { std::os::fd::OwnedFd::from_raw_fd(write_end) };
+        if pid < 0 {
+            tracing::warn!("no group guard: fork: {}", std::io::Error::last_os_error());
+            return None;
+        }
+        Some(GroupGuard {
+            pid,
+            _write_end: write_end,
+        })
+    }
+}
+
+impl Drop for GroupGuard {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // SAFETY: kill and waitpid on our own child's pid, which stays ours until reaped here.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            let mut status = 0;
+            while libc::waitpid(self.pid, &mut status, 0) < 0
+                && *libc::__errno_location() == libc::EINTR
+            {}
+        }
+        // `_write_end` closes after this, with the watcher already gone.
+    }
+}
+
 #[derive(Debug)]
 struct KillOnDrop(Arc<Group>);
 
@@ -217,11 +400,13 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// How the child ended and the CPU time it used (user + system, its reaped children included).
+/// How the child ended, the CPU time it used (user + system, its reaped children included) and
+/// its peak resident set.
 #[derive(Debug)]
 struct Waited {
     status: ExitStatus,
     cpu: Duration,
+    max_rss: u64,
 }
 
 type WaitResult = std::io::Result<Waited>;
@@ -284,6 +469,10 @@ fn reap(group: &Group) -> WaitResult {
     Ok(Waited {
         status: ExitStatus::from_raw(status),
         cpu: timeval(usage.ru_utime) + timeval(usage.ru_stime),
+        // Kilobytes on Linux.
+        max_rss: u64::try_from(usage.ru_maxrss)
+            .unwrap_or(0)
+            .saturating_mul(1024),
     })
 }
 
@@ -293,16 +482,24 @@ fn timeval(t: libc::timeval) -> Duration {
 }
 
 /// Classify an exit the host did not cause. `cpu_limit` is the soft `RLIMIT_CPU` the child ran
-/// under, `cpu` what it used.
+/// under, `memory_limit` its `RLIMIT_DATA`.
+///
+/// A native plugin refused memory under `RLIMIT_DATA` sees `ENOMEM` and usually dies of it
+/// (Rust and C++ abort, Python exits 1 on an uncaught `MemoryError`, Go and V8 crash); the kernel
+/// reports nothing more. So a failed end (a crash signal or a non-zero code) of a plugin whose
+/// peak resident set reached half the cap is reported as [`Exit::MemoryLimit`]: the plugin
+/// really used memory close to the cap. A plugin that handles the refusal and exits 0 is not.
 fn from_status(
-    status: ExitStatus,
-    cpu: Duration,
+    waited: &Waited,
     cpu_limit: Option<Duration>,
+    memory_limit: Option<u64>,
     tail: &StderrTail,
 ) -> Exit {
-    if let Some(code) = status.code() {
-        return Exit::Exited(code);
-    }
+    let Waited {
+        status,
+        cpu,
+        max_rss,
+    } = *waited;
     match (status.signal(), cpu_limit) {
         // The kernel's SIGXCPU at the soft limit, or its SIGKILL at the hard limit (one second
         // later) for a plugin that ignores SIGXCPU: the CPU time it used tells the latter from
@@ -313,21 +510,36 @@ fn from_status(
         }
         _ => {}
     }
+    let failed = match status.code() {
+        Some(code) => code != 0,
+        None => status
+            .signal()
+            .is_some_and(|s| s == libc::SIGKILL || is_crash(s)),
+    };
+    if let Some(limit) = memory_limit
+        && failed
+        && max_rss >= limit / 2
+    {
+        return Exit::MemoryLimit { limit };
+    }
+    if let Some(code) = status.code() {
+        return Exit::Exited(code);
+    }
     match status.signal() {
         // Crash signals are the native counterpart of a wasm trap.
-        Some(
-            sig @ (libc::SIGABRT
-            | libc::SIGSEGV
-            | libc::SIGBUS
-            | libc::SIGILL
-            | libc::SIGFPE
-            | libc::SIGTRAP),
-        ) => Exit::Trap {
+        Some(sig) if is_crash(sig) => Exit::Trap {
             message: format!("killed by signal {sig} ({})", signal_name(sig)),
             stderr_tail: tail.lines(),
         },
         signal => Exit::Killed { signal },
     }
+}
+
+fn is_crash(sig: i32) -> bool {
+    matches!(
+        sig,
+        libc::SIGABRT | libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE | libc::SIGTRAP
+    )
 }
 
 fn signal_name(sig: i32) -> &'static str {
@@ -342,10 +554,10 @@ fn signal_name(sig: i32) -> &'static str {
     }
 }
 
-/// SIGTERM a native plugin's process group (the session's `terminate`).
-pub(crate) fn terminate_group(pid: u32) {
+/// Send `signal` to a native plugin's process group (the session's `terminate` and `signal`).
+pub(crate) fn signal_group(pid: u32, signal: i32) {
     if let Ok(pid) = i32::try_from(pid) {
-        send_group_signal(pid, libc::SIGTERM);
+        send_group_signal(pid, signal);
     }
 }
 

@@ -8,8 +8,9 @@ use crate::policy::Policy;
 /// The limits to set, each as `(soft, hard)`. `None` keeps what sandpipe itself runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Limits {
-    /// `RLIMIT_AS`, from [`Policy::max_memory`].
-    pub(crate) address_space: Option<(u64, u64)>,
+    /// `RLIMIT_DATA`, the backstop of [`Policy::max_memory`] (see `memory.rs`): private
+    /// writable memory, not address space a runtime only reserves.
+    pub(crate) data: Option<(u64, u64)>,
     /// `RLIMIT_CPU` in seconds, from [`Policy::max_cpu_time`]: SIGXCPU at the soft limit, SIGKILL
     /// one second later at the hard limit for a plugin that ignores SIGXCPU.
     pub(crate) cpu_seconds: Option<(u64, u64)>,
@@ -22,7 +23,10 @@ impl Limits {
     /// unprivileged process cannot raise a hard limit, and asking would fail the spawn.
     pub(crate) fn for_policy(policy: &Policy) -> Limits {
         Limits {
-            address_space: policy.max_memory.map(|b| (b, b)),
+            data: policy
+                .max_memory
+                .map(super::memory::backstop)
+                .map(|b| (b, b)),
             cpu_seconds: policy.max_cpu_time.map(|d| {
                 let soft = cpu_seconds(d);
                 clamp((soft, soft.saturating_add(1)), hard_limit(Resource::Cpu))
@@ -45,8 +49,8 @@ impl Limits {
     /// allocation, no locks.
     pub(crate) fn apply(&self) -> std::io::Result<()> {
         set(Resource::Core, (0, 0))?;
-        if let Some(v) = self.address_space {
-            set(Resource::AddressSpace, v)?;
+        if let Some(v) = self.data {
+            set(Resource::Data, v)?;
         }
         if let Some(v) = self.cpu_seconds {
             set(Resource::Cpu, v)?;
@@ -74,7 +78,7 @@ fn clamp((soft, hard): (u64, u64), ceiling: Option<u64>) -> (u64, u64) {
 
 #[derive(Debug, Clone, Copy)]
 enum Resource {
-    AddressSpace,
+    Data,
     Cpu,
     OpenFiles,
     Core,
@@ -84,8 +88,8 @@ enum Resource {
 macro_rules! with_resource {
     ($r:expr, |$id:ident| $body:expr) => {
         match $r {
-            Resource::AddressSpace => {
-                let $id = libc::RLIMIT_AS;
+            Resource::Data => {
+                let $id = libc::RLIMIT_DATA;
                 $body
             }
             Resource::Cpu => {
@@ -163,10 +167,7 @@ mod tests {
             .max_cpu_time(Some(Duration::from_millis(2500)))
             .max_open_files(Some(64));
         let limits = Limits::for_policy(&policy);
-        assert_eq!(
-            limits.address_space,
-            Some((crate::DEFAULT_MAX_MEMORY, crate::DEFAULT_MAX_MEMORY))
-        );
+        assert_eq!(limits.data, Some((1 << 30, 1 << 30)));
         // This test process's hard limits are far above 3 s and 64 files.
         assert_eq!(limits.cpu_seconds, Some((3, 4)));
         assert_eq!(limits.cpu_time(), Some(Duration::from_secs(3)));
@@ -177,7 +178,7 @@ mod tests {
                 .max_open_files(None)
                 .max_cpu_time(None),
         );
-        assert_eq!(none.address_space, None);
+        assert_eq!(none.data, None);
         assert_eq!(none.cpu_seconds, None);
         assert_eq!(none.open_files, None);
     }

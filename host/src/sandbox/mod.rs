@@ -4,12 +4,14 @@
 //!  Sandbox (one Engine: fuel + epochs compiled in, a 10 ms epoch ticker thread)
 //!    ├─ load(bytes)  ─ sha256 ─► in-process map ─► on-disk .cwasm cache ─► compile
 //!    │                               └──────────────► Compiled { CommandPre | InstancePre }
-//!    └─ start(compiled, policy) ─► Store { WasiCtx, Limiter } + stdio pipes (stdio.rs)
+//!    └─ start(compiled, policy) ─► Store { WasiCtx, Limiter, OpenFiles (open_files.rs) }
+//!                                    + stdio pipes (stdio.rs)
 //!                                    └─ runner task: instantiate, call run, classify ─► Exit
 //! ```
 
 mod cache;
 mod determinism;
+mod open_files;
 mod pool;
 mod stdio;
 
@@ -21,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use cache::ArtifactCache;
 pub use cache::default_cache_dir;
+use open_files::OpenFiles;
 pub use pool::{InstanceAllocator, Pooling};
 use tokio::sync::watch;
 use wasmtime::component::{Component, ResourceTable};
@@ -116,6 +119,7 @@ pub(crate) struct State2 {
     ctx: WasiCtx,
     table: ResourceTable,
     limiter: Limiter,
+    open_files: OpenFiles,
 }
 
 impl WasiView for State2 {
@@ -131,6 +135,7 @@ impl WasiView for State2 {
 pub(crate) struct State1 {
     wasi: WasiP1Ctx,
     limiter: Limiter,
+    open_files: OpenFiles,
 }
 
 /// Caps linear memory across all of a store's memories, and remembers a refusal so a guest
@@ -289,9 +294,11 @@ impl Sandbox {
 
         let mut linker2 = wasmtime::component::Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker2).map_err(engine_err)?;
+        open_files::link_p2(&mut linker2).map_err(engine_err)?;
         let mut linker1 = wasmtime::Linker::new(&engine);
         wasmtime_wasi::p1::add_to_linker_async(&mut linker1, |s: &mut State1| &mut s.wasi)
             .map_err(engine_err)?;
+        open_files::link_p1(&mut linker1).map_err(engine_err)?;
 
         if metering.epochs {
             spawn_epoch_ticker(&engine);
@@ -492,6 +499,7 @@ impl Sandbox {
                     ctx: b.build(),
                     table: ResourceTable::new(),
                     limiter,
+                    open_files: OpenFiles::new(policy.max_open_files, policy.preopens.len()),
                 };
                 let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);
@@ -519,6 +527,7 @@ impl Sandbox {
                 let state = State1 {
                     wasi: b.build_p1(),
                     limiter,
+                    open_files: OpenFiles::new(policy.max_open_files, policy.preopens.len()),
                 };
                 let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);

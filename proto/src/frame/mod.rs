@@ -97,6 +97,15 @@ impl Framing {
         }
     }
 
+    /// A decoder for a stream sandpipe forwards without judging it (what an engine writes to a
+    /// plugin): it finds frame boundaries and enforces `max_frame_bytes`, and nothing more a
+    /// boundary does not need. A JSON Lines line is not parsed as JSON; CBOR items and
+    /// `Content-Length` headers must still parse to be split, so a caller that gets any error
+    /// other than [`FrameError::TooLarge`] has lost the framing and passes the rest on as bytes.
+    pub fn splitter(self, limits: FrameLimits) -> AnyFramer {
+        self.sender(limits)
+    }
+
     /// The name used on the command line and in transcripts.
     pub fn name(self) -> &'static str {
         match self {

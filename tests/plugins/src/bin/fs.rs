@@ -3,8 +3,12 @@
 //! `env:NAME` (reports the variable's value, or fails with NotFound when it is not set),
 //! `connect:ADDR` (a TCP connection to ADDR, e.g. `127.0.0.1:8080`, closed at once) or
 //! `open-many:PATH` (opens PATH again and again, keeping every file open, until an open fails;
-//! reports `"result": {"opened": COUNT, "stopped": ERRNO}`, ERRNO being the failure's OS error
-//! number, e.g. 24 for EMFILE),
+//! then closes one and opens PATH once more; reports `"result": {"opened": COUNT, "stopped":
+//! ERRNO, "error": MESSAGE, "kind": KIND, "reopened": BOOL}`, ERRNO being the failure's OS error
+//! number, e.g. 24 for EMFILE, and `reopened` whether the open after the close succeeded) or
+//! `open-streams:PATH` (wasm32-wasip2 only: opens PATH, which must lie in a preopen, takes a
+//! `read-via-stream` of it and drops the descriptor, keeping only the stream, until an open
+//! fails; reports `"result": {"opened": COUNT, "error": WASI-ERROR-CODE-NAME}`),
 //! answered in order by one JSON Lines frame, `{"op","path","ok":true,…}` or
 //! `{"op","path","ok":false,"error","kind"}`. Failures are data: it never panics on them.
 //!
@@ -72,9 +76,18 @@ fn run(op: &str, path: &str) -> io::Result<Option<(&'static str, Value)>> {
                 }
             };
             let mut report = json!({"opened": open.len()});
+            if let Some(e) = &stopped {
+                report["error"] = e.to_string().into();
+                report["kind"] = format!("{:?}", e.kind()).into();
+                // A cap on open files, not on opens: closing one makes room for the next.
+                if open.pop().is_some() {
+                    report["reopened"] = fs::File::open(path).is_ok().into();
+                }
+            }
             report["stopped"] = stopped.and_then(|e| e.raw_os_error()).into();
             Ok(Some(("result", report)))
         }
+        "open-streams" => open_streams(path).map(|report| Some(("result", report))),
         "list" => {
             let entries = fs::read_dir(path)?.collect::<io::Result<Vec<_>>>()?;
             Ok(Some(("entries", entries.len().into())))
@@ -82,8 +95,52 @@ fn run(op: &str, path: &str) -> io::Result<Option<(&'static str, Value)>> {
         _ => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
-                "unknown operation {op:?} (expected read, write, mkdir, list, env, connect or open-many)"
+                "unknown operation {op:?} (expected read, write, mkdir, list, env, connect, open-many or open-streams)"
             ),
         )),
     }
+}
+
+/// Keep streams, not descriptors, until an open fails: a stream holds the host file open after
+/// its descriptor is dropped.
+#[cfg(all(target_os = "wasi", target_env = "p2"))]
+fn open_streams(path: &str) -> io::Result<Value> {
+    use wasip2::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags};
+
+    let (dir, rel) = wasip2::filesystem::preopens::get_directories()
+        .into_iter()
+        .find_map(|(dir, guest)| {
+            let rel = path.strip_prefix(guest.as_str())?.trim_start_matches('/');
+            Some((dir, rel.to_owned()))
+        })
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not in a preopen"))?;
+    let mut streams = Vec::new();
+    let error = loop {
+        if streams.len() == 1 << 20 {
+            break None;
+        }
+        let file = match dir.open_at(
+            PathFlags::empty(),
+            &rel,
+            OpenFlags::empty(),
+            DescriptorFlags::READ,
+        ) {
+            Ok(file) => file,
+            Err(code) => break Some(code),
+        };
+        let stream = file
+            .read_via_stream(0)
+            .map_err(|code| io::Error::other(format!("read-via-stream: {code:?}")))?;
+        drop(file);
+        streams.push(stream);
+    };
+    Ok(json!({"opened": streams.len(), "error": error.map(|e| e.name())}))
+}
+
+#[cfg(not(all(target_os = "wasi", target_env = "p2")))]
+fn open_streams(_path: &str) -> io::Result<Value> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "open-streams needs WASI p2",
+    ))
 }
