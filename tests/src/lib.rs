@@ -10,8 +10,6 @@
 //! assert!(echo.exists());
 //! ```
 
-pub mod peers;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
