@@ -91,6 +91,17 @@ fn key_id(keynum: &[u8]) -> String {
 /// `.minisig` text and the key id.
 pub fn sign(path: &Path, data: &[u8], comment: &str) -> Result<(String, String), SignError> {
     let password = std::env::var("SANDPIPE_MINISIGN_PASSWORD").unwrap_or_default();
+    sign_with_password(path, &password, data, comment)
+}
+
+/// [`sign`] with the key's password given.
+pub fn sign_with_password(
+    path: &Path,
+    password: &str,
+    data: &[u8],
+    comment: &str,
+) -> Result<(String, String), SignError> {
+    let password = password.to_owned();
     let key_err = |reason: String| SignError::Key {
         path: path.to_owned(),
         reason,
@@ -162,14 +173,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut keys = Vec::new();
         for name in ["a", "b"] {
-            let kp = minisign::KeyPair::generate_unencrypted_keypair().expect("keypair");
+            let kp =
+                minisign::KeyPair::generate_encrypted_keypair(Some("pw".into())).expect("keypair");
             let sk = dir.path().join(format!("{name}.key"));
             let pk = dir.path().join(format!("{name}.pub"));
             std::fs::write(&sk, kp.sk.to_box(None).expect("box").to_string()).expect("sk");
             std::fs::write(&pk, kp.pk.to_box().expect("box").to_string()).expect("pk");
             keys.push((sk, TrustedKey::from_file(&pk).expect("pub")));
         }
-        let (sig, id) = sign(&keys[0].0, b"manifest", "comment").expect("sign");
+        let (sig, id) = sign_with_password(&keys[0].0, "pw", b"manifest", "comment").expect("sign");
         assert_eq!(id, keys[0].1.key_id());
         assert_eq!(signer(&sig).expect("signer"), id);
         assert_eq!(
