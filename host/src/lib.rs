@@ -18,7 +18,8 @@
 //! sandboxing of native plugins beyond what [`native`](crate::PluginKind::NativeUnsandboxed)
 //! lists.
 //!
-//! No cargo features.
+//! Cargo features: `registry` (default): `oci://` references, `sandpipe push` and `pull`
+//! ([`registry`]); without it plugins are paths only.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -44,15 +45,20 @@
 
 mod cbor_note;
 mod error;
+pub mod lock;
 mod native;
 mod policy;
 pub mod protocols;
 pub mod record;
+#[cfg(feature = "registry")]
+pub mod registry;
 pub mod replay;
 pub mod rpc;
 mod sandbox;
 mod session;
+pub mod signing;
 mod stderr;
+pub mod store;
 pub mod supervise;
 mod transport;
 
@@ -408,7 +414,7 @@ fn resolve_program(path: &Path) -> PathBuf {
         .unwrap_or_else(|| path.to_owned())
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

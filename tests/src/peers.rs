@@ -191,3 +191,18 @@ pub fn componentize_py() -> PathBuf {
 pub fn system_python() -> PathBuf {
     installed(PathBuf::from("/usr/bin/python3"), "the system python3")
 }
+
+// --- oci (issue 14): Debian's registry, skopeo, minisign, htpasswd; the oras SDK ------------
+
+/// A program from a Debian package (`/usr/bin/NAME`).
+pub fn debian(name: &str) -> PathBuf {
+    installed(
+        PathBuf::from("/usr/bin").join(name),
+        &format!("Debian's {name}"),
+    )
+}
+
+/// The Python of the venv holding the `oras` SDK (PyPI `oras`).
+pub fn oras_python() -> PathBuf {
+    installed(dir().join("oras-venv/bin/python"), "the oras Python SDK")
+}

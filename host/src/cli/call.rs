@@ -56,9 +56,8 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
         None => None,
     };
     let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
-    let plugin = host
-        .load(&args.plugin)
-        .with_context(|| format!("loading plugin {}", args.plugin.display()))?;
+    let plugin =
+        super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
     let policy = args.sandbox.policy(args.plugin_args.clone())?;
     warn_if_native(&plugin, &policy);
     let mut options =

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde_json::{Value, json};
 
 use super::sandbox_args::SandboxArgs;
@@ -37,9 +37,8 @@ pub struct InspectArgs {
 
 pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
     let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
-    let plugin = host
-        .load(&args.plugin)
-        .with_context(|| format!("loading plugin {}", args.plugin.display()))?;
+    let plugin =
+        super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
     let mut report = json!({
         "path": plugin.path().display().to_string(),
         "kind": plugin.kind().name(),

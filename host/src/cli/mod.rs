@@ -1,9 +1,16 @@
 //! The `sandpipe` command line: one file per subcommand; `src/bin/sandpipe.rs` only calls
 //! [`main`].
 
+mod cache;
 mod call;
+mod compile;
+mod dist;
 mod inspect;
 mod proxy;
+#[cfg(feature = "registry")]
+mod pull;
+#[cfg(feature = "registry")]
+mod push;
 mod replay;
 mod run;
 mod sandbox_args;
@@ -80,6 +87,19 @@ pub enum Command {
     /// Check a plugin against a recorded session (--plugin), or stand in for the plugin
     /// (--serve).
     Replay(replay::ReplayArgs),
+    /// Upload a .wasm file to an OCI registry in the CNCF Wasm layout (optionally signed) and
+    /// print REF@sha256:... (the same file always gives the same digest).
+    #[cfg(feature = "registry")]
+    Push(push::PushArgs),
+    /// Download a plugin by reference, verify its digests (and signature, lock entry), and
+    /// write it out.
+    #[cfg(feature = "registry")]
+    Pull(pull::PullArgs),
+    /// Compile a plugin (path or reference) ahead of time into the artifact cache.
+    Compile(compile::CompileArgs),
+    /// List, trim (least recently used first) or empty the store of plugins and compiled
+    /// artifacts.
+    Cache(cache::CacheCmdArgs),
 }
 
 /// Cache options shared by subcommands.
@@ -179,6 +199,12 @@ pub fn main() -> i32 {
             Command::Call(args) => call::call(args).await,
             Command::Inspect(args) => inspect::inspect(args).await,
             Command::Replay(args) => replay::replay(args).await,
+            #[cfg(feature = "registry")]
+            Command::Push(args) => push::push(args).await,
+            #[cfg(feature = "registry")]
+            Command::Pull(args) => pull::pull(args).await,
+            Command::Compile(args) => compile::compile(args).await,
+            Command::Cache(args) => cache::cache(args),
         }
     });
     // Don't wait for the stdin pump: it may be parked in a blocking read of our stdin.

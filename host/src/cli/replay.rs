@@ -43,6 +43,8 @@ pub struct ReplayArgs {
     wait: std::time::Duration,
     #[command(flatten)]
     cache: CacheArgs,
+    #[command(flatten)]
+    dist: super::dist::DistArgs,
 }
 
 pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
@@ -64,9 +66,7 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
         bail!("give --plugin PLUGIN or --serve")
     };
     let host = Host::with_cache_dir(args.cache.dir().as_deref())?;
-    let plugin = host
-        .load(plugin_path)
-        .with_context(|| format!("loading plugin {}", plugin_path.display()))?;
+    let plugin = super::dist::load(&host, plugin_path, &args.dist, &args.cache).await?;
     if let Some(sha) = transcript.header("sha256")
         && sha != plugin.sha256()
     {

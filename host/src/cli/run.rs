@@ -49,7 +49,8 @@ pub struct RunArgs {
     /// needs --framing.
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
-    /// The plugin: a .wasm component or p1 module (sandboxed), or any other executable (run
+    /// The plugin: a .wasm component or p1 module (sandboxed), an
+    /// oci://HOST[:PORT]/REPO[:TAG][@sha256:HEX] reference, or any other executable (run
     /// natively, NOT sandboxed).
     plugin: PathBuf,
     /// Arguments for the plugin: everything after PLUGIN goes to the plugin, as with
@@ -79,9 +80,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     // Take the signals over first: from here on a SIGTERM or SIGINT is the plugin's to see.
     let mut signals = Signals::install().context("installing signal handlers")?;
     let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
-    let plugin = host
-        .load(&args.plugin)
-        .with_context(|| format!("loading plugin {}", args.plugin.display()))?;
+    let plugin =
+        super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
     let args_for_plugin = args
         .args
         .strip_prefix(&["--".to_owned()])

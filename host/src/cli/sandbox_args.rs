@@ -61,6 +61,8 @@ pub struct SandboxArgs {
     pub(crate) no_startup_grants: bool,
     #[command(flatten)]
     pub(crate) cache: CacheArgs,
+    #[command(flatten)]
+    pub(crate) dist: super::dist::DistArgs,
 }
 
 impl SandboxArgs {

@@ -1,0 +1,44 @@
+//! `sandpipe compile`: fetch and compile a plugin ahead of time, so its first start loads the
+//! compiled artifact from the cache instead of compiling.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use super::CacheArgs;
+use super::dist::{DistArgs, load, store_root};
+use crate::{Host, LoadSource};
+
+/// Arguments of `sandpipe compile`.
+#[derive(Debug, clap::Args)]
+pub struct CompileArgs {
+    #[command(flatten)]
+    dist: DistArgs,
+    #[command(flatten)]
+    cache: CacheArgs,
+    /// The plugin: a path or oci://HOST[:PORT]/REPO[:TAG][@sha256:HEX].
+    plugin: PathBuf,
+}
+
+pub(crate) async fn compile(args: CompileArgs) -> Result<i32> {
+    if args.cache.no_cache {
+        anyhow::bail!("compile writes the artifact cache; --no-cache leaves nothing to do");
+    }
+    let root = store_root(&args.cache)?;
+    let host = Host::with_cache_dir(Some(&root))?;
+    let plugin = load(&host, &args.plugin, &args.dist, &args.cache).await?;
+    let how = match plugin.load_source() {
+        Some(LoadSource::Compiled) => "compiled",
+        Some(LoadSource::DiskCache | LoadSource::Memory) => "already compiled",
+        None => "not wasm, nothing to compile:",
+    };
+    println!(
+        "{how} {} ({}, {} bytes, sha256 {}) in {:.1?}",
+        args.plugin.display(),
+        plugin.kind().name(),
+        plugin.size(),
+        plugin.sha256(),
+        plugin.load_time()
+    );
+    Ok(0)
+}
