@@ -195,10 +195,9 @@ impl Store {
 
     /// The verified blob's path; `None` if absent.
     pub fn get_path(&self, digest: &str) -> Result<Option<PathBuf>, StoreError> {
-        Ok(self
-            .get(digest)?
+        self.get(digest)?
             .map(|_| self.blob_path(digest))
-            .transpose()?)
+            .transpose()
     }
 
     /// Remember that `tag` of `registry/repository` resolved to `digest`.
