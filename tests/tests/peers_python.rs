@@ -213,10 +213,13 @@ fn atp_not_cbor() {
     let mut session = Session::start(&atp_peer(behind), behind);
     script(&mut session);
     let (got, stderr) = session.finish();
-    assert_eq!(
+    // The text's first bytes may still parse as CBOR items (`E` opens a 5-byte string), so
+    // the engine gets everything before the text, and no more than the plugin wrote.
+    assert!(
+        got.stdout.len() >= cut && t.stdout.starts_with(&got.stdout),
+        "{stderr}\nbehind: {}\ndirect: {}",
         stand_in::render(&got.stdout),
-        stand_in::render(&t.stdout[..cut]),
-        "{stderr}"
+        stand_in::render(&t.stdout)
     );
     assert_eq!(got.status, "exit 123", "{stderr}");
     assert!(
