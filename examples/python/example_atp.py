@@ -59,7 +59,9 @@ def schema():
     text = {"type": {"type_id": "string"}, "required": True}
     greet = {
         "id": "greet",
-        "input": scope("GreetInput", {"name": text, "defer": {"type": {"type_id": "bool"}}}),
+        "input": scope(
+            "GreetInput", {"name": text, "defer": {"type": {"type_id": "bool"}, "required": False}}
+        ),
         "outputs": {
             "success": {"schema": scope("Greeting", {"message": text})},
             "error": {"error": True, "schema": scope("Failure", {"reason": text})},
@@ -69,8 +71,9 @@ def schema():
         "id": "wait",
         "input": scope("WaitInput", {}),
         "outputs": {"success": {"schema": scope("Received", {"received": {"type": {"type_id": "any"}}})}},
-        "signal_handlers": {"go": {"id": "go"}},
-        "signal_emitters": {"ready": {"id": "ready"}},
+        # The Arcaflow engine refuses a signal without a data schema (as examples/atp).
+        "signal_handlers": {"go": {"id": "go", "data_schema": scope("Go", {})}},
+        "signal_emitters": {"ready": {"id": "ready", "data_schema": scope("Ready", {})}},
     }
     return {"steps": {"greet": greet, "wait": wait}}
 
