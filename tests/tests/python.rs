@@ -71,6 +71,7 @@ async fn replay(file: &Path, plugin: &Path, target: Target) -> Result<(), String
 
 #[tokio::test(flavor = "multi_thread")]
 async fn python_examples_replay_the_atp_and_oracle_transcripts_as_wasm_and_native() {
+    let _alone = ALONE.lock().await;
     let mut failures = Vec::new();
     let mut replayed = 0;
     for protocol in ["atp", "oracle"] {
@@ -136,6 +137,7 @@ async fn read_chunks(s: &mut sandpipe::Session, from: usize, n: usize, size: usi
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_blocking_write_of_1_mib_completes_in_full() {
+    let _alone = ALONE.lock().await;
     const MIB: usize = 1 << 20;
     for target in [Target::Wasm, Target::Native] {
         let mut s = big_write(target, 1, MIB).await;
@@ -150,6 +152,10 @@ async fn a_blocking_write_of_1_mib_completes_in_full() {
     }
 }
 
+/// The tests that start components in this process run one at a time (the memory test reads
+/// the whole process's RSS).
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
     let pages: u64 = statm
@@ -162,6 +168,9 @@ fn rss_bytes() -> u64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guest_writing_mib_after_mib_waits_for_the_host_instead_of_filling_its_memory() {
+    // Measures this process's RSS: no other test of this file may compile or run a component
+    // meanwhile.
+    let _alone = ALONE.lock().await;
     const MIB: usize = 1 << 20;
     const CHUNKS: usize = 64;
     let mut s = big_write(Target::Wasm, CHUNKS, MIB).await;
