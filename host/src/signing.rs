@@ -1,8 +1,9 @@
 //! minisign (Ed25519) signatures over manifest bytes, in the formats the `minisign` CLI reads
 //! and writes: password-protected secret keys from `minisign -G` (the password in
 //! `SANDPIPE_MINISIGN_PASSWORD`), public keys, and `.minisig` files that `minisign -V`
-//! verifies. Keys made with `minisign -G -W` (no password) are refused by the `minisign` crate
-//! 0.7.9 ("wrong password"); use a password.
+//! verifies. Keys made with `minisign -G -W` (no password) are read too: minisign leaves their
+//! checksum zeroed, which the `minisign` crate 0.7.9 takes for a wrong password, so they are
+//! decoded here without it (see [`unencrypted_secret_key`]).
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
@@ -107,13 +108,16 @@ pub fn sign_with_password(
         reason,
     };
     let text = std::fs::read_to_string(path).map_err(|e| key_err(e.to_string()))?;
-    let sk = minisign::SecretKeyBox::from_string(&text)
-        .and_then(|b| b.into_secret_key(Some(password)))
-        .map_err(|e| {
-            key_err(format!(
-                "{e} (set SANDPIPE_MINISIGN_PASSWORD for an encrypted key)"
-            ))
-        })?;
+    let sk = match unencrypted_secret_key(&text) {
+        Some(sk) => sk,
+        None => minisign::SecretKeyBox::from_string(&text)
+            .and_then(|b| b.into_secret_key(Some(password)))
+            .map_err(|e| {
+                key_err(format!(
+                    "{e} (set SANDPIPE_MINISIGN_PASSWORD for an encrypted key)"
+                ))
+            })?,
+    };
     let sig = minisign::sign(None, &sk, Cursor::new(data), Some(comment), None).map_err(|e| {
         SignError::Sign {
             reason: e.to_string(),
@@ -121,6 +125,22 @@ pub fn sign_with_password(
     })?;
     let id = key_id(sig_keynum(&sig.to_string())?.as_slice());
     Ok((sig.into_string(), id))
+}
+
+/// A secret key file written by `minisign -G -W`: no key derivation (KDF algorithm `\0\0`),
+/// and, from the minisign CLI, a zeroed checksum. `None` for anything else, which then goes
+/// through the crate's own (password-checking) path.
+fn unencrypted_secret_key(text: &str) -> Option<minisign::SecretKey> {
+    use base64::Engine as _;
+    let encoded = text.lines().nth(1)?.trim();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
+    // sig_alg "Ed", kdf_alg, chk_alg, then salt, limits, keynum, key and checksum.
+    if bytes.get(..2)? != b"Ed" || bytes.get(2..4)? != [0, 0] {
+        return None;
+    }
+    minisign::SecretKey::from_bytes(&bytes).ok()
 }
 
 /// The key id a `.minisig` text names.

@@ -722,6 +722,132 @@ fn run_protocol_fails_only_the_runaway_request_and_restarts() {
     assert_eq!(code, Some(124), "{err}");
 }
 
+/// `sandpipe run FILE.toml` and `--policy FILE`: the file says what the flags say, relative
+/// paths are the file's, flags override it, and `inspect` shows what it grants each import.
+#[test]
+fn a_policy_file_holds_the_command_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Run from another directory than the file's: relative paths must follow the file.
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("data")).expect("mkdir");
+    std::fs::write(dir.path().join("data/hello.txt"), "hi").expect("write");
+    std::fs::copy(plugin("fs", Target::Wasm), dir.path().join("fs.wasm")).expect("copy");
+    let fs_toml = dir.path().join("fs.toml");
+    std::fs::write(
+        &fs_toml,
+        r#"framing = "lines"
+
+[plugin]
+source = "fs.wasm"
+args = ["read:/ro/hello.txt", "write:/ro/hello.txt"]
+
+[limits]
+max-memory = "64MiB"
+fuel = 20_000_000
+
+[grants]
+dirs = ["data::/ro:ro"]
+env = ["GREETING=hello"]
+"#,
+    )
+    .expect("write");
+    let run_in = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_sandpipe"))
+            .args(args)
+            .current_dir(elsewhere.path())
+            .env_remove("SANDPIPE_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .expect("sandpipe");
+        out
+    };
+    let fs_toml_s = fs_toml.display().to_string();
+    let out = run_in(&["run", "--no-cache", &fs_toml_s]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let ok: Vec<bool> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json")["ok"] == true)
+        .collect();
+    assert_eq!(ok, [true, false], "read allowed, write refused (read-only)");
+
+    // Arguments after PLUGIN replace the file's.
+    let out = run_in(&["run", "--no-cache", &fs_toml_s, "read:/ro/missing.txt"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.contains(r#""ok":false"#), "{text}");
+
+    // The same limits for another plugin (--policy FILE PLUGIN), and a flag overriding one.
+    let spin = path("spin", Target::Wasm);
+    let out = run_in(&["run", "--no-cache", "--policy", &fs_toml_s, &spin]);
+    assert_eq!(out.status.code(), Some(121), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("ran out of fuel (limit 20000000)"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run_in(&[
+        "run",
+        "--no-cache",
+        "--fuel",
+        "30000000",
+        "--policy",
+        &fs_toml_s,
+        &spin,
+    ]);
+    assert!(
+        stderr(&out).contains("ran out of fuel (limit 30000000)"),
+        "{}",
+        stderr(&out)
+    );
+
+    // inspect: each import next to what the file grants it, and the limits in force.
+    let out = run_in(&["inspect", "--no-cache", "--json", &fs_toml_s]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["policy_file"], fs_toml_s.as_str());
+    let grant = |prefix: &str| -> String {
+        v["grants"]
+            .as_array()
+            .expect("grants")
+            .iter()
+            .find(|g| g["import"].as_str().unwrap_or("").starts_with(prefix))
+            .map(|g| g["grant"].as_str().unwrap_or("").to_owned())
+            .unwrap_or_else(|| panic!("no import {prefix}: {v:#}"))
+    };
+    let data = dir.path().join("data").display().to_string();
+    assert_eq!(
+        grant("wasi:filesystem/preopens"),
+        format!("{data} as /ro (read-only)")
+    );
+    assert_eq!(grant("wasi:cli/environment"), "2 argument(s); env GREETING");
+    assert_eq!(v["limits"]["fuel"], "20000000");
+    assert_eq!(v["limits"]["memory"], "64.0 MiB");
+    let text = run_in(&["inspect", "--no-cache", &fs_toml_s]);
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("grants:"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("wasi:filesystem/preopens") && l.ends_with("as /ro (read-only)")),
+        "{text}"
+    );
+    assert!(
+        text.contains("limits:    fuel 20000000, memory 64.0 MiB"),
+        "{text}"
+    );
+
+    // A misspelt key is an error naming it, before anything runs.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[plugin]\nsource = \"fs.wasm\"\n[limits]\nfule = 1\n").expect("write");
+    let out = run_in(&["run", &bad.display().to_string()]);
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unknown field `fule`"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(out.stdout.is_empty());
+}
+
 #[test]
 fn per_request_options_need_a_protocol() {
     let out = sandpipe(

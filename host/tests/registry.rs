@@ -429,6 +429,80 @@ fn signatures_interoperate_with_minisign_and_refuse_wrong_or_missing_ones() {
     }
 }
 
+/// A key made by `minisign -G -W` (no password: minisign leaves its checksum zeroed) signs
+/// through `push --sign`; and an engine's whole command line is one policy file naming the
+/// signed reference, its key and its lock file.
+#[test]
+fn a_passwordless_key_signs_and_a_policy_file_names_the_signed_reference() {
+    let registry = Registry::start(None);
+    let sp = Sandpipe::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sk = dir.path().join("w.key");
+    let pk = dir.path().join("w.pub");
+    let out = Command::new(peers::debian("minisign"))
+        .args(["-G", "-W", "-p"])
+        .arg(&pk)
+        .arg("-s")
+        .arg(&sk)
+        .stdin(Stdio::null())
+        .output()
+        .expect("minisign -G -W");
+    assert!(out.status.success(), "minisign -G -W: {}", stderr(&out));
+    let reference = registry.reference("signed/echo:w");
+    let sk_s = sk.display().to_string();
+    let out = sp.run(
+        &[
+            "push",
+            "--sign",
+            &sk_s,
+            &reference,
+            &wasm("echo-lines").display().to_string(),
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "push: {}", stderr(&out));
+
+    let policy = dir.path().join("echo.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            r#"framing = "lines"
+
+[plugin]
+source = "{reference}"
+
+[limits]
+max-memory = "32MiB"
+
+[trust]
+trusted-keys = ["w.pub"]
+require-signature = true
+lockfile = "sandpipe.lock"
+"#
+        ),
+    )
+    .expect("write");
+    let policy_s = policy.display().to_string();
+    let out = sp.run(&["run", &policy_s], FRAME);
+    assert_eq!(out.stdout, FRAME, "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lock = std::fs::read_to_string(dir.path().join("sandpipe.lock")).expect("lock file");
+    assert!(lock.contains("signed/echo:w"), "{lock}");
+
+    // Another key in the file: refused before anything runs.
+    let (_, other) = minisign_keypair(dir.path(), "other");
+    std::fs::write(
+        &policy,
+        format!(
+            "framing = \"lines\"\n[plugin]\nsource = \"{reference}\"\n[trust]\ntrusted-keys = [\"{}\"]\n",
+            other.display()
+        ),
+    )
+    .expect("write");
+    let out = sp.run(&["run", &policy_s], FRAME);
+    assert_refused(&out, "which is not a --trusted-key");
+}
+
 #[test]
 fn a_corrupted_blob_in_the_registry_is_refused() {
     let registry = Registry::start(None);

@@ -22,13 +22,18 @@ use sandpipe_proto::oracle::{ErrorOrigin, Felt, OracleError};
 #[derive(Debug, clap::Args)]
 pub struct CallArgs {
     /// The protocol the plugin speaks: jsonrpc, oracle, orchard, denobridge, atp or finecode.
+    /// Required unless the policy file names it.
     #[arg(long, value_name = "PROTOCOL")]
-    protocol: Protocol,
+    pub(super) protocol: Option<Protocol>,
+    /// Read the plugin, its limits and grants from a policy file (TOML; see the README's
+    /// "Policy files"); flags given here override it. PLUGIN may be the file itself.
+    #[arg(long, value_name = "FILE")]
+    pub(super) policy: Option<PathBuf>,
     #[command(flatten)]
-    sandbox: SandboxArgs,
+    pub(super) sandbox: SandboxArgs,
     /// An argument for the plugin (repeatable; e.g. the guest path of a state directory).
     #[arg(long = "arg", value_name = "ARG", allow_hyphen_values = true)]
-    plugin_args: Vec<String>,
+    pub(super) plugin_args: Vec<String>,
     /// Orchard: the config sent with `configure` before an `execute`.
     #[arg(long, value_name = "JSON", default_value = "{}")]
     config: String,
@@ -38,8 +43,9 @@ pub struct CallArgs {
     /// Record the session as a transcript (see `sandpipe replay`).
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
-    /// The plugin (.wasm, sandboxed; anything else runs natively, NOT sandboxed).
-    plugin: PathBuf,
+    /// The plugin (.wasm, sandboxed; a policy file, *.toml, naming one; anything else runs
+    /// natively, NOT sandboxed).
+    pub(super) plugin: PathBuf,
     /// The method; for the oracle, the selector; for Orchard, describe, configure, execute
     /// or schema (plan mode: runs `PLUGIN schema`).
     method: String,
@@ -48,6 +54,9 @@ pub struct CallArgs {
 }
 
 pub(crate) async fn call(args: CallArgs) -> Result<i32> {
+    let Some(protocol) = args.protocol else {
+        anyhow::bail!("call needs --protocol (or `protocol = ...` in the policy file)");
+    };
     let params: Option<Value> = match &args.params {
         Some(text) => Some(
             serde_json::from_str(text)
@@ -61,16 +70,16 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     let policy = args.sandbox.policy(args.plugin_args.clone())?;
     warn_if_native(&plugin, &policy);
     let mut options =
-        SessionOptions::framed(args.protocol.framing()).frame_limits(args.sandbox.frame_limits());
+        SessionOptions::framed(protocol.framing()).frame_limits(args.sandbox.frame_limits());
     options.stderr = StderrMode::Inherit;
     options.record = super::sandbox_args::recorder(
         args.record.as_deref(),
         &plugin,
         &policy,
-        args.protocol.framing(),
-        Some(args.protocol.name()),
+        protocol.framing(),
+        Some(protocol.name()),
     )?;
-    if args.protocol == Protocol::Orchard && args.method == "schema" {
+    if protocol == Protocol::Orchard && args.method == "schema" {
         return match crate::protocols::orchard::schema(&host, &plugin, &policy, &options).await {
             Ok(schema) => {
                 println!("{}", serde_json::to_string(&schema)?);
@@ -83,7 +92,7 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
         .start(&plugin, &policy, &options)
         .await
         .with_context(|| format!("starting plugin {}", plugin.path().display()))?;
-    match args.protocol {
+    match protocol {
         Protocol::JsonRpc => {
             let rpc = std::sync::Arc::new(JsonRpcPeer::new(session, Dialect::JsonRpc2));
             // `call` serves nothing: answer any request from the plugin so it never waits.

@@ -26,13 +26,20 @@ pub struct InspectArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// Read the plugin, its limits and grants from a policy file (TOML); the report shows
+    /// what it grants next to the component's imports. PLUGIN may be the file itself.
+    #[arg(long, value_name = "FILE")]
+    pub(super) policy: Option<PathBuf>,
     #[command(flatten)]
-    sandbox: SandboxArgs,
+    pub(super) sandbox: SandboxArgs,
     /// An argument for the plugin (repeatable).
     #[arg(long = "arg", value_name = "ARG", allow_hyphen_values = true)]
-    plugin_args: Vec<String>,
-    /// The plugin.
-    plugin: PathBuf,
+    pub(super) plugin_args: Vec<String>,
+    /// The plugin, or a policy file (*.toml) naming one.
+    pub(super) plugin: PathBuf,
+    /// The policy file the report shows (set from --policy or PLUGIN).
+    #[arg(skip)]
+    pub(super) policy_file: Option<PathBuf>,
 }
 
 pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
@@ -54,6 +61,20 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         "imports": plugin.imports(),
         "exports": plugin.exports(),
     });
+    if let Some(path) = &args.policy_file {
+        report["policy_file"] = Value::from(path.display().to_string());
+    }
+    if plugin.kind() != PluginKind::NativeUnsandboxed {
+        let policy = args.sandbox.policy(args.plugin_args.clone())?;
+        report["grants"] = Value::Array(
+            plugin
+                .imports()
+                .iter()
+                .map(|i| json!({"import": i, "grant": import_grant(&policy, i)}))
+                .collect(),
+        );
+        report["limits"] = limits_report(&policy, args.sandbox.max_frame);
+    }
     if plugin.kind() == PluginKind::NativeUnsandboxed {
         let policy = args.sandbox.policy(args.plugin_args.clone())?;
         report["native"] = native_report(&policy, &LandlockSupport::detect());
@@ -173,6 +194,39 @@ fn print_text(r: &Value) {
             println!("  {}", item.as_str().unwrap_or_default());
         }
     }
+    if let Some(p) = r.get("policy_file") {
+        println!("policy:    {}", p.as_str().unwrap_or_default());
+    }
+    if let Some(grants) = r.get("grants").and_then(Value::as_array) {
+        println!("grants:    what each import gets under this policy");
+        let width = grants
+            .iter()
+            .map(|g| g["import"].as_str().unwrap_or_default().len())
+            .max()
+            .unwrap_or(0);
+        for g in grants {
+            println!(
+                "  {:width$}  {}",
+                g["import"].as_str().unwrap_or_default(),
+                g["grant"].as_str().unwrap_or_default()
+            );
+        }
+    }
+    if let Some(l) = r.get("limits") {
+        let text = |k: &str| {
+            l[k].as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| l[k].to_string())
+        };
+        println!(
+            "limits:    fuel {}, memory {}, deadline {}, open files {}, frame {}",
+            text("fuel"),
+            text("memory"),
+            text("deadline"),
+            text("open_files"),
+            text("frame")
+        );
+    }
     if let Some(n) = r.get("native") {
         let l = &n["landlock"];
         println!(
@@ -223,6 +277,95 @@ fn print_text(r: &Value) {
             println!("error:     {}", e.as_str().unwrap_or_default());
         }
     }
+}
+
+/// What `policy` gives a wasm plugin's `import`, in words: the inspect report's answer to
+/// "what does this plugin ask for, and what does it get".
+fn import_grant(policy: &Policy, import: &str) -> String {
+    use crate::ImportPolicy;
+    if let ImportPolicy::Strict(allowed) = &policy.imports
+        && !crate::policy::import_allowed(allowed, import)
+    {
+        return "REFUSED: not in --allow-import (the plugin will not load)".to_owned();
+    }
+    let (iface, _) = crate::policy::import_key(import);
+    let (package, name) = iface.split_once('/').unwrap_or((iface, ""));
+    match (package, name) {
+        ("wasi:filesystem", _) | ("wasi_snapshot_preview1", _) if policy.preopens.is_empty() => {
+            if package == "wasi:filesystem" {
+                "no directories (nothing granted)".to_owned()
+            } else {
+                "WASI p1: no directories, no env unless granted".to_owned()
+            }
+        }
+        ("wasi:filesystem", _) | ("wasi_snapshot_preview1", _) => policy
+            .preopens
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} as {} ({})",
+                    p.host.display(),
+                    p.guest,
+                    match p.access {
+                        crate::Access::ReadOnly => "read-only",
+                        _ => "read-write",
+                    }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        ("wasi:sockets", _) => {
+            "linked, every socket refused (sandpipe grants no network)".to_owned()
+        }
+        ("wasi:cli", "environment") => {
+            let names: Vec<&str> = policy.env.iter().map(|(k, _)| k.as_str()).collect();
+            format!(
+                "{} argument(s); env {}",
+                policy.args.len(),
+                if names.is_empty() {
+                    "empty".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            )
+        }
+        ("wasi:cli", "stdin" | "stdout") => "the engine's stream, through the framer".to_owned(),
+        ("wasi:cli", "stderr") => "sandpipe's stderr (its tail is kept for reports)".to_owned(),
+        ("wasi:cli", "exit") => "exit status passed on".to_owned(),
+        ("wasi:cli", n) if n.starts_with("terminal") => "no terminal".to_owned(),
+        ("wasi:clocks", _) => match policy.deterministic {
+            Some(_) => "virtual: 2000-01-01, 1 ms per read (deterministic)".to_owned(),
+            None => "the host's clock".to_owned(),
+        },
+        ("wasi:random", _) => match policy.deterministic {
+            Some(seed) => format!("from seed {seed} (deterministic)"),
+            None => "the host's random source".to_owned(),
+        },
+        ("wasi:io", _) => "streams and polling (no capability by itself)".to_owned(),
+        _ => "not provided by sandpipe (the plugin will not instantiate)".to_owned(),
+    }
+}
+
+/// The limits of `policy`, as the report shows them.
+fn limits_report(policy: &Policy, max_frame: u64) -> Value {
+    let size = |b: u64| bytesize::ByteSize(b).display().iec().to_string();
+    json!({
+        "fuel": match (policy.fuel, policy.fuel_per_request) {
+            (_, Some(n)) => format!("{n} per request"),
+            (Some(n), None) => n.to_string(),
+            (None, None) => "unlimited".to_owned(),
+        },
+        "memory": policy.max_memory.map(size).unwrap_or_else(|| "unlimited".to_owned()),
+        "deadline": policy
+            .deadline
+            .map(|d| humantime::format_duration(d).to_string())
+            .unwrap_or_else(|| "none".to_owned()),
+        "open_files": policy
+            .max_open_files
+            .map(|n| n.to_string())
+            .unwrap_or_else(|| "unlimited".to_owned()),
+        "frame": size(max_frame),
+    })
 }
 
 /// What a native plugin would run under: Landlock on this kernel and the rlimits of `policy`.

@@ -6,6 +6,7 @@ mod call;
 mod compile;
 mod dist;
 mod inspect;
+mod manifest;
 mod proxy;
 #[cfg(feature = "registry")]
 mod pull;
@@ -20,7 +21,7 @@ mod stdio;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 
 /// Exit codes `sandpipe` itself uses. Any other code is the plugin's own.
 pub mod exit_code {
@@ -59,7 +60,7 @@ Exit status:
 Each sandpipe-made status prints one line starting with `sandpipe:` on stderr.";
 
 /// Run untrusted stdio plugins as sandboxed WASI components.
-#[derive(Debug, Parser)]
+#[derive(Debug, clap::Parser)]
 #[command(name = "sandpipe", version, about, long_about = None, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
     /// More logging on stderr (-v: info, -vv: debug). `SANDPIPE_LOG` takes an env-filter.
@@ -175,8 +176,14 @@ pub fn exit(code: i32) -> ! {
 
 /// Parse the command line, run it, and return the process exit code (pass it to [`exit`]).
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging(cli.verbose);
+    // A policy file fills in what the command line left unsaid (see `manifest`).
+    if let Err(e) = manifest::apply(&mut cli.command, &matches) {
+        eprintln!("sandpipe: {e:#}");
+        return exit_code::HOST_ERROR;
+    }
     // `run` bridges one plugin: on one thread, a frame goes from a read of sandpipe's stdin to
     // the plugin (or the wasm guest running on that same thread) and back to a write of its
     // stdout without a hand-off between threads. The other subcommands keep the default.

@@ -21,29 +21,46 @@ use crate::{Host, Plugin, PluginKind, Policy, SessionOptions};
 pub struct BudgetArgs {
     /// Fuel for each request instead of the whole session (wasm only). Re-armed when a request
     /// (a JSON-RPC id, an ATP run, an oracle invoke) reaches the plugin; idle time is not billed.
-    #[arg(long, value_name = "N", requires = "protocol", conflicts_with = "fuel")]
-    fuel_per_request: Option<u64>,
+    #[arg(long, value_name = "N", conflicts_with = "fuel")]
+    pub(super) fuel_per_request: Option<u64>,
     /// Wall-clock limit from a request reaching the plugin to its response (e.g. 2s). A
     /// request that runs over stops the plugin; the time between requests is not counted.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "protocol")]
-    request_timeout: Option<Duration>,
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(super) request_timeout: Option<Duration>,
     /// After a request's budget stops the plugin (or it dies), give the next request a fresh
     /// instance, replaying the protocol's handshake to it, instead of ending the session.
-    #[arg(long, requires = "protocol")]
-    restart: bool,
+    #[arg(long)]
+    pub(super) restart: bool,
     /// Replace the plugin with a fresh instance, between requests, after N answered requests.
-    #[arg(long, value_name = "N", requires = "protocol")]
-    recycle_after: Option<u64>,
+    #[arg(long, value_name = "N")]
+    pub(super) recycle_after: Option<u64>,
     /// Replace the plugin with a fresh instance, between requests, once it holds more than
     /// SIZE of memory (wasm: linear memory; native: resident set), e.g. 64MiB.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "protocol")]
-    recycle_memory: Option<u64>,
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub(super) recycle_memory: Option<u64>,
     /// How long a recycled instance gets to exit after its stdin closes.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s", requires = "protocol")]
-    recycle_grace: Duration,
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
+    pub(super) recycle_grace: Duration,
 }
 
 impl BudgetArgs {
+    /// The option that needs `--protocol`, if one was given.
+    pub(super) fn needs_protocol(&self) -> Option<&'static str> {
+        if self.fuel_per_request.is_some() {
+            Some("--fuel-per-request")
+        } else if self.request_timeout.is_some() {
+            Some("--request-timeout")
+        } else if self.restart {
+            Some("--restart")
+        } else if self.recycle_after.is_some() {
+            Some("--recycle-after")
+        } else if self.recycle_memory.is_some() {
+            Some("--recycle-memory")
+        } else {
+            None
+        }
+    }
+
     fn budgets(&self) -> Budgets {
         Budgets {
             fuel_per_request: self.fuel_per_request,

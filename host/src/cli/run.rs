@@ -26,16 +26,21 @@ pub struct RunArgs {
     /// what the engine writes is split into frames and capped by --max-frame, but passed on
     /// unjudged: the plugin answers malformed input as it would without sandpipe.
     #[arg(long, default_value = "raw", value_parser = ["raw", "lines", "cbor", "content-length"])]
-    framing: String,
+    pub(super) framing: String,
     /// Speak protocol P (jsonrpc, oracle, orchard, denobridge, atp, finecode) with the engine on
     /// stdin/stdout: frames use the protocol's framing, requests are tracked, and the per-request
     /// options below apply. A request the plugin cannot answer gets the protocol's error.
     #[arg(long, value_name = "P", conflicts_with_all = ["framing", "record"])]
-    protocol: Option<crate::protocols::Protocol>,
+    pub(super) protocol: Option<crate::protocols::Protocol>,
+    /// Read the plugin, its limits, grants and budgets from a policy file (TOML; see the
+    /// README's "Policy files"); flags given here override it. `sandpipe run FILE.toml` is
+    /// the same with the file's plugin.
+    #[arg(long, value_name = "FILE")]
+    pub(super) policy: Option<PathBuf>,
     #[command(flatten)]
-    sandbox: SandboxArgs,
+    pub(super) sandbox: SandboxArgs,
     #[command(flatten)]
-    budgets: super::proxy::BudgetArgs,
+    pub(super) budgets: super::proxy::BudgetArgs,
     /// SIGINT: auto forwards it to a native plugin, and for wasm ignores it when stdin is not a
     /// terminal (engines end plugins through the protocol) or acts as SIGTERM on a terminal.
     /// SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2 are forwarded to a native plugin; a wasm plugin's
@@ -50,13 +55,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
     /// The plugin: a .wasm component or p1 module (sandboxed), an
-    /// oci://HOST[:PORT]/REPO[:TAG][@sha256:HEX] reference, or any other executable (run
-    /// natively, NOT sandboxed).
-    plugin: PathBuf,
+    /// oci://HOST[:PORT]/REPO[:TAG][@sha256:HEX] reference, a policy file (*.toml) naming
+    /// one, or any other executable (run natively, NOT sandboxed).
+    pub(super) plugin: PathBuf,
     /// Arguments for the plugin: everything after PLUGIN goes to the plugin, as with
     /// `wasmtime run` (a leading `--` is dropped).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
+    pub(super) args: Vec<String>,
 }
 
 impl RunArgs {
@@ -78,6 +83,15 @@ enum BridgeEnd {
 
 pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     // Take the signals over first: from here on a SIGTERM or SIGINT is the plugin's to see.
+    if args.protocol.is_none()
+        && let Some(flag) = args.budgets.needs_protocol()
+    {
+        // A usage error, with clap's status: the flag alone means nothing.
+        eprintln!(
+            "sandpipe: {flag} needs --protocol (per-request budgets follow the protocol's requests)"
+        );
+        return Ok(2);
+    }
     let mut signals = Signals::install().context("installing signal handlers")?;
     let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
     let plugin =

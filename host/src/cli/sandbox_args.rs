@@ -219,7 +219,7 @@ pub(crate) fn explain_failed_start(plugin: &Plugin, policy: &Policy, before_outp
 pub(crate) struct FileCap(pub(crate) Option<u64>);
 
 /// `64`, or `none`.
-fn parse_open_files(s: &str) -> Result<FileCap, String> {
+pub(crate) fn parse_open_files(s: &str) -> Result<FileCap, String> {
     if s.eq_ignore_ascii_case("none") || s.eq_ignore_ascii_case("unlimited") {
         return Ok(FileCap(None));
     }
