@@ -752,14 +752,13 @@ env = ["GREETING=hello"]
     )
     .expect("write");
     let run_in = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_sandpipe"))
+        Command::new(env!("CARGO_BIN_EXE_sandpipe"))
             .args(args)
             .current_dir(elsewhere.path())
             .env_remove("SANDPIPE_LOG")
             .stdin(Stdio::null())
             .output()
-            .expect("sandpipe");
-        out
+            .expect("sandpipe")
     };
     let fs_toml_s = fs_toml.display().to_string();
     let out = run_in(&["run", "--no-cache", &fs_toml_s]);

@@ -499,16 +499,16 @@ insecure-registries = ["registry.local:5000"]
 
     #[test]
     fn the_full_example_parses() {
-        let m = Manifest::parse(FULL).unwrap();
+        let m = Manifest::parse(FULL).expect("parses");
         assert_eq!(m.protocol(), Some(Protocol::Oracle));
         assert_eq!(m.plugin.args, ["--verbose"]);
         assert_eq!(m.grants.dirs.len(), 2);
         assert_eq!(
-            dir_spec(&m.grants.dirs[0], Path::new("/etc/oracles")).unwrap(),
+            dir_spec(&m.grants.dirs[0], Path::new("/etc/oracles")).expect("dir"),
             "/etc/oracles/data::/data:ro"
         );
         assert_eq!(
-            dir_spec(&m.grants.dirs[1], Path::new("/etc/oracles")).unwrap(),
+            dir_spec(&m.grants.dirs[1], Path::new("/etc/oracles")).expect("dir"),
             "/etc/oracles/state::/state:rw"
         );
         assert_eq!(
@@ -520,21 +520,22 @@ insecure-registries = ["registry.local:5000"]
     #[test]
     fn mistakes_are_named() {
         let typo = "[plugin]\nsource = \"a.wasm\"\n[limits]\nfule = 3\n";
-        let e = Manifest::parse(typo).unwrap_err().to_string();
+        let e = Manifest::parse(typo).expect_err("refused").to_string();
         assert!(e.contains("unknown field `fule`"), "{e}");
         let both = "framing = \"lines\"\nprotocol = \"atp\"\n[plugin]\nsource = \"a.wasm\"\n";
-        let e = Manifest::parse(both).unwrap_err().to_string();
+        let e = Manifest::parse(both).expect_err("refused").to_string();
         assert!(e.contains("exclude each other"), "{e}");
         let proto = "protocol = \"smtp\"\n[plugin]\nsource = \"a.wasm\"\n";
         assert!(Manifest::parse(proto).is_err());
         let missing = "framing = \"lines\"\n";
-        let e = Manifest::parse(missing).unwrap_err().to_string();
+        let e = Manifest::parse(missing).expect_err("refused").to_string();
         assert!(e.contains("missing field `plugin`"), "{e}");
     }
 
     #[test]
     fn references_stay_references() {
-        let m = Manifest::parse("[plugin]\nsource = \"oci://127.0.0.1:5000/a/b:1\"\n").unwrap();
+        let m =
+            Manifest::parse("[plugin]\nsource = \"oci://127.0.0.1:5000/a/b:1\"\n").expect("parses");
         assert_eq!(
             m.source(Path::new("/x")),
             Path::new("oci://127.0.0.1:5000/a/b:1")
