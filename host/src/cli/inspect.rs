@@ -74,6 +74,12 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
                 .collect(),
         );
         report["limits"] = limits_report(&policy, args.sandbox.max_frame);
+        report["unused_grants"] = Value::Array(
+            unused_grants(&policy, plugin.imports())
+                .into_iter()
+                .map(Value::from)
+                .collect(),
+        );
     }
     if plugin.kind() == PluginKind::NativeUnsandboxed {
         let policy = args.sandbox.policy(args.plugin_args.clone())?;
@@ -212,6 +218,14 @@ fn print_text(r: &Value) {
             );
         }
     }
+    for unused in r
+        .get("unused_grants")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        println!("unused:    {}", unused.as_str().unwrap_or_default());
+    }
     if let Some(l) = r.get("limits") {
         let text = |k: &str| {
             l[k].as_str()
@@ -344,6 +358,26 @@ fn import_grant(policy: &Policy, import: &str) -> String {
         ("wasi:io", _) => "streams and polling (no capability by itself)".to_owned(),
         _ => "not provided by sandpipe (the plugin will not instantiate)".to_owned(),
     }
+}
+
+/// Grants `policy` makes that no import of the plugin can use: a directory for a component
+/// without `wasi:filesystem`, env for one without `wasi:cli/environment`.
+fn unused_grants(policy: &Policy, imports: &[String]) -> Vec<String> {
+    let imports_any = |prefix: &str| imports.iter().any(|i| i.starts_with(prefix));
+    let p1 = imports_any("wasi_snapshot_preview1");
+    let mut unused = Vec::new();
+    if !policy.preopens.is_empty() && !p1 && !imports_any("wasi:filesystem/") {
+        for p in &policy.preopens {
+            unused.push(format!(
+                "directory {} (the plugin does not import wasi:filesystem)",
+                p.host.display()
+            ));
+        }
+    }
+    if !policy.env.is_empty() && !p1 && !imports_any("wasi:cli/environment") {
+        unused.push("env (the plugin does not import wasi:cli/environment)".to_owned());
+    }
+    unused
 }
 
 /// The limits of `policy`, as the report shows them.

@@ -443,7 +443,8 @@ fn dir_spec(d: &DirGrant, base: &Path) -> Result<String> {
             t.read_only,
         ),
     };
-    let host = base.join(&host);
+    // `components` drops the `.` of `dirs = ["."]`: the file's own directory.
+    let host: PathBuf = base.join(&host).components().collect();
     let host = host
         .to_str()
         .with_context(|| format!("grants.dirs: {} is not UTF-8", host.display()))?;
