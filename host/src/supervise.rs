@@ -71,6 +71,14 @@ pub struct Budgets {
     /// Start a fresh instance, between requests, once the plugin holds more than this many
     /// bytes of memory (linear memory for wasm, resident set for native).
     pub recycle_memory: Option<u64>,
+    /// Start a fresh instance, between requests, once the plugin has used half of its
+    /// headroom below this cap (normally the memory cap): once it holds more than
+    /// `base + (cap - base) / 2` bytes, where `base` is what it held after its first answered
+    /// request. A wasm guest's linear memory never shrinks, so one that grows per request (a
+    /// Python or JS heap) would otherwise meet the cap in the middle of a request; recycling
+    /// it between requests costs a handshake instead of a failed request. Relative to `base`,
+    /// so a guest that starts large is not recycled after every request.
+    pub recycle_before_cap: Option<u64>,
     /// How long a recycled instance gets to exit after its stdin closes.
     pub grace: Duration,
 }
@@ -83,6 +91,7 @@ impl Default for Budgets {
             restart: false,
             recycle_after: None,
             recycle_memory: None,
+            recycle_before_cap: None,
             grace: Duration::from_secs(2),
         }
     }
@@ -343,6 +352,8 @@ struct Instance {
     control: SessionControl,
     /// Requests this instance answered.
     answered: u64,
+    /// The memory it held after its first answered request (for `recycle_before_cap`).
+    baseline: Option<u64>,
     /// Set when the supervisor stopped the instance for a request's timeout.
     timed_out: Option<(String, Duration)>,
 }
@@ -486,6 +497,7 @@ impl<'a> Supervisor<'a> {
             writer,
             control,
             answered: 0,
+            baseline: None,
             timed_out: None,
         })
     }
@@ -580,6 +592,9 @@ impl<'a> Supervisor<'a> {
                         FromPlugin::Answer { key } => {
                             if b.pending.remove(&key).is_some() {
                                 inst.answered += 1;
+                                if inst.answered == 1 && self.budgets.recycle_before_cap.is_some() {
+                                    inst.baseline = inst.control.memory_in_use();
+                                }
                                 b.report.answered += 1;
                                 answered = true;
                             }
@@ -808,7 +823,14 @@ impl<'a> Supervisor<'a> {
                 .memory_in_use()
                 .is_some_and(|used| used > limit)
         });
-        by_count || by_memory
+        let by_headroom = match (self.budgets.recycle_before_cap, inst.baseline) {
+            (Some(cap), Some(base)) => inst
+                .control
+                .memory_in_use()
+                .is_some_and(|used| used > base + cap.saturating_sub(base) / 2),
+            _ => false,
+        };
+        by_count || by_memory || by_headroom
     }
 }
 

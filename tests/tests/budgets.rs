@@ -451,6 +451,53 @@ async fn recycling_is_invisible_to_the_engine() {
     }
 }
 
+/// `recycle_before_cap` (the CLI's default `--recycle-memory auto`): a guest that keeps 8 MiB
+/// per request under a 64 MiB cap is replaced between requests before it meets the cap, and
+/// every request is answered; without it, a request fails on the memory limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heap_growing_per_request_is_recycled_before_the_cap() {
+    let cap = 64u64 << 20;
+    let mut auto = Budgets::default();
+    auto.recycle_before_cap = Some(cap);
+    auto.restart = true;
+    let mut off = Budgets::default();
+    off.restart = true;
+    for (budgets, recycling) in [(auto, true), (off, false)] {
+        let report = supervised(
+            "oracle-hog",
+            Target::Wasm,
+            Protocol::Oracle,
+            Policy::default().max_memory(Some(cap)),
+            budgets,
+            |mut e| async move {
+                let ready = e.recv_json().await;
+                e.send_json(json!({"jsonrpc": "2.0", "id": ready["id"], "result": {}}))
+                    .await;
+                for id in 1..=12 {
+                    e.send_json(json!({"jsonrpc":"2.0","id":id,"method":"invoke",
+                        "params":{"selector":"leak","calldata":["0x1"]}}))
+                        .await;
+                    let v = e.recv_json().await;
+                    assert_eq!(v["id"], json!(id), "{v}");
+                }
+                e.close().await;
+            },
+        )
+        .await;
+        if recycling {
+            assert_eq!(report.answered, 12, "{report:?}");
+            assert!(report.incidents.is_empty(), "{report:?}");
+            assert!(report.recycles >= 2, "{report:?}");
+        } else {
+            assert_eq!(report.recycles, 0, "{report:?}");
+            assert!(
+                report.incidents.iter().any(|i| i.reason.contains("memory")),
+                "{report:?}"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_restart_a_runaway_request_ends_the_session_with_its_limit() {
     let mut b = Budgets::default();

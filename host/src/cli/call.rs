@@ -67,6 +67,7 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
     let plugin =
         super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
+    super::dist::note_slow_compile(&plugin, &args.plugin);
     let policy = args.sandbox.policy(args.plugin_args.clone())?;
     warn_if_native(&plugin, &policy);
     let mut options =

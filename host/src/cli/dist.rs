@@ -186,6 +186,26 @@ pub(crate) async fn resolve_reference(
     })
 }
 
+/// Past this, a compile at start-up is worth a note: the engine waited for it.
+const SLOW_COMPILE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// After `run` or `call` compiled a plugin at start-up for longer than [`SLOW_COMPILE`]: one
+/// note saying how long, and that `sandpipe compile` does it ahead of time. (wasmtime's CLI
+/// says nothing; an engine whose first call took ten seconds deserves to know why.)
+pub(crate) fn note_slow_compile(plugin: &Plugin, spec: &Path) {
+    if plugin.load_source() == Some(crate::LoadSource::Compiled)
+        && plugin.load_time() > SLOW_COMPILE
+    {
+        eprintln!(
+            "sandpipe: note: compiled {} ({:.1} MB) in {:.1?} before its first start; the next start loads it from the cache (`sandpipe compile {}` does this ahead of time)",
+            spec.display(),
+            plugin.size() as f64 / 1e6,
+            plugin.load_time(),
+            spec.display()
+        );
+    }
+}
+
 /// Resolve `spec` and load (compile) it: what run, call, inspect and replay do with PLUGIN.
 pub(crate) async fn load(
     host: &Host,

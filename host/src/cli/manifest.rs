@@ -409,8 +409,8 @@ fn merge_budgets(b: &mut super::proxy::BudgetArgs, m: &Manifest, cli: &ArgMatche
     if !given(cli, "recycle_memory")
         && let Some(q) = &r.recycle_memory
     {
-        b.recycle_memory =
-            Some(parse_size(&q.text()).map_err(|e| key_error("requests.recycle-memory", e))?);
+        b.recycle_memory = super::proxy::parse_recycle_memory(&q.text())
+            .map_err(|e| key_error("requests.recycle-memory", e))?;
     }
     if !given(cli, "recycle_grace")
         && let Some(t) = &r.recycle_grace

@@ -35,9 +35,12 @@ pub struct BudgetArgs {
     #[arg(long, value_name = "N")]
     pub(super) recycle_after: Option<u64>,
     /// Replace the plugin with a fresh instance, between requests, once it holds more than
-    /// SIZE of memory (wasm: linear memory; native: resident set), e.g. 64MiB.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    pub(super) recycle_memory: Option<u64>,
+    /// SIZE of memory (wasm: linear memory; native: resident set), e.g. 64MiB. auto (wasm with
+    /// a --max-memory): once it has used half of its headroom below the cap, measured from its
+    /// size after the first request (linear memory never shrinks, so a heap that grows per
+    /// request would otherwise meet the cap mid-request). none: never.
+    #[arg(long, value_name = "SIZE|auto|none", default_value = "auto", value_parser = parse_recycle_memory)]
+    pub(super) recycle_memory: RecycleMemory,
     /// How long a recycled instance gets to exit after its stdin closes.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
     pub(super) recycle_grace: Duration,
@@ -54,22 +57,51 @@ impl BudgetArgs {
             Some("--restart")
         } else if self.recycle_after.is_some() {
             Some("--recycle-after")
-        } else if self.recycle_memory.is_some() {
+        } else if matches!(self.recycle_memory, RecycleMemory::Above(_)) {
             Some("--recycle-memory")
         } else {
             None
         }
     }
 
-    fn budgets(&self) -> Budgets {
-        Budgets {
+    /// The budgets for `plugin` under `policy` (`auto` recycling needs wasm and a memory cap).
+    fn budgets(&self, plugin: &Plugin, policy: &Policy) -> Budgets {
+        let mut b = Budgets {
             fuel_per_request: self.fuel_per_request,
             request_timeout: self.request_timeout,
             restart: self.restart,
             recycle_after: self.recycle_after,
-            recycle_memory: self.recycle_memory,
             grace: self.recycle_grace,
+            ..Budgets::default()
+        };
+        match self.recycle_memory {
+            RecycleMemory::Above(n) => b.recycle_memory = Some(n),
+            RecycleMemory::Auto if plugin.kind() != PluginKind::NativeUnsandboxed => {
+                b.recycle_before_cap = policy.max_memory;
+            }
+            RecycleMemory::Auto | RecycleMemory::Never => {}
         }
+        b
+    }
+}
+
+/// `--recycle-memory`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RecycleMemory {
+    /// Half the headroom below the memory cap (wasm).
+    Auto,
+    /// Never for memory.
+    Never,
+    /// Above this many bytes.
+    Above(u64),
+}
+
+/// `auto`, `none`, or a size.
+pub(crate) fn parse_recycle_memory(s: &str) -> Result<RecycleMemory, String> {
+    match s {
+        "auto" => Ok(RecycleMemory::Auto),
+        "none" | "never" => Ok(RecycleMemory::Never),
+        _ => parse_size(s).map(RecycleMemory::Above),
     }
 }
 
@@ -100,7 +132,8 @@ pub(crate) async fn run_proxy(
     let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(16);
     let input = tokio::spawn(read_engine(in_tx, framing, limits));
     let output = tokio::spawn(write_engine(out_rx, framing, limits));
-    let supervisor = Supervisor::new(host, plugin, policy, options, protocol, args.budgets())
+    let budgets = args.budgets(plugin, &policy);
+    let supervisor = Supervisor::new(host, plugin, policy, options, protocol, budgets)
         .on_incident(print_incident);
     let supervised = supervisor.run(in_rx, out_tx);
     tokio::pin!(supervised);

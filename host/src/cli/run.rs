@@ -96,6 +96,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
     let plugin =
         super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
+    super::dist::note_slow_compile(&plugin, &args.plugin);
     let args_for_plugin = args
         .args
         .strip_prefix(&["--".to_owned()])

@@ -20,6 +20,8 @@ pub fn misbehave(how: &str) {
                 hoard.push(vec![1u8; 1 << 20]);
             }
         }
+        // 8 MiB kept for good, each call: a heap that grows per request.
+        "leak" => std::mem::forget(std::hint::black_box(vec![1u8; 8 << 20])),
         "sleep" => std::thread::sleep(std::time::Duration::from_secs(3600)),
         "trap" => std::process::abort(),
         _ => {}

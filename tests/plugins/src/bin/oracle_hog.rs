@@ -1,4 +1,4 @@
-//! An oracle that misbehaves on request: invoking selector `spin`, `alloc`, `sleep` or `trap`
+//! An oracle that misbehaves on request: invoking selector `spin`, `alloc`, `leak` (8 MiB kept per call), `sleep` or `trap`
 //! does that (see the crate docs); any other selector echoes its calldata. With the argument
 //! `junk-first` it writes plain text to stdout before its `ready`.
 //!
