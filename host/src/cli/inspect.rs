@@ -20,7 +20,8 @@ use crate::{
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
     /// Also start the plugin and show its self-description: the Orchard schema (plan mode),
-    /// the oracle's `ready`, or denobridge's `health`.
+    /// the oracle's `ready` (a `wasm:` oracle component: its selectors with WIT signatures),
+    /// or denobridge's `health`.
     #[arg(long, value_name = "PROTOCOL")]
     protocol: Option<Protocol>,
     /// Print one JSON object instead of text.
@@ -54,6 +55,9 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         "imports": plugin.imports(),
         "exports": plugin.exports(),
     });
+    if !plugin.functions().is_empty() {
+        report["functions"] = super::wasm_oracle::functions_json(&plugin);
+    }
     if plugin.kind() == PluginKind::NativeUnsandboxed {
         let policy = args.sandbox.policy(args.plugin_args.clone())?;
         report["native"] = native_report(&policy, &LandlockSupport::detect());
@@ -79,6 +83,9 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
                     .await
                     .map(|schema| json!({ "schema": schema }))
                     .map_err(|e| e.to_string())
+            }
+            Protocol::Oracle if plugin.exports_functions() => {
+                super::wasm_oracle::describe(&host, &plugin, &policy).await
             }
             Protocol::Oracle => {
                 let session = host.start(&plugin, &policy, &options).await?;
@@ -171,6 +178,20 @@ fn print_text(r: &Value) {
         );
         for item in list {
             println!("  {}", item.as_str().unwrap_or_default());
+        }
+    }
+    if let Some(funcs) = r.get("functions").and_then(Value::as_array) {
+        println!("functions: (selectors, for a wasm: oracle)");
+        for f in funcs {
+            println!(
+                "  {}: {}{}",
+                f["name"].as_str().unwrap_or_default(),
+                f["signature"].as_str().unwrap_or_default(),
+                f["unsupported"]
+                    .as_str()
+                    .map(|u| format!("  ({u})"))
+                    .unwrap_or_default()
+            );
         }
     }
     if let Some(n) = r.get("native") {

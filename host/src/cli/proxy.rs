@@ -22,25 +22,25 @@ pub struct BudgetArgs {
     /// Fuel for each request instead of the whole session (wasm only). Re-armed when a request
     /// (a JSON-RPC id, an ATP run, an oracle invoke) reaches the plugin; idle time is not billed.
     #[arg(long, value_name = "N", requires = "protocol", conflicts_with = "fuel")]
-    fuel_per_request: Option<u64>,
+    pub(crate) fuel_per_request: Option<u64>,
     /// Wall-clock limit from a request reaching the plugin to its response (e.g. 2s). A
     /// request that runs over stops the plugin; the time between requests is not counted.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "protocol")]
-    request_timeout: Option<Duration>,
+    pub(crate) request_timeout: Option<Duration>,
     /// After a request's budget stops the plugin (or it dies), give the next request a fresh
     /// instance, replaying the protocol's handshake to it, instead of ending the session.
     #[arg(long, requires = "protocol")]
-    restart: bool,
+    pub(crate) restart: bool,
     /// Replace the plugin with a fresh instance, between requests, after N answered requests.
     #[arg(long, value_name = "N", requires = "protocol")]
-    recycle_after: Option<u64>,
+    pub(crate) recycle_after: Option<u64>,
     /// Replace the plugin with a fresh instance, between requests, once it holds more than
     /// SIZE of memory (wasm: linear memory; native: resident set), e.g. 64MiB.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "protocol")]
-    recycle_memory: Option<u64>,
+    pub(crate) recycle_memory: Option<u64>,
     /// How long a recycled instance gets to exit after its stdin closes.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s", requires = "protocol")]
-    recycle_grace: Duration,
+    pub(crate) recycle_grace: Duration,
 }
 
 impl BudgetArgs {
@@ -146,7 +146,7 @@ fn print_incident(i: &Incident) {
 /// which answers it). A frame over the cap, or a CBOR or `Content-Length` stream that loses its
 /// framing (the supervisor tracks requests, so it needs frames), ends the input like EOF
 /// (requests before it are still answered) and is returned.
-async fn read_engine(
+pub(crate) async fn read_engine(
     tx: mpsc::Sender<Vec<u8>>,
     framing: Framing,
     limits: FrameLimits,
@@ -183,7 +183,11 @@ async fn read_engine(
 }
 
 /// Frames to sandpipe's stdout, each flushed.
-async fn write_engine(mut rx: mpsc::Receiver<Vec<u8>>, framing: Framing, limits: FrameLimits) {
+pub(crate) async fn write_engine(
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    framing: Framing,
+    limits: FrameLimits,
+) {
     let mut stdout = EngineStdout::open();
     let mut encoder = framing.framer(limits);
     let mut out = BytesMut::new();
