@@ -353,10 +353,10 @@ impl WasmOracle {
             .options
             .recycle_memory
             .is_some_and(|m| instance.memory_in_use() > m);
-        if by_count || by_memory {
-            if let Slot::Live(i) = std::mem::replace(&mut self.slot, Slot::Fresh) {
-                let _ = i.close().await;
-            }
+        if (by_count || by_memory)
+            && let Slot::Live(i) = std::mem::replace(&mut self.slot, Slot::Fresh)
+        {
+            let _ = i.close().await;
         }
     }
 

@@ -206,7 +206,7 @@ impl Felt {
     pub fn to_be_bytes(&self) -> [u8; 32] {
         let mut out = [0u8; 32];
         // A valid felt has at most 63 hex digits: fill from the right, two digits a byte.
-        let digits = self.0[2..].as_bytes();
+        let digits = &self.0.as_bytes()[2..];
         for (i, d) in digits.iter().rev().enumerate() {
             let v = match d {
                 b'0'..=b'9' => d - b'0',
