@@ -61,6 +61,7 @@ mod stderr;
 pub mod store;
 pub mod supervise;
 mod transport;
+pub mod wasm_oracle;
 
 pub mod cli;
 
@@ -75,7 +76,9 @@ pub use native::{LANDLOCK_TARGET_ABI, LandlockSupport, StartupGrant, startup_gra
 pub use policy::{
     Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, ImportPolicy, Policy, Preopen,
 };
-pub use sandbox::{InstanceAllocator, LoadSource, Metering, Pooling, default_cache_dir};
+pub use sandbox::{
+    ExportedFunc, InstanceAllocator, LoadSource, Metering, Pooling, default_cache_dir,
+};
 pub use session::{
     NativeStdio, Session, SessionControl, SessionOptions, SessionReader, SessionWriter, TERM_GRACE,
 };
@@ -223,6 +226,22 @@ impl Plugin {
     /// Exports. Empty for native plugins.
     pub fn exports(&self) -> &[String] {
         self.compiled.as_ref().map(Compiled::exports).unwrap_or(&[])
+    }
+    /// The functions a component exports, by full name with their WIT signatures (every
+    /// component has some; a `wasm:` oracle is called through them). Empty for a core module
+    /// or a native plugin.
+    pub fn functions(&self) -> &[ExportedFunc] {
+        self.compiled
+            .as_ref()
+            .map(Compiled::functions)
+            .unwrap_or(&[])
+    }
+    /// True for a component that exports functions instead of `wasi:cli/run`: a Cairo
+    /// `wasm:` oracle, run with [`wasm_oracle::WasmOracle`], not as a session.
+    pub fn exports_functions(&self) -> bool {
+        self.compiled
+            .as_ref()
+            .is_some_and(Compiled::exports_functions)
     }
 }
 

@@ -82,6 +82,8 @@ use thiserror::Error;
 
 use crate::jsonrpc::{Dialect, ErrorCode, ErrorObject, Event, Id, Message, Peer, ProtocolError};
 
+pub mod wasm;
+
 /// The JSON-RPC dialect of this protocol.
 pub const DIALECT: Dialect = Dialect::JsonRpc2;
 
@@ -198,6 +200,37 @@ impl Felt {
     /// The value if it fits in 128 bits.
     pub fn to_u128(&self) -> Option<u128> {
         u128::from_str_radix(&self.0[2..], 16).ok()
+    }
+
+    /// The value as 32 big-endian bytes.
+    pub fn to_be_bytes(&self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        // A valid felt has at most 63 hex digits: fill from the right, two digits a byte.
+        let digits = &self.0.as_bytes()[2..];
+        for (i, d) in digits.iter().rev().enumerate() {
+            let v = match d {
+                b'0'..=b'9' => d - b'0',
+                _ => d - b'a' + 10,
+            };
+            out[31 - i / 2] |= if i % 2 == 0 { v } else { v << 4 };
+        }
+        out
+    }
+
+    /// The felt with this big-endian value, if it is below the field prime.
+    pub fn from_be_bytes(bytes: &[u8; 32]) -> Result<Self, FeltError> {
+        let mut text = String::with_capacity(66);
+        text.push_str("0x");
+        for b in bytes {
+            text.push_str(&format!("{b:02x}"));
+        }
+        let trimmed = text[2..].trim_start_matches('0');
+        let canonical = if trimmed.is_empty() {
+            "0x0".to_owned()
+        } else {
+            format!("0x{trimmed}")
+        };
+        Felt::parse(&canonical)
     }
 }
 

@@ -93,6 +93,31 @@ pub fn plugin(bin: &str, target: Target) -> PathBuf {
     }
 }
 
+/// The example Cairo `wasm:` oracle (`examples/wasm-oracle`), a component exporting functions
+/// built with `wit-bindgen`, for `wasm32-wasip2` only (it is a library component, not a
+/// program, so there is no p1 or native build of it to run).
+pub fn wasm_oracle() -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(workspace_root())
+            .args(["build", "--release", "--quiet", "--target", "wasm32-wasip2"])
+            .args(["-p", "sandpipe-example-wasm-oracle", "--target-dir"])
+            .arg(plugin_target_dir())
+            .status()
+            .expect("running cargo to build the wasm: oracle example");
+        assert!(
+            status.success(),
+            "building examples/wasm-oracle failed; run `rustup target add wasm32-wasip2`"
+        );
+    });
+    plugin_target_dir()
+        .join("wasm32-wasip2")
+        .join("release")
+        .join("sandpipe_example_wasm_oracle.wasm")
+}
+
 fn build(target: Target) {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);

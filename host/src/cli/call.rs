@@ -70,6 +70,13 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     super::dist::note_slow_compile(&plugin, &args.plugin);
     let policy = args.sandbox.policy(args.plugin_args.clone())?;
     warn_if_native(&plugin, &policy);
+    if protocol == Protocol::Oracle && plugin.exports_functions() {
+        if args.record.is_some() {
+            bail!("--record records stdio sessions; a wasm: oracle component has none");
+        }
+        let calldata = felts(params)?;
+        return super::wasm_oracle::call(&host, &plugin, &policy, &args.method, &calldata).await;
+    }
     let mut options =
         SessionOptions::framed(protocol.framing()).frame_limits(args.sandbox.frame_limits());
     options.stderr = StderrMode::Inherit;

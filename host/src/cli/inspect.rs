@@ -20,7 +20,8 @@ use crate::{
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
     /// Also start the plugin and show its self-description: the Orchard schema (plan mode),
-    /// the oracle's `ready`, or denobridge's `health`.
+    /// the oracle's `ready` (a `wasm:` oracle component: its selectors with WIT signatures),
+    /// or denobridge's `health`.
     #[arg(long, value_name = "PROTOCOL")]
     protocol: Option<Protocol>,
     /// Print one JSON object instead of text.
@@ -81,6 +82,9 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
                 .collect(),
         );
     }
+    if !plugin.functions().is_empty() {
+        report["functions"] = super::wasm_oracle::functions_json(&plugin);
+    }
     if plugin.kind() == PluginKind::NativeUnsandboxed {
         let policy = args.sandbox.policy(args.plugin_args.clone())?;
         report["native"] = native_report(&policy, &LandlockSupport::detect());
@@ -106,6 +110,9 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
                     .await
                     .map(|schema| json!({ "schema": schema }))
                     .map_err(|e| e.to_string())
+            }
+            Protocol::Oracle if plugin.exports_functions() => {
+                super::wasm_oracle::describe(&host, &plugin, &policy).await
             }
             Protocol::Oracle => {
                 let session = host.start(&plugin, &policy, &options).await?;
@@ -240,6 +247,20 @@ fn print_text(r: &Value) {
             text("open_files"),
             text("frame")
         );
+    }
+    if let Some(funcs) = r.get("functions").and_then(Value::as_array) {
+        println!("functions: (selectors, for a wasm: oracle)");
+        for f in funcs {
+            println!(
+                "  {}: {}{}",
+                f["name"].as_str().unwrap_or_default(),
+                f["signature"].as_str().unwrap_or_default(),
+                f["unsupported"]
+                    .as_str()
+                    .map(|u| format!("  ({u})"))
+                    .unwrap_or_default()
+            );
+        }
     }
     if let Some(n) = r.get("native") {
         let l = &n["landlock"];

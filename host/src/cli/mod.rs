@@ -17,6 +17,7 @@ mod run;
 mod sandbox_args;
 mod signals;
 mod stdio;
+mod wasm_oracle;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};

@@ -22,28 +22,28 @@ pub struct BudgetArgs {
     /// Fuel for each request instead of the whole session (wasm only). Re-armed when a request
     /// (a JSON-RPC id, an ATP run, an oracle invoke) reaches the plugin; idle time is not billed.
     #[arg(long, value_name = "N", conflicts_with = "fuel")]
-    pub(super) fuel_per_request: Option<u64>,
+    pub(crate) fuel_per_request: Option<u64>,
     /// Wall-clock limit from a request reaching the plugin to its response (e.g. 2s). A
     /// request that runs over stops the plugin; the time between requests is not counted.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub(super) request_timeout: Option<Duration>,
+    pub(crate) request_timeout: Option<Duration>,
     /// After a request's budget stops the plugin (or it dies), give the next request a fresh
     /// instance, replaying the protocol's handshake to it, instead of ending the session.
     #[arg(long)]
-    pub(super) restart: bool,
+    pub(crate) restart: bool,
     /// Replace the plugin with a fresh instance, between requests, after N answered requests.
     #[arg(long, value_name = "N")]
-    pub(super) recycle_after: Option<u64>,
+    pub(crate) recycle_after: Option<u64>,
     /// Replace the plugin with a fresh instance, between requests, once it holds more than
     /// SIZE of memory (wasm: linear memory; native: resident set), e.g. 64MiB. auto (wasm with
     /// a --max-memory): once it has used half of its headroom below the cap, measured from its
     /// size after the first request (linear memory never shrinks, so a heap that grows per
     /// request would otherwise meet the cap mid-request). none: never.
     #[arg(long, value_name = "SIZE|auto|none", default_value = "auto", value_parser = parse_recycle_memory)]
-    pub(super) recycle_memory: RecycleMemory,
+    pub(crate) recycle_memory: RecycleMemory,
     /// How long a recycled instance gets to exit after its stdin closes.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
-    pub(super) recycle_grace: Duration,
+    pub(crate) recycle_grace: Duration,
 }
 
 impl BudgetArgs {
@@ -61,6 +61,14 @@ impl BudgetArgs {
             Some("--recycle-memory")
         } else {
             None
+        }
+    }
+
+    /// `--recycle-memory SIZE`, when one was given (`auto` is the supervisor's rule).
+    pub(crate) fn recycle_memory_above(&self) -> Option<u64> {
+        match self.recycle_memory {
+            RecycleMemory::Above(n) => Some(n),
+            RecycleMemory::Auto | RecycleMemory::Never => None,
         }
     }
 
@@ -196,7 +204,7 @@ fn print_incident(i: &Incident) {
 /// which answers it). A frame over the cap, or a CBOR or `Content-Length` stream that loses its
 /// framing (the supervisor tracks requests, so it needs frames), ends the input like EOF
 /// (requests before it are still answered) and is returned.
-async fn read_engine(
+pub(crate) async fn read_engine(
     tx: mpsc::Sender<Vec<u8>>,
     framing: Framing,
     limits: FrameLimits,
@@ -233,7 +241,11 @@ async fn read_engine(
 }
 
 /// Frames to sandpipe's stdout, each flushed.
-async fn write_engine(mut rx: mpsc::Receiver<Vec<u8>>, framing: Framing, limits: FrameLimits) {
+pub(crate) async fn write_engine(
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    framing: Framing,
+    limits: FrameLimits,
+) {
     let mut stdout = EngineStdout::open();
     let mut encoder = framing.framer(limits);
     let mut out = BytesMut::new();

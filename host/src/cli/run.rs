@@ -124,6 +124,18 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         stdin_is_terminal: signals::stdin_is_terminal(),
         grace: args.grace,
     };
+    if args.protocol == Some(crate::protocols::Protocol::Oracle) && plugin.exports_functions() {
+        return super::wasm_oracle::serve(
+            &host,
+            &plugin,
+            policy,
+            &args.budgets,
+            args.sandbox.frame_limits(),
+            signals,
+            on_signal,
+        )
+        .await;
+    }
     if let Some(protocol) = args.protocol {
         let options = SessionOptions::default()
             .frame_limits(args.sandbox.frame_limits())

@@ -151,3 +151,98 @@ fn host_error(reason: &str, stderr_tail: &[String]) -> OracleError {
         data: Some(json!({ "reason": reason, "stderr": stderr_tail })),
     }
 }
+
+/// How [`serve_wasm_oracle`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServeReport {
+    /// Invokes received.
+    pub invokes: u64,
+    /// Invokes answered with an error.
+    pub failed: u64,
+    /// True if the engine sent `shutdown` (false: its input ended).
+    pub shut_down: bool,
+}
+
+/// One invoke that failed, for the caller's log line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvokeIncident {
+    /// The request id (JSON).
+    pub request: String,
+    /// The selector.
+    pub selector: String,
+    /// The error the engine got.
+    pub error: crate::wasm_oracle::InvokeError,
+}
+
+/// Serve the Cairo `stdio:` oracle protocol to an engine (frames in `from_engine`, frames out
+/// to `to_engine`) with a `wasm:` oracle behind it: `ready` first, then each `invoke` calls
+/// the export through the codec; the result felts are the answer, and any failure is a
+/// JSON-RPC error `-32603` whose message is the executor's (with the stderr tail) and whose
+/// data is [`InvokeError::data`](crate::wasm_oracle::InvokeError::data). Ends at `shutdown`
+/// or when the engine's input ends.
+pub async fn serve_wasm_oracle(
+    oracle: &mut crate::wasm_oracle::WasmOracle,
+    mut from_engine: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    to_engine: tokio::sync::mpsc::Sender<Vec<u8>>,
+    mut on_incident: impl FnMut(&InvokeIncident),
+) -> ServeReport {
+    use sandpipe_proto::jsonrpc::ErrorObject;
+    use sandpipe_proto::oracle::{OracleServer, ServerEvent};
+
+    let mut server = OracleServer::new();
+    let mut report = ServeReport {
+        invokes: 0,
+        failed: 0,
+        shut_down: false,
+    };
+    'frames: loop {
+        while let Some(frame) = server.poll_transmit() {
+            if to_engine.send(frame).await.is_err() {
+                break 'frames;
+            }
+        }
+        if server.must_terminate() {
+            report.shut_down = true;
+            break;
+        }
+        let Some(frame) = from_engine.recv().await else {
+            break;
+        };
+        if let Err(e) = server.handle_frame(&frame) {
+            // As the Rust oracle SDK does with a line it cannot use: log it, serve the next.
+            tracing::warn!("oracle: ignoring a frame from the engine: {e}");
+        }
+        while let Some(event) = server.poll_event() {
+            let ServerEvent::Invoke {
+                id,
+                selector,
+                calldata,
+            } = event
+            else {
+                continue;
+            };
+            report.invokes += 1;
+            let answer = match oracle.invoke(&selector, &calldata).await {
+                Ok(felts) => Ok(felts),
+                Err(error) => {
+                    report.failed += 1;
+                    on_incident(&InvokeIncident {
+                        request: id.to_string(),
+                        selector: selector.clone(),
+                        error: error.clone(),
+                    });
+                    Err(ErrorObject::new(
+                        sandpipe_proto::jsonrpc::INTERNAL_ERROR,
+                        error.to_string(),
+                    )
+                    .with_data(error.data()))
+                }
+            };
+            if let Err(e) = server.respond(id, answer) {
+                tracing::warn!("oracle: could not answer an invoke: {e}");
+            }
+        }
+    }
+    report
+}

@@ -11,6 +11,7 @@
 
 mod cache;
 mod determinism;
+pub(crate) mod exports;
 mod open_files;
 mod pool;
 mod stdio;
@@ -23,10 +24,11 @@ use std::time::{Duration, Instant};
 
 use cache::ArtifactCache;
 pub use cache::default_cache_dir;
+pub use exports::ExportedFunc;
 use open_files::OpenFiles;
 pub use pool::{InstanceAllocator, Pooling};
 use tokio::sync::watch;
-use wasmtime::component::{Component, ResourceTable};
+use wasmtime::component::{Component, ComponentExportIndex, ResourceTable};
 use wasmtime::{
     CallHook, Engine, InstancePre, Module, ResourceLimiter, Store, Trap, UpdateDeadline,
 };
@@ -81,7 +83,12 @@ pub(crate) fn detect(bytes: &[u8]) -> Option<WasmKind> {
 #[derive(Clone)]
 pub(crate) enum Compiled {
     Component {
-        pre: CommandPre<State2>,
+        pre: wasmtime::component::InstancePre<State2>,
+        /// `None` when the component does not export `wasi:cli/run` (a `wasm:` oracle).
+        command: Option<CommandPre<State2>>,
+        /// Its exported functions (`exports.rs`) and their export indices.
+        functions: Arc<Vec<ExportedFunc>>,
+        indices: Arc<Vec<ComponentExportIndex>>,
         imports: Vec<String>,
         exports: Vec<String>,
     },
@@ -111,6 +118,17 @@ impl Compiled {
         match self {
             Compiled::Component { exports, .. } | Compiled::Module { exports, .. } => exports,
         }
+    }
+    /// The functions a component exports (empty for a core module).
+    pub(crate) fn functions(&self) -> &[ExportedFunc] {
+        match self {
+            Compiled::Component { functions, .. } => functions,
+            Compiled::Module { .. } => &[],
+        }
+    }
+    /// Whether this is a component without `wasi:cli/run`: a `wasm:` oracle.
+    pub(crate) fn exports_functions(&self) -> bool {
+        matches!(self, Compiled::Component { command: None, .. })
     }
 }
 
@@ -279,6 +297,18 @@ fn engine_err(e: impl std::fmt::Display) -> HostError {
 }
 
 impl Sandbox {
+    /// What starts export instances of `compiled`, if it is a component.
+    pub(crate) fn exports_runner(&self, compiled: &Compiled) -> Option<exports::ExportsRunner> {
+        match compiled {
+            Compiled::Component { pre, indices, .. } => Some(exports::ExportsRunner {
+                pre: pre.clone(),
+                indices: indices.clone(),
+                metering: self.metering,
+            }),
+            Compiled::Module { .. } => None,
+        }
+    }
+
     pub(crate) fn new(
         cache_dir: Option<&Path>,
         allocator: &InstanceAllocator,
@@ -352,10 +382,14 @@ impl Sandbox {
                     .linker2
                     .instantiate_pre(&component)
                     .map_err(compile_err)?;
-                let pre = CommandPre::new(pre).map_err(compile_err)?;
+                let command = CommandPre::new(pre.clone()).ok();
+                let (functions, indices) = exports::functions(&component, &self.engine);
                 (
                     Compiled::Component {
                         pre,
+                        command,
+                        functions: Arc::new(functions),
+                        indices: Arc::new(indices),
                         imports,
                         exports,
                     },
@@ -493,7 +527,14 @@ impl Sandbox {
         };
 
         match compiled {
-            Compiled::Component { pre, .. } => {
+            Compiled::Component { command, .. } => {
+                let Some(pre) = command else {
+                    return Err(HostError::Instantiate {
+                        message: "the component does not export wasi:cli/run; it exports \
+                                  functions (a wasm: oracle: use `--protocol oracle`)"
+                            .to_owned(),
+                    });
+                };
                 let mut b = builder;
                 let state = State2 {
                     ctx: b.build(),

@@ -1,0 +1,485 @@
+//! Components that export functions (Cairo `wasm:` oracles): one instance whose exported
+//! functions are called with dynamic values, under the session machinery's limits.
+//!
+//! ```text
+//!   load: walk the component type's exports ─► [ExportedFunc] (full name, WIT signature,
+//!                                                codec types) + export indices
+//!   ExportsRunner::instantiate ─► ExportInstance { Store { WasiCtx (no preopens, env or
+//!        sockets unless granted; stdin empty; stdout/stderr drained, never to the engine),
+//!        Limiter, OpenFiles }, the exported Funcs }
+//!   ExportInstance::call(i, args, timeout): fuel re-armed (per-call budget), epoch deadline
+//!        and an outer timer; Func::call_async; Val ⇄ proto Value
+//!        └─ failure ─► Exit (OutOfFuel | DeadlineExceeded | MemoryLimit | Trap …); the caller
+//!                      must then `close` the instance (its store may be mid-call)
+//! ```
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sandpipe_proto::oracle::wasm::{CodecError, MAX_TYPE_DEPTH, Ty, Value};
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{
+    Component, ComponentExportIndex, Func, InstancePre, ResourceTable, Type, Val,
+};
+use wasmtime::{Engine, Store, UpdateDeadline};
+
+use super::open_files::OpenFiles;
+use super::{
+    DeadlineHit, Limiter, Limits, Metering, PIPE_BYTES, State2, classify, instantiate_err, stdio,
+    wasi_builder,
+};
+use crate::error::{Exit, HostError};
+use crate::policy::Policy;
+use crate::stderr::{StderrMode, StderrTail};
+use crate::transport::Meter;
+
+/// One function a component exports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportedFunc {
+    /// The full name: the export path joined with `/` (`add`, `ns:pkg/iface@1.0.0/add`).
+    pub name: String,
+    /// Its WIT signature, e.g. `func(a: u64, b: u64) -> u64`.
+    pub signature: String,
+    /// Parameter types, or why the codec cannot carry one.
+    pub params: Result<Vec<Ty>, CodecError>,
+    /// Result types, or why the codec cannot carry one.
+    pub results: Result<Vec<Ty>, CodecError>,
+}
+
+/// The exported functions of `component`, in export order, with their export indices.
+pub(crate) fn functions(
+    component: &Component,
+    engine: &Engine,
+) -> (Vec<ExportedFunc>, Vec<ComponentExportIndex>) {
+    let mut funcs = Vec::new();
+    let mut indices = Vec::new();
+    let mut stack: Vec<(Vec<String>, ComponentItem)> = component
+        .component_type()
+        .exports(engine)
+        .map(|(name, item)| (vec![name.to_owned()], item.ty))
+        .collect();
+    stack.reverse();
+    while let Some((path, item)) = stack.pop() {
+        match item {
+            ComponentItem::ComponentFunc(f) => {
+                let index =
+                    path.iter()
+                        .try_fold(None, |parent: Option<ComponentExportIndex>, name| {
+                            component.get_export_index(parent.as_ref(), name).map(Some)
+                        });
+                let Some(Some(index)) = index else { continue };
+                let params: Vec<(String, Type)> =
+                    f.params().map(|(n, t)| (n.to_owned(), t)).collect();
+                let results: Vec<Type> = f.results().collect();
+                let signature = format!(
+                    "func({}){}",
+                    params
+                        .iter()
+                        .map(|(n, t)| format!("{n}: {}", wit_name(t)))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    match results.as_slice() {
+                        [] => String::new(),
+                        [one] => format!(" -> {}", wit_name(one)),
+                        many => format!(
+                            " -> tuple<{}>",
+                            many.iter().map(wit_name).collect::<Vec<_>>().join(", ")
+                        ),
+                    }
+                );
+                funcs.push(ExportedFunc {
+                    name: path.join("/"),
+                    signature,
+                    params: params.iter().map(|(_, t)| ty_of(t, 1)).collect(),
+                    results: results.iter().map(|t| ty_of(t, 1)).collect(),
+                });
+                indices.push(index);
+            }
+            ComponentItem::ComponentInstance(i) => {
+                let mut children: Vec<_> = i
+                    .exports(engine)
+                    .map(|(n, e)| {
+                        let mut p = path.clone();
+                        p.push(n.to_owned());
+                        (p, e.ty)
+                    })
+                    .collect();
+                children.reverse();
+                stack.extend(children);
+            }
+            ComponentItem::Component(c) => {
+                let mut children: Vec<_> = c
+                    .exports(engine)
+                    .map(|(n, e)| {
+                        let mut p = path.clone();
+                        p.push(n.to_owned());
+                        (p, e.ty)
+                    })
+                    .collect();
+                children.reverse();
+                stack.extend(children);
+            }
+            _ => {}
+        }
+    }
+    (funcs, indices)
+}
+
+fn unsupported(name: &str) -> CodecError {
+    CodecError::UnsupportedType {
+        ty: name.to_owned(),
+    }
+}
+
+/// The codec's view of a component type (names of unsupported types as Scarb's codec gives
+/// them).
+fn ty_of(t: &Type, depth: usize) -> Result<Ty, CodecError> {
+    if depth > MAX_TYPE_DEPTH {
+        return Err(CodecError::TooDeep {
+            depth,
+            limit: MAX_TYPE_DEPTH,
+        });
+    }
+    let inner = |t: &Type| ty_of(t, depth + 1).map(Box::new);
+    Ok(match t {
+        Type::Bool => Ty::Bool,
+        Type::S8 => Ty::S8,
+        Type::U8 => Ty::U8,
+        Type::S16 => Ty::S16,
+        Type::U16 => Ty::U16,
+        Type::S32 => Ty::S32,
+        Type::U32 => Ty::U32,
+        Type::S64 => Ty::S64,
+        Type::U64 => Ty::U64,
+        Type::Char => Ty::Char,
+        Type::String => Ty::String,
+        Type::List(l) => Ty::List(inner(&l.ty())?),
+        Type::Tuple(tu) => Ty::Tuple(
+            tu.types()
+                .map(|t| ty_of(&t, depth + 1))
+                .collect::<Result<_, _>>()?,
+        ),
+        Type::Option(o) => Ty::Option(inner(&o.ty())?),
+        Type::Result(r) => Ty::Result {
+            ok: r.ok().map(|t| inner(&t)).transpose()?,
+            err: r.err().map(|t| inner(&t)).transpose()?,
+        },
+        Type::Float32 => return Err(unsupported("float32")),
+        Type::Float64 => return Err(unsupported("float64")),
+        Type::Record(_) => return Err(unsupported("record")),
+        Type::Variant(_) => return Err(unsupported("variant")),
+        Type::Enum(_) => return Err(unsupported("enum")),
+        Type::Flags(_) => return Err(unsupported("flags")),
+        Type::Own(_) => return Err(unsupported("own")),
+        Type::Borrow(_) => return Err(unsupported("borrow")),
+        Type::Future(_) => return Err(unsupported("future")),
+        Type::Stream(_) => return Err(unsupported("stream")),
+        Type::ErrorContext => return Err(unsupported("error-context")),
+        _ => return Err(unsupported("this component-model type")),
+    })
+}
+
+/// A type in WIT syntax, for signatures.
+fn wit_name(t: &Type) -> String {
+    match ty_of(t, 1) {
+        Ok(ty) => ty.to_string(),
+        Err(_) => match t {
+            Type::Float32 => "f32".into(),
+            Type::Float64 => "f64".into(),
+            Type::List(l) => format!("list<{}>", wit_name(&l.ty())),
+            Type::Option(o) => format!("option<{}>", wit_name(&o.ty())),
+            Type::Tuple(tu) => format!(
+                "tuple<{}>",
+                tu.types()
+                    .map(|t| wit_name(&t))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Type::Result(r) => format!(
+                "result<{}, {}>",
+                r.ok().map(|t| wit_name(&t)).unwrap_or_else(|| "_".into()),
+                r.err().map(|t| wit_name(&t)).unwrap_or_else(|| "_".into())
+            ),
+            Type::Record(_) => "record".into(),
+            Type::Variant(_) => "variant".into(),
+            Type::Enum(_) => "enum".into(),
+            Type::Flags(_) => "flags".into(),
+            Type::Own(_) => "own<resource>".into(),
+            Type::Borrow(_) => "borrow<resource>".into(),
+            Type::Future(_) => "future".into(),
+            Type::Stream(_) => "stream".into(),
+            Type::ErrorContext => "error-context".into(),
+            _ => "unsupported".into(),
+        },
+    }
+}
+
+fn to_val(v: &Value) -> Val {
+    match v {
+        Value::Bool(b) => Val::Bool(*b),
+        Value::S8(n) => Val::S8(*n),
+        Value::U8(n) => Val::U8(*n),
+        Value::S16(n) => Val::S16(*n),
+        Value::U16(n) => Val::U16(*n),
+        Value::S32(n) => Val::S32(*n),
+        Value::U32(n) => Val::U32(*n),
+        Value::S64(n) => Val::S64(*n),
+        Value::U64(n) => Val::U64(*n),
+        Value::Char(c) => Val::Char(*c),
+        Value::String(s) => Val::String(s.clone()),
+        Value::List(items) => Val::List(items.iter().map(to_val).collect()),
+        Value::Tuple(items) => Val::Tuple(items.iter().map(to_val).collect()),
+        Value::Option(o) => Val::Option(o.as_ref().map(|v| Box::new(to_val(v)))),
+        Value::Result(r) => Val::Result(match r {
+            Ok(p) => Ok(p.as_ref().map(|v| Box::new(to_val(v)))),
+            Err(p) => Err(p.as_ref().map(|v| Box::new(to_val(v)))),
+        }),
+    }
+}
+
+fn of_val(v: Val) -> Result<Value, CodecError> {
+    let boxed = |v: Option<Box<Val>>| -> Result<Option<Box<Value>>, CodecError> {
+        v.map(|v| of_val(*v).map(Box::new)).transpose()
+    };
+    Ok(match v {
+        Val::Bool(b) => Value::Bool(b),
+        Val::S8(n) => Value::S8(n),
+        Val::U8(n) => Value::U8(n),
+        Val::S16(n) => Value::S16(n),
+        Val::U16(n) => Value::U16(n),
+        Val::S32(n) => Value::S32(n),
+        Val::U32(n) => Value::U32(n),
+        Val::S64(n) => Value::S64(n),
+        Val::U64(n) => Value::U64(n),
+        Val::Char(c) => Value::Char(c),
+        Val::String(s) => Value::String(s),
+        Val::List(items) => Value::List(items.into_iter().map(of_val).collect::<Result<_, _>>()?),
+        Val::Tuple(items) => Value::Tuple(items.into_iter().map(of_val).collect::<Result<_, _>>()?),
+        Val::Option(o) => Value::Option(boxed(o)?),
+        Val::Result(Ok(p)) => Value::Result(Ok(boxed(p)?)),
+        Val::Result(Err(p)) => Value::Result(Err(boxed(p)?)),
+        Val::Float32(_) => return Err(unsupported("float32")),
+        Val::Float64(_) => return Err(unsupported("float64")),
+        Val::Record(_) => return Err(unsupported("record")),
+        Val::Variant(..) => return Err(unsupported("variant")),
+        Val::Enum(_) => return Err(unsupported("enum")),
+        Val::Flags(_) => return Err(unsupported("flags")),
+        Val::Resource(_) => return Err(unsupported("own/borrow")),
+        _ => return Err(unsupported("this component-model value")),
+    })
+}
+
+/// What it takes to start export instances of one component.
+#[derive(Clone)]
+pub(crate) struct ExportsRunner {
+    pub(crate) pre: InstancePre<State2>,
+    pub(crate) indices: Arc<Vec<ComponentExportIndex>>,
+    pub(crate) metering: Metering,
+}
+
+impl std::fmt::Debug for ExportsRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExportsRunner")
+            .field("functions", &self.indices.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a call did not return values.
+#[derive(Debug)]
+pub(crate) enum CallFailure {
+    /// The guest was stopped or crashed; the instance must be closed.
+    Stopped(Exit),
+    /// A result value the codec cannot carry (the instance is fine).
+    Results(CodecError),
+}
+
+/// One live instance of an export-calling component.
+pub(crate) struct ExportInstance {
+    store: Store<State2>,
+    funcs: Vec<Option<Func>>,
+    deadline: Arc<Mutex<Option<Instant>>>,
+    denied: Arc<AtomicBool>,
+    meter: Arc<Meter>,
+    stderr: StderrTail,
+    drains: Vec<tokio::task::JoinHandle<()>>,
+    fuel_per_call: Option<u64>,
+    fuel_total: Option<u64>,
+    max_memory: Option<u64>,
+}
+
+impl std::fmt::Debug for ExportInstance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExportInstance").finish_non_exhaustive()
+    }
+}
+
+impl ExportsRunner {
+    /// Start a fresh instance under `policy`. Its stdin is empty; its stdout and stderr are
+    /// drained where `mode` says (never to sandpipe's stdout), keeping `tail_lines` of stderr.
+    pub(crate) async fn instantiate(
+        &self,
+        policy: &Policy,
+        label: &str,
+        mode: StderrMode,
+        tail_lines: usize,
+    ) -> Result<ExportInstance, HostError> {
+        let (host_in, guest_in) = stdio::stdin_pipe(PIPE_BYTES);
+        drop(host_in); // the guest reads EOF
+        let (guest_out, host_out) = stdio::stdout_pipe(PIPE_BYTES);
+        let (guest_err, host_err) = stdio::stdout_pipe(PIPE_BYTES);
+        let mut builder = wasi_builder(policy, label, guest_in, guest_out, guest_err)?;
+        let meter = Arc::new(Meter::default());
+        let denied = Arc::new(AtomicBool::new(false));
+        let stderr = StderrTail::new(tail_lines);
+        let drains = vec![
+            tokio::spawn(stderr.clone().drain(host_err, mode, label.to_owned())),
+            tokio::spawn(StderrTail::new(0).drain(host_out, mode, label.to_owned())),
+        ];
+        let state = State2 {
+            ctx: builder.build(),
+            table: ResourceTable::new(),
+            limiter: Limiter {
+                max_memory: policy
+                    .max_memory
+                    .map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
+                memory_in_use: 0,
+                table_elements: 0,
+                denied: denied.clone(),
+                meter: meter.clone(),
+            },
+            open_files: OpenFiles::new(policy.max_open_files, policy.preopens.len()),
+        };
+        let mut store = Store::new(self.pre.engine(), state);
+        store.limiter(|s| &mut s.limiter);
+        let fuel_per_call = policy.fuel_per_request;
+        let fuel_total = if fuel_per_call.is_some() {
+            None
+        } else {
+            policy.fuel
+        };
+        if self.metering.fuel {
+            store
+                .set_fuel(fuel_per_call.or(fuel_total).unwrap_or(u64::MAX))
+                .map_err(super::engine_err)?;
+        } else if fuel_per_call.is_some() || fuel_total.is_some() {
+            return Err(super::engine_err(
+                "a fuel limit needs fuel metering, which this host's engine has off",
+            ));
+        }
+        let deadline: Arc<Mutex<Option<Instant>>> = Arc::default();
+        if self.metering.epochs {
+            let at = deadline.clone();
+            store.epoch_deadline_callback(move |_| {
+                let due = *at.lock().unwrap_or_else(|p| p.into_inner());
+                match due {
+                    Some(due) if Instant::now() >= due => Err(wasmtime::Error::new(DeadlineHit)),
+                    _ => Ok(UpdateDeadline::Yield(1)),
+                }
+            });
+            store.set_epoch_deadline(1);
+        }
+        let instance = self
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(instantiate_err)?;
+        let funcs = self
+            .indices
+            .iter()
+            .map(|i| instance.get_func(&mut store, i))
+            .collect();
+        Ok(ExportInstance {
+            store,
+            funcs,
+            deadline,
+            denied,
+            meter,
+            stderr,
+            drains,
+            fuel_per_call,
+            fuel_total,
+            max_memory: policy.max_memory,
+        })
+    }
+}
+
+impl ExportInstance {
+    /// Linear memory in use, in bytes.
+    pub(crate) fn memory_in_use(&self) -> u64 {
+        self.meter.memory.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Call function `index` with `args` (already checked against its types), within
+    /// `timeout` of wall-clock time and the per-call fuel budget.
+    pub(crate) async fn call(
+        &mut self,
+        index: usize,
+        args: &[Value],
+        results: usize,
+        timeout: Option<Duration>,
+    ) -> Result<Vec<Value>, CallFailure> {
+        let Some(Some(func)) = self.funcs.get(index).cloned() else {
+            return Err(CallFailure::Stopped(Exit::Trap {
+                message: format!("export {index} is not a function of this instance"),
+                stderr_tail: Vec::new(),
+            }));
+        };
+        if let Some(budget) = self.fuel_per_call {
+            // The engine has fuel on whenever a budget is set (checked at instantiation).
+            let _ = self.store.set_fuel(budget);
+        }
+        let params: Vec<Val> = args.iter().map(to_val).collect();
+        let mut out = vec![Val::Bool(false); results];
+        let started = Instant::now();
+        *self.deadline.lock().unwrap_or_else(|p| p.into_inner()) = timeout.map(|d| started + d);
+        let limits = Limits {
+            fuel: self.fuel_total,
+            fuel_per_request: self.fuel_per_call,
+            meter: self.meter.clone(),
+            max_memory: self.max_memory,
+            deadline: timeout.map(|d| (started + d, d)),
+            denied: self.denied.clone(),
+        };
+        let call = func.call_async(&mut self.store, &params, &mut out);
+        // The outer timer covers a guest blocked in a host call (a sleep), where no epoch
+        // check runs. Dropping the call mid-way leaves the store unusable: the caller closes it.
+        let r = match timeout {
+            Some(d) => match tokio::time::timeout(d, call).await {
+                Ok(r) => r,
+                Err(_) => Err(wasmtime::Error::new(DeadlineHit)),
+            },
+            None => call.await,
+        };
+        *self.deadline.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        match r {
+            Ok(()) => out
+                .into_iter()
+                .map(of_val)
+                .collect::<Result<_, _>>()
+                .map_err(CallFailure::Results),
+            Err(e) => Err(CallFailure::Stopped(classify(
+                Err(e),
+                &limits,
+                &self.stderr,
+            ))),
+        }
+    }
+
+    /// Drop the instance and return the guest's last stderr lines, once every byte it wrote
+    /// has been drained.
+    pub(crate) async fn close(self) -> Vec<String> {
+        let ExportInstance {
+            store,
+            drains,
+            stderr,
+            ..
+        } = self;
+        drop(store); // closes the guest's pipe ends: the drains reach EOF
+        for d in drains {
+            let _ = tokio::time::timeout(Duration::from_secs(1), d).await;
+        }
+        stderr.lines()
+    }
+}

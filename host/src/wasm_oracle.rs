@@ -1,0 +1,369 @@
+//! Cairo `wasm:` oracles under limits: one instance of a component that exports functions,
+//! called by selector with calldata felts, sandboxed like every other plugin.
+//!
+//! ```text
+//!   invoke(selector, calldata)
+//!     ├─ Selectors::resolve (proto)          unknown / ambiguous: error listing the candidates
+//!     ├─ decode_args (proto)                 codec errors happen before the guest is entered
+//!     ├─ ExportInstance::call (sandbox)      fuel per call, deadline per call, memory cap,
+//!     │                                      no preopens/env/network unless the policy grants
+//!     └─ encode_results (proto)  ─► felts    (capped at `max_result_felts`)
+//!   a stop (fuel, deadline, memory, trap) ─► InvokeError::Stopped { exit, stderr_tail }, then
+//!     AfterTrap::Poison   every later call fails with InvokeError::Poisoned (Scarb's behaviour)
+//!     AfterTrap::Restart  the next call gets a fresh instance (as `run --restart` does)
+//! ```
+//!
+//! Decisions, written down:
+//! - **After a trap** (or any stop: fuel, deadline, memory cap) the instance is dropped, since
+//!   its store may be stopped mid-call. [`AfterTrap::Poison`] (the default) keeps Scarb's
+//!   semantics: the connection stays, and every later call fails with the first stop's
+//!   reason. [`AfterTrap::Restart`] gives the next call a fresh instance (state starts over).
+//!   A guest returning `result::err` is data, not a failure: it is encoded like any value.
+//! - **Limits per call.** [`Policy::fuel_per_request`] is re-armed before every call (without
+//!   it, [`Policy::fuel`] is one budget for the instance's life); the deadline
+//!   ([`WasmOracleOptions::call_timeout`], else [`Policy::deadline`]) runs from the call's
+//!   start, checked inside running wasm by epochs and by an outer timer for a guest blocked in
+//!   a host call.
+//! - **Stdio.** The guest's stdin is empty; its stdout and stderr go where
+//!   [`WasmOracleOptions::stderr`] says (a log, sandpipe's stderr, nowhere), never to the
+//!   engine's stdout; the last stderr lines are in every failure.
+//! - **Capabilities.** Exactly the policy's: by default no preopens, no environment, no
+//!   sockets. (Scarb's own executor inherits stdin, stdout, the environment and the network,
+//!   and preopens its working directory read-write.)
+//! - **Selectors** are resolved by [`Selectors`]: a full name (the export path joined with
+//!   `/`) or a unique short name.
+
+use std::time::Duration;
+
+use sandpipe_proto::oracle::Felt;
+use sandpipe_proto::oracle::wasm::{
+    CodecError, DEFAULT_MAX_RESULT_FELTS, SelectorError, Selectors, decode_args, encode_results,
+};
+use serde_json::{Value as Json, json};
+use thiserror::Error;
+
+use crate::error::{Exit, HostError};
+use crate::sandbox::exports::{CallFailure, ExportInstance, ExportsRunner};
+use crate::{ExportedFunc, Host, Plugin, Policy, StderrMode};
+
+/// What happens to an instance after a call stopped it (trap, fuel, deadline, memory cap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum AfterTrap {
+    /// Every later call fails with [`InvokeError::Poisoned`], as in Scarb's executor.
+    #[default]
+    Poison,
+    /// The next call gets a fresh instance (its state starts over).
+    Restart,
+}
+
+/// How a [`WasmOracle`] runs. Defaults ([`WasmOracleOptions::default`]):
+/// - `call_timeout`: `None` ([`Policy::deadline`], if set, is used per call);
+/// - `after_trap`: [`AfterTrap::Poison`];
+/// - `max_result_felts`: [`DEFAULT_MAX_RESULT_FELTS`] (1 Mi felts);
+/// - `recycle_after`, `recycle_memory`: `None` (never renew a healthy instance);
+/// - `stderr`: [`StderrMode::Log`], keeping the last 20 lines for errors.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WasmOracleOptions {
+    /// Wall-clock limit of one call.
+    pub call_timeout: Option<Duration>,
+    /// What happens after a stopped call.
+    pub after_trap: AfterTrap,
+    /// Most felts one call's results may encode to.
+    pub max_result_felts: usize,
+    /// Start a fresh instance after this many calls.
+    pub recycle_after: Option<u64>,
+    /// Start a fresh instance once linear memory passes this many bytes (checked between calls).
+    pub recycle_memory: Option<u64>,
+    /// Where the guest's stdout and stderr go.
+    pub stderr: StderrMode,
+    /// Stderr lines kept for error reports.
+    pub stderr_tail_lines: usize,
+}
+
+impl Default for WasmOracleOptions {
+    fn default() -> Self {
+        Self {
+            call_timeout: None,
+            after_trap: AfterTrap::Poison,
+            max_result_felts: DEFAULT_MAX_RESULT_FELTS,
+            recycle_after: None,
+            recycle_memory: None,
+            stderr: StderrMode::Log,
+            stderr_tail_lines: 20,
+        }
+    }
+}
+
+impl WasmOracleOptions {
+    /// Set the per-call wall-clock limit.
+    pub fn call_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.call_timeout = limit;
+        self
+    }
+    /// Set what happens after a stopped call.
+    pub fn after_trap(mut self, after: AfterTrap) -> Self {
+        self.after_trap = after;
+        self
+    }
+    /// Set where the guest's stdout and stderr go.
+    pub fn stderr(mut self, mode: StderrMode) -> Self {
+        self.stderr = mode;
+        self
+    }
+}
+
+/// Why an invoke gave no felts. Its `Display` is the message the engine gets.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum InvokeError {
+    /// The selector names no function, or several.
+    #[error("{0}")]
+    Selector(#[from] SelectorError),
+    /// The calldata does not fit the function's parameters, a type is unsupported, or the
+    /// results could not be encoded. The guest was not entered (or, for results, returned).
+    #[error("{0}")]
+    Codec(#[from] CodecError),
+    /// The call stopped the instance.
+    #[error("{exit}{}", tail_text(stderr_tail))]
+    Stopped {
+        /// How it stopped.
+        exit: Exit,
+        /// The guest's last stderr lines.
+        stderr_tail: Vec<String>,
+        /// Whether the next call gets a fresh instance.
+        restarting: bool,
+    },
+    /// An earlier call stopped the instance and [`AfterTrap::Poison`] is in force.
+    #[error("the oracle instance is poisoned by an earlier failure: {cause}")]
+    Poisoned {
+        /// The earlier failure's message.
+        cause: String,
+    },
+    /// A fresh instance could not be started.
+    #[error("restarting the oracle: {message}")]
+    Restart {
+        /// Why.
+        message: String,
+    },
+}
+
+fn tail_text(tail: &[String]) -> String {
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!("\nstderr:\n{}", tail.join("\n"))
+    }
+}
+
+impl InvokeError {
+    /// JSON-RPC `data` for the engine: `{"reason", "exit", "stderr"}` for a stop.
+    pub fn data(&self) -> Json {
+        match self {
+            InvokeError::Stopped {
+                exit, stderr_tail, ..
+            } => json!({
+                "reason": exit.to_string(),
+                "exit": crate::rpc::exit_json(exit),
+                "stderr": stderr_tail,
+            }),
+            other => json!({ "reason": other.to_string() }),
+        }
+    }
+}
+
+enum Slot {
+    Live(ExportInstance),
+    /// Renew before the next call (after a restartable stop, or recycling).
+    Fresh,
+    Poisoned(String),
+}
+
+/// One `wasm:` oracle connection: an instance of a component that exports functions, whose
+/// state persists across calls (see the module docs).
+pub struct WasmOracle {
+    runner: ExportsRunner,
+    functions: Vec<ExportedFunc>,
+    selectors: Selectors,
+    policy: Policy,
+    options: WasmOracleOptions,
+    label: String,
+    slot: Slot,
+    calls_on_instance: u64,
+    restarts: u32,
+}
+
+impl std::fmt::Debug for WasmOracle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmOracle")
+            .field("label", &self.label)
+            .field("functions", &self.functions.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WasmOracle {
+    /// Instantiate `plugin` (a component) under `policy`. A component that cannot be
+    /// instantiated, or a plugin that is not a component, is an error now, so a failed
+    /// connect is never cached by a caller.
+    pub async fn new(
+        host: &Host,
+        plugin: &Plugin,
+        policy: &Policy,
+        options: WasmOracleOptions,
+    ) -> Result<WasmOracle, HostError> {
+        let compiled = plugin
+            .compiled
+            .as_ref()
+            .ok_or_else(|| HostError::Instantiate {
+                message: format!(
+                    "{} is not a wasm component; a wasm: oracle must be one",
+                    plugin.path().display()
+                ),
+            })?;
+        crate::sandbox::Sandbox::check_imports(compiled, policy)?;
+        let runner =
+            host.sandbox
+                .exports_runner(compiled)
+                .ok_or_else(|| HostError::Instantiate {
+                    message: format!(
+                        "{} is a core module; a wasm: oracle must be a component",
+                        plugin.path().display()
+                    ),
+                })?;
+        let label = crate::sandbox::argv0_for(plugin.path());
+        let first = runner
+            .instantiate(policy, &label, options.stderr, options.stderr_tail_lines)
+            .await?;
+        let functions = plugin.functions().to_vec();
+        Ok(WasmOracle {
+            selectors: Selectors::new(functions.iter().map(|f| f.name.clone())),
+            functions,
+            runner,
+            policy: policy.clone(),
+            options,
+            label,
+            slot: Slot::Live(first),
+            calls_on_instance: 0,
+            restarts: 0,
+        })
+    }
+
+    /// The exported functions, with their full names and WIT signatures.
+    pub fn functions(&self) -> &[ExportedFunc] {
+        &self.functions
+    }
+
+    /// Fresh instances started after a stop or by recycling.
+    pub fn restarts(&self) -> u32 {
+        self.restarts
+    }
+
+    /// Call `selector` with `calldata`; the result felts (without Scarb's leading 0).
+    pub async fn invoke(
+        &mut self,
+        selector: &str,
+        calldata: &[Felt],
+    ) -> Result<Vec<Felt>, InvokeError> {
+        let index = self.selectors.resolve(selector)?;
+        let func = &self.functions[index];
+        let params = func.params.clone()?;
+        let results = func.results.clone()?;
+        let args = decode_args(&params, calldata)?;
+        let timeout = self.options.call_timeout.or(self.policy.deadline);
+        let instance = self.live().await?;
+        let outcome = instance.call(index, &args, results.len(), timeout).await;
+        self.calls_on_instance += 1;
+        match outcome {
+            Ok(values) => {
+                self.recycle_if_due().await;
+                Ok(encode_results(&values, self.options.max_result_felts)?)
+            }
+            Err(CallFailure::Results(e)) => Err(e.into()),
+            Err(CallFailure::Stopped(exit)) => {
+                let stderr_tail = match std::mem::replace(&mut self.slot, Slot::Fresh) {
+                    Slot::Live(i) => i.close().await,
+                    _ => Vec::new(),
+                };
+                let restarting = self.options.after_trap == AfterTrap::Restart;
+                let exit = match exit {
+                    Exit::Trap { message, .. } => Exit::Trap {
+                        message,
+                        stderr_tail: stderr_tail.clone(),
+                    },
+                    other => other,
+                };
+                let error = InvokeError::Stopped {
+                    exit,
+                    stderr_tail,
+                    restarting,
+                };
+                if !restarting {
+                    self.slot = Slot::Poisoned(error.to_string());
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn live(&mut self) -> Result<&mut ExportInstance, InvokeError> {
+        match &self.slot {
+            Slot::Poisoned(cause) => {
+                return Err(InvokeError::Poisoned {
+                    cause: cause.clone(),
+                });
+            }
+            Slot::Fresh => {
+                let fresh = self
+                    .runner
+                    .instantiate(
+                        &self.policy,
+                        &self.label,
+                        self.options.stderr,
+                        self.options.stderr_tail_lines,
+                    )
+                    .await
+                    .map_err(|e| InvokeError::Restart {
+                        message: e.to_string(),
+                    })?;
+                self.restarts += 1;
+                self.calls_on_instance = 0;
+                self.slot = Slot::Live(fresh);
+            }
+            Slot::Live(_) => {}
+        }
+        match &mut self.slot {
+            Slot::Live(i) => Ok(i),
+            _ => Err(InvokeError::Restart {
+                message: "no instance".into(),
+            }),
+        }
+    }
+
+    async fn recycle_if_due(&mut self) {
+        let Slot::Live(instance) = &self.slot else {
+            return;
+        };
+        let by_count = self
+            .options
+            .recycle_after
+            .is_some_and(|n| self.calls_on_instance >= n);
+        let by_memory = self
+            .options
+            .recycle_memory
+            .is_some_and(|m| instance.memory_in_use() > m);
+        if (by_count || by_memory)
+            && let Slot::Live(i) = std::mem::replace(&mut self.slot, Slot::Fresh)
+        {
+            let _ = i.close().await;
+        }
+    }
+
+    /// Drop the instance, letting its stdout and stderr drain.
+    pub async fn close(self) {
+        if let Slot::Live(i) = self.slot {
+            let _ = i.close().await;
+        }
+    }
+}
