@@ -223,6 +223,9 @@ pub fn js_toolchain() -> PathBuf {
         dir.join("node_modules/@bytecodealliance/componentize-js/package.json"),
         "componentize-js (npm)",
     );
-    installed(dir.join("node_modules/rolldown/package.json"), "rolldown (npm)");
+    installed(
+        dir.join("node_modules/rolldown/package.json"),
+        "rolldown (npm)",
+    );
     dir
 }

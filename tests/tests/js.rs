@@ -77,8 +77,8 @@ async fn replay_protocol(protocol: &str) -> (Vec<String>, usize) {
         let text = std::fs::read_to_string(&file).expect("transcript");
         let t = Transcript::parse(&text).expect("transcript parses");
         let bin = t.header("plugin").expect("a # plugin: header");
-        let source = js_example(bin)
-            .unwrap_or_else(|| panic!("{}: no JS port of {bin}", file.display()));
+        let source =
+            js_example(bin).unwrap_or_else(|| panic!("{}: no JS port of {bin}", file.display()));
         for target in [Target::Wasm, Target::Native] {
             let plugin = guests::js(source, target);
             replayed += 1;
@@ -118,8 +118,9 @@ async fn js_orchard_example_replays_the_orchard_transcripts_as_wasm_and_native()
 /// bytes as the Rust example's (the `describe` answer of the golden transcripts).
 #[tokio::test(flavor = "multi_thread")]
 async fn js_orchard_example_prints_its_schema_in_plan_mode() {
-    let golden = std::fs::read_to_string(workspace_root().join("tests/transcripts/orchard/run.transcript"))
-        .expect("transcript");
+    let golden =
+        std::fs::read_to_string(workspace_root().join("tests/transcripts/orchard/run.transcript"))
+            .expect("transcript");
     let t = Transcript::parse(&golden).expect("transcript parses");
     let describe: serde_json::Value =
         serde_json::from_slice(&t.entries[1].frame).expect("describe answer");
@@ -137,7 +138,12 @@ async fn js_orchard_example_prints_its_schema_in_plan_mode() {
         while let Some(bytes) = s.recv().await.expect("recv") {
             out.extend_from_slice(&bytes);
         }
-        assert_eq!(s.wait().await, Exit::Exited(0), "{target:?}: {:?}", s.stderr_tail());
+        assert_eq!(
+            s.wait().await,
+            Exit::Exited(0),
+            "{target:?}: {:?}",
+            s.stderr_tail()
+        );
         assert_eq!(String::from_utf8_lossy(&out), want, "{target:?}");
     }
 }
