@@ -59,6 +59,46 @@ pub fn python(source: &str, target: Target) -> PathBuf {
     })
 }
 
+/// The JS plugin at `source` (relative to the workspace root) built by
+/// `guest-sdk/js/build.js`: `Wasm` a componentize-js component, `Native` one `.mjs` file run
+/// by `/usr/bin/node`.
+pub fn js(source: &str, target: Target) -> PathBuf {
+    let root = workspace_root();
+    let sdk = root.join("guest-sdk/js");
+    let inputs = [
+        root.join(source),
+        sdk.join("src"),
+        sdk.join("wit"),
+        sdk.join("build.js"),
+        sdk.join("package-lock.json"),
+    ];
+    let (ext, flags): (&str, Vec<String>) = match target {
+        Target::Wasm => ("wasm", Vec::new()),
+        Target::Native => (
+            "mjs",
+            vec![
+                "--native".into(),
+                "--node".into(),
+                peers::node().display().to_string(),
+            ],
+        ),
+        Target::WasmP1 => panic!("JS plugins are components (wasm32-wasip2) only"),
+    };
+    let toolchain = peers::js_toolchain();
+    cached(source, ext, &inputs, |out| {
+        let mut cmd = Command::new(peers::node());
+        cmd.current_dir(&root)
+            .arg(sdk.join("build.js"))
+            .arg(source)
+            .arg("-o")
+            .arg(out)
+            .arg("--toolchain")
+            .arg(&toolchain)
+            .args(&flags);
+        cmd
+    })
+}
+
 /// Build `name` into `<plugin target dir>/guests/<stem>-<hash>.<ext>` unless it is there.
 fn cached(
     source: &str,

@@ -206,3 +206,26 @@ pub fn debian(name: &str) -> PathBuf {
 pub fn oras_python() -> PathBuf {
     installed(dir().join("oras-venv/bin/python"), "the oras Python SDK")
 }
+
+// --- js (issue 17): the JS guest toolchain ---------------------------------------------------
+
+/// The system `node` that runs the native builds of JS plugins (a path Landlock lets a native
+/// plugin read: `/usr`).
+pub fn node() -> PathBuf {
+    installed(PathBuf::from("/usr/bin/node"), "the system node")
+}
+
+/// The directory holding the pinned JS toolchain (rolldown, componentize-js, jco from
+/// `guest-sdk/js/package-lock.json`) that `guest-sdk/js/build.js` uses.
+pub fn js_toolchain() -> PathBuf {
+    let dir = dir().join("js-toolchain");
+    installed(
+        dir.join("node_modules/@bytecodealliance/componentize-js/package.json"),
+        "componentize-js (npm)",
+    );
+    installed(
+        dir.join("node_modules/rolldown/package.json"),
+        "rolldown (npm)",
+    );
+    dir
+}

@@ -6,7 +6,9 @@
 //!
 //! ```text
 //! read + execute    /usr /bin /sbin /lib /lib32 /lib64 /etc/ld.so.cache /etc/ld.so.preload
-//!                   /etc/localtime /dev/urandom /dev/random   (the system's programs and libraries)
+//!                   /etc/localtime /etc/ssl/openssl.cnf /dev/urandom /dev/random
+//!                   (the system's programs and libraries; `node` reads openssl.cnf at start
+//!                   and exits when it cannot)
 //! read + write      /dev/null /dev/zero /dev/full
 //! read + execute    the plugin's own file
 //! read + execute    its start-up grants: interpreter, install prefix, venv, scripts
@@ -190,6 +192,7 @@ const SYSTEM_FILES: &[&str] = &[
     "/etc/ld.so.cache",
     "/etc/ld.so.preload",
     "/etc/localtime",
+    "/etc/ssl/openssl.cnf",
     "/dev/urandom",
     "/dev/random",
 ];

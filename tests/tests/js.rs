@@ -1,0 +1,165 @@
+//! JavaScript plugins, as componentize-js (StarlingMonkey) components and natively under
+//! `node`: the guest SDK in `guest-sdk/js` and the examples in `examples/js` replay the same
+//! golden transcripts as the Rust examples of their protocols (denobridge and Orchard).
+//!
+//! Each plugin is built once (see `sandpipe_tests::guests::js`) and compiled once per test
+//! process: one `Host` for every test here, with the on-disk artifact cache in a directory of
+//! the plugin target dir.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use sandpipe::{Exit, Host, HostOptions, Policy, SessionOptions, StderrMode, replay};
+use sandpipe_proto::transcript::Transcript;
+use sandpipe_tests::{Target, guests, peers, plugin_target_dir, workspace_root};
+
+/// One host for the whole file, caching compiled components on disk between test processes.
+fn host() -> &'static Host {
+    static HOST: OnceLock<Host> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let cache = plugin_target_dir().join("guests-cache");
+        Host::with_options(&HostOptions::default().cache_dir(Some(cache))).expect("host")
+    })
+}
+
+/// JS plugin for a transcript's `# plugin:` header.
+fn js_example(bin: &str) -> Option<&'static str> {
+    match bin {
+        "example-denobridge" => Some("examples/js/denobridge/plugin.js"),
+        "example-orchard" => Some("examples/js/orchard/plugin.js"),
+        _ => None,
+    }
+}
+
+fn transcripts(protocol: &str) -> Vec<PathBuf> {
+    let dir = workspace_root().join("tests/transcripts").join(protocol);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("transcripts")
+        .map(|e| e.expect("entry").path())
+        .filter(|f| f.extension().is_some_and(|e| e == "transcript"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// `sandpipe replay FILE --plugin PLUGIN`, as `tests/tests/transcripts.rs` does it.
+async fn replay(file: &Path, plugin: &Path, target: Target) -> Result<(), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+    let t = Transcript::parse(&text).map_err(|e| e.to_string())?;
+    let framing = replay::framing_of(&t)?;
+    let scratch = replay::ScratchDirs::new().map_err(|e| e.to_string())?;
+    let policy = replay::recorded_policy(&t, target == Target::Native, &|guest| {
+        scratch.dir_for(guest)
+    })?;
+    let p = host().load(plugin).map_err(|e| e.to_string())?;
+    let opts = SessionOptions::framed(framing).stderr(StderrMode::Discard);
+    let mut s = host()
+        .start(&p, &policy, &opts)
+        .await
+        .map_err(|e| e.to_string())?;
+    match replay::check(&mut s, &t, Duration::from_secs(60)).await {
+        Ok(Exit::Exited(0)) => Ok(()),
+        Ok(other) => Err(format!(
+            "plugin ended with {other} (stderr: {:?})",
+            s.stderr_tail()
+        )),
+        Err(divergence) => Err(divergence.to_string()),
+    }
+}
+
+/// Replay every transcript of `protocol` against the JS port of its plugin, as a component
+/// and natively; returns the failures and how many replays ran.
+async fn replay_protocol(protocol: &str) -> (Vec<String>, usize) {
+    let mut failures = Vec::new();
+    let mut replayed = 0;
+    for file in transcripts(protocol) {
+        let text = std::fs::read_to_string(&file).expect("transcript");
+        let t = Transcript::parse(&text).expect("transcript parses");
+        let bin = t.header("plugin").expect("a # plugin: header");
+        let source =
+            js_example(bin).unwrap_or_else(|| panic!("{}: no JS port of {bin}", file.display()));
+        for target in [Target::Wasm, Target::Native] {
+            let plugin = guests::js(source, target);
+            replayed += 1;
+            if let Err(e) = replay(&file, &plugin, target).await {
+                failures.push(format!("{} ({target:?}): {e}", file.display()));
+            }
+        }
+    }
+    (failures, replayed)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn js_denobridge_example_replays_the_denobridge_transcripts_as_wasm_and_native() {
+    let (failures, replayed) = replay_protocol("denobridge").await;
+    assert!(replayed >= 12, "only {replayed} replays");
+    assert!(
+        failures.is_empty(),
+        "{} replay(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn js_orchard_example_replays_the_orchard_transcripts_as_wasm_and_native() {
+    let (failures, replayed) = replay_protocol("orchard").await;
+    assert!(replayed >= 6, "only {replayed} replays");
+    assert!(
+        failures.is_empty(),
+        "{} replay(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Plan mode: `plugin schema` prints the schema as one line and exits 0, both ways, the same
+/// bytes as the Rust example's (the `describe` answer of the golden transcripts).
+#[tokio::test(flavor = "multi_thread")]
+async fn js_orchard_example_prints_its_schema_in_plan_mode() {
+    let golden =
+        std::fs::read_to_string(workspace_root().join("tests/transcripts/orchard/run.transcript"))
+            .expect("transcript");
+    let t = Transcript::parse(&golden).expect("transcript parses");
+    let describe: serde_json::Value =
+        serde_json::from_slice(&t.entries[1].frame).expect("describe answer");
+    let want = format!("{}\n", describe["result"]["schema"]);
+    for target in [Target::Wasm, Target::Native] {
+        let plugin = guests::js("examples/js/orchard/plugin.js", target);
+        let p = host().load(&plugin).expect("load");
+        let opts = SessionOptions::default().stderr(StderrMode::Discard);
+        let mut s = host()
+            .start(&p, &Policy::default().arg("schema"), &opts)
+            .await
+            .expect("start");
+        s.close_stdin().await;
+        let mut out = Vec::new();
+        while let Some(bytes) = s.recv().await.expect("recv") {
+            out.extend_from_slice(&bytes);
+        }
+        assert_eq!(
+            s.wait().await,
+            Exit::Exited(0),
+            "{target:?}: {:?}",
+            s.stderr_tail()
+        );
+        assert_eq!(String::from_utf8_lossy(&out), want, "{target:?}");
+    }
+}
+
+#[test]
+fn the_js_sdk_unit_tests_pass_under_node() {
+    let sdk = workspace_root().join("guest-sdk/js");
+    let out = std::process::Command::new(peers::node())
+        .current_dir(&sdk)
+        .args(["--test", "test/"])
+        .output()
+        .expect("running node --test");
+    assert!(
+        out.status.success(),
+        "node --test failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
