@@ -99,6 +99,31 @@ pub fn js(source: &str, target: Target) -> PathBuf {
     })
 }
 
+/// The unchanged Arcaflow plugin at `source` (relative to the workspace root, run natively as
+/// `python3 SOURCE --atp` by the shared venv's Python) built into a component with
+/// `python3 -m sandpipe_guest.build --arcaflow`, which bundles `arcaflow-plugin-sdk` and its
+/// dependencies from that venv (so the venv's pins are part of what the build is cached by).
+pub fn arcaflow(source: &str) -> PathBuf {
+    let root = workspace_root();
+    let sdk = root.join("guest-sdk/python");
+    let inputs = [
+        root.join(source),
+        sdk.join("sandpipe_guest"),
+        sdk.join("wit"),
+        root.join("tests/peers/requirements.txt"),
+    ];
+    cached(source, "wasm", &inputs, |out| {
+        let mut cmd = Command::new(peers::venv_python());
+        cmd.current_dir(&root)
+            .env("PYTHONPATH", &sdk)
+            .env("COMPONENTIZE_PY", peers::componentize_py())
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .args(["-m", "sandpipe_guest.build", "--arcaflow", source, "-o"])
+            .arg(out);
+        cmd
+    })
+}
+
 /// Build `name` into `<plugin target dir>/guests/<stem>-<hash>.<ext>` unless it is there.
 fn cached(
     source: &str,

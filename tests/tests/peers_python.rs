@@ -14,7 +14,8 @@
 //! The real Arcaflow engine (PyPI `arcaflow` 0.21.0) runs a workflow whose plugin step goes
 //! through a podman stand-in: the SDK plugin directly and behind `sandpipe run`, and the
 //! project's Rust example (`examples/atp`) natively and, behind `sandpipe run`, as wasm; the
-//! workflow output must be the same.
+//! workflow output must be the same. The same SDK plugin file, unchanged, also runs as a
+//! component (`python3 -m sandpipe_guest.build --arcaflow`, see `arcaflow_unchanged.rs`).
 //!
 //! Nothing is normalised: none of these peers writes a time or a pid on stdout.
 //!
@@ -762,6 +763,28 @@ fn arcaflow_engine_runs_the_sdk_plugin_through_sandpipe_run() {
         let (got, got_status, _) = run_workflow(&behind);
         assert_eq!((&got, &got_status), (&want, &status), "{behind:?}");
     }
+}
+
+#[test]
+fn arcaflow_engine_runs_the_unchanged_sdk_plugin_as_a_component_through_sandpipe_run() {
+    // The same plugin file, built with `python3 -m sandpipe_guest.build --arcaflow`
+    // (tests/tests/arcaflow_unchanged.rs plays it as an engine would, scenario by scenario).
+    let wasm = sandpipe_tests::guests::arcaflow("tests/peers/atp_plugin.py").into_os_string();
+    let python = peers::python().into_os_string();
+    let script = peers::source("atp_plugin.py").into_os_string();
+    let sandpipe = peers::sandpipe().into_os_string();
+    let (want, status, _) = run_workflow(&[python, script]);
+    assert!(want.contains("message: Hello, Arca Lot!"), "{want}");
+    let behind = vec![
+        sandpipe,
+        "run".into(),
+        "--framing".into(),
+        "cbor".into(),
+        wasm,
+    ];
+    let (got, got_status, calls) = run_workflow(&behind);
+    assert_eq!((&got, &got_status), (&want, &status), "{behind:?}");
+    assert_eq!(calls.matches("podman run -i").count(), 2, "{calls}");
 }
 
 #[test]
