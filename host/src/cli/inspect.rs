@@ -55,7 +55,7 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         "imports": plugin.imports(),
         "exports": plugin.exports(),
     });
-    if !plugin.functions().is_empty() {
+    if plugin.exports_functions() {
         report["functions"] = super::wasm_oracle::functions_json(&plugin);
     }
     if plugin.kind() == PluginKind::NativeUnsandboxed {
