@@ -46,8 +46,9 @@ pub struct CallArgs {
     /// The plugin (.wasm, sandboxed; a policy file, *.toml, naming one; anything else runs
     /// natively, NOT sandboxed).
     pub(super) plugin: PathBuf,
-    /// The method; for the oracle, the selector; for Orchard, describe, configure, execute
-    /// or schema (plan mode: runs `PLUGIN schema`).
+    /// The method; for the oracle, the selector (for a wasm: oracle component, a function's
+    /// full name, e.g. `ns:pkg/iface@1.0.0/f`, or a unique short one); for Orchard, describe,
+    /// configure, execute or schema (plan mode: runs `PLUGIN schema`).
     method: String,
     /// Parameters as JSON; for the oracle, the calldata array of hex felts.
     params: Option<String>,

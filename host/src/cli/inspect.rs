@@ -82,7 +82,7 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
                 .collect(),
         );
     }
-    if !plugin.functions().is_empty() {
+    if plugin.exports_functions() {
         report["functions"] = super::wasm_oracle::functions_json(&plugin);
     }
     if plugin.kind() == PluginKind::NativeUnsandboxed {

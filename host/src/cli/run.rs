@@ -30,6 +30,8 @@ pub struct RunArgs {
     /// Speak protocol P (jsonrpc, oracle, orchard, denobridge, atp, finecode) with the engine on
     /// stdin/stdout: frames use the protocol's framing, requests are tracked, and the per-request
     /// options below apply. A request the plugin cannot answer gets the protocol's error.
+    /// With `oracle`, a component that exports functions instead of wasi:cli/run (a Cairo
+    /// wasm: oracle) is served as a stdio: oracle: each invoke calls its export.
     #[arg(long, value_name = "P", conflicts_with_all = ["framing", "record"])]
     pub(super) protocol: Option<crate::protocols::Protocol>,
     /// Read the plugin, its limits, grants and budgets from a policy file (TOML; see the
