@@ -3,18 +3,21 @@
 by its interpreter (`node`, `python3`). Process-level, as an engine sees a plugin: every figure
 includes starting the process and the pipes.
 
-    python3 bench/guest_langs.py SANDPIPE DIR
+    python3 bench/guest_langs.py SANDPIPE DIR [COMPILE_RUNS]
 
 DIR holds the builds (see BENCHMARKS.md, "Python and JS plugins", for the commands):
 js-orchard.{wasm,mjs}, js-denobridge.{wasm,mjs}, py-oracle.{wasm,pyz} (any missing pair is
 skipped). Prints one Markdown table row per plugin and way of running it.
 
 - size: the file.
-- cold compile: `sandpipe compile` into an empty cache directory (median of 3).
+- cold compile: `sandpipe compile` into an empty cache directory (median of COMPILE_RUNS,
+  default 3).
 - start to first response: spawn, send the first request (the plugin's own first frame for
   the oracle, which speaks first), read the answer; the artifact cached (median of 15).
 - 100 B round trip: on a running plugin, one ~100-byte request and its answer (p50 of 500,
   after 50 unmeasured).
+- every process gets only `PATH` in its environment, as sandpipe gives a native plugin (a
+  `NODE_EXTRA_CA_CERTS` inherited from a shell makes `node` load a CA bundle at start: +80 ms).
 - idle memory: 8 instances started and answered once, then idle 1 s; the mean proportional set
   size (PSS: shared pages divided among the processes sharing them) of one instance's process
   tree, and the mean resident set.
@@ -32,6 +35,8 @@ SANDPIPE = os.path.abspath(sys.argv[1])
 DIR = os.path.abspath(sys.argv[2])
 CACHE = tempfile.mkdtemp(prefix="sandpipe-bench-cache-")
 STATE = tempfile.mkdtemp(prefix="sandpipe-bench-state-")
+COMPILE_RUNS = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+ENV = {"PATH": "/usr/bin:/bin"}
 
 
 def pad(n):
@@ -92,7 +97,7 @@ def commands(name, spec):
 
 class Proc:
     def __init__(self, cmd):
-        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0, env=ENV)
 
     def send(self, line):
         self.p.stdin.write(line.encode() + b"\n")
@@ -193,7 +198,7 @@ def idle_memory(cmd, spec, n=8):
     return statistics.mean(f[0] for f in figures), statistics.mean(f[1] for f in figures)
 
 
-def cold_compile(wasm, n=3):
+def cold_compile(wasm, n=COMPILE_RUNS):
     times = []
     for _ in range(n):
         cache = tempfile.mkdtemp(prefix="sandpipe-bench-cold-")
@@ -205,7 +210,7 @@ def cold_compile(wasm, n=3):
 
 
 def mib(b):
-    return f"{b / (1 << 20):.1f} MiB"
+    return f"{b / (1 << 20):.1f} MiB" if b >= 1 << 20 else f"{b / 1024:.1f} KiB"
 
 
 def ms(s):
