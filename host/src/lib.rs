@@ -77,7 +77,7 @@ pub use policy::{
     Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, ImportPolicy, Policy, Preopen,
 };
 pub use sandbox::{
-    ExportedFunc, InstanceAllocator, LoadSource, Metering, Pooling, default_cache_dir,
+    ExportedFunc, InstanceAllocator, LoadSource, Metering, PoolNeeds, Pooling, default_cache_dir,
 };
 pub use session::{
     NativeStdio, Session, SessionControl, SessionOptions, SessionReader, SessionWriter, TERM_GRACE,

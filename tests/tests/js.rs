@@ -163,3 +163,50 @@ fn the_js_sdk_unit_tests_pass_under_node() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `Pooling::fitting` sizes a pool from the component itself: a pool one core instance short
+/// of what `PoolNeeds::of` counts refuses the componentize-js component, the fitted one runs
+/// it to a clean exit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_sized_by_inspecting_the_component_runs_it_and_one_short_refuses_it() {
+    use sandpipe::{PoolNeeds, Pooling};
+    use sandpipe_proto::frame::Framing;
+    let wasm = guests::js("examples/js/orchard/plugin.js", Target::Wasm);
+    let bytes = std::fs::read(&wasm).expect("read the component");
+    let needs = PoolNeeds::of(&bytes).expect("a component");
+    assert!(needs.core_instances > 1 && needs.memories >= 1, "{needs:?}");
+    let fitted = Pooling::fitting(2, &bytes).expect("fitting");
+    assert_eq!(fitted.check(&needs), Ok(()));
+    let short = fitted.core_instances_per_session(needs.core_instances - 1);
+    assert_eq!(
+        short.check(&needs),
+        Err((
+            "core instances",
+            u64::from(needs.core_instances),
+            u64::from(needs.core_instances - 1)
+        ))
+    );
+    for (pool, fits) in [(short, false), (fitted, true)] {
+        // No disk cache: a pooled engine validates the component against its limits on load.
+        let host = Host::with_options(&HostOptions::default().cache_dir(None).pooling(pool))
+            .expect("host");
+        let opts = SessionOptions::framed(Framing::JsonLines).stderr(StderrMode::Discard);
+        let started = match host.load(&wasm) {
+            Ok(p) => host
+                .start(&p, &Policy::default(), &opts)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match (started, fits) {
+            (Ok(mut s), true) => {
+                s.close_stdin().await;
+                let exit = s.wait().await;
+                assert_eq!(exit, Exit::Exited(0), "{:?}", s.stderr_tail());
+            }
+            (Err(e), false) => assert!(!e.is_empty()),
+            (Ok(_), false) => panic!("a pool one core instance short ran the component: {needs:?}"),
+            (Err(e), true) => panic!("the fitted pool refused the component: {e} ({needs:?})"),
+        }
+    }
+}

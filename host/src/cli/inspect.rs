@@ -75,6 +75,18 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
                 .collect(),
         );
         report["limits"] = limits_report(&policy, args.sandbox.max_frame);
+        // What one session takes from a pool (`Pooling::fitting` sizes one from this).
+        if let Ok(needs) = std::fs::read(plugin.path())
+            .map_err(|e| e.to_string())
+            .and_then(|b| crate::PoolNeeds::of(&b).map_err(|e| e.to_string()))
+        {
+            report["pool_needs"] = json!({
+                "core_instances": needs.core_instances,
+                "memories": needs.memories,
+                "tables": needs.tables,
+                "table_elements": needs.table_elements,
+            });
+        }
         report["unused_grants"] = Value::Array(
             unused_grants(&policy, plugin.imports())
                 .into_iter()
@@ -224,6 +236,12 @@ fn print_text(r: &Value) {
                 g["grant"].as_str().unwrap_or_default()
             );
         }
+    }
+    if let Some(p) = r.get("pool_needs") {
+        println!(
+            "pool:      a session takes {} core instances, {} memories, {} tables (largest {} elements)",
+            p["core_instances"], p["memories"], p["tables"], p["table_elements"]
+        );
     }
     for unused in r
         .get("unused_grants")

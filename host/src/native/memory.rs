@@ -31,11 +31,16 @@ pub(crate) fn backstop(cap: u64) -> u64 {
 }
 
 /// Resolves once the resident set of `pid` and its descendants exceeds `cap`; never while it
-/// cannot be read.
-pub(crate) async fn exceeded(pid: u32, cap: u64) {
+/// cannot be read. Every sample raises `peak` to the largest resident set seen.
+///
+/// The peak is the plugin's own: `wait4`'s `ru_maxrss` is not, because a forked child starts
+/// with its parent's resident set (`dup_mm` copies the high-water mark), so before `exec` a
+/// plugin spawned from a large host process "used" the host's memory.
+pub(crate) async fn exceeded(pid: u32, cap: u64, peak: &std::sync::atomic::AtomicU64) {
     let page = page_size();
     loop {
         let resident = group_resident_pages(pid).saturating_mul(page);
+        peak.fetch_max(resident, std::sync::atomic::Ordering::Relaxed);
         if resident > cap {
             tracing::debug!(pid, resident, cap, "native plugin over its memory cap");
             return;

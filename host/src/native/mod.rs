@@ -71,7 +71,14 @@ pub(crate) fn spawn(
     // SIGKILL when the thread that forked it (the spawner thread, which lives as long as
     // sandpipe) dies, and checks that sandpipe did not die before the request took effect.
     let parent = std::process::id();
-    let mut cmd = std::process::Command::new(program);
+    // A plugin is a file, never a name to look up in PATH: `plugin.mjs` is `./plugin.mjs`, as
+    // `wasmtime run plugin.wasm` reads the file in the working directory.
+    let file = if program.components().count() == 1 && program.is_relative() {
+        Path::new(".").join(program)
+    } else {
+        program.to_owned()
+    };
+    let mut cmd = std::process::Command::new(&file);
     cmd.args(&policy.args)
         .env_clear()
         .envs(policy.env.iter().map(|(k, v)| (k, v)))
@@ -164,15 +171,16 @@ pub(crate) fn spawn(
                 None => std::future::pending().await,
             }
         };
+        let peak = std::sync::atomic::AtomicU64::new(0);
         let over_memory = async {
             match memory_limit {
-                Some(cap) => memory::exceeded(group.pgid as u32, cap).await,
+                Some(cap) => memory::exceeded(group.pgid as u32, cap, &peak).await,
                 None => std::future::pending().await,
             }
         };
         let exit = tokio::select! {
             done = &mut waited => match done {
-                Ok(Ok(w)) => from_status(&w, cpu_limit, memory_limit, &tail),
+                Ok(Ok(w)) => from_status(&w, peak.load(std::sync::atomic::Ordering::Relaxed), cpu_limit, memory_limit, &tail),
                 Ok(Err(e)) => Exit::Trap { message: format!("waiting for child: {e}"), stderr_tail: Vec::new() },
                 Err(_) => Exit::Trap { message: "waiting for child: the waiter thread ended".to_owned(), stderr_tail: Vec::new() },
             },
@@ -400,13 +408,12 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// How the child ended, the CPU time it used (user + system, its reaped children included) and
-/// its peak resident set.
+/// How the child ended and the CPU time it used (user + system, its reaped children
+/// included).
 #[derive(Debug)]
 struct Waited {
     status: ExitStatus,
     cpu: Duration,
-    max_rss: u64,
 }
 
 type WaitResult = std::io::Result<Waited>;
@@ -469,10 +476,6 @@ fn reap(group: &Group) -> WaitResult {
     Ok(Waited {
         status: ExitStatus::from_raw(status),
         cpu: timeval(usage.ru_utime) + timeval(usage.ru_stime),
-        // Kilobytes on Linux.
-        max_rss: u64::try_from(usage.ru_maxrss)
-            .unwrap_or(0)
-            .saturating_mul(1024),
     })
 }
 
@@ -487,19 +490,17 @@ fn timeval(t: libc::timeval) -> Duration {
 /// A native plugin refused memory under `RLIMIT_DATA` sees `ENOMEM` and usually dies of it
 /// (Rust and C++ abort, Python exits 1 on an uncaught `MemoryError`, Go and V8 crash); the kernel
 /// reports nothing more. So a failed end (a crash signal or a non-zero code) of a plugin whose
-/// peak resident set reached half the cap is reported as [`Exit::MemoryLimit`]: the plugin
-/// really used memory close to the cap. A plugin that handles the refusal and exits 0 is not.
+/// resident set was seen at half the cap or more (`peak`, sampled by [`memory::exceeded`]) is
+/// reported as [`Exit::MemoryLimit`]: the plugin really used memory close to the cap. A plugin
+/// that handles the refusal and exits 0 is not.
 fn from_status(
     waited: &Waited,
+    peak: u64,
     cpu_limit: Option<Duration>,
     memory_limit: Option<u64>,
     tail: &StderrTail,
 ) -> Exit {
-    let Waited {
-        status,
-        cpu,
-        max_rss,
-    } = *waited;
+    let Waited { status, cpu } = *waited;
     match (status.signal(), cpu_limit) {
         // The kernel's SIGXCPU at the soft limit, or its SIGKILL at the hard limit (one second
         // later) for a plugin that ignores SIGXCPU: the CPU time it used tells the latter from
@@ -518,7 +519,7 @@ fn from_status(
     };
     if let Some(limit) = memory_limit
         && failed
-        && max_rss >= limit / 2
+        && peak >= limit / 2
     {
         return Exit::MemoryLimit { limit };
     }

@@ -26,7 +26,7 @@ use cache::ArtifactCache;
 pub use cache::default_cache_dir;
 pub use exports::ExportedFunc;
 use open_files::OpenFiles;
-pub use pool::{InstanceAllocator, Pooling};
+pub use pool::{InstanceAllocator, PoolNeeds, Pooling};
 use tokio::sync::watch;
 use wasmtime::component::{Component, ComponentExportIndex, ResourceTable};
 use wasmtime::{

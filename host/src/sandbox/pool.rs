@@ -130,6 +130,113 @@ impl Pooling {
     }
 }
 
+/// What one session of a plugin takes from a pool, read from its binary (a component or a
+/// core module) without compiling it: see [`PoolNeeds::of`] and [`Pooling::fitting`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct PoolNeeds {
+    /// Core module instantiations (a core module is one).
+    pub core_instances: u32,
+    /// Linear memories the plugin defines (imported ones live in another instance's slot).
+    pub memories: u32,
+    /// Tables the plugin defines.
+    pub tables: u32,
+    /// The largest initial table size, in elements.
+    pub table_elements: u64,
+}
+
+impl PoolNeeds {
+    /// Count what `wasm` (a component, nested components included, or a core module) needs
+    /// per session. Conservative where the binary alone cannot tell: a module's memories and
+    /// tables are counted once, as every toolchain here instantiates each module once.
+    pub fn of(wasm: &[u8]) -> Result<PoolNeeds, wasmparser::BinaryReaderError> {
+        use wasmparser::{Instance, Parser, Payload};
+        let mut needs = PoolNeeds::default();
+        let mut is_component = false;
+        for payload in Parser::new(0).parse_all(wasm) {
+            match payload? {
+                Payload::Version {
+                    encoding: wasmparser::Encoding::Component,
+                    ..
+                } => is_component = true,
+                Payload::InstanceSection(reader) => {
+                    for instance in reader {
+                        if matches!(instance?, Instance::Instantiate { .. }) {
+                            needs.core_instances += 1;
+                        }
+                    }
+                }
+                Payload::MemorySection(reader) => needs.memories += reader.count(),
+                Payload::TableSection(reader) => {
+                    for table in reader {
+                        let table = table?;
+                        needs.tables += 1;
+                        needs.table_elements = needs.table_elements.max(table.ty.initial);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !is_component {
+            needs.core_instances = 1;
+        }
+        Ok(needs)
+    }
+}
+
+impl Pooling {
+    /// A pool for `max_sessions` sessions of the plugin `wasm`: each per-session size is the
+    /// default of [`Pooling::new`] or what [`PoolNeeds::of`] finds, whichever is larger, so a
+    /// componentize-py or componentize-js component starts where a small fixed pool would
+    /// refuse it at instantiation.
+    pub fn fitting(
+        max_sessions: u32,
+        wasm: &[u8],
+    ) -> Result<Pooling, wasmparser::BinaryReaderError> {
+        let needs = PoolNeeds::of(wasm)?;
+        let base = Pooling::new(max_sessions);
+        Ok(base
+            .core_instances_per_session(base.core_instances_per_session.max(needs.core_instances))
+            .memories_per_session(base.memories_per_session.max(needs.memories))
+            .tables_per_session(base.tables_per_session.max(needs.tables))
+            .table_elements(
+                base.table_elements
+                    .max(u32::try_from(needs.table_elements).unwrap_or(u32::MAX)),
+            ))
+    }
+
+    /// Whether one session of a plugin needing `needs` fits this pool; else the first limit
+    /// it exceeds, as (what, needed, allowed).
+    pub fn check(&self, needs: &PoolNeeds) -> Result<(), (&'static str, u64, u64)> {
+        let checks = [
+            (
+                "core instances",
+                u64::from(needs.core_instances),
+                u64::from(self.core_instances_per_session),
+            ),
+            (
+                "memories",
+                u64::from(needs.memories),
+                u64::from(self.memories_per_session),
+            ),
+            (
+                "tables",
+                u64::from(needs.tables),
+                u64::from(self.tables_per_session),
+            ),
+            (
+                "table elements",
+                needs.table_elements,
+                u64::from(self.table_elements),
+            ),
+        ];
+        match checks.into_iter().find(|(_, need, allowed)| need > allowed) {
+            Some(over) => Err(over),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The wasmtime strategy for `allocator`.
 pub(super) fn strategy(allocator: &InstanceAllocator) -> InstanceAllocationStrategy {
     let p = match allocator {
