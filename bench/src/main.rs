@@ -5,6 +5,7 @@
 //! cargo run --release -p sandpipe-bench            # 1-2 minutes on 2 cores; writes BENCHMARKS.md
 //! cargo run --release -p sandpipe-bench -- --quick # smoke mode: every figure, a few iterations,
 //!                                                  # prints the tables, writes nothing
+//! cargo run --release -p sandpipe-bench -- --process-only  # only `sandpipe run` over pipes
 //! ```
 //!
 //! ```text
@@ -25,6 +26,12 @@
 //!
 //! and start to first response: native spawn, wasm cold compile, wasm from the on-disk cache,
 //! wasm with the reused pre-instance (plus both with a `Plugin` already in hand).
+//!
+//! Then the process-level section (`process.rs`, alone with `--process-only`): a driver child
+//! spawns `sandpipe run` (the `sandpipe` binary built with this bench's profile) and talks to
+//! it over pipes as an engine does, against the native plugin run directly: round trips per
+//! framing, pinned and unpinned, throughput, spawn to first response, and the componentize-py
+//! oracle's cached start against CPython and its cold compile with and without fuel and epochs.
 //!
 //! What it does not do: assert any speed (a missed target is reported, never an error), or
 //! measure many-session scale, throughput, framer throughput or fuel/epoch overhead.

@@ -63,13 +63,17 @@ pub struct Inputs {
     pub python: Result<(PathBuf, PathBuf), String>,
 }
 
-/// One driver's figures by key, per placement.
+/// One driver's figures by key, with the load average before it and other processes' CPU
+/// use while it ran.
+type Driver = (Phase, BTreeMap<String, String>, Option<f64>, Option<f64>);
+
+/// What the drivers measured, per placement.
 #[derive(Debug, Default)]
 pub struct Results {
     quick: bool,
     sandpipe: String,
     release: bool,
-    phases: Vec<(Phase, BTreeMap<String, String>, Option<f64>, Option<f64>)>,
+    phases: Vec<Driver>,
     python_skipped: Option<String>,
 }
 
