@@ -5,6 +5,7 @@
 //! cargo run --release -p sandpipe-bench            # 1-2 minutes on 2 cores; writes BENCHMARKS.md
 //! cargo run --release -p sandpipe-bench -- --quick # smoke mode: every figure, a few iterations,
 //!                                                  # prints the tables, writes nothing
+//! cargo run --release -p sandpipe-bench -- --process-only  # only `sandpipe run` over pipes
 //! ```
 //!
 //! ```text
@@ -26,6 +27,12 @@
 //! and start to first response: native spawn, wasm cold compile, wasm from the on-disk cache,
 //! wasm with the reused pre-instance (plus both with a `Plugin` already in hand).
 //!
+//! Then the process-level section (`process.rs`, alone with `--process-only`): a driver child
+//! spawns `sandpipe run` (the `sandpipe` binary built with this bench's profile) and talks to
+//! it over pipes as an engine does, against the native plugin run directly: round trips per
+//! framing, pinned and unpinned, throughput, spawn to first response, and the componentize-py
+//! oracle's cached start against CPython and its cold compile with and without fuel and epochs.
+//!
 //! What it does not do: assert any speed (a missed target is reported, never an error), or
 //! measure many-session scale, throughput, framer throughput or fuel/epoch overhead.
 //! No cargo features.
@@ -34,6 +41,7 @@ mod framings;
 mod machine;
 mod measure;
 mod pin;
+mod process;
 mod report;
 mod roundtrip;
 mod scale;
@@ -77,13 +85,15 @@ impl Phase {
 #[derive(Debug, Default)]
 struct Args {
     quick: bool,
+    process_only: bool,
     phase: Option<Phase>,
     wasm: Option<PathBuf>,
     native: Option<PathBuf>,
     profile: Option<String>,
 }
 
-const USAGE: &str = "usage: sandpipe-bench [--quick]\n\
+const USAGE: &str = "usage: sandpipe-bench [--quick] [--process-only]\n\
+    \x20      --process-only: only the process-level section (`sandpipe run` over pipes), printed, not written\n\
     \x20      (internal) sandpipe-bench --phase pinned|unpinned --wasm PATH --native PATH [--quick]\n\
     \x20      (profiling) ... --phase pinned --wasm PATH --native PATH --profile start|start-pooled|start-warm|rt100|rt64k|native100|native64k\n\
     \x20                  loops one scenario for 10 s under `perf record`, measuring nothing";
@@ -98,6 +108,7 @@ fn parse_args() -> anyhow::Result<Args> {
         };
         match arg.as_str() {
             "--quick" => args.quick = true,
+            "--process-only" => args.process_only = true,
             "--phase" => {
                 args.phase = Some(match value()?.as_str() {
                     "pinned" => Phase::Pinned,
@@ -119,9 +130,10 @@ fn parse_args() -> anyhow::Result<Args> {
 }
 
 fn main() -> ExitCode {
-    let result = match scale::child_args() {
-        Some(child) => scale::child_main(&child),
-        None => parse_args().and_then(|args| match args.phase {
+    let result = match (scale::child_args(), process::child_args()) {
+        (Some(child), _) => scale::child_main(&child),
+        (None, Some(driver)) => process::child_main(&driver),
+        (None, None) => parse_args().and_then(|args| match args.phase {
             Some(phase) => run_phase(phase, &args),
             None => run_all(&args),
         }),
@@ -145,6 +157,20 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
         ensure!(p.is_file(), "plugin {} was not built", p.display());
     }
     let exe = std::env::current_exe().context("finding the bench binary")?;
+    eprintln!("sandpipe-bench: building the sandpipe binary (this bench's profile)");
+    let sandpipe = process::build_sandpipe()?;
+    let python = process::python_plugins(args.quick);
+    let inputs = process::Inputs {
+        sandpipe,
+        wasm: wasm.clone(),
+        native: native.clone(),
+        python,
+    };
+    if args.process_only {
+        let results = process::run(&exe, &inputs, args.quick)?;
+        print!("{}", process::render(&results));
+        return Ok(());
+    }
     let cpus = machine::cpus();
     let mut figures = Vec::new();
     let mut rates = Vec::new();
@@ -202,8 +228,10 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
         rates,
     };
     let scale = scale::run(&exe, &wasm, &native, args.quick)?;
+    let proc_results = process::run(&exe, &inputs, args.quick)?;
     let mut text = report::render(&run);
     text.push_str(&scale::render(&scale));
+    text.push_str(&process::render(&proc_results));
     print!("{text}");
     if !args.quick {
         let path = sandpipe_tests::workspace_root().join("BENCHMARKS.md");

@@ -1,4 +1,5 @@
-//! The benchmark binary still runs: `--quick` measures every figure a few times and prints the
+//! The benchmark binary still runs: `--quick` measures every figure a few times (the process-level
+//! section too, through the `sandpipe` binary it builds) and prints the
 //! tables. No speed is asserted here, only that the suite works.
 
 use std::process::Command;
@@ -20,6 +21,8 @@ fn quick_mode_runs_every_figure_and_prints_the_tables() {
         "| figure | frame | n | p50 | p99 | vs baseline child (p50) | CPU placement |",
         "| target | measured p50 | against p50 | ratio | goal | result |",
         "| stream | frame | frames | time | frames/s | MB/s | CPU placement |",
+        "| framing | frame | placement | native direct p50 / p99 | `sandpipe run` wasm p50 / p99 | wasm ratio | `sandpipe run` native p50 / p99 | native ratio |",
+        "### Process-level targets",
     ] {
         assert!(stdout.contains(header), "missing {header:?} in:\n{stdout}");
     }
@@ -36,6 +39,8 @@ fn quick_mode_runs_every_figure_and_prints_the_tables() {
         "fuel metering off",
         "epoch checks off",
         "fuel overhead",
+        "spawn to first response, `run` wasm (cached) vs native spawn",
+        "Python rows **not measured**: skipped in --quick",
     ] {
         assert!(
             stdout.contains(figure),

@@ -45,6 +45,7 @@
 
 mod cbor_note;
 mod error;
+mod hash_index;
 pub mod lock;
 mod native;
 mod policy;
@@ -96,18 +97,20 @@ pub struct Host {
     /// Plugins loaded so far by path, with the file's identity when it was read: a second
     /// `load` of an unchanged file neither reads nor hashes it again.
     loaded: Mutex<HashMap<PathBuf, (FileStamp, Plugin)>>,
+    /// The same rule on disk, across processes (wasm plugins only; see [`hash_index`]).
+    index: Option<hash_index::HashIndex>,
 }
 
 /// What identifies one version of a file without reading it: device, inode, size, and the
 /// modification and status-change times to the nanosecond. Replacing the file (a new inode),
 /// writing to it (mtime) or touching its metadata (ctime) all change the stamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FileStamp {
-    dev: u64,
-    ino: u64,
-    len: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
+pub(crate) struct FileStamp {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) len: u64,
+    pub(crate) mtime: (i64, i64),
+    pub(crate) ctime: (i64, i64),
 }
 
 /// A file modified this recently may be modified again within the same timestamp tick (the
@@ -316,6 +319,7 @@ impl Host {
                 options.metering,
             )?,
             loaded: Mutex::new(HashMap::new()),
+            index: options.cache_dir.as_deref().map(hash_index::HashIndex::new),
         })
     }
 
@@ -325,7 +329,10 @@ impl Host {
     ///
     /// Loading a file again while it is unchanged (same inode, size, mtime and ctime) returns
     /// the plugin loaded before without reading or hashing it, with [`LoadSource::Memory`]
-    /// (a file modified in the last two seconds is always read again).
+    /// (a file modified in the last two seconds is always read again). With a cache directory
+    /// the same rule holds across processes for wasm plugins: an on-disk index maps the file's
+    /// identity to its sha256, so an unchanged file whose compiled artifact is cached is not
+    /// read or hashed at all (only its 8-byte header is read).
     pub fn load(&self, path: impl AsRef<Path>) -> Result<Plugin, HostError> {
         let started = Instant::now();
         let path = resolve_program(path.as_ref());
@@ -341,11 +348,70 @@ impl Host {
             plugin.load_time = started.elapsed();
             return Ok(plugin);
         }
-        let plugin = self.read_and_load(path.clone(), started)?;
+        let plugin = match self.load_indexed(&path, &stamp, started)? {
+            Some(plugin) => plugin,
+            None => {
+                let plugin = self.read_and_load(path.clone(), started)?;
+                if let Some(index) = &self.index
+                    && plugin.compiled.is_some()
+                    && !stamp.racy()
+                {
+                    index.put(&stamp, &plugin.sha256);
+                }
+                plugin
+            }
+        };
         if !stamp.racy() {
             self.memo().insert(path, (stamp, plugin.clone()));
         }
         Ok(plugin)
+    }
+
+    /// A wasm plugin whose identity the on-disk index knows and whose compiled artifact is
+    /// cached (on disk or in memory), without reading more than its header; `None` otherwise.
+    fn load_indexed(
+        &self,
+        path: &Path,
+        stamp: &FileStamp,
+        started: Instant,
+    ) -> Result<Option<Plugin>, HostError> {
+        let Some(index) = &self.index else {
+            return Ok(None);
+        };
+        if stamp.racy() {
+            return Ok(None);
+        }
+        let Some(sha256) = index.get(stamp) else {
+            return Ok(None);
+        };
+        let mut header = [0u8; 8];
+        let read = std::fs::File::open(path).and_then(|mut f| {
+            use std::io::Read as _;
+            f.read_exact(&mut header)
+        });
+        if read.is_err() {
+            return Ok(None);
+        }
+        let Some(wasm_kind) = sandbox::detect(&header) else {
+            return Ok(None);
+        };
+        let Some((compiled, source)) = self.sandbox.load(path, None, &sha256, wasm_kind)? else {
+            return Ok(None);
+        };
+        let load_time = started.elapsed();
+        tracing::debug!(plugin = %path.display(), ?source, ?load_time, "loaded plugin by its indexed hash");
+        Ok(Some(Plugin {
+            path: path.to_owned(),
+            kind: match wasm_kind {
+                WasmKind::Component => PluginKind::Component,
+                WasmKind::CoreModule => PluginKind::CoreModule,
+            },
+            size: stamp.len,
+            sha256,
+            load_source: Some(source),
+            load_time,
+            compiled: Some(compiled),
+        }))
     }
 
     fn memo(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, (FileStamp, Plugin)>> {
@@ -369,7 +435,13 @@ impl Host {
                 compiled: None,
             });
         };
-        let (compiled, source) = self.sandbox.load(&path, &bytes, &sha256, wasm_kind)?;
+        let (compiled, source) = self
+            .sandbox
+            .load(&path, Some(&bytes), &sha256, wasm_kind)?
+            .ok_or_else(|| HostError::Compile {
+                path: path.clone(),
+                message: "the compiler gave no artifact".to_owned(),
+            })?;
         let load_time = started.elapsed();
         tracing::debug!(plugin = %path.display(), ?source, ?load_time, "loaded plugin");
         Ok(Plugin {

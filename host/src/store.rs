@@ -4,6 +4,8 @@
 //!   <root>/blobs/sha256/<hex>             manifests, configs, plugin layers, signatures
 //!   <root>/tags/<registry>/<repo>/<tag>   the manifest digest a tag last resolved to
 //!   <root>/wasmtime-<version>/*.cwasm     compiled artifacts (written by the sandbox)
+//!   <root>/index/<dev>-<ino>              a wasm plugin file's identity -> its sha256
+//!                                         (written by `Host::load`, removed by `clean`)
 //! ```
 //!
 //! Blobs are re-hashed on every read; one that no longer matches its name is deleted and
@@ -322,7 +324,7 @@ impl Store {
     /// Remove everything under the root that the store and the artifact cache own.
     pub fn clean(&self) -> Result<GcReport, StoreError> {
         let report = self.gc(0)?;
-        for sub in ["blobs", "tags"] {
+        for sub in ["blobs", "tags", "index"] {
             let p = self.root.join(sub);
             match std::fs::remove_dir_all(&p) {
                 Ok(()) => {}

@@ -595,6 +595,64 @@ async fn compiled_artifacts_are_cached_on_disk_and_in_memory() {
     assert_eq!(s.recv().await.expect("recv").as_deref(), Some(&b"[1]"[..]));
 }
 
+/// The on-disk index from a file's identity to its sha256: a new host (a new `sandpipe run`)
+/// believes it for an unchanged file, so it neither reads nor hashes the file; any change to
+/// the identity (here a chmod, which moves ctime) makes it hash the file again.
+#[tokio::test]
+async fn a_new_host_takes_an_unchanged_files_hash_from_the_disk_index_and_rehashes_a_changed_one() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let cache = tempfile::tempdir().expect("tempdir");
+    let files = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (files.path().join("a.wasm"), files.path().join("b.wasm"));
+    std::fs::copy(plugin("echo-lines", Target::Wasm), &a).expect("copy");
+    std::fs::copy(plugin("echo-cbor", Target::Wasm), &b).expect("copy");
+    // Older than the racy window, as an installed plugin is.
+    for p in [&a, &b] {
+        std::fs::File::options()
+            .write(true)
+            .open(p)
+            .and_then(|f| f.set_modified(std::time::SystemTime::now() - Duration::from_secs(3600)))
+            .expect("set mtime");
+    }
+    let host = || Host::with_cache_dir(Some(cache.path())).expect("host");
+    let first = host();
+    let (sha_a, sha_b) = (
+        first.load(&a).expect("load a").sha256().to_owned(),
+        first.load(&b).expect("load b").sha256().to_owned(),
+    );
+    assert_ne!(sha_a, sha_b);
+    let entry = |p: &std::path::Path| {
+        let m = std::fs::metadata(p).expect("metadata");
+        cache
+            .path()
+            .join("index")
+            .join(format!("{:x}-{:x}", m.dev(), m.ino()))
+    };
+    let text = std::fs::read_to_string(entry(&b)).expect("b has an index entry");
+    assert!(text.trim_end().ends_with(&sha_b), "{text}");
+
+    let again = host().load(&b).expect("load b");
+    assert_eq!(again.load_source(), Some(sandpipe::LoadSource::DiskCache));
+    assert_eq!(again.sha256(), sha_b);
+
+    // Plant an entry naming a's hash for b's identity: a new host believes it (b was not
+    // hashed) and runs a's artifact. This is the cache directory's trust (SECURITY.md).
+    std::fs::write(entry(&b), text.replace(&sha_b, &sha_a)).expect("plant");
+    let believed = host().load(&b).expect("load b");
+    assert_eq!(believed.sha256(), sha_a);
+
+    // A changed identity (chmod moves ctime) is hashed again and re-indexed.
+    std::fs::set_permissions(&b, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let rehashed = host().load(&b).expect("load b");
+    assert_eq!(rehashed.sha256(), sha_b);
+    assert_eq!(
+        rehashed.load_source(),
+        Some(sandpipe::LoadSource::DiskCache)
+    );
+    let text = std::fs::read_to_string(entry(&b)).expect("b's new entry");
+    assert!(text.trim_end().ends_with(&sha_b), "{text}");
+}
+
 #[tokio::test]
 async fn strict_imports_name_the_offenders() {
     let host = host();

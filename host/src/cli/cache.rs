@@ -28,7 +28,7 @@ enum CacheAction {
         #[arg(long, value_name = "SIZE", value_parser = parse_size)]
         max_size: Option<u64>,
     },
-    /// Remove every blob, tag and compiled artifact.
+    /// Remove every blob, tag, compiled artifact and file-hash index entry.
     Clean,
 }
 

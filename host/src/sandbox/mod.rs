@@ -19,7 +19,7 @@ mod stdio;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use cache::ArtifactCache;
@@ -276,8 +276,10 @@ impl Metering {
 pub(crate) struct Sandbox {
     engine: Engine,
     metering: Metering,
-    linker2: wasmtime::component::Linker<State2>,
-    linker1: wasmtime::Linker<State1>,
+    /// Built on first use: a process that only runs components never links preview 1, and
+    /// one that runs a native plugin links neither.
+    linker2: OnceLock<wasmtime::component::Linker<State2>>,
+    linker1: OnceLock<wasmtime::Linker<State1>>,
     cache: Option<ArtifactCache>,
     loaded: Mutex<HashMap<String, Compiled>>,
 }
@@ -321,15 +323,6 @@ impl Sandbox {
         // artifact (the cache key hashes only codegen settings).
         config.allocation_strategy(pool::strategy(allocator));
         let engine = Engine::new(&config).map_err(engine_err)?;
-
-        let mut linker2 = wasmtime::component::Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker2).map_err(engine_err)?;
-        open_files::link_p2(&mut linker2).map_err(engine_err)?;
-        let mut linker1 = wasmtime::Linker::new(&engine);
-        wasmtime_wasi::p1::add_to_linker_async(&mut linker1, |s: &mut State1| &mut s.wasi)
-            .map_err(engine_err)?;
-        open_files::link_p1(&mut linker1).map_err(engine_err)?;
-
         if metering.epochs {
             spawn_epoch_ticker(&engine);
         }
@@ -337,28 +330,53 @@ impl Sandbox {
         Ok(Self {
             engine,
             metering,
-            linker2,
-            linker1,
+            linker2: OnceLock::new(),
+            linker1: OnceLock::new(),
             cache,
             loaded: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Compile (or fetch) `bytes`, whose sha256 is `sha_hex`.
+    /// The preview 2 linker, built on first use.
+    fn linker2(&self) -> Result<&wasmtime::component::Linker<State2>, HostError> {
+        if let Some(l) = self.linker2.get() {
+            return Ok(l);
+        }
+        let mut linker = wasmtime::component::Linker::new(&self.engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_err)?;
+        open_files::link_p2(&mut linker).map_err(engine_err)?;
+        Ok(self.linker2.get_or_init(|| linker))
+    }
+
+    /// The preview 1 linker, built on first use.
+    fn linker1(&self) -> Result<&wasmtime::Linker<State1>, HostError> {
+        if let Some(l) = self.linker1.get() {
+            return Ok(l);
+        }
+        let mut linker = wasmtime::Linker::new(&self.engine);
+        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut State1| &mut s.wasi)
+            .map_err(engine_err)?;
+        open_files::link_p1(&mut linker).map_err(engine_err)?;
+        Ok(self.linker1.get_or_init(|| linker))
+    }
+
+    /// Compile (or fetch) the plugin whose sha256 is `sha_hex`. With `bytes` (the file's
+    /// contents) it compiles when no cache holds it; without, it returns `None` instead, and
+    /// the caller reads the file and asks again.
     pub(crate) fn load(
         &self,
         path: &Path,
-        bytes: &[u8],
+        bytes: Option<&[u8]>,
         sha_hex: &str,
         kind: WasmKind,
-    ) -> Result<(Compiled, LoadSource), HostError> {
+    ) -> Result<Option<(Compiled, LoadSource)>, HostError> {
         if let Some(c) = self
             .loaded
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(sha_hex)
         {
-            return Ok((c.clone(), LoadSource::Memory));
+            return Ok(Some((c.clone(), LoadSource::Memory)));
         }
         let compile_err = |e: wasmtime::Error| HostError::Compile {
             path: path.to_owned(),
@@ -366,9 +384,12 @@ impl Sandbox {
         };
         let (compiled, source) = match kind {
             WasmKind::Component => {
-                let (component, source) = self
+                let Some((component, source)) = self
                     .cached::<Component>(bytes, sha_hex)
-                    .map_err(compile_err)?;
+                    .map_err(compile_err)?
+                else {
+                    return Ok(None);
+                };
                 let ty = component.component_type();
                 let imports = ty
                     .imports(&self.engine)
@@ -379,7 +400,7 @@ impl Sandbox {
                     .map(|(n, _)| n.to_owned())
                     .collect();
                 let pre = self
-                    .linker2
+                    .linker2()?
                     .instantiate_pre(&component)
                     .map_err(compile_err)?;
                 let command = CommandPre::new(pre.clone()).ok();
@@ -397,14 +418,20 @@ impl Sandbox {
                 )
             }
             WasmKind::CoreModule => {
-                let (module, source) =
-                    self.cached::<Module>(bytes, sha_hex).map_err(compile_err)?;
+                let Some((module, source)) =
+                    self.cached::<Module>(bytes, sha_hex).map_err(compile_err)?
+                else {
+                    return Ok(None);
+                };
                 let imports = module
                     .imports()
                     .map(|i| format!("{}#{}", i.module(), i.name()))
                     .collect();
                 let exports = module.exports().map(|e| e.name().to_owned()).collect();
-                let pre = self.linker1.instantiate_pre(&module).map_err(compile_err)?;
+                let pre = self
+                    .linker1()?
+                    .instantiate_pre(&module)
+                    .map_err(compile_err)?;
                 (
                     Compiled::Module {
                         pre,
@@ -419,15 +446,16 @@ impl Sandbox {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(sha_hex.to_owned(), compiled.clone());
-        Ok((compiled, source))
+        Ok(Some((compiled, source)))
     }
 
-    /// Compile `bytes`, or load the artifact the disk cache holds for them.
+    /// Load the artifact the disk cache holds for `sha_hex` (mapped, not read: wasmtime's
+    /// `deserialize_file` maps the file), or compile `bytes`; `None` if neither can be done.
     fn cached<A: Artifact>(
         &self,
-        bytes: &[u8],
+        bytes: Option<&[u8]>,
         sha_hex: &str,
-    ) -> wasmtime::Result<(A, LoadSource)> {
+    ) -> wasmtime::Result<Option<(A, LoadSource)>> {
         if let Some(cache) = &self.cache {
             let path = cache.path_for(sha_hex);
             if path.exists() {
@@ -437,16 +465,19 @@ impl Sandbox {
                 #[allow(unsafe_code)]
                 let loaded = unsafe { A::load(&self.engine, &path) };
                 match loaded {
-                    Ok(a) => return Ok((a, LoadSource::DiskCache)),
+                    Ok(a) => return Ok(Some((a, LoadSource::DiskCache))),
                     Err(e) => {
                         tracing::warn!(path = %path.display(), "discarding unusable cached artifact: {e}")
                     }
                 }
             }
         }
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
         let artifact = A::compile(&self.engine, bytes)?;
         self.store_artifact(sha_hex, artifact.serialize());
-        Ok((artifact, LoadSource::Compiled))
+        Ok(Some((artifact, LoadSource::Compiled)))
     }
 
     /// A cache that cannot be written costs a recompile next time, never a failed load.
