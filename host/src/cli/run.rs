@@ -167,11 +167,40 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         options.record =
             super::sandbox_args::recorder(args.record.as_deref(), &plugin, &policy, f, None)?;
     }
+    // Raw bytes to a native plugin need no bridge at all: it gets sandpipe's own stdin and
+    // stdout, so the engine talks to it exactly as it would without sandpipe (no copy, no
+    // hop); limits, Landlock, signals and the exit status work the same. Not from a terminal:
+    // the plugin leads its own process group, which is not the terminal's foreground group, so
+    // its reads would stop it (SIGTTIN).
+    let inherit = native && framing.is_none() && !on_signal.stdin_is_terminal;
+    if inherit {
+        options.native_stdio = crate::NativeStdio::Inherit;
+    }
     let session = host
         .start(&plugin, &policy, &options)
         .await
         .with_context(|| format!("starting plugin {}", plugin.path().display()))?;
     let (writer, reader, control) = session.into_split();
+    if inherit {
+        let close_input = watch::channel(false).0;
+        let mut stopping = Stopping::default();
+        let exit = loop {
+            tokio::select! {
+                exit = control.wait() => break exit,
+                sig = signals.recv() => stopping.on_signal(sig, on_signal, &control, &close_input),
+                () = stopping.expired() => control.kill(),
+            }
+        };
+        drop((writer, reader));
+        if failed_by_itself(&exit) {
+            // Its output went straight to the engine: whether it wrote any is unknown here.
+            super::sandbox_args::explain_failed_start(&plugin, &policy, false);
+        }
+        if let Exit::Killed { signal: Some(sig) } = exit {
+            super::end_by_signal_like_the_plugin(sig);
+        }
+        return Ok(exit_status(&exit));
+    }
 
     // The input's error is kept here before the plugin's stdin is closed, so it is seen however
     // the plugin's exit and the input task's end race.

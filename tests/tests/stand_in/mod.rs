@@ -27,6 +27,9 @@ use sandpipe_proto::frame::{BytesMut, FrameLimits, Framer, Framing};
 /// How long one wait may take before the test fails as hung.
 pub const STEP: Duration = Duration::from_secs(180);
 
+/// How long [`Session::finish`] waits, after a signal, for the peer to end before the EOF.
+pub const AFTER_SIGNAL: Duration = Duration::from_secs(3);
+
 /// A real peer: the command line an engine's configuration holds for it.
 #[derive(Debug, Clone)]
 pub struct Peer {
@@ -107,6 +110,9 @@ pub struct Session {
     taken: usize,
     /// Frames the engine has examined, in order.
     pub frames: Vec<Vec<u8>>,
+    /// A signal was sent: [`Session::finish`] gives the peer a moment to act on it before the
+    /// stdin EOF (see there).
+    signalled: bool,
 }
 
 /// The command line the engine runs for `peer` started `way`.
@@ -196,6 +202,7 @@ impl Session {
             pending: BytesMut::new(),
             taken: 0,
             frames: Vec::new(),
+            signalled: false,
         }
     }
 
@@ -236,7 +243,8 @@ impl Session {
     }
 
     /// Send signal `name` (`INT`, `TERM`, ...) to the spawned process.
-    pub fn signal(&self, name: &str) {
+    pub fn signal(&mut self, name: &str) {
+        self.signalled = true;
         let status = Command::new("kill")
             .args(["-s", name, &self.pid().to_string()])
             .status()
@@ -287,6 +295,18 @@ impl Session {
 
     /// Close stdin, read stdout to its end, wait for the process, and give the transcript.
     pub fn finish(mut self) -> (Transcript, String) {
+        // After a signal, an engine waits for the plugin to act on it before it ends its
+        // input. Behind sandpipe the signal is forwarded while an EOF may go straight to the
+        // plugin (inherited stdin), so an EOF sent at once could reach the plugin first and
+        // it would end by its EOF path instead of its signal handler: a race the direct run
+        // does not have. A plugin that ignores the signal gets its EOF after `AFTER_SIGNAL`.
+        if self.signalled {
+            let (lock, cv) = &*self.out;
+            let seen = lock.lock().expect("lock");
+            let _ = cv
+                .wait_timeout_while(seen, AFTER_SIGNAL, |s| !s.eof)
+                .expect("lock");
+        }
         self.stdin = None;
         {
             let (lock, cv) = &*self.out;
