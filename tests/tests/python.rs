@@ -7,22 +7,13 @@
 //! process: one `Host` for every test here, with the on-disk artifact cache in a directory of
 //! the plugin target dir.
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use sandpipe::{Exit, Host, HostOptions, Policy, SessionOptions, StderrMode, replay};
-use sandpipe_proto::transcript::Transcript;
-use sandpipe_tests::{Target, guests, peers, plugin_target_dir, workspace_root};
+mod guest_replay;
 
-/// One host for the whole file, caching compiled components on disk between test processes.
-fn host() -> &'static Host {
-    static HOST: OnceLock<Host> = OnceLock::new();
-    HOST.get_or_init(|| {
-        let cache = plugin_target_dir().join("guests-cache");
-        Host::with_options(&HostOptions::default().cache_dir(Some(cache))).expect("host")
-    })
-}
+use guest_replay::{host, replay_ports};
+use sandpipe::{Exit, Policy, SessionOptions, StderrMode};
+use sandpipe_tests::{Target, guests, peers, workspace_root};
 
 /// Python plugin for a transcript's `# plugin:` header.
 fn python_example(bin: &str) -> Option<&'static str> {
@@ -33,62 +24,15 @@ fn python_example(bin: &str) -> Option<&'static str> {
     }
 }
 
-fn transcripts(protocol: &str) -> Vec<PathBuf> {
-    let dir = workspace_root().join("tests/transcripts").join(protocol);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("transcripts")
-        .map(|e| e.expect("entry").path())
-        .filter(|f| f.extension().is_some_and(|e| e == "transcript"))
-        .collect();
-    files.sort();
-    files
-}
-
-/// `sandpipe replay FILE --plugin PLUGIN`, as `tests/tests/transcripts.rs` does it.
-async fn replay(file: &Path, plugin: &Path, target: Target) -> Result<(), String> {
-    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
-    let t = Transcript::parse(&text).map_err(|e| e.to_string())?;
-    let framing = replay::framing_of(&t)?;
-    let scratch = replay::ScratchDirs::new().map_err(|e| e.to_string())?;
-    let policy = replay::recorded_policy(&t, target == Target::Native, &|guest| {
-        scratch.dir_for(guest)
-    })?;
-    let p = host().load(plugin).map_err(|e| e.to_string())?;
-    let opts = SessionOptions::framed(framing).stderr(StderrMode::Discard);
-    let mut s = host()
-        .start(&p, &policy, &opts)
-        .await
-        .map_err(|e| e.to_string())?;
-    match replay::check(&mut s, &t, Duration::from_secs(60)).await {
-        Ok(Exit::Exited(0)) => Ok(()),
-        Ok(other) => Err(format!(
-            "plugin ended with {other} (stderr: {:?})",
-            s.stderr_tail()
-        )),
-        Err(divergence) => Err(divergence.to_string()),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn python_examples_replay_the_atp_and_oracle_transcripts_as_wasm_and_native() {
     let _alone = ALONE.lock().await;
     let mut failures = Vec::new();
     let mut replayed = 0;
     for protocol in ["atp", "oracle"] {
-        for file in transcripts(protocol) {
-            let text = std::fs::read_to_string(&file).expect("transcript");
-            let t = Transcript::parse(&text).expect("transcript parses");
-            let bin = t.header("plugin").expect("a # plugin: header");
-            let source = python_example(bin)
-                .unwrap_or_else(|| panic!("{}: no Python port of {bin}", file.display()));
-            for target in [Target::Wasm, Target::Native] {
-                let plugin = guests::python(source, target);
-                replayed += 1;
-                if let Err(e) = replay(&file, &plugin, target).await {
-                    failures.push(format!("{} ({target:?}): {e}", file.display()));
-                }
-            }
-        }
+        let (failed, ran) = replay_ports(protocol, "Python", python_example, guests::python).await;
+        failures.extend(failed);
+        replayed += ran;
     }
     assert!(replayed >= 18, "only {replayed} replays");
     assert!(

@@ -29,7 +29,7 @@ use clap::ArgMatches;
 use clap::parser::ValueSource;
 use serde::Deserialize;
 
-use super::sandbox_args::{FileCap, SandboxArgs, parse_open_files};
+use super::sandbox_args::{SandboxArgs, parse_open_files};
 use super::{Command, parse_duration, parse_memory, parse_size};
 use crate::protocols::Protocol;
 
@@ -210,31 +210,27 @@ fn base_dir(manifest_path: &Path) -> PathBuf {
 /// Fold a manifest (named by `--policy` or given as PLUGIN) into `command`'s arguments, keeping
 /// whatever the command line said itself.
 pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
-    let Some((name, sub)) = matches.subcommand() else {
+    let Some((_, sub)) = matches.subcommand() else {
         return Ok(());
     };
     match command {
         Command::Run(args) => {
-            let Some(path) = manifest_path(args.policy.as_deref(), &args.plugin) else {
+            let Some((m, path)) = fold(
+                args.policy.as_deref(),
+                &mut args.plugin,
+                &mut args.args,
+                &mut args.sandbox,
+                sub,
+            )?
+            else {
                 return Ok(());
             };
-            let m = Manifest::load(&path)?;
-            let base = base_dir(&path);
-            if is_manifest(&args.plugin) {
-                args.plugin = m.source(&base);
-            }
-            if args.args.is_empty() {
-                args.args = m.plugin.args.clone();
-            }
-            let framing_given = given(sub, "framing");
-            let protocol_given = given(sub, "protocol");
-            if !framing_given && !protocol_given {
+            if !given(sub, "framing") && !given(sub, "protocol") {
                 if let Some(f) = &m.framing {
                     args.framing = f.clone();
                 }
                 args.protocol = m.protocol();
             }
-            merge_sandbox(&mut args.sandbox, &m, &base, sub)?;
             merge_budgets(&mut args.budgets, &m, sub)?;
             if args.protocol.is_none() && !m.requests.is_empty() {
                 bail!(
@@ -244,44 +240,61 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
             }
         }
         Command::Call(args) => {
-            let Some(path) = manifest_path(args.policy.as_deref(), &args.plugin) else {
+            let Some((m, _)) = fold(
+                args.policy.as_deref(),
+                &mut args.plugin,
+                &mut args.plugin_args,
+                &mut args.sandbox,
+                sub,
+            )?
+            else {
                 return Ok(());
             };
-            let m = Manifest::load(&path)?;
-            let base = base_dir(&path);
-            if is_manifest(&args.plugin) {
-                args.plugin = m.source(&base);
-            }
-            if args.plugin_args.is_empty() {
-                args.plugin_args = m.plugin.args.clone();
-            }
             if args.protocol.is_none() {
                 args.protocol = m.protocol();
             }
-            merge_sandbox(&mut args.sandbox, &m, &base, sub)?;
         }
         Command::Inspect(args) => {
-            let Some(path) = manifest_path(args.policy.as_deref(), &args.plugin) else {
-                return Ok(());
-            };
-            let m = Manifest::load(&path)?;
-            let base = base_dir(&path);
-            if is_manifest(&args.plugin) {
-                args.plugin = m.source(&base);
-            }
-            if args.plugin_args.is_empty() {
-                args.plugin_args = m.plugin.args.clone();
-            }
             // inspect starts the plugin only with --protocol: the manifest's protocol is not
             // turned into a self-description run the user did not ask for.
-            merge_sandbox(&mut args.sandbox, &m, &base, sub)?;
-            args.policy_file = Some(path);
+            if let Some((_, path)) = fold(
+                args.policy.as_deref(),
+                &mut args.plugin,
+                &mut args.plugin_args,
+                &mut args.sandbox,
+                sub,
+            )? {
+                args.policy_file = Some(path);
+            }
         }
-        _ => {
-            let _ = name;
-        }
+        _ => {}
     }
     Ok(())
+}
+
+/// What run, call and inspect fold alike: the plugin (when PLUGIN is the manifest), its
+/// arguments (when none follow PLUGIN) and the sandbox options. Returns the manifest and its
+/// path, or `None` when there is no manifest.
+fn fold(
+    policy: Option<&Path>,
+    plugin: &mut PathBuf,
+    args: &mut Vec<String>,
+    sandbox: &mut SandboxArgs,
+    cli: &ArgMatches,
+) -> Result<Option<(Manifest, PathBuf)>> {
+    let Some(path) = manifest_path(policy, plugin) else {
+        return Ok(None);
+    };
+    let m = Manifest::load(&path)?;
+    let base = base_dir(&path);
+    if is_manifest(plugin) {
+        *plugin = m.source(&base);
+    }
+    if args.is_empty() {
+        args.clone_from(&m.plugin.args);
+    }
+    merge_sandbox(sandbox, &m, &base, cli)?;
+    Ok(Some((m, path)))
 }
 
 fn manifest_path(policy: Option<&Path>, plugin: &Path) -> Option<PathBuf> {
@@ -310,114 +323,168 @@ impl Requests {
 
 fn merge_sandbox(s: &mut SandboxArgs, m: &Manifest, base: &Path, cli: &ArgMatches) -> Result<()> {
     let l = &m.limits;
-    if !given(cli, "fuel") && l.fuel.is_some() {
-        s.fuel = l.fuel;
+    let text = Quantity::text;
+    if let Some(v) = from_file(cli, "fuel", "limits.fuel", l.fuel.as_ref(), |n| Ok(*n))? {
+        s.fuel = Some(v);
     }
-    if !given(cli, "max_memory")
-        && let Some(q) = &l.max_memory
-    {
-        s.max_memory = parse_memory(&q.text()).map_err(|e| key_error("limits.max-memory", e))?;
+    if let Some(v) = from_file(
+        cli,
+        "max_memory",
+        "limits.max-memory",
+        l.max_memory.as_ref(),
+        |q| parse_memory(&text(q)),
+    )? {
+        s.max_memory = v;
     }
-    if !given(cli, "timeout")
-        && let Some(t) = &l.timeout
-    {
-        s.timeout = Some(parse_duration(t).map_err(|e| key_error("limits.timeout", e))?);
+    if let Some(v) = from_file(cli, "timeout", "limits.timeout", l.timeout.as_ref(), |t| {
+        parse_duration(t)
+    })? {
+        s.timeout = Some(v);
     }
-    if !given(cli, "max_cpu_time")
-        && let Some(t) = &l.max_cpu_time
-    {
-        s.max_cpu_time = Some(parse_duration(t).map_err(|e| key_error("limits.max-cpu-time", e))?);
+    if let Some(v) = from_file(
+        cli,
+        "max_cpu_time",
+        "limits.max-cpu-time",
+        l.max_cpu_time.as_ref(),
+        |t| parse_duration(t),
+    )? {
+        s.max_cpu_time = Some(v);
     }
-    if !given(cli, "max_open_files")
-        && let Some(q) = &l.max_open_files
-    {
-        let FileCap(n) =
-            parse_open_files(&q.text()).map_err(|e| key_error("limits.max-open-files", e))?;
-        s.max_open_files = FileCap(n);
+    if let Some(v) = from_file(
+        cli,
+        "max_open_files",
+        "limits.max-open-files",
+        l.max_open_files.as_ref(),
+        |q| parse_open_files(&text(q)),
+    )? {
+        s.max_open_files = v;
     }
-    if !given(cli, "max_frame")
-        && let Some(q) = &l.max_frame
-    {
-        s.max_frame = parse_size(&q.text()).map_err(|e| key_error("limits.max-frame", e))?;
+    if let Some(v) = from_file(
+        cli,
+        "max_frame",
+        "limits.max-frame",
+        l.max_frame.as_ref(),
+        |q| parse_size(&text(q)),
+    )? {
+        s.max_frame = v;
     }
     let g = &m.grants;
-    let mut dirs = Vec::with_capacity(g.dirs.len() + s.dirs.len());
-    for d in &g.dirs {
-        dirs.push(dir_spec(d, base)?);
-    }
-    dirs.append(&mut s.dirs);
-    s.dirs = dirs;
-    s.envs = g.env.iter().cloned().chain(s.envs.drain(..)).collect();
-    s.allow_imports = g
-        .allow_imports
+    let dirs = g
+        .dirs
         .iter()
-        .cloned()
-        .chain(s.allow_imports.drain(..))
-        .collect();
+        .map(|d| dir_spec(d, base))
+        .collect::<Result<Vec<_>>>()?;
+    prepend(&mut s.dirs, &dirs);
+    prepend(&mut s.envs, &g.env);
+    prepend(&mut s.allow_imports, &g.allow_imports);
     if g.startup_grants == Some(false) {
         s.no_startup_grants = true;
     }
     s.deterministic |= m.deterministic;
-    if !given(cli, "seed") && m.seed.is_some() {
-        s.seed = m.seed;
+    if let Some(v) = from_file(cli, "seed", "seed", m.seed.as_ref(), |n| Ok(*n))? {
+        s.seed = Some(v);
     }
     let d = &mut s.dist;
     let t = &m.trust;
-    if !given(cli, "sha256") && m.plugin.sha256.is_some() {
-        d.sha256 = m.plugin.sha256.clone();
+    if let Some(v) = from_file(
+        cli,
+        "sha256",
+        "plugin.sha256",
+        m.plugin.sha256.as_ref(),
+        |h| Ok(h.clone()),
+    )? {
+        d.sha256 = Some(v);
     }
-    d.trusted_keys = t
-        .trusted_keys
-        .iter()
-        .map(|k| base.join(k))
-        .chain(d.trusted_keys.drain(..))
-        .collect();
+    let keys: Vec<PathBuf> = t.trusted_keys.iter().map(|k| base.join(k)).collect();
+    prepend(&mut d.trusted_keys, &keys);
     d.require_signature |= t.require_signature;
-    if !given(cli, "lockfile")
-        && let Some(l) = &t.lockfile
-    {
-        d.lockfile = Some(base.join(l));
+    if let Some(v) = from_file(
+        cli,
+        "lockfile",
+        "trust.lockfile",
+        t.lockfile.as_ref(),
+        |l| Ok(base.join(l)),
+    )? {
+        d.lockfile = Some(v);
     }
     if (t.locked || d.locked) && d.lockfile.is_none() {
         bail!("`locked` needs a lock file (`trust.lockfile` or --lockfile)");
     }
     d.locked |= t.locked;
     d.offline |= t.offline;
-    d.insecure_registries = t
-        .insecure_registries
-        .iter()
-        .cloned()
-        .chain(d.insecure_registries.drain(..))
-        .collect();
+    prepend(&mut d.insecure_registries, &t.insecure_registries);
     Ok(())
 }
 
 fn merge_budgets(b: &mut super::proxy::BudgetArgs, m: &Manifest, cli: &ArgMatches) -> Result<()> {
     let r = &m.requests;
-    if !given(cli, "fuel_per_request") && r.fuel.is_some() {
-        b.fuel_per_request = r.fuel;
+    if let Some(v) = from_file(
+        cli,
+        "fuel_per_request",
+        "requests.fuel",
+        r.fuel.as_ref(),
+        |n| Ok(*n),
+    )? {
+        b.fuel_per_request = Some(v);
     }
-    if !given(cli, "request_timeout")
-        && let Some(t) = &r.timeout
-    {
-        b.request_timeout = Some(parse_duration(t).map_err(|e| key_error("requests.timeout", e))?);
+    if let Some(v) = from_file(
+        cli,
+        "request_timeout",
+        "requests.timeout",
+        r.timeout.as_ref(),
+        |t| parse_duration(t),
+    )? {
+        b.request_timeout = Some(v);
     }
     b.restart |= r.restart;
-    if !given(cli, "recycle_after") && r.recycle_after.is_some() {
-        b.recycle_after = r.recycle_after;
+    if let Some(v) = from_file(
+        cli,
+        "recycle_after",
+        "requests.recycle-after",
+        r.recycle_after.as_ref(),
+        |n| Ok(*n),
+    )? {
+        b.recycle_after = Some(v);
     }
-    if !given(cli, "recycle_memory")
-        && let Some(q) = &r.recycle_memory
-    {
-        b.recycle_memory = super::proxy::parse_recycle_memory(&q.text())
-            .map_err(|e| key_error("requests.recycle-memory", e))?;
+    if let Some(v) = from_file(
+        cli,
+        "recycle_memory",
+        "requests.recycle-memory",
+        r.recycle_memory.as_ref(),
+        |q| super::proxy::parse_recycle_memory(&q.text()),
+    )? {
+        b.recycle_memory = v;
     }
-    if !given(cli, "recycle_grace")
-        && let Some(t) = &r.recycle_grace
-    {
-        b.recycle_grace = parse_duration(t).map_err(|e| key_error("requests.recycle-grace", e))?;
+    if let Some(v) = from_file(
+        cli,
+        "recycle_grace",
+        "requests.recycle-grace",
+        r.recycle_grace.as_ref(),
+        |t| parse_duration(t),
+    )? {
+        b.recycle_grace = v;
     }
     Ok(())
+}
+
+/// The file's `value` for the flag `id`, through the flag's own `parse`, unless the command
+/// line gave the flag itself (which wins). Errors name the file's `key`.
+fn from_file<V, T>(
+    cli: &ArgMatches,
+    id: &str,
+    key: &str,
+    value: Option<&V>,
+    parse: impl FnOnce(&V) -> Result<T, String>,
+) -> Result<Option<T>> {
+    match value {
+        Some(v) if !given(cli, id) => parse(v).map(Some).map_err(|e| key_error(key, e)),
+        _ => Ok(None),
+    }
+}
+
+/// Lists: the file's entries first, then the command line's.
+fn prepend<T: Clone>(list: &mut Vec<T>, from_file: &[T]) {
+    list.splice(0..0, from_file.iter().cloned());
 }
 
 fn key_error(key: &str, e: String) -> anyhow::Error {
