@@ -21,9 +21,10 @@
 
 mod stand_in;
 
-use sandpipe_proto::atp::{Hello, Message, Value, Version};
+use sandpipe_proto::atp::{Message, Value, Version};
 use sandpipe_proto::frame::Framing;
 use sandpipe_tests::{guests, peers, plugin_target_dir};
+use stand_in::atp::{map, text, work_start};
 use stand_in::{Peer, Session, Transcript, Way};
 
 const PLUGIN: &str = "tests/peers/atp_plugin.py";
@@ -74,14 +75,6 @@ fn same(case: &str, script: impl Fn(&mut Session)) -> Transcript {
     got
 }
 
-fn text(s: &str) -> Value {
-    Value::Text(s.to_owned())
-}
-
-fn map(members: &[(&str, Value)]) -> Value {
-    Value::Map(members.iter().map(|(k, v)| (text(k), v.clone())).collect())
-}
-
 fn member<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
     match v {
         Value::Map(m) => m
@@ -93,14 +86,7 @@ fn member<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
 }
 
 fn start(s: &mut Session, run: &str, step: &str, config: Value) {
-    s.send(
-        &Message::WorkStart {
-            run_id: run.into(),
-            step_id: step.into(),
-            config,
-        }
-        .encode(),
-    );
+    s.send(&work_start(run, step, config));
 }
 
 fn finish_signal(s: &mut Session, run: &str, reason: &str) {
@@ -116,9 +102,7 @@ fn finish_signal(s: &mut Session, run: &str, reason: &str) {
 
 /// The start item, then the plugin's hello: v3, both steps, `wait` with its `finish` handler.
 fn handshake(s: &mut Session) {
-    s.send(&[0xf6]);
-    let hello = s.await_frame("hello", |f| Hello::decode(f).is_ok());
-    let hello = Hello::decode(&hello).expect("hello");
+    let hello = stand_in::atp::hello(s);
     assert_eq!(hello.version, Version::V3);
     assert_eq!(
         hello.step_ids().into_iter().collect::<Vec<_>>(),

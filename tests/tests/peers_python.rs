@@ -27,10 +27,11 @@ mod stand_in;
 use std::ffi::OsString;
 use std::path::Path;
 
-use sandpipe_proto::atp::{Hello, Message, Value};
+use sandpipe_proto::atp::{Message, Value};
 use sandpipe_proto::frame::Framing;
 use sandpipe_tests::peers;
 use serde_json::{Value as Json, json};
+use stand_in::atp::{map, text, work_start};
 use stand_in::{Peer, Session, Transcript, Way};
 
 /// Run `script` against `peer(way)` each way and check that every transcript equals the
@@ -89,29 +90,9 @@ fn atp_peer(_: Way) -> Peer {
     }
 }
 
-fn text(s: &str) -> Value {
-    Value::Text(s.to_owned())
-}
-
-fn cbor_map(members: &[(&str, Value)]) -> Value {
-    Value::Map(members.iter().map(|(k, v)| (text(k), v.clone())).collect())
-}
-
-fn work_start(run: &str, step: &str, config: Value) -> Vec<u8> {
-    Message::WorkStart {
-        run_id: run.into(),
-        step_id: step.into(),
-        config,
-    }
-    .encode()
-}
-
 /// The start item (`null`), then the plugin's v3 hello.
 fn atp_handshake(s: &mut Session) {
-    s.send(&[0xf6]);
-    let hello = s.await_frame("hello", |f| Hello::decode(f).is_ok());
-    let hello = Hello::decode(&hello).expect("hello");
-    assert_eq!(hello.version.number(), 3);
+    assert_eq!(stand_in::atp::hello(s).version.number(), 3);
 }
 
 fn atp_done(s: &mut Session, run: &str) -> Message {
@@ -123,7 +104,7 @@ fn atp_done(s: &mut Session, run: &str) -> Message {
 }
 
 fn atp_greet(s: &mut Session, run: &str, name: &str) -> Message {
-    s.send(&work_start(run, "greet", cbor_map(&[("name", text(name))])));
+    s.send(&work_start(run, "greet", map(&[("name", text(name))])));
     atp_done(s, run)
 }
 
@@ -136,16 +117,12 @@ fn atp_normal_traffic() {
         };
         assert_eq!(output.output_id, "success");
         // A step with a signal handler: it finishes when the signal arrives.
-        s.send(&work_start(
-            "r2",
-            "wait",
-            cbor_map(&[("label", text("second"))]),
-        ));
+        s.send(&work_start("r2", "wait", map(&[("label", text("second"))])));
         s.send(
             &Message::Signal {
                 run_id: "r2".into(),
                 signal_id: "finish".into(),
-                data: cbor_map(&[("reason", text("engine says so"))]),
+                data: map(&[("reason", text("engine says so"))]),
             }
             .encode(),
         );

@@ -15,6 +15,7 @@
 
 #![allow(dead_code)] // each test file uses the part it needs
 
+pub mod atp;
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::path::PathBuf;
