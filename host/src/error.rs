@@ -1,98 +1,11 @@
 //! Typed errors and outcomes of the host layer.
 
-use std::fmt;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use sandpipe_proto::frame::FrameError;
 use thiserror::Error;
 
-/// How a plugin ended. Everything but [`Exit::Exited`] means the host stopped it or it crashed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Exit {
-    /// The plugin exited on its own with this code (returning from `main` is 0).
-    ///
-    /// Under WASI preview 2, `std::process::exit(n)` reports every non-zero `n` as 1; a guest
-    /// keeps its code with `wasi:cli/exit.exit-with-code` (`sandpipe_guest::exit`).
-    Exited(i32),
-    /// The plugin used up its fuel budget (wasm only).
-    OutOfFuel {
-        /// The budget that was armed.
-        limit: u64,
-    },
-    /// The plugin needed more memory than the cap allowed, and died of it.
-    MemoryLimit {
-        /// The cap, in bytes.
-        limit: u64,
-    },
-    /// A native plugin used up its CPU time (`RLIMIT_CPU`, [`crate::Policy::max_cpu_time`]):
-    /// the kernel's SIGXCPU, or its SIGKILL at the hard limit one second later for a plugin
-    /// that ignores SIGXCPU. The native counterpart of [`Exit::OutOfFuel`].
-    CpuTimeLimit {
-        /// The CPU time the kernel allowed (whole seconds).
-        limit: Duration,
-    },
-    /// The plugin ran past its wall-clock deadline and was stopped.
-    DeadlineExceeded {
-        /// The deadline, measured from the start of the session.
-        limit: Duration,
-    },
-    /// The plugin crashed: a wasm trap (a Rust panic or abort inside the guest, an
-    /// out-of-bounds access, a stack overflow), or a native plugin killed by a crash signal.
-    Trap {
-        /// The trap as wasmtime reports it, or the signal for a native plugin.
-        message: String,
-        /// The plugin's last stderr lines.
-        stderr_tail: Vec<String>,
-    },
-    /// The host killed the plugin (shutdown grace period over, session dropped, explicit kill),
-    /// or a native plugin died of a non-crash signal.
-    Killed {
-        /// The signal, for native plugins.
-        signal: Option<i32>,
-    },
-}
-
-impl Exit {
-    /// True when the plugin exited on its own with code 0.
-    pub fn success(&self) -> bool {
-        matches!(self, Exit::Exited(0))
-    }
-}
-
-impl fmt::Display for Exit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Exit::Exited(code) => write!(f, "plugin exited with code {code}"),
-            Exit::OutOfFuel { limit } => write!(f, "plugin ran out of fuel (limit {limit})"),
-            Exit::MemoryLimit { limit } => {
-                write!(
-                    f,
-                    "plugin exceeded the memory limit of {}",
-                    bytesize::ByteSize(*limit).display().iec()
-                )
-            }
-            Exit::DeadlineExceeded { limit } => {
-                write!(
-                    f,
-                    "plugin exceeded its deadline of {}",
-                    humantime::format_duration(*limit)
-                )
-            }
-            Exit::CpuTimeLimit { limit } => {
-                write!(
-                    f,
-                    "plugin used up its CPU time of {}",
-                    humantime::format_duration(*limit)
-                )
-            }
-            Exit::Trap { message, .. } => write!(f, "plugin trapped: {message}"),
-            Exit::Killed { signal: Some(sig) } => write!(f, "plugin was killed by signal {sig}"),
-            Exit::Killed { signal: None } => write!(f, "plugin was killed by the host"),
-        }
-    }
-}
+pub use sandpipe_proto::stopped::{Exit, Stopped};
 
 /// Errors while loading or starting a plugin.
 #[derive(Debug, Error)]

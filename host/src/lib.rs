@@ -44,6 +44,7 @@
 #![allow(clippy::result_large_err)]
 
 mod cbor_note;
+pub mod driver;
 mod error;
 mod hash_index;
 pub mod lock;
@@ -72,7 +73,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub use error::{Exit, HostError, SessionError};
+pub use error::{Exit, HostError, SessionError, Stopped};
 pub use native::{LANDLOCK_TARGET_ABI, LandlockSupport, StartupGrant, startup_grants};
 pub use policy::{
     Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, ImportPolicy, Policy, Preopen,

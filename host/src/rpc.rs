@@ -2,11 +2,11 @@
 //! [`Session`], driven by `sandpipe_proto::jsonrpc::Peer`.
 //!
 //! ```text
-//!  call() ──► Peer::request ──► SessionWriter::send ──► plugin stdin
-//!  driver task: SessionReader::recv ──► Peer::handle_frame ──► Event
+//!  call() ──► Driver::request(Peer::request) ──► plugin stdin
+//!  Driver reader: frame ──► Peer::handle_frame ──► Event
 //!     Response      ──► the waiting call()
 //!     Request/Notif ──► next_incoming()  (answer requests with respond())
-//!  plugin gone / bad frame ──► Peer::fail_pending(error in the protocol's form) ──► every call()
+//!  plugin gone / bad frame ──► Stopped ──► Peer::fail_pending(jsonrpc::stopped_error) ──► every call()
 //! ```
 //!
 //! Protocol-correct failure: when the sandbox stops the plugin (or the plugin breaks the
@@ -14,16 +14,16 @@
 //! in the dialect's own form — code `-32603` (`internal_error` for Orchard), the reason as the
 //! message, and `{"reason", "exit", "stderr"}` as data — never a hang or "channel closed".
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sandpipe_proto::jsonrpc::{Dialect, ErrorObject, Event, Id, Peer, ProtocolError};
-use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use sandpipe_proto::jsonrpc::{
+    self, Dialect, ErrorCode, ErrorObject, Event, Id, Peer, ProtocolError, REQUEST_CANCELLED,
+};
+use serde_json::Value;
 
-use crate::error::{Exit, SessionError};
-use crate::session::{Session, SessionControl, SessionWriter};
+use crate::driver::{Completion, Driver, Pending, Refused};
+use crate::error::{Exit, Stopped};
+use crate::session::{Session, SessionControl};
 
 /// Why a call did not return a result.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -32,20 +32,20 @@ pub enum RpcError {
     /// The plugin answered with an error (data, not a failure).
     #[error("plugin returned {0}")]
     Remote(ErrorObject),
-    /// The plugin was stopped, exited, or broke the framing or protocol before answering.
-    /// `error` is the protocol's own error form, carrying the reason and stderr tail.
+    /// The plugin was stopped, exited, or broke the framing or protocol before answering (or
+    /// the host gave up waiting). `error` is the protocol's own error form
+    /// ([`jsonrpc::stopped_error`]), built from `stopped`.
     #[error("{}", error.message)]
     Failed {
         /// The error in the dialect's form.
         error: ErrorObject,
-        /// How the plugin ended, if it did.
-        exit: Option<Exit>,
-        /// The plugin's last stderr lines.
-        stderr_tail: Vec<String>,
-        /// True when the plugin broke the framing or the protocol (rather than being stopped
-        /// or exiting).
-        violation: bool,
+        /// Why the plugin will not answer: reason, exit, stderr tail, violation.
+        stopped: Stopped,
     },
+    /// The protocol does not allow the call now (before the handshake, after shutdown, a
+    /// method the provider kind does not have); nothing was sent.
+    #[error("refused by the protocol: {0}")]
+    Refused(ProtocolError),
     /// The call was cancelled locally.
     #[error("request cancelled")]
     Cancelled,
@@ -65,6 +65,7 @@ impl RpcError {
         match self {
             RpcError::Remote(e) | RpcError::Failed { error: e, .. } => e.clone(),
             RpcError::Cancelled => ErrorObject::new(dialect.cancelled(), "request cancelled"),
+            RpcError::Refused(e) => ErrorObject::new(dialect.internal_error(), e.to_string()),
             RpcError::BadResult { method, reason } => ErrorObject::new(
                 dialect.internal_error(),
                 format!("bad result for {method}: {reason}"),
@@ -94,24 +95,12 @@ pub enum Incoming {
     },
 }
 
-type Waiter = oneshot::Sender<Result<Value, RpcError>>;
-
-struct Shared {
-    peer: Peer,
-    waiters: HashMap<Id, Waiter>,
-    /// Set once the plugin is gone: later calls fail at once with it.
-    failed: Option<RpcError>,
-}
-
-/// A JSON-RPC connection to a plugin. Cheap to share behind an `Arc`; calls may run
-/// concurrently (responses are matched by id, in any order).
+/// A JSON-RPC connection to a plugin: the [`Driver`] running a `jsonrpc::Peer`. Cheap to
+/// share behind an `Arc`; calls may run concurrently (responses are matched by id, in any
+/// order).
 pub struct JsonRpcPeer {
     dialect: Dialect,
-    shared: Arc<Mutex<Shared>>,
-    writer: tokio::sync::Mutex<SessionWriter>,
-    control: SessionControl,
-    incoming: tokio::sync::Mutex<mpsc::Receiver<Incoming>>,
-    first_frame: Arc<Mutex<Option<Vec<u8>>>>,
+    driver: Driver<Peer>,
 }
 
 impl std::fmt::Debug for JsonRpcPeer {
@@ -122,12 +111,29 @@ impl std::fmt::Debug for JsonRpcPeer {
     }
 }
 
-/// How many plugin→host requests and notifications may wait unread before the driver stops
-/// reading stdout (backpressure instead of unbounded memory).
-const INCOMING_QUEUE: usize = 256;
+impl RpcError {
+    /// A completion's result: the plugin's answer, or the protocol's error when the plugin
+    /// stopped.
+    fn from_completion(c: Completion<Event>) -> Result<Value, RpcError> {
+        let Event::Response { result, .. } = c.event else {
+            unreachable!("only responses complete requests")
+        };
+        match (result, c.stopped) {
+            (Ok(v), _) => Ok(v),
+            (Err(error), Some(stopped)) => Err(RpcError::Failed { error, stopped }),
+            (Err(error), None) if error.code == ErrorCode::Int(REQUEST_CANCELLED) => {
+                Err(RpcError::Cancelled)
+            }
+            (Err(error), None) => Err(RpcError::Remote(error)),
+        }
+    }
 
-fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
-    shared.lock().unwrap_or_else(|p| p.into_inner())
+    fn stopped(dialect: Dialect, stopped: Stopped) -> Self {
+        RpcError::Failed {
+            error: jsonrpc::stopped_error(dialect, &stopped),
+            stopped,
+        }
+    }
 }
 
 impl JsonRpcPeer {
@@ -138,100 +144,9 @@ impl JsonRpcPeer {
 
     /// Like [`JsonRpcPeer::new`], numbering the host's requests from `first_id`.
     pub fn with_first_id(session: Session, dialect: Dialect, first_id: i64) -> Self {
-        let (writer, mut reader, control) = session.into_split();
-        let shared = Arc::new(Mutex::new(Shared {
-            peer: Peer::with_first_id(dialect, first_id),
-            waiters: HashMap::new(),
-            failed: None,
-        }));
-        let (tx, rx) = mpsc::channel(INCOMING_QUEUE);
-        let first_frame = Arc::new(Mutex::new(None));
-        let driver_shared = shared.clone();
-        let driver_control = control.clone();
-        let driver_first = first_frame.clone();
-        tokio::spawn(async move {
-            let reason: (String, Option<Exit>, bool) = loop {
-                match reader.recv().await {
-                    Ok(Some(frame)) => {
-                        {
-                            let mut first = driver_first.lock().unwrap_or_else(|p| p.into_inner());
-                            if first.is_none() {
-                                *first = Some(frame.to_vec());
-                            }
-                        }
-                        let (events, violation) = {
-                            let mut s = lock(&driver_shared);
-                            let violation = s.peer.handle_frame(&frame).err();
-                            (
-                                std::iter::from_fn(|| s.peer.poll_event()).collect::<Vec<_>>(),
-                                violation,
-                            )
-                        };
-                        for event in events {
-                            dispatch(&driver_shared, &tx, event).await;
-                        }
-                        if let Some(v) = violation {
-                            driver_control.kill();
-                            break (format!("plugin broke the protocol: {v}"), None, true);
-                        }
-                    }
-                    Ok(None) => {
-                        let exit = driver_control.wait().await;
-                        break (exit.to_string(), Some(exit), false);
-                    }
-                    Err(SessionError::BadFrameFromPlugin { error, .. }) => {
-                        // A frame cut off by the plugin's end is that end's casualty: stdout is
-                        // closed, so wait for the exit and report it. Any other bad frame is
-                        // the plugin breaking the framing: stop it.
-                        if let sandpipe_proto::frame::FrameError::Truncated { .. } = error {
-                            let exit = driver_control.wait().await;
-                            break (exit.to_string(), Some(exit), false);
-                        }
-                        driver_control.kill();
-                        let exit = driver_control.wait().await;
-                        break (format!("bad frame from plugin: {error}"), Some(exit), true);
-                    }
-                    Err(e) => {
-                        driver_control.kill();
-                        break (format!("reading plugin output: {e}"), None, true);
-                    }
-                }
-            };
-            let (message, exit, violation) = reason;
-            let exit = match exit {
-                Some(e) => Some(e),
-                None => Some(driver_control.wait().await),
-            };
-            let stderr_tail = driver_control.stderr_tail();
-            let error = stopped_error(dialect, &message, exit.as_ref(), &stderr_tail);
-            let failure = RpcError::Failed {
-                error: error.clone(),
-                exit,
-                stderr_tail,
-                violation,
-            };
-            let events = {
-                let mut s = lock(&driver_shared);
-                s.failed = Some(failure.clone());
-                s.peer.fail_pending(error);
-                std::iter::from_fn(|| s.peer.poll_event()).collect::<Vec<_>>()
-            };
-            for event in events {
-                let Event::Response { id, .. } = event else {
-                    continue;
-                };
-                if let Some(w) = lock(&driver_shared).waiters.remove(&id) {
-                    let _ = w.send(Err(failure.clone()));
-                }
-            }
-        });
         JsonRpcPeer {
             dialect,
-            shared,
-            writer: tokio::sync::Mutex::new(writer),
-            control,
-            incoming: tokio::sync::Mutex::new(rx),
-            first_frame,
+            driver: Driver::new(session, Peer::with_first_id(dialect, first_id)),
         }
     }
 
@@ -242,22 +157,16 @@ impl JsonRpcPeer {
 
     /// The session's control half (exit, kill, stderr tail).
     pub fn control(&self) -> &SessionControl {
-        &self.control
-    }
-
-    /// The first frame the plugin sent, once it has sent one (protocols that check the
-    /// first byte, like the Cairo oracle's `{`, look here).
-    pub fn first_frame(&self) -> Option<Vec<u8>> {
-        self.first_frame
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.driver.control()
     }
 
     /// Call `method` and wait for its result.
     pub async fn call(&self, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
-        let (_, rx) = self.start_call(method, params).await?;
-        rx.await.unwrap_or(Err(RpcError::Cancelled))
+        let (_, pending) = self.start(method, params)?;
+        match pending.wait().await {
+            Ok(c) => RpcError::from_completion(c),
+            Err(stopped) => Err(RpcError::stopped(self.dialect, stopped)),
+        }
     }
 
     /// Call `method` with serializable params and deserialize its result.
@@ -280,174 +189,97 @@ impl JsonRpcPeer {
         })
     }
 
-    /// Call `method` with a deadline: past it, the call fails with the dialect's internal
-    /// error ("request timed out") and a late answer is ignored. The plugin keeps running.
+    /// Call `method` with a deadline: past it, the request is given up (`Peer::cancel`: a
+    /// late answer is ignored) and the call fails as [`RpcError::Failed`] with the dialect's
+    /// internal error, "METHOD got no answer within T". The plugin keeps running.
     pub async fn call_with_timeout(
         &self,
         method: &str,
         params: Option<Value>,
         timeout: Duration,
     ) -> Result<Value, RpcError> {
-        let (id, rx) = self.start_call(method, params).await?;
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(r) => r.unwrap_or(Err(RpcError::Cancelled)),
+        let (id, pending) = self.start(method, params)?;
+        match tokio::time::timeout(timeout, pending.wait()).await {
+            Ok(Ok(c)) => RpcError::from_completion(c),
+            Ok(Err(stopped)) => Err(RpcError::stopped(self.dialect, stopped)),
             Err(_) => {
-                self.cancel(&id);
-                let message = format!(
+                self.driver.act(|peer| peer.cancel(&id));
+                let reason = format!(
                     "{method} got no answer within {}",
                     humantime::format_duration(timeout)
                 );
-                Err(RpcError::Failed {
-                    error: ErrorObject::new(self.dialect.internal_error(), message),
-                    exit: None,
-                    stderr_tail: self.control.stderr_tail(),
-                    violation: false,
-                })
+                let stopped = Stopped::by_host(reason, self.control().stderr_tail());
+                Err(RpcError::stopped(self.dialect, stopped))
             }
         }
     }
 
-    /// Send a request and return its id and the receiver of its result, without waiting.
-    pub async fn start_call(
+    fn start(&self, method: &str, params: Option<Value>) -> Result<(Id, Pending<Event>), RpcError> {
+        let mut id = None;
+        let pending = self
+            .driver
+            .request(|peer| {
+                let key = peer.request(method, params);
+                id = Some(key.clone());
+                Ok::<_, std::convert::Infallible>(key)
+            })
+            .map_err(|refused| match refused {
+                Refused::Stopped(stopped) => RpcError::stopped(self.dialect, stopped),
+                Refused::Machine(never) => match never {},
+            })?;
+        Ok((id.expect("request made"), pending))
+    }
+
+    /// Send a request and return its result when it comes, without waiting here: the
+    /// returned future resolves to what [`call`](Self::call) would.
+    pub fn start_call(
         &self,
         method: &str,
         params: Option<Value>,
-    ) -> Result<(Id, oneshot::Receiver<Result<Value, RpcError>>), RpcError> {
-        let (tx, rx) = oneshot::channel();
-        let (id, frames) = {
-            let mut s = lock(&self.shared);
-            if let Some(f) = &s.failed {
-                return Err(f.clone());
+    ) -> Result<impl Future<Output = Result<Value, RpcError>> + use<>, RpcError> {
+        let (_, pending) = self.start(method, params)?;
+        let dialect = self.dialect;
+        Ok(async move {
+            match pending.wait().await {
+                Ok(c) => RpcError::from_completion(c),
+                Err(stopped) => Err(RpcError::stopped(dialect, stopped)),
             }
-            let id = s.peer.request(method, params);
-            s.waiters.insert(id.clone(), tx);
-            (
-                id,
-                std::iter::from_fn(|| s.peer.poll_transmit()).collect::<Vec<_>>(),
-            )
-        };
-        self.send_frames(frames).await;
-        Ok((id, rx))
-    }
-
-    /// Cancel a pending call locally: its caller gets [`RpcError::Cancelled`] and a late
-    /// answer is ignored. Protocols that tell the plugin (LSP `$/cancelRequest`) also
-    /// [`notify`](Self::notify).
-    pub fn cancel(&self, id: &Id) -> bool {
-        let mut s = lock(&self.shared);
-        if !s.peer.cancel(id) {
-            return false;
-        }
-        while s.peer.poll_event().is_some() {}
-        if let Some(w) = s.waiters.remove(id) {
-            let _ = w.send(Err(RpcError::Cancelled));
-        }
-        true
+        })
     }
 
     /// Send a notification.
-    pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), RpcError> {
-        let frames = {
-            let mut s = lock(&self.shared);
-            if let Some(f) = &s.failed {
-                return Err(f.clone());
-            }
-            s.peer.notify(method, params);
-            std::iter::from_fn(|| s.peer.poll_transmit()).collect::<Vec<_>>()
-        };
-        self.send_frames(frames).await;
+    pub fn notify(&self, method: &str, params: Option<Value>) -> Result<(), RpcError> {
+        if let Some(stopped) = self.driver.stopped() {
+            return Err(RpcError::stopped(self.dialect, stopped));
+        }
+        self.driver.act(|peer| peer.notify(method, params));
         Ok(())
     }
 
     /// The next request or notification from the plugin; `None` once the plugin is gone.
     pub async fn next_incoming(&self) -> Option<Incoming> {
-        self.incoming.lock().await.recv().await
+        loop {
+            match self.driver.next_event().await? {
+                Event::Request { id, method, params } => {
+                    return Some(Incoming::Request { id, method, params });
+                }
+                Event::Notification { method, params } => {
+                    return Some(Incoming::Notification { method, params });
+                }
+                // Responses complete their calls; none is left over.
+                Event::Response { .. } => {}
+            }
+        }
     }
 
     /// Answer a request from the plugin.
-    pub async fn respond(
-        &self,
-        id: Id,
-        result: Result<Value, ErrorObject>,
-    ) -> Result<(), ProtocolError> {
-        let frames = {
-            let mut s = lock(&self.shared);
-            s.peer.respond(id, result)?;
-            std::iter::from_fn(|| s.peer.poll_transmit()).collect::<Vec<_>>()
-        };
-        self.send_frames(frames).await;
-        Ok(())
+    pub fn respond(&self, id: Id, result: Result<Value, ErrorObject>) -> Result<(), ProtocolError> {
+        self.driver.act(|peer| peer.respond(id, result))
     }
 
-    /// Close the plugin's stdin, then as [`Session::shutdown`]: `grace` to exit, SIGTERM
-    /// (native), kill. The driver keeps reading stdout meanwhile.
+    /// Close the plugin's stdin, then as [`Session::shutdown`](crate::Session::shutdown):
+    /// `grace` to exit, SIGTERM (native), kill. The driver keeps reading stdout meanwhile.
     pub async fn shutdown(&self, grace: Duration) -> Exit {
-        self.writer.lock().await.close().await;
-        self.control.wait_or_stop(grace).await
-    }
-
-    /// A write failure means the plugin stopped reading; the driver reports how it ended to
-    /// every pending call, so the error is not repeated here.
-    async fn send_frames(&self, frames: Vec<Vec<u8>>) {
-        let mut w = self.writer.lock().await;
-        for f in frames {
-            if let Err(e) = w.send(&f).await {
-                tracing::debug!("plugin stopped reading stdin: {e}");
-                return;
-            }
-        }
-    }
-}
-
-async fn dispatch(shared: &Arc<Mutex<Shared>>, tx: &mpsc::Sender<Incoming>, event: Event) {
-    match event {
-        Event::Response { id, result, .. } => {
-            if let Some(w) = lock(shared).waiters.remove(&id) {
-                let _ = w.send(result.map_err(RpcError::Remote));
-            }
-        }
-        Event::Request { id, method, params } => {
-            let _ = tx.send(Incoming::Request { id, method, params }).await;
-        }
-        Event::Notification { method, params } => {
-            let _ = tx.send(Incoming::Notification { method, params }).await;
-        }
-    }
-}
-
-/// The error every pending call gets when the plugin is gone: the dialect's internal error,
-/// the reason as message, and the reason, exit and stderr tail as data (Orchard: a detail
-/// string).
-pub fn stopped_error(
-    dialect: Dialect,
-    reason: &str,
-    exit: Option<&Exit>,
-    stderr_tail: &[String],
-) -> ErrorObject {
-    let data = match dialect {
-        Dialect::Orchard => Value::from(stderr_tail.join("\n")),
-        _ => json!({
-            "reason": reason,
-            "exit": exit.map(exit_json),
-            "stderr": stderr_tail,
-        }),
-    };
-    ErrorObject::new(dialect.internal_error(), reason).with_data(data)
-}
-
-/// A machine-readable rendering of an exit.
-pub fn exit_json(exit: &Exit) -> Value {
-    match exit {
-        Exit::Exited(code) => json!({"kind": "exited", "code": code}),
-        Exit::OutOfFuel { limit } => json!({"kind": "out_of_fuel", "limit": limit}),
-        Exit::MemoryLimit { limit } => json!({"kind": "memory_limit", "limit": limit}),
-        Exit::DeadlineExceeded { limit } => {
-            json!({"kind": "deadline_exceeded", "limit_ms": limit.as_millis() as u64})
-        }
-        Exit::CpuTimeLimit { limit } => {
-            json!({"kind": "cpu_time_limit", "limit_ms": limit.as_millis() as u64})
-        }
-        Exit::Trap { message, .. } => json!({"kind": "trap", "message": message}),
-        Exit::Killed { signal } => json!({"kind": "killed", "signal": signal}),
+        self.driver.shutdown(grace).await
     }
 }

@@ -48,9 +48,8 @@ use sandpipe_proto::jsonrpc::{Dialect, ErrorObject, Id, Message};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::error::{Exit, HostError, SessionError};
+use crate::error::{Exit, HostError, SessionError, Stopped};
 use crate::protocols::Protocol;
-use crate::rpc::stopped_error;
 use crate::session::{SessionControl, SessionOptions, SessionWriter};
 use crate::{Host, Plugin, Policy};
 
@@ -290,29 +289,21 @@ impl Rules {
         }
     }
 
-    /// The protocol's error for a request the plugin will not answer.
-    fn error_frame(
-        self,
-        key: &str,
-        method: Option<&str>,
-        reason: &str,
-        exit: Option<&Exit>,
-        tail: &[String],
-    ) -> Vec<u8> {
-        if self.protocol == Protocol::Atp {
-            return atp::Message::Error {
-                run_id: key.to_owned(),
-                error: error_with_tail(reason, tail),
-                step_fatal: true,
-                server_fatal: false,
+    /// The protocol's error for a request the plugin will not answer: each protocol's own
+    /// `stopped_error` in `sandpipe-proto`, with the engine's request id. An ATP run's error is
+    /// not server fatal: the engine's plugin lives on in a fresh instance.
+    fn error_frame(self, key: &str, method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
+        use sandpipe_proto::{denobridge, finecode, jsonrpc, oracle, orchard};
+        let error: ErrorObject = match self.protocol {
+            Protocol::Atp => return atp::stopped_error(key, stopped, false).encode(),
+            Protocol::Orchard => {
+                orchard::stopped_error(method.and_then(orchard::Method::from_name), stopped).into()
             }
-            .encode();
-        }
-        let dialect = self.dialect();
-        let mut error: ErrorObject = stopped_error(dialect, reason, exit, tail);
-        if self.protocol == Protocol::Orchard && method == Some("execute") {
-            error.code = sandpipe_proto::orchard::codes::EXECUTE_FAILED.into();
-        }
+            Protocol::Oracle => oracle::stopped_error(stopped).to_error_object(),
+            Protocol::DenoBridge => denobridge::stopped_error(stopped),
+            Protocol::FineCode => finecode::stopped_error(stopped),
+            Protocol::JsonRpc => jsonrpc::stopped_error(Dialect::JsonRpc2, stopped),
+        };
         let id = serde_json::from_str::<Value>(key)
             .ok()
             .and_then(|v| match v {
@@ -321,15 +312,7 @@ impl Rules {
                 _ => None,
             })
             .unwrap_or(Id::Null);
-        Message::response(id, Err(error)).encode(dialect)
-    }
-}
-
-fn error_with_tail(reason: &str, tail: &[String]) -> String {
-    if tail.is_empty() {
-        reason.to_owned()
-    } else {
-        format!("{reason}; plugin stderr:\n{}", tail.join("\n"))
+        Message::response(id, Err(error)).encode(self.dialect())
     }
 }
 
@@ -798,13 +781,13 @@ impl<'a> Supervisor<'a> {
         to_engine: &mpsc::Sender<Vec<u8>>,
         b: &mut Books,
     ) {
-        let frame = rules.error_frame(
-            &incident.request,
-            incident.method.as_deref(),
-            &incident.reason,
-            incident.exit.as_ref(),
-            tail,
-        );
+        let stopped = Stopped {
+            reason: incident.reason.clone(),
+            exit: incident.exit.clone(),
+            stderr_tail: tail.to_vec(),
+            violation: false,
+        };
+        let frame = rules.error_frame(&incident.request, incident.method.as_deref(), &stopped);
         tracing::debug!(request = %incident.request, reason = %incident.reason, "request failed");
         if let Some(f) = &mut self.on_incident {
             f(&incident);

@@ -165,7 +165,7 @@ impl InvokeError {
                 exit, stderr_tail, ..
             } => json!({
                 "reason": exit.to_string(),
-                "exit": crate::rpc::exit_json(exit),
+                "exit": exit.to_json(),
                 "stderr": stderr_tail,
             }),
             other => json!({ "reason": other.to_string() }),

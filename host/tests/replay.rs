@@ -1,5 +1,6 @@
 //! Record → replay → serve, through the `sandpipe` binary and the host clients.
 
+use sandpipe_proto::denobridge::ProviderKind;
 use std::process::{Command, Output, Stdio};
 
 use sandpipe::protocols::denobridge::DenoBridgeClient;
@@ -282,7 +283,9 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
         .arg("--match")
         .arg("id");
     let session = host.start(&stand_in, &policy, &opts).await.expect("start");
-    let (deno, _health) = DenoBridgeClient::connect(session).await.expect("health");
+    let (deno, _health) = DenoBridgeClient::connect(session, ProviderKind::Resource)
+        .await
+        .expect("health");
     let created = deno
         .create(&sandpipe_proto::denobridge::PropsParams::new(
             json!({"name": "x"}),

@@ -69,6 +69,7 @@ pub use ciborium::Value;
 use thiserror::Error;
 
 use crate::frame::{BytesMut, CborSeq, FrameLimits, Framer};
+use crate::stopped::Stopped;
 
 /// The start item the host sends first (`null`, as the Go engine does).
 pub const START_ITEM: [u8; 1] = [0xf6];
@@ -292,6 +293,19 @@ pub enum Message {
         /// The plugin cannot continue.
         server_fatal: bool,
     },
+}
+
+/// The answer to a run the plugin will never finish: an error message for `run_id`, step
+/// fatal, whose text is [`Stopped::message_with_tail`]. `server_fatal` says whether the
+/// engine's plugin is gone for good (the client machine: true) or lives on in a fresh
+/// instance (the supervisor of `run --protocol atp`: false).
+pub fn stopped_error(run_id: &str, stopped: &Stopped, server_fatal: bool) -> Message {
+    Message::Error {
+        run_id: run_id.to_owned(),
+        error: stopped.message_with_tail(),
+        step_fatal: true,
+        server_fatal,
+    }
 }
 
 impl Message {
@@ -733,19 +747,23 @@ impl AtpClient {
     /// The plugin is gone (crashed, killed, out of limits): every run in flight completes with
     /// an [`ClientEvent::Error`] carrying `reason` and the plugin's last stderr lines, step and
     /// server fatal. The machine accepts no more frames or calls.
-    pub fn fail_pending(&mut self, reason: &str, stderr_tail: &[String]) {
-        let mut error = reason.to_owned();
-        if !stderr_tail.is_empty() {
-            error.push_str("\nstderr:\n");
-            error.push_str(&stderr_tail.join("\n"));
-        }
+    pub fn fail_pending(&mut self, stopped: &Stopped) {
         for run_id in std::mem::take(&mut self.runs) {
-            self.events.push_back(ClientEvent::Error {
+            // The plugin is gone for good: server fatal.
+            if let Message::Error {
                 run_id,
-                error: error.clone(),
-                step_fatal: true,
-                server_fatal: true,
-            });
+                error,
+                step_fatal,
+                server_fatal,
+            } = stopped_error(&run_id, stopped, true)
+            {
+                self.events.push_back(ClientEvent::Error {
+                    run_id,
+                    error,
+                    step_fatal,
+                    server_fatal,
+                });
+            }
         }
         self.v1_run = None;
         self.transmit.clear();
@@ -1224,7 +1242,7 @@ pub fn fuzz(data: &[u8]) {
             while client.poll_event().is_some() {}
         }
         let _ = client.client_done();
-        client.fail_pending("gone", &["tail".into()]);
+        client.fail_pending(&Stopped::by_host("gone", vec!["tail".into()]));
         let _ = server.error("r", "e", true, true);
     }
     let _ = diagnostic_frame(data);

@@ -34,6 +34,8 @@ pub mod finecode;
 pub mod frame;
 pub mod fuzz;
 pub mod jsonrpc;
+pub mod machine;
 pub mod oracle;
 pub mod orchard;
+pub mod stopped;
 pub mod transcript;

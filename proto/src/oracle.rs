@@ -81,6 +81,7 @@ use serde_json::{Value, json};
 use thiserror::Error;
 
 use crate::jsonrpc::{Dialect, ErrorCode, ErrorObject, Event, Id, Message, Peer, ProtocolError};
+use crate::stopped::Stopped;
 
 pub mod wasm;
 
@@ -350,9 +351,11 @@ pub struct OracleError {
     pub code: ErrorCode,
     /// The message.
     pub message: String,
-    /// JSON-RPC `data`; for host-made errors `{"reason": …}` plus `"stderr"` from
-    /// [`OracleClient::fail_pending`].
+    /// JSON-RPC `data`; for host-made errors `{"reason", "exit", "stderr"}`
+    /// ([`stopped_error`]).
     pub data: Option<Value>,
+    /// Why the plugin will never answer, when that is what this error says ([`stopped_error`]).
+    pub stopped: Option<Stopped>,
 }
 
 impl OracleError {
@@ -362,6 +365,7 @@ impl OracleError {
             code: e.code,
             message: e.message,
             data: e.data,
+            stopped: None,
         }
     }
 
@@ -371,6 +375,7 @@ impl OracleError {
             code: DIALECT.internal_error(),
             message,
             data: Some(data),
+            stopped: None,
         }
     }
 
@@ -381,6 +386,19 @@ impl OracleError {
             message: self.message.clone(),
             data: self.data.clone(),
         }
+    }
+}
+
+/// The answer to an invoke the plugin will never answer: a host-made [`OracleError`]
+/// (`-32603`), message `oracle failed: REASON`, data [`Stopped::to_json`].
+pub fn stopped_error(stopped: &Stopped) -> OracleError {
+    OracleError {
+        stopped: Some(stopped.clone()),
+        ..OracleError::local(
+            ErrorOrigin::Host,
+            format!("oracle failed: {}", stopped.reason),
+            stopped.to_json(),
+        )
     }
 }
 
@@ -592,7 +610,10 @@ impl OracleClient {
             }
             ClientState::AwaitingReady => {}
             ClientState::Idle | ClientState::Invoking => {
-                self.fail_in_flight("oracle was shut down before it answered", &[]);
+                self.fail_in_flight(&Stopped::by_host(
+                    "oracle was shut down before it answered",
+                    Vec::new(),
+                ));
                 self.peer.notify("shutdown", None);
             }
         }
@@ -601,23 +622,17 @@ impl OracleClient {
     }
 
     /// The plugin is gone (it exited, trapped, ran out of fuel, or missed a deadline):
-    /// complete the invoke in flight, if any, with an [`OracleError`] whose message names
-    /// `reason` and whose data is `{"reason": reason, "stderr": stderr_tail}`, and close the
-    /// client.
-    pub fn fail_pending(&mut self, reason: &str, stderr_tail: &[String]) {
-        self.fail_in_flight(reason, stderr_tail);
+    /// complete the invoke in flight, if any, with [`stopped_error`], and close the client.
+    pub fn fail_pending(&mut self, stopped: &Stopped) {
+        self.fail_in_flight(stopped);
         self.state = ClientState::Closed;
     }
 
-    fn fail_in_flight(&mut self, reason: &str, stderr_tail: &[String]) {
+    fn fail_in_flight(&mut self, stopped: &Stopped) {
         let Some((id, selector)) = self.in_flight.take() else {
             return;
         };
-        let error = OracleError::local(
-            ErrorOrigin::Host,
-            format!("oracle failed: {reason}"),
-            json!({ "reason": reason, "stderr": stderr_tail }),
-        );
+        let error = stopped_error(stopped);
         // Forget the request in the peer too, so nothing stays pending there.
         self.peer.fail_pending(error.to_error_object());
         while self.peer.poll_event().is_some() {}
@@ -955,7 +970,7 @@ fn fuzz_client(lines: &[&[u8]]) {
         }
     }
     let before = client.state();
-    client.fail_pending("plugin exited", &["tail".to_owned()]);
+    client.fail_pending(&Stopped::by_host("plugin exited", vec!["tail".to_owned()]));
     client_events(&mut client, before, &mut in_flight, &mut completed);
     assert_eq!(client.state(), ClientState::Closed);
     assert_eq!(issued, completed, "every invoke completes exactly once");
@@ -1278,6 +1293,7 @@ mod tests {
                         code: e.code,
                         message: e.message,
                         data: e.data,
+                        stopped: None,
                     })
                 ),
             }
@@ -1610,10 +1626,10 @@ mod tests {
     fn fail_pending_carries_reason_and_stderr() {
         let mut p = Pair::ready();
         let id = p.host.invoke("sqrt", &[felt(4)]).expect("idle");
-        p.host.fail_pending(
-            "plugin ran out of fuel",
-            &["line 1".to_owned(), "line 2".to_owned()],
-        );
+        p.host.fail_pending(&Stopped::ended(
+            crate::stopped::Exit::OutOfFuel { limit: 9 },
+            vec!["line 1".to_owned(), "line 2".to_owned()],
+        ));
         assert_eq!(
             p.host_events(),
             vec![ClientEvent::Invoked {
@@ -1622,17 +1638,22 @@ mod tests {
                 result: Err(OracleError {
                     origin: ErrorOrigin::Host,
                     code: ErrorCode::Int(-32603),
-                    message: "oracle failed: plugin ran out of fuel".into(),
+                    message: "oracle failed: plugin ran out of fuel (limit 9)".into(),
                     data: Some(json!({
-                        "reason": "plugin ran out of fuel",
+                        "reason": "plugin ran out of fuel (limit 9)",
+                        "exit": {"kind": "out_of_fuel", "limit": 9},
                         "stderr": ["line 1", "line 2"]
                     })),
+                    stopped: Some(Stopped::ended(
+                        crate::stopped::Exit::OutOfFuel { limit: 9 },
+                        vec!["line 1".to_owned(), "line 2".to_owned()],
+                    )),
                 })
             }]
         );
         assert_eq!(p.host.state(), ClientState::Closed);
         // Nothing in flight: no event, still closed.
-        p.host.fail_pending("again", &[]);
+        p.host.fail_pending(&Stopped::by_host("again", Vec::new()));
         assert!(p.host_events().is_empty());
     }
 

@@ -67,6 +67,7 @@ use serde_json::{Map, json};
 use thiserror::Error;
 
 use crate::jsonrpc::{Dialect, ErrorCode, ErrorObject, Event, Id, Message, Peer, ProtocolError};
+use crate::stopped::Stopped;
 
 /// The only protocol version there is; a schema advertising anything else is refused.
 pub const PROTOCOL_VERSION: &str = "1";
@@ -350,6 +351,17 @@ impl fmt::Display for Method {
     }
 }
 
+/// The answer to a call the provider will never answer: `execute_failed` for an `execute`,
+/// `internal_error` otherwise (and when the method is not known), the reason as message and
+/// the stderr tail, joined with newlines, as detail.
+pub fn stopped_error(method: Option<Method>, stopped: &Stopped) -> ProviderError {
+    let code = match method {
+        Some(Method::Execute) => codes::EXECUTE_FAILED,
+        _ => codes::INTERNAL_ERROR,
+    };
+    ProviderError::new(code, stopped.reason.clone()).with_detail(stopped.stderr_tail.join("\n"))
+}
+
 /// Why a call did not produce its result.
 #[derive(Debug, Clone, PartialEq, Error)]
 #[non_exhaustive]
@@ -587,12 +599,12 @@ impl Client {
     }
 
     /// The provider is gone (crashed, killed, out of fuel): complete every call in flight with
-    /// an Orchard error — `execute_failed` for executes, `internal_error` otherwise — whose
-    /// message is `reason` and whose detail is `stderr_tail` joined with newlines.
-    pub fn fail_pending(&mut self, reason: &str, stderr_tail: &[String]) {
-        self.peer
-            .fail_pending(ErrorObject::new(codes::INTERNAL_ERROR, reason));
-        let detail = stderr_tail.join("\n");
+    /// [`stopped_error`].
+    pub fn fail_pending(&mut self, stopped: &Stopped) {
+        self.peer.fail_pending(ErrorObject::new(
+            codes::INTERNAL_ERROR,
+            stopped.reason.clone(),
+        ));
         while let Some(ev) = self.peer.poll_event() {
             let Event::Response { id, .. } = ev else {
                 continue;
@@ -600,12 +612,7 @@ impl Client {
             let Some(call) = self.calls.remove(&id) else {
                 continue;
             };
-            let code = match call.method {
-                Method::Execute => codes::EXECUTE_FAILED,
-                _ => codes::INTERNAL_ERROR,
-            };
-            let error =
-                CallError::Provider(ProviderError::new(code, reason).with_detail(detail.clone()));
+            let error = CallError::Provider(stopped_error(Some(call.method), stopped));
             // An error answer always fits.
             let _ = self.complete(id, call, Err(error));
         }
@@ -1293,7 +1300,10 @@ fn fuzz_client(epoch: Instant, lines: &[&[u8]]) {
         issued += 1;
         client_frames(&mut client);
     }
-    client.fail_pending("provider exited", &["tail".to_owned()]);
+    client.fail_pending(&Stopped::by_host(
+        "provider exited",
+        vec!["tail".to_owned()],
+    ));
     client_events(epoch, &mut client, &mut calls, &mut completed);
     assert!(calls.is_empty(), "calls without an outcome: {calls:?}");
     assert_eq!(issued, completed, "every call completes exactly once");
@@ -1413,7 +1423,8 @@ pub fn fuzz_pair(epoch: Instant, data: &[u8]) {
             }
             _ => {
                 pair.dead = true;
-                pair.host.fail_pending("provider exited", &[]);
+                pair.host
+                    .fail_pending(&Stopped::by_host("provider exited", Vec::new()));
                 pair.check();
                 assert!(pair.calls.is_empty(), "fail_pending left calls open");
                 assert_eq!(pair.host.state(), ClientState::Closed);
@@ -2037,7 +2048,7 @@ mod tests {
             "panicked at src/lib.rs".to_owned(),
             "note: backtrace".to_owned(),
         ];
-        c.fail_pending("plugin trapped", &tail);
+        c.fail_pending(&Stopped::by_host("plugin trapped", tail));
         let detail = "panicked at src/lib.rs\nnote: backtrace";
         assert_eq!(
             client_events(&mut c),
@@ -2061,7 +2072,7 @@ mod tests {
         // A describe in flight gets internal_error.
         let mut c = Client::new();
         c.describe(Instant::now(), DESCRIBE_TIMEOUT).expect("start");
-        c.fail_pending("exited with code 2", &[]);
+        c.fail_pending(&Stopped::by_host("exited with code 2", Vec::new()));
         assert!(matches!(
             &client_events(&mut c)[..],
             [ClientEvent::Described { result: Err(CallError::Provider(e)), .. }] if e.code == codes::INTERNAL_ERROR && e.detail.as_deref() == Some("")

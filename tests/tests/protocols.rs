@@ -4,6 +4,7 @@
 
 mod common;
 
+use sandpipe_proto::denobridge::ProviderKind;
 use std::time::Duration;
 
 use sandpipe::protocols::denobridge::DenoBridgeClient;
@@ -64,7 +65,9 @@ async fn denobridge_stopped_with_two_requests_pending_fails_both_with_json_rpc_e
     let host = Host::with_cache_dir(None).expect("host");
     for (target, how, policy, reason) in stops() {
         let session = start(&host, "denobridge-hog", target, &policy).await;
-        let (client, _health) = DenoBridgeClient::connect(session).await.expect("health");
+        let (client, _health) = DenoBridgeClient::connect(session, ProviderKind::Resource)
+            .await
+            .expect("health");
         let held = sandpipe_proto::denobridge::PropsParams::new(json!({"defer": true}));
         let hog = sandpipe_proto::denobridge::PropsParams::new(json!({"hog": how}));
         // The first is held by the plugin until the second is answered; the second never is.
@@ -74,12 +77,8 @@ async fn denobridge_stopped_with_two_requests_pending_fails_both_with_json_rpc_e
         });
         for (which, result) in [("held", first), ("hog", second)] {
             match result {
-                Err(RpcError::Failed {
-                    error,
-                    stderr_tail,
-                    violation: false,
-                    ..
-                }) => {
+                Err(RpcError::Failed { error, stopped }) if !stopped.violation => {
+                    let stderr_tail = stopped.stderr_tail;
                     assert_eq!(
                         error.code,
                         ErrorCode::Int(INTERNAL_ERROR),
@@ -176,12 +175,8 @@ async fn text_before_the_first_frame_is_quoted_in_the_error() {
         assert!(err.message.contains(quoted), "{target:?}: {}", err.message);
 
         let session = start(&host, "denobridge-hog", target, &policy).await;
-        match DenoBridgeClient::connect(session).await {
-            Err(RpcError::Failed {
-                error,
-                violation: true,
-                ..
-            }) => {
+        match DenoBridgeClient::connect(session, ProviderKind::Resource).await {
+            Err(RpcError::Failed { error, stopped }) if stopped.violation => {
                 assert!(
                     error.message.contains(quoted),
                     "{target:?}: {}",

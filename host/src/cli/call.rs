@@ -113,7 +113,7 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
                             sandpipe_proto::jsonrpc::METHOD_NOT_FOUND,
                             format!("sandpipe call does not serve {method}"),
                         );
-                        let _ = server.respond(id, Err(error)).await;
+                        let _ = server.respond(id, Err(error));
                     }
                 }
             });
@@ -125,7 +125,8 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
             call_oracle(session, &args.method, &calldata, args.grace).await
         }
         Protocol::DenoBridge => {
-            let (client, health) = match DenoBridgeClient::connect(session).await {
+            let kind = denobridge_kind(&args.method);
+            let (client, health) = match DenoBridgeClient::connect(session, kind).await {
                 Ok(ok) => ok,
                 Err(e) => return Ok(report_rpc(Protocol::DenoBridge, &e)),
             };
@@ -135,7 +136,7 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
                     reason: e.to_string(),
                 })
             } else {
-                client.rpc().call(&args.method, params).await
+                client.call_value(&args.method, params).await
             };
             finish_rpc(
                 Protocol::DenoBridge,
@@ -339,7 +340,7 @@ async fn call_oracle(
         Err(e) => return Ok(report_oracle(&e, None)),
     };
     let result = client.invoke(selector, calldata).await;
-    let exit_now = client.session().control().try_exit();
+    let exit_now = client.control().try_exit();
     let exit = client.shutdown(grace).await;
     match result {
         Ok(felts) => {
@@ -400,14 +401,25 @@ pub(crate) fn report_rpc(protocol: Protocol, e: &RpcError) -> i32 {
     }
     match e {
         RpcError::Remote(_) | RpcError::Cancelled => 1,
+        RpcError::Refused(_) => exit_code::HOST_ERROR,
         RpcError::BadResult { .. } => exit_code::BAD_FRAME,
-        RpcError::Failed {
-            violation: true, ..
-        } => exit_code::BAD_FRAME,
-        RpcError::Failed {
-            exit: Some(exit), ..
-        } if status_for(exit) != 0 => status_for(exit),
-        // Exited 0 (or unknown) with the call unanswered is a protocol failure too.
-        RpcError::Failed { .. } => exit_code::BAD_FRAME,
+        RpcError::Failed { stopped, .. } if stopped.violation => exit_code::BAD_FRAME,
+        RpcError::Failed { stopped, .. } => match &stopped.exit {
+            Some(exit) if status_for(exit) != 0 => status_for(exit),
+            // Exited 0 (or unknown) with the call unanswered is a protocol failure too.
+            _ => exit_code::BAD_FRAME,
+        },
+    }
+}
+
+/// The denobridge provider kind a `call` of `method` speaks to: the kind that has the method
+/// (`read` is a resource's; `health` any kind's). A data source's `read` is not callable
+/// from `sandpipe call`.
+fn denobridge_kind(method: &str) -> sandpipe_proto::denobridge::ProviderKind {
+    use sandpipe_proto::denobridge::ProviderKind;
+    match method {
+        "open" | "renew" | "close" => ProviderKind::Ephemeral,
+        "invoke" => ProviderKind::Action,
+        _ => ProviderKind::Resource,
     }
 }

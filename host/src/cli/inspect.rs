@@ -138,7 +138,12 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
             }
             Protocol::DenoBridge => {
                 let session = host.start(&plugin, &policy, &options).await?;
-                match DenoBridgeClient::connect(session).await {
+                match DenoBridgeClient::connect(
+                    session,
+                    sandpipe_proto::denobridge::ProviderKind::Resource,
+                )
+                .await
+                {
                     Ok((client, health)) => {
                         let _ = client.shutdown(grace).await;
                         serde_json::to_value(health)

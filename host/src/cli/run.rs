@@ -347,6 +347,7 @@ pub(crate) fn status_for(exit: &Exit) -> i32 {
         Exit::Trap { .. } => exit_code::TRAP,
         Exit::Killed { signal: Some(sig) } => 128 + sig,
         Exit::Killed { signal: None } => exit_code::KILLED,
+        _ => exit_code::KILLED,
     }
 }
 

@@ -467,7 +467,12 @@ async fn drive(mut reader: SessionReader, control: SessionControl, shared: Arc<M
             violation,
         };
         s.failed = Some(failure.clone());
-        s.machine.fail_pending(&reason, &stderr_tail);
+        s.machine.fail_pending(&crate::error::Stopped {
+            reason: reason.clone(),
+            exit: Some(exit.clone()),
+            stderr_tail: stderr_tail.clone(),
+            violation,
+        });
         if let Some(hello) = s.hello.take() {
             let _ = hello.send(Err(failure.clone()));
         }

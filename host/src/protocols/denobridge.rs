@@ -1,179 +1,213 @@
 //! terraform-provider-denobridge, host side: `health` first, then the provider kind's calls,
-//! several in flight at once (answers may come back in any order), `shutdown` last.
+//! several in flight at once (answers may come back in any order), `shutdown` last. The rules
+//! are the machine's (`sandpipe_proto::denobridge::Client`: health first, only the kind's
+//! methods, typed results); the [`Driver`] runs it.
 
 use std::time::Duration;
 
 use sandpipe_proto::denobridge::{
-    self as proto, CreateResult, DataResult, DeleteParams, DoneResult, HealthResult, Method,
-    ModifyPlanParams, ModifyPlanResult, OpenResult, PrivateParams, PropsParams, ReadParams,
-    ReadResult, RenewResult, UpdateParams, UpdateResult,
+    self as proto, ClientEvent, CreateResult, DataResult, DeleteParams, DoneResult, HealthResult,
+    Method, ModifyPlanParams, ModifyPlanResult, OpenResult, PrivateParams, PropsParams,
+    ProviderKind, ReadParams, ReadResult, RenewResult, Request, Response, UpdateParams,
+    UpdateResult,
 };
-use sandpipe_proto::jsonrpc::{Dialect, INTERNAL_ERROR};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use sandpipe_proto::jsonrpc::{self, ErrorCode, INTERNAL_ERROR, REQUEST_CANCELLED};
+use serde_json::Value;
 
-use crate::error::Exit;
-use crate::rpc::{Incoming, JsonRpcPeer, RpcError};
-use crate::session::Session;
+use crate::driver::{Completion, Driver, Refused};
+use crate::error::{Exit, Stopped};
+use crate::rpc::RpcError;
+use crate::session::{Session, SessionControl};
 
-/// A denobridge provider plugin. Calls may run concurrently (`&self`).
+/// A denobridge provider plugin of one [`ProviderKind`]. Calls may run concurrently (`&self`).
 #[derive(Debug)]
 pub struct DenoBridgeClient {
-    rpc: JsonRpcPeer,
+    driver: Driver<proto::Client>,
+}
+
+/// Pick the typed result out of a response, or say what came instead.
+macro_rules! expect {
+    ($response:expr, $variant:ident) => {
+        match $response {
+            Response::$variant(r) => Ok(r),
+            other => Err(RpcError::BadResult {
+                method: other.method().name().into(),
+                reason: format!("unexpected {:?} result", other.method()),
+            }),
+        }
+    };
 }
 
 impl DenoBridgeClient {
-    /// Take over `session` and check the provider's health, as the Go host does first.
-    pub async fn connect(session: Session) -> Result<(Self, HealthResult), RpcError> {
+    /// Take over `session`, call `health` (the protocol's first call) and return its result.
+    pub async fn connect(
+        session: Session,
+        kind: ProviderKind,
+    ) -> Result<(Self, HealthResult), RpcError> {
         let client = DenoBridgeClient {
-            rpc: JsonRpcPeer::new(session, Dialect::JsonRpc2),
+            driver: Driver::new(session, proto::Client::new(kind)),
         };
-        let health = client
-            .call::<(), HealthResult>(Method::Health, None)
-            .await?;
-        Ok((client, health))
+        let health = client.call(proto::Client::health).await?;
+        Ok((client, expect!(health, Health)?))
     }
 
-    /// The underlying JSON-RPC connection (for calls this client does not type).
-    pub fn rpc(&self) -> &JsonRpcPeer {
-        &self.rpc
+    /// The provider kind.
+    pub fn kind(&self) -> ProviderKind {
+        self.driver.inspect(proto::Client::kind)
+    }
+
+    /// The session's control half (exit, kill, stderr tail).
+    pub fn control(&self) -> &SessionControl {
+        self.driver.control()
     }
 
     /// Resource `create`.
     pub async fn create(&self, params: &PropsParams) -> Result<CreateResult, RpcError> {
-        self.call(Method::Create, Some(params)).await
+        expect!(self.call(|m| m.create(params.clone())).await?, Create)
     }
-    /// Resource `read` (`ReadResult::Gone` when it no longer exists).
+    /// Resource `read`.
     pub async fn read(&self, params: &ReadParams) -> Result<ReadResult, RpcError> {
-        self.call(Method::Read, Some(params)).await
+        expect!(self.call(|m| m.read(params.clone())).await?, ReadResource)
     }
     /// Resource `update`.
     pub async fn update(&self, params: &UpdateParams) -> Result<UpdateResult, RpcError> {
-        self.call(Method::Update, Some(params)).await
+        expect!(self.call(|m| m.update(params.clone())).await?, Update)
     }
     /// Resource `delete`.
     pub async fn delete(&self, params: &DeleteParams) -> Result<DoneResult, RpcError> {
-        self.call(Method::Delete, Some(params)).await
+        expect!(self.call(|m| m.delete(params.clone())).await?, Delete)
     }
-    /// Resource `modifyPlan`.
+    /// Resource `modifyPlan` (optional: a plugin without it answers `-32601`).
     pub async fn modify_plan(
         &self,
         params: &ModifyPlanParams,
     ) -> Result<ModifyPlanResult, RpcError> {
-        self.call(Method::ModifyPlan, Some(params)).await
+        expect!(
+            self.call(|m| m.modify_plan(params.clone())).await?,
+            ModifyPlan
+        )
     }
     /// Data source `read`.
     pub async fn read_data(&self, params: &PropsParams) -> Result<DataResult, RpcError> {
-        self.call(Method::Read, Some(params)).await
+        expect!(self.call(|m| m.read_data(params.clone())).await?, ReadData)
     }
     /// Ephemeral `open`.
     pub async fn open(&self, params: &PropsParams) -> Result<OpenResult, RpcError> {
-        self.call(Method::Open, Some(params)).await
+        expect!(self.call(|m| m.open(params.clone())).await?, Open)
     }
     /// Ephemeral `renew`.
     pub async fn renew(&self, params: &PrivateParams) -> Result<RenewResult, RpcError> {
-        self.call(Method::Renew, Some(params)).await
+        expect!(self.call(|m| m.renew(params.clone())).await?, Renew)
     }
     /// Ephemeral `close`.
     pub async fn close(&self, params: &PrivateParams) -> Result<DoneResult, RpcError> {
-        self.call(Method::Close, Some(params)).await
+        expect!(self.call(|m| m.close(params.clone())).await?, Close)
     }
 
-    /// Action `invoke`; each `invokeProgress` message the plugin sends meanwhile is passed to
-    /// `progress`.
+    /// Action `invoke`: `progress` gets each `invokeProgress` message as it arrives.
     pub async fn invoke(
         &self,
         params: &PropsParams,
         mut progress: impl FnMut(String),
     ) -> Result<DoneResult, RpcError> {
-        let value = serde_json::to_value(params).map_err(|e| RpcError::BadResult {
-            method: "invoke".into(),
-            reason: e.to_string(),
-        })?;
-        let (_, mut rx) = self
-            .rpc
-            .start_call(Method::Invoke.name(), Some(value))
-            .await?;
-        let result = loop {
+        let pending = self
+            .driver
+            .request(|m| m.invoke(params.clone()))
+            .map_err(refused)?;
+        let mut done = std::pin::pin!(pending.wait());
+        let completion = loop {
             tokio::select! {
-                r = &mut rx => break r.unwrap_or(Err(RpcError::Cancelled)),
-                incoming = self.rpc.next_incoming() => match incoming {
-                    Some(Incoming::Notification { method, params }) if method == proto::INVOKE_PROGRESS => {
-                        let message = params.as_ref().and_then(|p| p.get("message")).and_then(|m| m.as_str());
-                        progress(message.unwrap_or_default().to_owned());
-                    }
-                    Some(Incoming::Request { id, method, .. }) => {
-                        let error = sandpipe_proto::jsonrpc::ErrorObject::new(
-                            sandpipe_proto::jsonrpc::METHOD_NOT_FOUND,
-                            format!("the host does not serve {method}"),
-                        );
-                        let _ = self.rpc.respond(id, Err(error)).await;
-                    }
-                    Some(Incoming::Notification { .. }) => {}
-                    None => {
-                        // The plugin is gone: the pending call is failed by the driver.
-                        break rx.await.unwrap_or(Err(RpcError::Cancelled));
-                    }
+                c = &mut done => break c,
+                event = self.driver.next_event() => match event {
+                    Some(ClientEvent::Progress { progress: p, .. }) => progress(p.message),
+                    Some(_) => {}
+                    // The plugin is gone: the stop completes the invoke.
+                    None => break done.await,
                 },
             }
         };
-        let value = self.finish(Method::Invoke, result)?;
-        serde_json::from_value(value).map_err(|e| RpcError::BadResult {
-            method: "invoke".into(),
-            reason: e.to_string(),
-        })
+        let response = self.finish(completion)?;
+        expect!(response, Invoke)
     }
 
-    /// End the session the way the Go host does: a `shutdown` notification, then close stdin
-    /// and give the plugin `grace` to exit.
+    /// Any handler call by method name with JSON params, the result as JSON (`sandpipe
+    /// call`). `health` answers from a fresh call.
+    pub async fn call_value(&self, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
+        let kind = self.kind();
+        let bad = |reason: String| RpcError::BadResult {
+            method: method.to_owned(),
+            reason,
+        };
+        let response = match Method::parse(kind, method) {
+            Some(Method::Health) => self.call(proto::Client::health).await?,
+            Some(m) if m != Method::Shutdown => {
+                let request = Request::decode(kind, m, params.unwrap_or(Value::Null))
+                    .map_err(|e| bad(format!("params do not fit: {e}")))?;
+                self.call(|c| c.request(request)).await?
+            }
+            _ => {
+                return Err(bad(format!(
+                    "{} providers have no method {method}",
+                    kind.describe()
+                )));
+            }
+        };
+        response.encode().map_err(|e| bad(e.to_string()))
+    }
+
+    /// `shutdown` as the real Go host sends it (a notification), then close stdin and give the
+    /// plugin `grace` to exit (see [`DenoBridgeClient::shutdown_request`] for the request form).
     pub async fn shutdown(self, grace: Duration) -> Exit {
-        let _ = self.rpc.notify(Method::Shutdown.name(), None).await;
-        self.rpc.shutdown(grace).await
+        let _ = self.driver.act(proto::Client::shutdown_notify);
+        self.driver.shutdown(grace).await
     }
 
-    /// The request form of `shutdown` the guide shows: wait for its answer, then as
+    /// `shutdown` as the guide shows it: a request, answered `{}`; then as
     /// [`DenoBridgeClient::shutdown`].
     pub async fn shutdown_request(self, grace: Duration) -> Exit {
-        let _ = self.rpc.call(Method::Shutdown.name(), None).await;
-        self.rpc.shutdown(grace).await
+        let _ = self.call(proto::Client::shutdown_request).await;
+        self.driver.shutdown(grace).await
     }
 
-    async fn call<P: Serialize, R: DeserializeOwned>(
+    async fn call(
         &self,
-        method: Method,
-        params: Option<&P>,
-    ) -> Result<R, RpcError> {
-        let result =
-            self.rpc
-                .call(
-                    method.name(),
-                    params.map(serde_json::to_value).transpose().map_err(|e| {
-                        RpcError::BadResult {
-                            method: method.name().into(),
-                            reason: e.to_string(),
-                        }
-                    })?,
-                )
-                .await;
-        let value = self.finish(method, result)?;
-        serde_json::from_value(value).map_err(|e| RpcError::BadResult {
-            method: method.name().into(),
-            reason: e.to_string(),
-        })
+        make: impl FnOnce(&mut proto::Client) -> Result<jsonrpc::Id, jsonrpc::ProtocolError>,
+    ) -> Result<Response, RpcError> {
+        let pending = self.driver.request(make).map_err(refused)?;
+        self.finish(pending.wait().await)
     }
 
-    /// A bare `-32603 Internal error` carries its detail only on stderr: attach the tail.
-    fn finish<T>(&self, _method: Method, result: Result<T, RpcError>) -> Result<T, RpcError> {
-        match result {
-            Err(RpcError::Remote(e))
-                if e.code == sandpipe_proto::jsonrpc::ErrorCode::Int(INTERNAL_ERROR) =>
-            {
-                Err(RpcError::Remote(proto::with_stderr(
-                    e,
-                    &self.rpc.control().stderr_tail(),
-                )))
+    /// A completion as the caller's result. A plugin's bare `-32603` gets its stderr tail
+    /// attached ([`proto::with_stderr`]), since such a plugin writes the detail there.
+    fn finish(&self, c: Result<Completion<ClientEvent>, Stopped>) -> Result<Response, RpcError> {
+        let c = c.map_err(stopped)?;
+        let ClientEvent::Response { result, .. } = c.event else {
+            unreachable!("only responses complete requests")
+        };
+        match (result, c.stopped) {
+            (Ok(r), _) => Ok(r),
+            (Err(error), Some(stopped)) => Err(RpcError::Failed { error, stopped }),
+            (Err(e), None) if e.code == ErrorCode::Int(REQUEST_CANCELLED) => {
+                Err(RpcError::Cancelled)
             }
-            other => other,
+            (Err(e), None) if e.code == ErrorCode::Int(INTERNAL_ERROR) => Err(RpcError::Remote(
+                proto::with_stderr(e, &self.control().stderr_tail()),
+            )),
+            (Err(e), None) => Err(RpcError::Remote(e)),
         }
+    }
+}
+
+fn stopped(s: Stopped) -> RpcError {
+    RpcError::Failed {
+        error: proto::stopped_error(&s),
+        stopped: s,
+    }
+}
+
+fn refused(r: Refused<jsonrpc::ProtocolError>) -> RpcError {
+    match r {
+        Refused::Stopped(s) => stopped(s),
+        Refused::Machine(e) => RpcError::Refused(e),
     }
 }

@@ -780,15 +780,20 @@ async fn drive(
         None => control.wait().await,
     };
     let stderr_tail = control.stderr_tail();
-    let mut s = lock(&shared);
-    s.failed = Some(FineCodeFailure::Stopped {
-        error: ErrorObject::new(INTERNAL_ERROR, reason.as_str())
-            .with_data(json!({"reason": reason, "stderr": stderr_tail})),
-        exit: Some(exit),
+    let stopped = crate::error::Stopped {
+        reason,
+        exit: Some(exit.clone()),
         stderr_tail: stderr_tail.clone(),
         violation,
+    };
+    let mut s = lock(&shared);
+    s.failed = Some(FineCodeFailure::Stopped {
+        error: sandpipe_proto::finecode::stopped_error(&stopped),
+        exit: Some(exit),
+        stderr_tail,
+        violation,
     });
-    s.client.fail_pending(&reason, &stderr_tail);
+    s.client.fail_pending(&stopped);
     // Only completions come out of fail_pending.
     drop(s.settle());
     s.progress.clear();

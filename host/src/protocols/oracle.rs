@@ -1,41 +1,33 @@
 //! The Cairo oracle `stdio:` protocol, host side: wait for `ready`, ack it, `invoke` one
-//! selector at a time, `shutdown`.
+//! selector at a time, `shutdown`. The machine (`sandpipe_proto::oracle::OracleClient`) holds
+//! the rules (the first byte `{`, one invoke at a time, a result is an array of felts); the
+//! [`Driver`] runs it.
 
 use std::time::Duration;
 
 use sandpipe_proto::oracle::{self as machine, ClientEvent, ErrorOrigin, Felt, OracleError};
-use serde_json::json;
 
-use crate::error::{Exit, SessionError};
-use crate::session::Session;
+use crate::driver::{Driver, Refused};
+use crate::error::{Exit, Stopped};
+use crate::session::{Session, SessionControl};
 
 /// An oracle process after its handshake. Invocations are sequential by construction
 /// (`invoke` takes `&mut self`), as the protocol requires.
 #[derive(Debug)]
 pub struct OracleClient {
-    session: Session,
-    machine: machine::OracleClient,
-    first_frame_seen: bool,
+    driver: Driver<machine::OracleClient>,
 }
 
 impl OracleClient {
-    /// Wait for the plugin's `ready` request and acknowledge it. The first byte the plugin
-    /// writes must be `{`, as the real executor checks.
+    /// Wait for the plugin's `ready` request (the machine acknowledges it). The first byte the
+    /// plugin writes must be `{`, as the real executor checks.
     pub async fn connect(session: Session) -> Result<Self, OracleError> {
-        let mut client = OracleClient {
-            session,
-            machine: machine::OracleClient::new(),
-            first_frame_seen: false,
-        };
+        let driver = Driver::new(session, machine::OracleClient::new());
         loop {
-            client.pump_one().await?;
-            let mut ready = false;
-            while let Some(event) = client.machine.poll_event() {
-                ready |= matches!(event, ClientEvent::Ready);
-            }
-            client.flush().await;
-            if ready {
-                return Ok(client);
+            match driver.next_event().await {
+                Some(ClientEvent::Ready) => return Ok(OracleClient { driver }),
+                Some(_) => {}
+                None => return Err(machine::stopped_error(&stopped(&driver))),
             }
         }
     }
@@ -47,109 +39,43 @@ impl OracleClient {
         selector: &str,
         calldata: &[Felt],
     ) -> Result<Vec<Felt>, OracleError> {
-        self.machine
-            .invoke(selector, calldata)
-            .map_err(|e| host_error(&format!("{e}"), &[]))?;
-        self.flush().await;
-        loop {
-            self.pump_one().await?;
-            while let Some(event) = self.machine.poll_event() {
-                if let ClientEvent::Invoked { result, .. } = event {
-                    return result;
-                }
-            }
-            self.flush().await;
+        let pending = self
+            .driver
+            .request(|m| m.invoke(selector, calldata))
+            .map_err(|refused| match refused {
+                Refused::Stopped(s) => machine::stopped_error(&s),
+                Refused::Machine(e) => OracleError {
+                    origin: ErrorOrigin::Host,
+                    ..machine::stopped_error(&Stopped::by_host(e.to_string(), Vec::new()))
+                },
+            })?;
+        match pending.wait().await {
+            Ok(c) => match c.event {
+                ClientEvent::Invoked { result, .. } => result,
+                other => unreachable!("only Invoked completes an invoke: {other:?}"),
+            },
+            Err(s) => Err(machine::stopped_error(&s)),
         }
     }
 
     /// Send the `shutdown` notification, then give the plugin `grace` to exit before killing
     /// it (the real executor kills at once: pass `Duration::ZERO`).
-    pub async fn shutdown(mut self, grace: Duration) -> Exit {
-        if self.machine.shutdown().is_ok() {
-            self.flush().await;
-        }
-        self.session.shutdown(grace).await
+    pub async fn shutdown(self, grace: Duration) -> Exit {
+        let _ = self.driver.act(machine::OracleClient::shutdown);
+        self.driver.shutdown(grace).await
     }
 
-    /// The session, for its stderr tail or exit.
-    pub fn session(&self) -> &Session {
-        &self.session
-    }
-
-    /// Read one frame into the machine. When the plugin is gone, fail what is pending with
-    /// the reason and stderr tail and return that error.
-    async fn pump_one(&mut self) -> Result<(), OracleError> {
-        let frame = match self.session.recv().await {
-            Ok(Some(frame)) => frame,
-            Ok(None) => return Err(self.fail(None).await),
-            Err(SessionError::BadFrameFromPlugin { error, .. }) => {
-                return Err(self.fail(Some(error.to_string())).await);
-            }
-            Err(e) => return Err(self.fail(Some(e.to_string())).await),
-        };
-        if !self.first_frame_seen {
-            self.first_frame_seen = true;
-            if let Err(e) = machine::check_first_byte(frame.first().copied().unwrap_or(b'\n')) {
-                self.session.kill();
-                return Err(self.fail(Some(e.to_string())).await);
-            }
-        }
-        if let Err(e) = self.machine.handle_frame(&frame) {
-            // A bad result still completes the invoke (as a BadResult error event); anything
-            // else is the plugin breaking the protocol.
-            if !matches!(e, sandpipe_proto::jsonrpc::ProtocolError::BadPayload { .. }) {
-                self.session.kill();
-                return Err(self
-                    .fail(Some(format!("plugin broke the protocol: {e}")))
-                    .await);
-            }
-        }
-        Ok(())
-    }
-
-    async fn fail(&mut self, framing_error: Option<String>) -> OracleError {
-        if framing_error.is_some() {
-            self.session.kill();
-        }
-        let exit = self.session.wait().await;
-        let reason = match (&framing_error, &exit) {
-            // A crash's cut-off last frame is the crash's casualty: report the crash.
-            (Some(e), x)
-                if e.contains("stream ended inside a frame")
-                    && !matches!(x, Exit::Killed { .. }) =>
-            {
-                x.to_string()
-            }
-            (Some(e), _) => e.clone(),
-            (None, x) => x.to_string(),
-        };
-        let tail = self.session.stderr_tail();
-        self.machine.fail_pending(&reason, &tail);
-        while let Some(event) = self.machine.poll_event() {
-            if let ClientEvent::Invoked { result: Err(e), .. } = event {
-                return e;
-            }
-        }
-        host_error(&reason, &tail)
-    }
-
-    async fn flush(&mut self) {
-        while let Some(frame) = self.machine.poll_transmit() {
-            if self.session.send(&frame).await.is_err() {
-                // The plugin stopped reading; the next recv reports how it ended.
-                return;
-            }
-        }
+    /// The session's control half, for its stderr tail or exit.
+    pub fn control(&self) -> &SessionControl {
+        self.driver.control()
     }
 }
 
-fn host_error(reason: &str, stderr_tail: &[String]) -> OracleError {
-    OracleError {
-        origin: ErrorOrigin::Host,
-        code: sandpipe_proto::jsonrpc::ErrorCode::Int(sandpipe_proto::jsonrpc::INTERNAL_ERROR),
-        message: format!("oracle failed: {reason}"),
-        data: Some(json!({ "reason": reason, "stderr": stderr_tail })),
-    }
+/// Why the driver ended; it has, once `next_event` returned `None`.
+fn stopped<M: sandpipe_proto::machine::ClientMachine>(driver: &Driver<M>) -> Stopped {
+    driver
+        .stopped()
+        .unwrap_or_else(|| Stopped::by_host("the session ended", Vec::new()))
 }
 
 /// How [`serve_wasm_oracle`] ended.

@@ -1,16 +1,20 @@
 //! The Orchard provider protocol, host side: `describe` (answered within a deadline, schema
 //! `protocol` must be `"1"`), `configure`, `execute` (several in flight, answers in any
-//! order), `shutdown`; and plan mode, `PLUGIN schema`.
+//! order), `shutdown`; and plan mode, `PLUGIN schema`. The rules are the machine's
+//! (`sandpipe_proto::orchard::Client`, also what the golden transcripts replay through); the
+//! [`Driver`] runs it.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use sandpipe_proto::jsonrpc::{Dialect, ErrorCode, ErrorObject};
-use sandpipe_proto::orchard::{self as proto, ProviderError, ProviderSchema, codes};
-use serde_json::{Value, json};
+use sandpipe_proto::jsonrpc::{ErrorCode, ErrorObject};
+use sandpipe_proto::orchard::{
+    self as proto, CallError, ClientEvent, ProviderError, ProviderSchema, codes,
+};
+use serde_json::Value;
 
-use crate::error::Exit;
-use crate::rpc::{JsonRpcPeer, RpcError};
-use crate::session::Session;
+use crate::driver::{Completion, Driver, Refused};
+use crate::error::{Exit, Stopped};
+use crate::session::{Session, SessionControl};
 use crate::{Host, HostError, Plugin, Policy, SessionOptions};
 
 /// Why an Orchard call failed: always an Orchard error object (`code`, `message`, `detail`),
@@ -27,36 +31,18 @@ pub struct OrchardError {
     /// True when the provider itself answered with this error (rather than the host making it
     /// because the provider was stopped, timed out or broke the protocol).
     pub from_provider: bool,
+    /// Why the provider will never answer, when that is what this error says.
+    pub stopped: Option<Stopped>,
 }
 
 impl OrchardError {
-    fn from_rpc(e: RpcError, failure_code: &str) -> Self {
-        match e {
-            RpcError::Remote(obj) => {
-                let p = ProviderError::from(obj);
-                OrchardError {
-                    code: p.code,
-                    message: p.message,
-                    detail: p.detail,
-                    from_provider: true,
-                }
-            }
-            RpcError::Failed { error, .. } => OrchardError {
-                code: failure_code.to_owned(),
-                message: error.message,
-                detail: error
-                    .data
-                    .as_ref()
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                from_provider: false,
-            },
-            other => OrchardError {
-                code: failure_code.to_owned(),
-                message: other.to_string(),
-                detail: None,
-                from_provider: false,
-            },
+    fn provider(p: ProviderError, stopped: Option<Stopped>) -> Self {
+        OrchardError {
+            from_provider: stopped.is_none(),
+            code: p.code,
+            message: p.message,
+            detail: p.detail,
+            stopped,
         }
     }
 
@@ -66,6 +52,28 @@ impl OrchardError {
             message,
             detail: None,
             from_provider: false,
+            stopped: None,
+        }
+    }
+
+    fn stopped(method: proto::Method, stopped: Stopped) -> Self {
+        Self::provider(proto::stopped_error(Some(method), &stopped), Some(stopped))
+    }
+
+    /// A call's failure: the provider's error, the stop's, a deadline, or an answer that does
+    /// not fit the protocol (`failure_code`, the code Orchard gives that call's failures).
+    fn from_call(e: CallError, stopped: Option<Stopped>, failure_code: &str) -> Self {
+        match e {
+            CallError::Provider(p) => Self::provider(p, stopped),
+            CallError::TimedOut { method, timeout } => Self::host(
+                codes::INTERNAL_ERROR,
+                format!(
+                    "{method} got no answer within {}",
+                    humantime::format_duration(timeout)
+                ),
+            ),
+            CallError::Protocol(e) => Self::host(failure_code, e.to_string()),
+            other => Self::host(failure_code, other.to_string()),
         }
     }
 
@@ -82,42 +90,33 @@ impl OrchardError {
 /// A provider in run mode, after `describe`.
 #[derive(Debug)]
 pub struct OrchardClient {
-    rpc: JsonRpcPeer,
+    driver: Driver<proto::Client>,
     schema: ProviderSchema,
 }
 
 impl OrchardClient {
     /// Take over `session` and `describe` the provider. It must answer within `timeout`
-    /// (Orchard uses [`proto::DESCRIBE_TIMEOUT`], 5 s) and declare protocol `"1"`.
+    /// (Orchard uses [`proto::DESCRIBE_TIMEOUT`], 5 s) and declare protocol `"1"`; otherwise
+    /// it is stopped.
     pub async fn connect(session: Session, timeout: Duration) -> Result<Self, OrchardError> {
-        // Orchard numbers its requests from 1 and always sends params.
-        let rpc = JsonRpcPeer::with_first_id(session, Dialect::Orchard, 1);
-        let value = match rpc
-            .call_with_timeout(proto::Method::Describe.as_str(), Some(json!({})), timeout)
-            .await
-        {
-            Ok(v) => v,
-            Err(e) => {
-                rpc.control().kill();
-                return Err(OrchardError::from_rpc(e, codes::INTERNAL_ERROR));
+        let driver = Driver::new(session, proto::Client::new());
+        let described = call(&driver, proto::Method::Describe, |m| {
+            m.describe(Instant::now(), timeout)
+        })
+        .await
+        .and_then(|c| match c.event {
+            ClientEvent::Described { result, .. } => {
+                result.map_err(|e| OrchardError::from_call(e, c.stopped, codes::INTERNAL_ERROR))
             }
-        };
-        let schema = value
-            .get("schema")
-            .cloned()
-            .ok_or_else(|| "describe result has no schema".to_owned())
-            .and_then(|s| {
-                serde_json::from_value::<ProviderSchema>(s).map_err(|e| format!("bad schema: {e}"))
-            })
-            .map_err(|m| OrchardError::host(codes::INTERNAL_ERROR, m))?;
-        if let Err(e) = schema.check_protocol() {
-            rpc.control().kill();
-            return Err(OrchardError::host(
-                codes::INTERNAL_ERROR,
-                format!("refusing provider: {e}"),
-            ));
+            other => unreachable!("describe completes with Described: {other:?}"),
+        });
+        match described {
+            Ok(schema) => Ok(OrchardClient { driver, schema }),
+            Err(e) => {
+                driver.control().kill();
+                Err(e)
+            }
         }
-        Ok(OrchardClient { rpc, schema })
     }
 
     /// The schema the provider described.
@@ -127,38 +126,68 @@ impl OrchardClient {
 
     /// `configure` (run mode, before any `execute`).
     pub async fn configure(&self, config: Value) -> Result<(), OrchardError> {
-        self.rpc
-            .call(
-                proto::Method::Configure.as_str(),
-                Some(json!({ "config": config })),
-            )
-            .await
-            .map(drop)
-            .map_err(|e| OrchardError::from_rpc(e, codes::CONFIGURE_FAILED))
+        let c = call(&self.driver, proto::Method::Configure, |m| {
+            m.configure(config)
+        })
+        .await?;
+        match c.event {
+            ClientEvent::Configured { result, .. } => {
+                result.map_err(|e| OrchardError::from_call(e, c.stopped, codes::CONFIGURE_FAILED))
+            }
+            other => unreachable!("configure completes with Configured: {other:?}"),
+        }
     }
 
     /// `execute` an action; returns its `outputs`. If the provider is stopped meanwhile, the
-    /// error is `execute_failed` with the reason and the stderr tail as detail.
+    /// error is `execute_failed` with the reason and the stderr tail as detail. A result
+    /// without `outputs` does not fit the protocol: `execute_failed`.
     pub async fn execute(&self, action: &str, attrs: Value) -> Result<Value, OrchardError> {
-        let result = self
-            .rpc
-            .call(
-                proto::Method::Execute.as_str(),
-                Some(json!({ "action": action, "attrs": attrs })),
-            )
-            .await
-            .map_err(|e| OrchardError::from_rpc(e, codes::EXECUTE_FAILED))?;
-        Ok(result.get("outputs").cloned().unwrap_or(Value::Null))
+        let c = call(&self.driver, proto::Method::Execute, |m| {
+            m.execute(action, attrs)
+        })
+        .await?;
+        match c.event {
+            ClientEvent::Executed { result, .. } => {
+                result.map_err(|e| OrchardError::from_call(e, c.stopped, codes::EXECUTE_FAILED))
+            }
+            other => unreachable!("execute completes with Executed: {other:?}"),
+        }
     }
 
     /// `shutdown`, then close stdin and give the provider `grace` to exit.
     pub async fn shutdown(self, grace: Duration) -> Exit {
-        let _ = self
-            .rpc
-            .call(proto::Method::Shutdown.as_str(), Some(json!({})))
-            .await;
-        self.rpc.shutdown(grace).await
+        let _ = call(
+            &self.driver,
+            proto::Method::Shutdown,
+            proto::Client::shutdown,
+        )
+        .await;
+        self.driver.shutdown(grace).await
     }
+
+    /// The session's control half (exit, kill, stderr tail).
+    pub fn control(&self) -> &SessionControl {
+        self.driver.control()
+    }
+}
+
+/// Make one request on the machine and wait for the event completing it.
+async fn call(
+    driver: &Driver<proto::Client>,
+    method: proto::Method,
+    make: impl FnOnce(
+        &mut proto::Client,
+    )
+        -> Result<sandpipe_proto::jsonrpc::Id, sandpipe_proto::jsonrpc::ProtocolError>,
+) -> Result<Completion<ClientEvent>, OrchardError> {
+    let pending = driver.request(make).map_err(|refused| match refused {
+        Refused::Stopped(s) => OrchardError::stopped(method, s),
+        Refused::Machine(e) => OrchardError::host(codes::INTERNAL_ERROR, e.to_string()),
+    })?;
+    pending
+        .wait()
+        .await
+        .map_err(|s| OrchardError::stopped(method, s))
 }
 
 /// Plan mode: run `PLUGIN schema` (argv `["schema"]` for wasm) and parse the one JSON line it

@@ -600,10 +600,10 @@ fn fail_pending_completes_every_run() {
     p.host.start("b", "greet", Value::Null).expect("b");
     p.host.start("a", "wait", Value::Null).expect("a");
     p.pump();
-    p.host.fail_pending(
-        "plugin exited with code 3",
-        &["line 1".into(), "line 2".into()],
-    );
+    p.host.fail_pending(&Stopped::ended(
+        crate::stopped::Exit::Exited(3),
+        vec!["line 1".into(), "line 2".into()],
+    ));
     let error = "plugin exited with code 3\nstderr:\nline 1\nline 2".to_owned();
     let want: Vec<ClientEvent> = ["a", "b"]
         .iter()
@@ -625,7 +625,7 @@ fn fail_pending_completes_every_run() {
     ));
     let mut v1 = Pair::new(Version::V1);
     v1.host.start("only", "greet", Value::Null).expect("start");
-    v1.host.fail_pending("gone", &[]);
+    v1.host.fail_pending(&Stopped::by_host("gone", Vec::new()));
     assert_eq!(
         v1.host_events(),
         [ClientEvent::Error {

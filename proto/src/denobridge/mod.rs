@@ -75,6 +75,7 @@ use crate::jsonrpc::{
     Dialect, ErrorObject, Event, INTERNAL_ERROR, INVALID_PARAMS, Id, METHOD_NOT_FOUND, Peer,
     ProtocolError,
 };
+use crate::stopped::Stopped;
 
 /// Which set of methods a provider process implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -91,7 +92,8 @@ pub enum ProviderKind {
 }
 
 impl ProviderKind {
-    fn describe(self) -> &'static str {
+    /// The kind as a phrase: "resource", "data source", ….
+    pub fn describe(self) -> &'static str {
         match self {
             ProviderKind::Resource => "resource provider",
             ProviderKind::DataSource => "data source provider",
@@ -225,7 +227,8 @@ impl Request {
         }
     }
 
-    fn decode(kind: ProviderKind, method: Method, params: Value) -> Result<Request, String> {
+    /// The typed request for `method` with JSON `params`, as a provider of `kind` reads it.
+    pub fn decode(kind: ProviderKind, method: Method, params: Value) -> Result<Request, String> {
         Ok(match (method, kind) {
             (Method::Create, _) => Request::Create(from_value(params)?),
             (Method::Read, ProviderKind::DataSource) => Request::ReadData(from_value(params)?),
@@ -309,7 +312,8 @@ impl Response {
         })
     }
 
-    fn encode(&self) -> Result<Value, serde_json::Error> {
+    /// The result as JSON, as it goes on the wire.
+    pub fn encode(&self) -> Result<Value, serde_json::Error> {
         match self {
             Response::Health(r) => serde_json::to_value(r),
             Response::Shutdown(v) => Ok(v.clone()),
@@ -362,6 +366,12 @@ pub fn with_stderr(mut error: ErrorObject, stderr_tail: &[String]) -> ErrorObjec
         Some(other) => json!({ "data": other, "stderr": tail }),
     });
     error
+}
+
+/// The answer to a request the plugin will never answer: `-32603`, the reason as message,
+/// data `{"reason", "exit", "stderr"}` ([`jsonrpc::stopped_error`](crate::jsonrpc::stopped_error)).
+pub fn stopped_error(stopped: &Stopped) -> ErrorObject {
+    crate::jsonrpc::stopped_error(Dialect::JsonRpc2, stopped)
 }
 
 /// What the plugin did, as the host sees it.
@@ -521,6 +531,23 @@ impl Client {
         self.call(Method::Close, &params)
     }
 
+    /// Any handler call, typed by [`Request`] (for a caller holding a method name and JSON
+    /// params: `sandpipe call`).
+    pub fn request(&mut self, request: Request) -> Result<Id, ProtocolError> {
+        match request {
+            Request::Create(p) => self.create(p),
+            Request::ReadResource(p) => self.read(p),
+            Request::Update(p) => self.update(p),
+            Request::Delete(p) => self.delete(p),
+            Request::ModifyPlan(p) => self.modify_plan(p),
+            Request::ReadData(p) => self.read_data(p),
+            Request::Open(p) => self.open(p),
+            Request::Renew(p) => self.renew(p),
+            Request::Close(p) => self.close(p),
+            Request::Invoke(p) => self.invoke(p),
+        }
+    }
+
     /// Action `invoke`; `invokeProgress` notifications may arrive before its answer.
     pub fn invoke(&mut self, params: PropsParams) -> Result<Id, ProtocolError> {
         self.call(Method::Invoke, &params)
@@ -552,12 +579,9 @@ impl Client {
     }
 
     /// The plugin is gone (exit, trap, deadline): complete every in-flight request with
-    /// `-32603 <reason>` and `data: {"reason": reason, "stderr": [stderr_tail...]}`.
-    pub fn fail_pending(&mut self, reason: &str, stderr_tail: &[String]) {
-        self.peer.fail_pending(
-            ErrorObject::new(INTERNAL_ERROR, reason)
-                .with_data(json!({ "reason": reason, "stderr": stderr_tail })),
-        );
+    /// [`stopped_error`].
+    pub fn fail_pending(&mut self, stopped: &Stopped) {
+        self.peer.fail_pending(stopped_error(stopped));
         // Only local completions are queued here; they cannot violate the protocol.
         let _ = self.drain();
     }
@@ -919,7 +943,7 @@ pub fn fuzz(data: &[u8]) {
                 let _ = server.respond(id, Err(internal_error()));
             }
         }
-        client.fail_pending("fuzz", &[]);
+        client.fail_pending(&Stopped::by_host("fuzz", Vec::new()));
         while client.poll_event().is_some() {}
         for frame in std::iter::from_fn(|| client.poll_transmit())
             .chain(std::iter::from_fn(|| server.poll_transmit()))

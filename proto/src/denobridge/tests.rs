@@ -653,7 +653,10 @@ fn fail_pending_carries_reason_and_stderr() {
     let (mut c, _s) = pair(ProviderKind::Resource);
     let a = c.create(PropsParams::default()).expect("ready");
     let b = c.delete(DeleteParams::default()).expect("ready");
-    c.fail_pending("plugin exited with code 1", &["boom".into()]);
+    c.fail_pending(&Stopped::ended(
+        crate::stopped::Exit::Exited(1),
+        vec!["boom".into()],
+    ));
     let evs = client_events(&mut c);
     assert_eq!(evs.len(), 2);
     for (ev, want) in evs.iter().zip([a, b]) {
@@ -665,7 +668,9 @@ fn fail_pending_carries_reason_and_stderr() {
                 assert_eq!(e.code, ErrorCode::Int(INTERNAL_ERROR));
                 assert_eq!(
                     e.data,
-                    Some(json!({"reason": "plugin exited with code 1", "stderr": ["boom"]}))
+                    Some(
+                        json!({"reason": "plugin exited with code 1", "exit": {"kind": "exited", "code": 1}, "stderr": ["boom"]})
+                    )
                 );
             }
             other => panic!("{other:?}"),

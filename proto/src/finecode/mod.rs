@@ -41,8 +41,8 @@
 //! - **Runner → manager requests** (`projects/getRawConfig`, `workspace/applyEdit`,
 //!   `finecode/runActionInProject`, `finecode/runActionInWorkspace`) reach the host as
 //!   [`ClientEvent::Request`], answered with [`Client::respond`].
-//! - [`Client::fail_pending`] completes every call in flight with `-32603`, message = the
-//!   reason, `data: {"reason", "stderr"}`.
+//! - [`Client::fail_pending`] completes every call in flight with [`stopped_error`]: `-32603`,
+//!   message = the reason, `data: {"reason", "exit", "stderr"}`.
 //!
 //! [`fuzz`] is the fuzz body for both machines.
 //!
@@ -112,6 +112,7 @@ use crate::jsonrpc::{
     Dialect, ErrorObject, Event, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, Id,
     METHOD_NOT_FOUND, Peer, ProtocolError, REQUEST_CANCELLED,
 };
+use crate::stopped::Stopped;
 
 /// LSP's `ServerNotInitialized`: a call before `initialize` was answered.
 pub const SERVER_NOT_INITIALIZED: i64 = -32002;
@@ -736,6 +737,12 @@ struct ClientCall {
     token: Option<ProgressToken>,
 }
 
+/// The answer to a call the runner will never answer: LSP's `-32603`, the reason as message,
+/// data `{"reason", "exit", "stderr"}` ([`jsonrpc::stopped_error`](crate::jsonrpc::stopped_error)).
+pub fn stopped_error(stopped: &Stopped) -> ErrorObject {
+    crate::jsonrpc::stopped_error(Dialect::JsonRpc2, stopped)
+}
+
 /// The manager's (host's) side.
 #[derive(Debug)]
 pub struct Client {
@@ -922,12 +929,9 @@ impl Client {
         self.drain()
     }
 
-    /// The runner is gone: every call in flight completes with `-32603`, message `reason`,
-    /// `data: {"reason": reason, "stderr": stderr_tail}`.
-    pub fn fail_pending(&mut self, reason: &str, stderr_tail: &[String]) {
-        let error = ErrorObject::new(INTERNAL_ERROR, reason)
-            .with_data(json!({"reason": reason, "stderr": stderr_tail}));
-        self.peer.fail_pending(error);
+    /// The runner is gone: every call in flight completes with [`stopped_error`].
+    pub fn fail_pending(&mut self, stopped: &Stopped) {
+        self.peer.fail_pending(stopped_error(stopped));
         // Only responses to our own requests come out of fail_pending.
         let _ = self.drain();
         self.state = ClientState::Closed;
@@ -1494,7 +1498,7 @@ pub fn fuzz(data: &[u8]) {
                 let _ = client.respond(id, Ok(Value::Null));
             }
         }
-        client.fail_pending("fuzz", &[]);
+        client.fail_pending(&Stopped::by_host("fuzz", Vec::new()));
         while client.poll_event().is_some() {}
         for frame in std::iter::from_fn(|| client.poll_transmit())
             .chain(std::iter::from_fn(|| server.poll_transmit()))

@@ -742,7 +742,7 @@ fn fail_pending_answers_every_call_with_reason_and_stderr() {
             .expect("ready");
     let b = p.wm.resolve_action_meta().expect("ready");
     let stderr = vec!["Traceback".to_owned(), "ImportError: x".to_owned()];
-    p.wm.fail_pending("runner exited with code 1", &stderr);
+    p.wm.fail_pending(&Stopped::by_host("runner exited with code 1", stderr));
     let evs: Vec<ClientEvent> = std::iter::from_fn(|| p.wm.poll_event()).collect();
     let mut ids = Vec::new();
     for ev in evs {
@@ -759,7 +759,7 @@ fn fail_pending_answers_every_call_with_reason_and_stderr() {
         assert_eq!(
             e.data,
             Some(
-                json!({"reason": "runner exited with code 1", "stderr": ["Traceback", "ImportError: x"]})
+                json!({"reason": "runner exited with code 1", "exit": null, "stderr": ["Traceback", "ImportError: x"]})
             )
         );
         ids.push(id);

@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 use crate::frame::escape_snippet;
+use crate::stopped::Stopped;
 
 /// Which envelope rules apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -286,6 +287,18 @@ impl ProtocolError {
             snippet: escape_snippet(frame, 200),
         }
     }
+}
+
+/// The answer to a request the plugin will never answer, in `dialect`'s form: the dialect's
+/// internal error, the reason as message, and as data `{"reason", "exit", "stderr"}`
+/// ([`Stopped::to_json`]); Orchard's data is the stderr tail joined with newlines (its
+/// `detail`).
+pub fn stopped_error(dialect: Dialect, stopped: &Stopped) -> ErrorObject {
+    let data = match dialect {
+        Dialect::Orchard => Value::from(stopped.stderr_tail.join("\n")),
+        Dialect::JsonRpc2 => stopped.to_json(),
+    };
+    ErrorObject::new(dialect.internal_error(), stopped.reason.clone()).with_data(data)
 }
 
 impl Message {

@@ -1,0 +1,372 @@
+//! The one async driver: any protocol's client machine ([`ClientMachine`]) over a [`Session`].
+//!
+//! ```text
+//!   caller ── request(|m| m.execute(..)) ──► machine ──► poll_transmit ──► writer task ──► stdin
+//!   reader task: stdout ──► Session::recv ──► machine.handle_frame ──► poll_event
+//!        ├─ an event completing a request ──► that request's Pending
+//!        └─ anything else (the plugin's requests, notifications, progress, hello) ──► next_event
+//!   reader task: machine.poll_timeout due ──► machine.handle_timeout(now) ──► the same routing
+//!   plugin gone / bad frame / fatal refusal ──► Stopped ──► machine.fail_pending ──► every Pending
+//! ```
+//!
+//! Every protocol's typed client (`protocols/*`, `rpc::JsonRpcPeer`) is a thin layer on this:
+//! it makes requests on its machine and turns completion events into typed results. The
+//! protocol's rules (what completes what, what a failure answer looks like, timeouts) live in
+//! the machine, in `sandpipe-proto`; what "the plugin stopped" means lives here, once.
+//!
+//! Frames go out through one writer task in the order the machine produced them, so neither
+//! the reader (which may queue an acknowledgement) nor a caller ever waits on a plugin that is
+//! itself waiting for its stdout to be read.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use sandpipe_proto::frame::FrameError;
+use sandpipe_proto::machine::ClientMachine;
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::error::{Exit, SessionError, Stopped};
+use crate::session::{Session, SessionControl, SessionReader, SessionWriter};
+
+/// How many events that complete no request (the plugin's own requests and notifications,
+/// progress) may wait unread before the reader stops reading stdout: backpressure instead of
+/// unbounded memory.
+const EVENT_QUEUE: usize = 256;
+
+/// A request the machine refused to make.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refused<E> {
+    /// The machine refused it (wrong state for the protocol, parameters that do not encode).
+    Machine(E),
+    /// The plugin is gone; nothing more can be asked of it.
+    Stopped(Stopped),
+}
+
+/// The event that completed a request, and the stop that made it, when the machine made it
+/// because the plugin will never answer ([`ClientMachine::fail_pending`]).
+#[derive(Debug)]
+pub struct Completion<E> {
+    /// The machine's event (for a stop, carrying the protocol's own error).
+    pub event: E,
+    /// Why the plugin will not answer, when that is what completed the request.
+    pub stopped: Option<Stopped>,
+}
+
+struct Shared<M: ClientMachine> {
+    machine: M,
+    waiters: HashMap<M::Key, oneshot::Sender<Completion<M::Event>>>,
+    stopped: Option<Stopped>,
+    /// For events a local act makes; dropped at the stop, so `next_event` ends.
+    events_tx: Option<mpsc::Sender<M::Event>>,
+}
+
+enum Out {
+    Frame(Vec<u8>),
+    Close,
+}
+
+/// A running plugin driven through its protocol's client machine. Requests may be made from
+/// several tasks at once (`&self`); completions are matched by the machine's keys.
+pub struct Driver<M: ClientMachine> {
+    shared: Arc<Mutex<Shared<M>>>,
+    out: mpsc::UnboundedSender<Out>,
+    control: SessionControl,
+    events: tokio::sync::Mutex<mpsc::Receiver<M::Event>>,
+    /// Wakes the reader when a request may have brought the machine's next timeout forward.
+    timer: Arc<Notify>,
+}
+
+impl<M: ClientMachine> std::fmt::Debug for Driver<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("stopped", &self.stopped())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<M: ClientMachine>(shared: &Mutex<Shared<M>>) -> MutexGuard<'_, Shared<M>> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Hand the machine's queued frames to the writer, in order (called with the lock held).
+fn transmit<M: ClientMachine>(s: &mut Shared<M>, out: &mpsc::UnboundedSender<Out>) {
+    while let Some(frame) = s.machine.poll_transmit() {
+        // The writer is gone only once the plugin stopped reading: the reader reports it.
+        let _ = out.send(Out::Frame(frame));
+    }
+}
+
+/// Route the machine's events: a completion to its waiter, the rest returned in order.
+fn route<M: ClientMachine>(s: &mut Shared<M>, stopped: Option<&Stopped>) -> Vec<M::Event> {
+    let mut rest = Vec::new();
+    while let Some(event) = s.machine.poll_event() {
+        let waiter = M::completes(&event).and_then(|key| s.waiters.remove(key));
+        match waiter {
+            Some(tx) => {
+                let _ = tx.send(Completion {
+                    event,
+                    stopped: stopped.cloned(),
+                });
+            }
+            None => rest.push(event),
+        }
+    }
+    rest
+}
+
+impl<M: ClientMachine> Driver<M> {
+    /// Take over `session` with `machine`, and start reading the plugin's output. Frames the
+    /// machine already queued (a protocol where the host speaks first) are sent at once.
+    pub fn new(session: Session, machine: M) -> Self {
+        let (writer, reader, control) = session.into_split();
+        let (out, out_rx) = mpsc::unbounded_channel();
+        let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
+        let shared = Arc::new(Mutex::new(Shared {
+            machine,
+            waiters: HashMap::new(),
+            stopped: None,
+            events_tx: Some(events_tx.clone()),
+        }));
+        transmit(&mut lock(&shared), &out);
+        let timer = Arc::new(Notify::new());
+        tokio::spawn(write_loop(writer, out_rx));
+        tokio::spawn(read_loop(
+            reader,
+            control.clone(),
+            shared.clone(),
+            out.clone(),
+            events_tx.clone(),
+            timer.clone(),
+        ));
+        Driver {
+            shared,
+            out,
+            control,
+            events: tokio::sync::Mutex::new(events_rx),
+            timer,
+        }
+    }
+
+    /// Make a request on the machine (`make` returns its key) and send what it queued. Await
+    /// the returned [`Pending`] for the event that completes it.
+    pub fn request<E>(
+        &self,
+        make: impl FnOnce(&mut M) -> Result<M::Key, E>,
+    ) -> Result<Pending<M::Event>, Refused<E>> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut s = lock(&self.shared);
+            if let Some(stopped) = &s.stopped {
+                return Err(Refused::Stopped(stopped.clone()));
+            }
+            let key = make(&mut s.machine).map_err(Refused::Machine)?;
+            s.waiters.insert(key, tx);
+            transmit(&mut s, &self.out);
+        }
+        self.timer.notify_one();
+        Ok(Pending {
+            rx,
+            shared_stopped: self.stopped_handle(),
+        })
+    }
+
+    /// Act on the machine without waiting for an answer (a notification, an answer to the
+    /// plugin's request, a shutdown notice, giving up a request) and send what it queued.
+    /// A request the act completes (a cancel) gets its event.
+    pub fn act<R>(&self, f: impl FnOnce(&mut M) -> R) -> R {
+        let r = {
+            let mut s = lock(&self.shared);
+            let r = f(&mut s.machine);
+            transmit(&mut s, &self.out);
+            for event in route(&mut s, None) {
+                // An act makes completions, not news from the plugin; anything else is kept
+                // for next_event unless the caller has let the queue fill.
+                let queued = s.events_tx.as_ref().map(|tx| tx.try_send(event));
+                if !matches!(queued, Some(Ok(()))) {
+                    tracing::debug!("event queue full: an event made by a local act was dropped");
+                }
+            }
+            r
+        };
+        self.timer.notify_one();
+        r
+    }
+
+    /// Read the machine without acting (its state, a schema it learned).
+    pub fn inspect<R>(&self, f: impl FnOnce(&M) -> R) -> R {
+        f(&lock(&self.shared).machine)
+    }
+
+    /// The next event that completes no request, in order; `None` once the plugin is gone
+    /// and every such event was read.
+    pub async fn next_event(&self) -> Option<M::Event> {
+        self.events.lock().await.recv().await
+    }
+
+    /// Why the plugin will never answer again, once that is so.
+    pub fn stopped(&self) -> Option<Stopped> {
+        lock(&self.shared).stopped.clone()
+    }
+
+    /// The session's control half (exit, kill, signals, stderr tail).
+    pub fn control(&self) -> &SessionControl {
+        &self.control
+    }
+
+    /// Close the plugin's stdin after every frame already queued, then as
+    /// [`Session::shutdown`]: `grace` to exit, SIGTERM (native), kill. The reader keeps
+    /// draining stdout meanwhile.
+    pub async fn shutdown(&self, grace: Duration) -> Exit {
+        let _ = self.out.send(Out::Close);
+        self.control.wait_or_stop(grace).await
+    }
+
+    fn stopped_handle(&self) -> StoppedHandle {
+        let shared = self.shared.clone();
+        Box::new(move || lock(&shared).stopped.clone())
+    }
+}
+
+type StoppedHandle = Box<dyn Fn() -> Option<Stopped> + Send + Sync>;
+
+/// A request in flight.
+pub struct Pending<E> {
+    rx: oneshot::Receiver<Completion<E>>,
+    shared_stopped: StoppedHandle,
+}
+
+impl<E> std::fmt::Debug for Pending<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").finish_non_exhaustive()
+    }
+}
+
+impl<E> Pending<E> {
+    /// The event that completes the request. `Err` only when the driver was dropped with the
+    /// request unanswered (its machine never completed it); a plugin that stops completes
+    /// every request with the protocol's error through [`ClientMachine::fail_pending`].
+    pub async fn wait(self) -> Result<Completion<E>, Stopped> {
+        match self.rx.await {
+            Ok(c) => Ok(c),
+            Err(_) => Err((self.shared_stopped)()
+                .unwrap_or_else(|| Stopped::by_host("the session was dropped", Vec::new()))),
+        }
+    }
+}
+
+async fn write_loop(mut writer: SessionWriter, mut out: mpsc::UnboundedReceiver<Out>) {
+    while let Some(item) = out.recv().await {
+        match item {
+            Out::Frame(frame) => {
+                if let Err(e) = writer.send(&frame).await {
+                    // The plugin stopped reading: the reader reports how it ended. Frames still
+                    // queued are dropped; nothing waits on them but their requests, which the
+                    // stop completes.
+                    tracing::debug!("plugin stopped reading stdin: {e}");
+                    if !matches!(e, SessionError::BadFrameToPlugin(_)) {
+                        break;
+                    }
+                }
+            }
+            Out::Close => break,
+        }
+    }
+    writer.close().await;
+}
+
+async fn read_loop<M: ClientMachine>(
+    mut reader: SessionReader,
+    control: SessionControl,
+    shared: Arc<Mutex<Shared<M>>>,
+    out: mpsc::UnboundedSender<Out>,
+    events: mpsc::Sender<M::Event>,
+    timer: Arc<Notify>,
+) {
+    let stopped = loop {
+        let due = lock(&shared).machine.poll_timeout();
+        let sleep = async {
+            match due {
+                Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+                None => std::future::pending().await,
+            }
+        };
+        let frame = tokio::select! {
+            r = reader.recv() => r,
+            () = sleep => {
+                let rest = {
+                    let mut s = lock(&shared);
+                    s.machine.handle_timeout(std::time::Instant::now());
+                    transmit(&mut s, &out);
+                    route(&mut s, None)
+                };
+                for event in rest {
+                    let _ = events.send(event).await;
+                }
+                continue;
+            }
+            () = timer.notified() => continue,
+        };
+        match frame {
+            Ok(Some(frame)) => {
+                let (rest, refused) = {
+                    let mut s = lock(&shared);
+                    let refused = s.machine.handle_frame(&frame).err();
+                    transmit(&mut s, &out);
+                    (route(&mut s, None), refused)
+                };
+                for event in rest {
+                    let _ = events.send(event).await;
+                }
+                if let Some(e) = refused.filter(M::is_fatal) {
+                    control.kill();
+                    let exit = control.wait().await;
+                    break Stopped::violation(
+                        format!("plugin broke the protocol: {e}"),
+                        Some(exit),
+                        control.stderr_tail(),
+                    );
+                }
+            }
+            // Stdout closed at a frame boundary, or inside a frame because the plugin ended:
+            // the frame is the end's casualty, so report the end.
+            Ok(None)
+            | Err(SessionError::BadFrameFromPlugin {
+                error: FrameError::Truncated { .. },
+                ..
+            }) => {
+                let exit = control.wait().await;
+                break Stopped::ended(exit, control.stderr_tail());
+            }
+            Err(e) => {
+                // The plugin broke the framing (or its stdout failed): stop it.
+                control.kill();
+                let exit = control.wait().await;
+                let reason = match e {
+                    SessionError::BadFrameFromPlugin { error, .. } => {
+                        format!("bad frame from plugin: {error}")
+                    }
+                    other => format!("reading plugin output: {other}"),
+                };
+                break Stopped::violation(reason, Some(exit), control.stderr_tail());
+            }
+        }
+    };
+    let rest = {
+        let mut s = lock(&shared);
+        s.machine.fail_pending(&stopped);
+        let rest = route(&mut s, Some(&stopped));
+        // Requests the machine did not complete (it does not know them any more) still end.
+        for (_, tx) in s.waiters.drain() {
+            drop(tx);
+        }
+        s.stopped = Some(stopped);
+        s.events_tx = None;
+        rest
+    };
+    for event in rest {
+        let _ = events.send(event).await;
+    }
+    // Dropping `events` ends `next_event`; the writer ends with the last sender.
+    drop(out);
+}
