@@ -58,7 +58,7 @@ struct Shared<M: ClientMachine> {
     waiters: HashMap<M::Key, oneshot::Sender<Completion<M::Event>>>,
     stopped: Option<Stopped>,
     /// For events a local act makes; dropped at the stop, so `next_event` ends.
-    events_tx: Option<mpsc::Sender<M::Event>>,
+    events_tx: Option<mpsc::Sender<Completion<M::Event>>>,
 }
 
 enum Out {
@@ -72,7 +72,7 @@ pub struct Driver<M: ClientMachine> {
     shared: Arc<Mutex<Shared<M>>>,
     out: mpsc::UnboundedSender<Out>,
     control: SessionControl,
-    events: tokio::sync::Mutex<mpsc::Receiver<M::Event>>,
+    events: tokio::sync::Mutex<mpsc::Receiver<Completion<M::Event>>>,
     /// Wakes the reader when a request may have brought the machine's next timeout forward.
     timer: Arc<Notify>,
 }
@@ -97,8 +97,12 @@ fn transmit<M: ClientMachine>(s: &mut Shared<M>, out: &mpsc::UnboundedSender<Out
     }
 }
 
-/// Route the machine's events: a completion to its waiter, the rest returned in order.
-fn route<M: ClientMachine>(s: &mut Shared<M>, stopped: Option<&Stopped>) -> Vec<M::Event> {
+/// Route the machine's events: a completion to its waiter, the rest returned in order; each
+/// carries `stopped` when the stop made it.
+fn route<M: ClientMachine>(
+    s: &mut Shared<M>,
+    stopped: Option<&Stopped>,
+) -> Vec<Completion<M::Event>> {
     let mut rest = Vec::new();
     while let Some(event) = s.machine.poll_event() {
         let waiter = M::completes(&event).and_then(|key| s.waiters.remove(key));
@@ -109,7 +113,10 @@ fn route<M: ClientMachine>(s: &mut Shared<M>, stopped: Option<&Stopped>) -> Vec<
                     stopped: stopped.cloned(),
                 });
             }
-            None => rest.push(event),
+            None => rest.push(Completion {
+                event,
+                stopped: stopped.cloned(),
+            }),
         }
     }
     rest
@@ -198,9 +205,11 @@ impl<M: ClientMachine> Driver<M> {
         f(&lock(&self.shared).machine)
     }
 
-    /// The next event that completes no request, in order; `None` once the plugin is gone
-    /// and every such event was read.
-    pub async fn next_event(&self) -> Option<M::Event> {
+    /// The next event that completes no waiting request, in order, with the stop that made it
+    /// when the machine made it at the stop ([`ClientMachine::fail_pending`] completing a
+    /// request nobody awaits through [`Pending`]); `None` once the plugin is gone and every
+    /// such event was read.
+    pub async fn next_event(&self) -> Option<Completion<M::Event>> {
         self.events.lock().await.recv().await
     }
 
@@ -280,7 +289,7 @@ async fn read_loop<M: ClientMachine>(
     control: SessionControl,
     shared: Arc<Mutex<Shared<M>>>,
     out: mpsc::UnboundedSender<Out>,
-    events: mpsc::Sender<M::Event>,
+    events: mpsc::Sender<Completion<M::Event>>,
     timer: Arc<Notify>,
 ) {
     let stopped = loop {
@@ -354,6 +363,8 @@ async fn read_loop<M: ClientMachine>(
     };
     let rest = {
         let mut s = lock(&shared);
+        let mut stopped = stopped;
+        s.machine.explain(&mut stopped);
         s.machine.fail_pending(&stopped);
         let rest = route(&mut s, Some(&stopped));
         // Requests the machine did not complete (it does not know them any more) still end.

@@ -259,7 +259,7 @@ impl JsonRpcPeer {
     /// The next request or notification from the plugin; `None` once the plugin is gone.
     pub async fn next_incoming(&self) -> Option<Incoming> {
         loop {
-            match self.driver.next_event().await? {
+            match self.driver.next_event().await?.event {
                 Event::Request { id, method, params } => {
                     return Some(Incoming::Request { id, method, params });
                 }

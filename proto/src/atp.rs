@@ -511,6 +511,8 @@ pub struct AtpClient {
     v1_run: Option<String>,
     transmit: VecDeque<Vec<u8>>,
     events: VecDeque<ClientEvent>,
+    /// The last error the plugin reported about no run in particular (run id `""`).
+    plugin_error: Option<String>,
 }
 
 impl Default for AtpClient {
@@ -528,7 +530,14 @@ impl AtpClient {
             v1_run: None,
             transmit: VecDeque::from([START_ITEM.to_vec()]),
             events: VecDeque::new(),
+            plugin_error: None,
         }
+    }
+
+    /// The last error the plugin reported about no run in particular (run id `""`), for the
+    /// reason a stop is given: a plugin that said why before it ended is quoted.
+    pub fn plugin_error(&self) -> Option<&str> {
+        self.plugin_error.as_deref()
     }
 
     /// The negotiated version, once hello arrived.
@@ -638,6 +647,9 @@ impl AtpClient {
                 // An error about no run in particular ("") is the plugin's own.
                 if !run_id.is_empty() && !self.runs.contains(&run_id) {
                     return Err(AtpError::UnknownRun { run_id });
+                }
+                if run_id.is_empty() {
+                    self.plugin_error = Some(error.clone());
                 }
                 if step_fatal || server_fatal {
                     self.runs.remove(&run_id);

@@ -60,6 +60,11 @@ pub trait ClientMachine: Send + 'static {
     /// The plugin will never answer: complete every request in flight with the protocol's
     /// own error for `stopped`, and accept nothing more.
     fn fail_pending(&mut self, stopped: &Stopped);
+
+    /// Add what the machine knows about why the plugin stopped to `stopped`, before
+    /// [`fail_pending`](Self::fail_pending) (ATP: the plugin's own last error). Default:
+    /// nothing.
+    fn explain(&self, _stopped: &mut Stopped) {}
 }
 
 /// Bare JSON-RPC (and the envelope of every JSON-RPC protocol): a response completes its
@@ -231,6 +236,13 @@ impl ClientMachine for atp::AtpClient {
     }
     fn fail_pending(&mut self, stopped: &Stopped) {
         atp::AtpClient::fail_pending(self, stopped);
+    }
+    /// A plugin that reported an error about itself before it ended is quoted:
+    /// `plugin exited with code 1 (the plugin reported: …)`.
+    fn explain(&self, stopped: &mut Stopped) {
+        if let (Some(said), false) = (self.plugin_error(), stopped.violation) {
+            stopped.reason = format!("{} (the plugin reported: {said})", stopped.reason);
+        }
     }
 }
 

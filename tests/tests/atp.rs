@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use sandpipe::Stopped;
 use sandpipe::protocols::atp::{AtpClient, AtpFailure, AtpRunError, ErrorOrigin, Value, Version};
 use sandpipe::{Exit, Host, Policy, Session};
 use sandpipe_proto::atp::AtpError;
@@ -130,7 +131,7 @@ async fn example_speaks_v1_when_asked() {
         // One run per v1 plugin.
         assert!(matches!(
             client.start("again", "greet", Value::Null).await,
-            Err(AtpFailure::Refused(_)) | Err(AtpFailure::Stopped { .. })
+            Err(AtpFailure::Refused(_)) | Err(AtpFailure::Stopped(_))
         ));
         assert_eq!(client.done(GRACE).await, Exit::Exited(0), "{target:?}");
     }
@@ -181,16 +182,15 @@ async fn stopped_mid_run_fails_every_run_in_flight_with_an_atp_error() {
             assert!(err.error.contains(reason), "{case} {which}: {}", err.error);
             let line = format!("hog: {how} starting");
             assert!(err.error.contains(&line), "{case} {which}: {}", err.error);
-            assert!(err.stderr_tail.contains(&line), "{case} {which}: {err:?}");
-            assert!(err.exit.is_some_and(|e| !e.success()), "{case} {which}");
+            let stopped = err.stopped.expect("the host made the error");
+            assert!(stopped.stderr_tail.contains(&line), "{case} {which}");
+            assert!(stopped.exit.is_some_and(|e| !e.success()), "{case} {which}");
         }
         // The session is over: a further call is an error value too, not a hang.
         match client.start("late", "ok", Value::Null).await {
-            Err(AtpFailure::Stopped {
-                reason: r,
-                violation: false,
-                ..
-            }) => assert!(r.contains(reason), "{case}: {r}"),
+            Err(AtpFailure::Stopped(s)) if !s.violation => {
+                assert!(s.reason.contains(reason), "{case}: {}", s.reason);
+            }
             other => panic!("{case}: expected Stopped, got {other:?}"),
         }
         assert!(!client.done(GRACE).await.success(), "{case}");
@@ -231,7 +231,7 @@ async fn done_lets_a_well_behaved_plugin_exit_and_kills_a_stubborn_one() {
         }
         let err = held.result().await.expect_err("killed");
         assert!(err.step_fatal && err.server_fatal, "{err:?}");
-        assert_eq!(err.exit, Some(exit), "{target:?}");
+        assert_eq!(err.stopped.and_then(|s| s.exit), Some(exit), "{target:?}");
         assert!(err.error.contains("killed"), "{target:?}: {}", err.error);
     }
 }
@@ -244,12 +244,12 @@ async fn a_plugin_that_does_not_speak_atp_is_refused_at_connect() {
         // a CBOR text string whose 8-byte length (`"jsonrpc`) is far beyond the frame limit.
         let session = start(&host, "oracle-hog", target, &Policy::default()).await;
         match AtpClient::connect(session).await {
-            Err(AtpFailure::Stopped {
+            Err(AtpFailure::Stopped(Stopped {
                 reason,
                 violation: true,
                 exit: Some(exit),
                 ..
-            }) => {
+            })) => {
                 assert!(
                     reason.contains("bad frame from plugin: frame of")
                         && reason.contains("exceeds max_frame_bytes"),

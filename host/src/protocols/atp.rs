@@ -5,18 +5,20 @@
 //!  connect(session) ── start item `null` ──► plugin      ◄── hello ── Hello (v1 or v3)
 //!  start(run, step, config) ── work start ──► plugin     ──► Run
 //!  signal(run, id, data)    ── signal ──────► plugin
-//!  driver task: SessionReader::recv ──► machine::AtpClient::handle_frame ──► event
+//!  Driver<machine::AtpClient> ──► next_event ──► events task:
+//!     hello ──► connect
 //!     work done / fatal error ──► that Run's result()
 //!     signal / non-fatal error ──► that Run's next_event()
-//!  plugin gone / bad frame ──► fail_pending(reason, stderr tail) ──► every Run in flight
+//!  plugin gone / bad frame ──► Stopped ──► machine fail_pending ──► every Run in flight
 //!  done(grace): client done ──► close stdin ──► grace ──► (native: SIGTERM ──►) kill
 //! ```
 //!
 //! Protocol-correct failure: when the sandbox stops the plugin (fuel, memory, deadline, a
 //! crash) or the plugin breaks the framing or the protocol, every run in flight completes
-//! with an ATP error `{error, step_fatal: true, server_fatal: true}` whose text is the reason
-//! and the plugin's last stderr lines ([`AtpRunError`]), never a hang. A step's declared error
-//! output is not a failure: it is an ordinary [`WorkDone`].
+//! with the ATP error `atp::stopped_error` makes, `{error, step_fatal: true, server_fatal:
+//! true}` whose text is the reason and the plugin's last stderr lines ([`AtpRunError`]),
+//! never a hang. A step's declared error output is not a failure: it is an ordinary
+//! [`WorkDone`].
 //!
 //! What it does not do: validate configs or outputs against the schema, or time runs out
 //! (use the policy's deadline, or drop the [`Run`] and call [`AtpClient::done`]).
@@ -27,12 +29,12 @@ use std::time::Duration;
 
 use sandpipe_proto::atp::{self as machine, AtpError, ClientEvent};
 pub use sandpipe_proto::atp::{Hello, Value, Version};
-use sandpipe_proto::frame::FrameError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::error::{Exit, SessionError};
-use crate::session::{Session, SessionControl, SessionReader, SessionWriter, TERM_GRACE};
+use crate::driver::{Completion, Driver};
+use crate::error::{Exit, Stopped};
+use crate::session::{Session, SessionControl, TERM_GRACE};
 
 /// How many signals and non-fatal errors of one run may wait unread before the driver stops
 /// reading the plugin's stdout (backpressure instead of unbounded memory). [`Run::result`]
@@ -78,10 +80,8 @@ pub struct AtpRunError {
     pub server_fatal: bool,
     /// Who made the error.
     pub origin: ErrorOrigin,
-    /// How the plugin ended, when the host made the error.
-    pub exit: Option<Exit>,
-    /// The plugin's last stderr lines, when the host made the error.
-    pub stderr_tail: Vec<String>,
+    /// Why the plugin will never finish the run, when the host made the error.
+    pub stopped: Option<Stopped>,
 }
 
 /// Why a call on the client failed.
@@ -93,18 +93,8 @@ pub enum AtpFailure {
     #[error("refused: {0}")]
     Refused(AtpError),
     /// The plugin is gone: it was stopped, exited, or broke the framing or the protocol.
-    #[error("{reason}")]
-    Stopped {
-        /// What happened, as the run errors say it (without the stderr tail).
-        reason: String,
-        /// How the plugin ended.
-        exit: Option<Exit>,
-        /// The plugin's last stderr lines.
-        stderr_tail: Vec<String>,
-        /// True when the plugin broke the framing or the protocol (rather than being stopped
-        /// or exiting).
-        violation: bool,
-    },
+    #[error("{}", .0.reason)]
+    Stopped(Stopped),
 }
 
 /// Something a run in flight reported besides its result.
@@ -125,25 +115,18 @@ pub enum RunEvent {
     },
 }
 
-type ResultTx = oneshot::Sender<Result<WorkDone, AtpRunError>>;
+type RunResult = Result<WorkDone, AtpRunError>;
 
 struct Slot {
-    result: ResultTx,
+    result: oneshot::Sender<RunResult>,
     events: mpsc::Sender<RunEvent>,
 }
 
-struct Shared {
-    machine: machine::AtpClient,
-    runs: HashMap<String, Slot>,
-    hello: Option<oneshot::Sender<Result<Hello, AtpFailure>>>,
-    /// The last error the plugin reported about no run in particular (run id `""`).
-    plugin_error: Option<String>,
-    /// Set once the plugin is gone: later calls fail at once with it.
-    failed: Option<AtpFailure>,
-}
+/// The runs in flight, by id, as the events task hands them their results and signals.
+type Runs = Arc<Mutex<HashMap<String, Slot>>>;
 
-fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
-    shared.lock().unwrap_or_else(|p| p.into_inner())
+fn lock(runs: &Runs) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+    runs.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// An ATP connection to a plugin, after hello. Calls take `&self`: runs may be started and
@@ -152,11 +135,10 @@ fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
 /// Dropping the client kills the plugin (as dropping a [`Session`] does); end it with
 /// [`AtpClient::done`].
 pub struct AtpClient {
-    shared: Arc<Mutex<Shared>>,
-    writer: tokio::sync::Mutex<SessionWriter>,
-    control: SessionControl,
+    driver: Arc<Driver<machine::AtpClient>>,
+    runs: Runs,
     version: Version,
-    driver: JoinHandle<()>,
+    events: JoinHandle<()>,
 }
 
 impl std::fmt::Debug for AtpClient {
@@ -169,7 +151,7 @@ impl std::fmt::Debug for AtpClient {
 
 impl Drop for AtpClient {
     fn drop(&mut self) {
-        self.control.kill();
+        self.driver.control().kill();
     }
 }
 
@@ -178,7 +160,7 @@ impl Drop for AtpClient {
 #[derive(Debug)]
 pub struct Run {
     run_id: String,
-    result: oneshot::Receiver<Result<WorkDone, AtpRunError>>,
+    result: oneshot::Receiver<RunResult>,
     events: mpsc::Receiver<RunEvent>,
 }
 
@@ -209,7 +191,7 @@ impl Run {
 
     /// Wait for the run's outcome: a declared output (error outputs included) or an
     /// [`AtpRunError`]. Unread signals are dropped.
-    pub async fn result(self) -> Result<WorkDone, AtpRunError> {
+    pub async fn result(self) -> RunResult {
         let Run {
             run_id,
             result,
@@ -223,8 +205,7 @@ impl Run {
                 step_fatal: true,
                 server_fatal: true,
                 origin: ErrorOrigin::Host,
-                exit: None,
-                stderr_tail: Vec::new(),
+                stopped: None,
             })
         })
     }
@@ -235,31 +216,24 @@ impl AtpClient {
     /// send the start item and wait for the plugin's hello, version 1 or 3. A plugin that
     /// never sends hello is stopped by its policy's deadline.
     pub async fn connect(session: Session) -> Result<(AtpClient, Hello), AtpFailure> {
-        let (writer, reader, control) = session.into_split();
+        let driver = Arc::new(Driver::new(session, machine::AtpClient::new()));
+        let runs = Runs::default();
         let (hello_tx, hello_rx) = oneshot::channel();
-        let shared = Arc::new(Mutex::new(Shared {
-            machine: machine::AtpClient::new(),
-            runs: HashMap::new(),
-            hello: Some(hello_tx),
-            plugin_error: None,
-            failed: None,
-        }));
-        let driver = tokio::spawn(drive(reader, control.clone(), shared.clone()));
+        let events = tokio::spawn(dispatch(driver.clone(), runs.clone(), hello_tx));
         let mut client = AtpClient {
-            shared,
-            writer: tokio::sync::Mutex::new(writer),
-            control,
+            driver,
+            runs,
             // Replaced below, once hello told.
             version: Version::V3,
-            driver,
+            events,
         };
-        client.flush().await;
-        let hello = match hello_rx.await {
-            Ok(result) => result?,
-            Err(_) => return Err(client.failure()),
-        };
-        client.version = hello.version;
-        Ok((client, hello))
+        match hello_rx.await {
+            Ok(hello) => {
+                client.version = hello.version;
+                Ok((client, hello))
+            }
+            Err(_) => Err(client.failure()),
+        }
     }
 
     /// The version the plugin speaks.
@@ -269,16 +243,13 @@ impl AtpClient {
 
     /// The session's control half (exit, kill, stderr tail).
     pub fn control(&self) -> &SessionControl {
-        &self.control
+        self.driver.control()
     }
 
     /// Run ids in flight, sorted.
     pub fn in_flight(&self) -> Vec<String> {
-        lock(&self.shared)
-            .machine
-            .in_flight()
-            .map(str::to_owned)
-            .collect()
+        self.driver
+            .inspect(|m| m.in_flight().map(str::to_owned).collect())
     }
 
     /// Start a run of `step_id` with `config`. Under v3 several runs may be in flight (run ids
@@ -289,34 +260,29 @@ impl AtpClient {
         step_id: &str,
         config: Value,
     ) -> Result<Run, AtpFailure> {
-        // The writer lock is taken first so frames go out in the machine's order.
-        let mut writer = self.writer.lock().await;
-        let (run, frames) = {
-            let mut s = lock(&self.shared);
-            if let Some(f) = &s.failed {
-                return Err(f.clone());
-            }
-            s.machine
-                .start(run_id, step_id, config)
-                .map_err(AtpFailure::Refused)?;
-            let (result_tx, result_rx) = oneshot::channel();
-            let (events_tx, events_rx) = mpsc::channel(RUN_EVENT_QUEUE);
-            s.runs.insert(
-                run_id.to_owned(),
-                Slot {
-                    result: result_tx,
-                    events: events_tx,
-                },
-            );
-            let run = Run {
-                run_id: run_id.to_owned(),
-                result: result_rx,
-                events: events_rx,
-            };
-            (run, transmit(&mut s.machine))
+        let (result_tx, result) = oneshot::channel();
+        let (events_tx, events) = mpsc::channel(RUN_EVENT_QUEUE);
+        // The slot is in place before the work start can be answered.
+        let slot = Slot {
+            result: result_tx,
+            events: events_tx,
         };
-        send_frames(&mut writer, frames).await;
-        Ok(run)
+        let previous = lock(&self.runs).insert(run_id.to_owned(), slot);
+        let started = self.act(|m| m.start(run_id, step_id, config));
+        if started.is_err() {
+            // Refused: the run id's slot (if another run has it) is put back.
+            let mut runs = lock(&self.runs);
+            runs.remove(run_id);
+            if let Some(p) = previous {
+                runs.insert(run_id.to_owned(), p);
+            }
+        }
+        started?;
+        Ok(Run {
+            run_id: run_id.to_owned(),
+            result,
+            events,
+        })
     }
 
     /// Send signal `signal_id` with `data` to a run in flight (v3 only).
@@ -326,19 +292,7 @@ impl AtpClient {
         signal_id: &str,
         data: Value,
     ) -> Result<(), AtpFailure> {
-        let mut writer = self.writer.lock().await;
-        let frames = {
-            let mut s = lock(&self.shared);
-            if let Some(f) = &s.failed {
-                return Err(f.clone());
-            }
-            s.machine
-                .signal(run_id, signal_id, data)
-                .map_err(AtpFailure::Refused)?;
-            transmit(&mut s.machine)
-        };
-        send_frames(&mut writer, frames).await;
-        Ok(())
+        self.act(|m| m.signal(run_id, signal_id, data))
     }
 
     /// End the session, the way the engine sends SIGTERM to a plugin container: client done
@@ -348,157 +302,49 @@ impl AtpClient {
     /// Runs still in flight may finish meanwhile (their [`Run`]s get the results); those that
     /// do not get an [`AtpRunError`] naming how the plugin ended.
     pub async fn done(mut self, grace: Duration) -> Exit {
-        {
-            let mut writer = self.writer.lock().await;
-            let frames = {
-                let mut s = lock(&self.shared);
-                // Refused after a failure or after v1's output: nothing to tell the plugin.
-                match s.machine.client_done() {
-                    Ok(()) => transmit(&mut s.machine),
-                    Err(_) => Vec::new(),
-                }
-            };
-            send_frames(&mut writer, frames).await;
-            writer.close().await;
-        }
+        // Refused after a failure or after v1's output: nothing to tell the plugin.
+        let _ = self.driver.act(machine::AtpClient::client_done);
         // The driver keeps reading stdout meanwhile, so the plugin never blocks on a full pipe.
-        let exit = self.control.wait_or_stop(grace).await;
-        // Every run learns its outcome before `done` returns: the driver ends once stdout
-        // closes, which the plugin's end guarantees. A driver blocked on a full run queue
-        // (a caller holding a `Run` without reading it) would block here, so stop waiting
-        // for it then: that caller reads its queue or drops its run.
-        let _ = tokio::time::timeout(TERM_GRACE, &mut self.driver).await;
+        let exit = self.driver.shutdown(grace).await;
+        // Every run learns its outcome before `done` returns: the events end once stdout
+        // closes, which the plugin's end guarantees. A task blocked on a full run queue (a
+        // caller holding a `Run` without reading it) would block here, so stop waiting for it
+        // then: that caller reads its queue or drops its run.
+        let _ = tokio::time::timeout(TERM_GRACE, &mut self.events).await;
         exit
     }
 
+    /// Act on the machine unless the plugin is gone.
+    fn act(
+        &self,
+        f: impl FnOnce(&mut machine::AtpClient) -> Result<(), AtpError>,
+    ) -> Result<(), AtpFailure> {
+        if let Some(stopped) = self.driver.stopped() {
+            return Err(AtpFailure::Stopped(stopped));
+        }
+        self.driver.act(f).map_err(AtpFailure::Refused)
+    }
+
     fn failure(&self) -> AtpFailure {
-        lock(&self.shared)
-            .failed
-            .clone()
-            .unwrap_or_else(|| AtpFailure::Stopped {
-                reason: "the atp driver ended".into(),
-                exit: self.control.try_exit(),
-                stderr_tail: self.control.stderr_tail(),
-                violation: false,
-            })
-    }
-
-    async fn flush(&self) {
-        let mut writer = self.writer.lock().await;
-        let frames = transmit(&mut lock(&self.shared).machine);
-        send_frames(&mut writer, frames).await;
+        AtpFailure::Stopped(self.driver.stopped().unwrap_or_else(|| {
+            Stopped::by_host("the atp driver ended", self.control().stderr_tail())
+        }))
     }
 }
 
-fn transmit(machine: &mut machine::AtpClient) -> Vec<Vec<u8>> {
-    std::iter::from_fn(|| machine.poll_transmit()).collect()
-}
-
-/// A write failure means the plugin stopped reading; the driver reports how it ended to every
-/// run in flight, so the error is not repeated here.
-async fn send_frames(writer: &mut SessionWriter, frames: Vec<Vec<u8>>) {
-    for frame in frames {
-        if let Err(e) = writer.send(&frame).await {
-            tracing::debug!("plugin stopped reading stdin: {e}");
-            return;
-        }
-    }
-}
-
-/// Read the plugin's frames into the machine until it is gone; then fail what is in flight.
-async fn drive(mut reader: SessionReader, control: SessionControl, shared: Arc<Mutex<Shared>>) {
-    let (reason, exit, violation) = loop {
-        match reader.recv().await {
-            Ok(Some(frame)) => {
-                let (events, refused) = {
-                    let mut s = lock(&shared);
-                    let refused = s.machine.handle_frame(&frame).err();
-                    (
-                        std::iter::from_fn(|| s.machine.poll_event()).collect::<Vec<_>>(),
-                        refused,
-                    )
-                };
-                for event in events {
-                    dispatch(&shared, event, None).await;
-                }
-                if let Some(e) = refused {
-                    control.kill();
-                    break (format!("plugin broke the protocol: {e}"), None, true);
-                }
-            }
-            Ok(None) => {
-                let exit = control.wait().await;
-                break (exit.to_string(), Some(exit), false);
-            }
-            // A frame cut off by the plugin's end is that end's casualty: stdout is closed,
-            // so report how the plugin ended.
-            Err(SessionError::BadFrameFromPlugin {
-                error: FrameError::Truncated { .. },
-                ..
-            }) => {
-                let exit = control.wait().await;
-                break (exit.to_string(), Some(exit), false);
-            }
-            Err(SessionError::BadFrameFromPlugin { error, .. }) => {
-                control.kill();
-                break (format!("bad frame from plugin: {error}"), None, true);
-            }
-            Err(e) => {
-                control.kill();
-                break (format!("reading plugin output: {e}"), None, true);
-            }
-        }
-    };
-    let exit = match exit {
-        Some(exit) => exit,
-        None => control.wait().await,
-    };
-    let stderr_tail = control.stderr_tail();
-    let (events, failure) = {
-        let mut s = lock(&shared);
-        let reason = match &s.plugin_error {
-            Some(said) if !violation => format!("{reason} (the plugin reported: {said})"),
-            _ => reason,
-        };
-        let failure = AtpFailure::Stopped {
-            reason: reason.clone(),
-            exit: Some(exit.clone()),
-            stderr_tail: stderr_tail.clone(),
-            violation,
-        };
-        s.failed = Some(failure.clone());
-        s.machine.fail_pending(&crate::error::Stopped {
-            reason: reason.clone(),
-            exit: Some(exit.clone()),
-            stderr_tail: stderr_tail.clone(),
-            violation,
-        });
-        if let Some(hello) = s.hello.take() {
-            let _ = hello.send(Err(failure.clone()));
-        }
-        (
-            std::iter::from_fn(|| s.machine.poll_event()).collect::<Vec<_>>(),
-            (exit, stderr_tail),
-        )
-    };
-    for event in events {
-        dispatch(&shared, event, Some(&failure)).await;
-    }
-}
-
-/// Hand one machine event to whoever waits for it. `stopped` is set for the errors
-/// `fail_pending` made: the exit and stderr tail they carry.
+/// Hand each machine event to whoever waits for it, until the plugin is gone: hello to
+/// `connect`, a result to its run, a signal or non-fatal error to its run's queue.
 async fn dispatch(
-    shared: &Mutex<Shared>,
-    event: ClientEvent,
-    stopped: Option<&(Exit, Vec<String>)>,
+    driver: Arc<Driver<machine::AtpClient>>,
+    runs: Runs,
+    hello: oneshot::Sender<Hello>,
 ) {
-    let queued = {
-        let mut s = lock(shared);
-        match event {
-            ClientEvent::Hello(hello) => {
-                if let Some(tx) = s.hello.take() {
-                    let _ = tx.send(Ok(hello));
+    let mut hello = Some(hello);
+    while let Some(Completion { event, stopped }) = driver.next_event().await {
+        let queued = match event {
+            ClientEvent::Hello(h) => {
+                if let Some(tx) = hello.take() {
+                    let _ = tx.send(h);
                 }
                 None
             }
@@ -508,7 +354,7 @@ async fn dispatch(
                 output_data,
                 debug_logs,
             } => {
-                if let Some(slot) = s.runs.remove(&run_id) {
+                if let Some(slot) = lock(&runs).remove(&run_id) {
                     let _ = slot.result.send(Ok(WorkDone {
                         output_id,
                         output_data,
@@ -521,52 +367,53 @@ async fn dispatch(
                 run_id,
                 signal_id,
                 data,
-            } => s
-                .runs
+            } => lock(&runs)
                 .get(&run_id)
                 .map(|slot| (slot.events.clone(), RunEvent::Signal { signal_id, data })),
             ClientEvent::Error {
                 run_id,
                 error,
+                server_fatal,
+                ..
+            } if run_id.is_empty() => {
+                // About the plugin, not a run: runs in flight end when the plugin does (the
+                // machine quotes it in the stop's reason).
+                tracing::warn!(server_fatal, "plugin reported an error: {error}");
+                None
+            }
+            ClientEvent::Error {
+                run_id,
+                error,
                 step_fatal,
                 server_fatal,
-            } => {
-                if run_id.is_empty() {
-                    // About the plugin, not a run: runs in flight end when the plugin does.
-                    tracing::warn!(server_fatal, "plugin reported an error: {error}");
-                    s.plugin_error = Some(error);
-                    None
-                } else if step_fatal || server_fatal {
-                    if let Some(slot) = s.runs.remove(&run_id) {
-                        let (origin, exit, stderr_tail) = match stopped {
-                            Some((exit, tail)) => {
-                                (ErrorOrigin::Host, Some(exit.clone()), tail.clone())
-                            }
-                            None => (ErrorOrigin::Plugin, None, Vec::new()),
-                        };
-                        let _ = slot.result.send(Err(AtpRunError {
-                            run_id,
-                            error,
-                            step_fatal,
-                            server_fatal,
-                            origin,
-                            exit,
-                            stderr_tail,
-                        }));
-                    }
-                    None
-                } else {
-                    s.runs
-                        .get(&run_id)
-                        .map(|slot| (slot.events.clone(), RunEvent::Error { error }))
+            } if step_fatal || server_fatal => {
+                if let Some(slot) = lock(&runs).remove(&run_id) {
+                    let origin = match stopped {
+                        Some(_) => ErrorOrigin::Host,
+                        None => ErrorOrigin::Plugin,
+                    };
+                    let _ = slot.result.send(Err(AtpRunError {
+                        run_id,
+                        error,
+                        step_fatal,
+                        server_fatal,
+                        origin,
+                        stopped,
+                    }));
                 }
+                None
             }
+            ClientEvent::Error { run_id, error, .. } => lock(&runs)
+                .get(&run_id)
+                .map(|slot| (slot.events.clone(), RunEvent::Error { error })),
             // `ClientEvent` is non-exhaustive.
             _ => None,
+        };
+        if let Some((tx, event)) = queued {
+            // A closed queue means the caller no longer reads this run's events.
+            let _ = tx.send(event).await;
         }
-    };
-    if let Some((tx, event)) = queued {
-        // A closed queue means the caller no longer reads this run's events.
-        let _ = tx.send(event).await;
     }
+    // The plugin is gone and every run had its outcome: end the runs' queues.
+    lock(&runs).clear();
 }

@@ -118,7 +118,7 @@ impl DenoBridgeClient {
         let completion = loop {
             tokio::select! {
                 c = &mut done => break c,
-                event = self.driver.next_event() => match event {
+                event = self.driver.next_event() => match event.map(|c| c.event) {
                     Some(ClientEvent::Progress { progress: p, .. }) => progress(p.message),
                     Some(_) => {}
                     // The plugin is gone: the stop completes the invoke.

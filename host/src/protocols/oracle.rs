@@ -24,7 +24,7 @@ impl OracleClient {
     pub async fn connect(session: Session) -> Result<Self, OracleError> {
         let driver = Driver::new(session, machine::OracleClient::new());
         loop {
-            match driver.next_event().await {
+            match driver.next_event().await.map(|c| c.event) {
                 Some(ClientEvent::Ready) => return Ok(OracleClient { driver }),
                 Some(_) => {}
                 None => return Err(machine::stopped_error(&stopped(&driver))),
