@@ -256,6 +256,11 @@ impl ClientMachine for finecode::Client {
     fn handle_frame(&mut self, frame: &[u8]) -> Result<(), ProtocolError> {
         finecode::Client::handle_frame(self, frame)
     }
+    /// A `$/progress` (or answer) the machine cannot place is not a violation: it may have
+    /// crossed a cancellation on the wire.
+    fn is_fatal(error: &ProtocolError) -> bool {
+        !matches!(error, ProtocolError::BadPayload { .. })
+    }
     fn poll_transmit(&mut self) -> Option<Vec<u8>> {
         finecode::Client::poll_transmit(self)
     }

@@ -339,12 +339,8 @@ async fn a_runner_stopped_with_two_calls_pending_fails_both_with_internal_error(
         let line = format!("hog: {how} starting");
         for (which, result) in [("hog", hog), ("queued", queued)] {
             match result {
-                Err(FineCodeFailure::Stopped {
-                    error,
-                    exit,
-                    stderr_tail,
-                    violation: false,
-                }) => {
+                Err(FineCodeFailure::Stopped { error, stopped }) if !stopped.violation => {
+                    let (exit, stderr_tail) = (stopped.exit, stopped.stderr_tail);
                     assert_eq!(error.code, ErrorCode::Int(INTERNAL_ERROR), "{case} {which}");
                     assert!(
                         error.message.contains(reason),

@@ -4,14 +4,14 @@
 //! or as `workspace/executeCommand` ([`CallForm`]).
 //!
 //! ```text
-//!  start()/run_action() ──► Client::call ──► writer task ──► SessionWriter ──► runner stdin
-//!  driver task: SessionReader::recv ──► Client::handle_frame ──► ClientEvent
+//!  start()/run_action() ──► Driver::act(Client::call) ──► runner stdin
+//!  Driver<Client> ──► next_event ──► dispatch task, in order:
 //!     Reply / Initialize / Shutdown ──► the waiting PendingCall
 //!     Progress ($/progress)         ──► the call's on_progress, in order, before its Reply
 //!     Request (getRawConfig, …)     ──► responder task ──► RunnerRequests::handle ──► respond
 //!  cancel(id) ──► Client::cancel: the call completes with -32800, $/cancelRequest goes out
-//!  runner gone / broke the protocol ──► Client::fail_pending(reason, stderr tail) ──► every
-//!                                       pending call: -32603 {"reason", "stderr"}
+//!  runner gone / broke the protocol ──► Stopped ──► Client::fail_pending ──► every
+//!                                       pending call: -32603 {"reason", "exit", "stderr"}
 //! ```
 //!
 //! The rules live in `sandpipe_proto::finecode::Client`; this module only moves bytes and
@@ -22,7 +22,7 @@
 //!   wrong shape, or `-32800` after [`FineCodeClient::cancel`];
 //! - [`FineCodeFailure::Stopped`]: the runner ended (the sandbox stopped it, it crashed or
 //!   exited) or broke the framing or the protocol before answering; the error object is the
-//!   machine's `-32603` with `data: {"reason", "stderr"}`;
+//!   machine's `-32603` with `data: {"reason", "exit", "stderr"}`;
 //! - [`FineCodeFailure::Misuse`]: the host asked for something the lifecycle does not allow.
 //!
 //! What it does not do: time calls out (wrap them in `tokio::time::timeout` and
@@ -47,8 +47,9 @@ pub use sandpipe_proto::jsonrpc::{ErrorObject, Id};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::error::{Exit, SessionError};
-use crate::session::{Session, SessionControl, SessionReader, SessionWriter};
+use crate::driver::{Completion, Driver};
+use crate::error::{Exit, Stopped};
+use crate::session::{Session, SessionControl};
 
 /// How many `$/progress` values of one call may wait unread before the driver stops reading
 /// the runner's stdout (backpressure instead of unbounded memory).
@@ -70,15 +71,11 @@ pub enum FineCodeFailure {
     /// The runner ended, or broke the framing or the protocol, before answering.
     #[error("{}", error.message)]
     Stopped {
-        /// `-32603`, the reason as message, `data: {"reason", "stderr"}`.
+        /// `-32603`, the reason as message, `data: {"reason", "exit", "stderr"}`
+        /// (`finecode::stopped_error`).
         error: ErrorObject,
-        /// How the runner ended.
-        exit: Option<Exit>,
-        /// The runner's last stderr lines.
-        stderr_tail: Vec<String>,
-        /// True when the runner broke the framing or the protocol (and was killed for it),
-        /// rather than being stopped by the sandbox or exiting.
-        violation: bool,
+        /// Why the runner will never answer: reason, exit, stderr tail, violation.
+        stopped: Stopped,
     },
     /// The host asked for something the lifecycle does not allow now (a call after
     /// `shutdown`, a `partialResultToken` another call in flight uses).
@@ -182,105 +179,37 @@ enum Answer {
 
 type Waiter = oneshot::Sender<Result<Answer, FineCodeFailure>>;
 
-#[derive(Debug)]
-enum Outgoing {
-    Frame(Vec<u8>),
-    Close,
-}
-
-/// Work the driver does after releasing the lock (it may wait on the caller).
-enum Deferred {
-    Progress(mpsc::Sender<Value>, Value),
-    Request(Box<(Id, RunnerRequest)>),
-}
-
-struct Shared {
-    client: Client,
+/// The calls in flight, by id: who waits for each answer, and where its progress goes.
+#[derive(Default)]
+struct Calls {
     waiters: HashMap<Id, Waiter>,
     progress: HashMap<Id, mpsc::Sender<Value>>,
-    /// Set once the runner is gone: later calls fail at once with it.
-    failed: Option<FineCodeFailure>,
-    out: mpsc::UnboundedSender<Outgoing>,
 }
 
-fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
-    shared.lock().unwrap_or_else(|p| p.into_inner())
+type Shared = Arc<Mutex<Calls>>;
+
+fn lock(calls: &Mutex<Calls>) -> std::sync::MutexGuard<'_, Calls> {
+    calls.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Shared {
-    /// Hand what the machine queued to the writer task, in the machine's order.
-    fn flush(&mut self) {
-        while let Some(frame) = self.client.poll_transmit() {
-            // The writer task outlives every sender but the last; a send error means the
-            // client is being torn down and nothing waits for the frame.
-            let _ = self.out.send(Outgoing::Frame(frame));
-        }
-    }
-
-    fn register(&mut self, id: Id) -> oneshot::Receiver<Result<Answer, FineCodeFailure>> {
-        let (tx, rx) = oneshot::channel();
-        self.waiters.insert(id, tx);
-        rx
-    }
-
-    /// Complete what the machine completed; return the deliveries that may wait.
-    fn settle(&mut self) -> Vec<Deferred> {
-        let mut deferred = Vec::new();
-        while let Some(event) = self.client.poll_event() {
-            match event {
-                ClientEvent::Initialize { id, result } => self.complete(
-                    &id,
-                    result.map(Answer::Initialize).map_err(FineCodeError::Rpc),
-                ),
-                ClientEvent::Reply { id, result, .. } => {
-                    self.complete(&id, result.map(Answer::Reply))
-                }
-                ClientEvent::Shutdown { id, result } => self.complete(
-                    &id,
-                    result
-                        .map(|()| Answer::Shutdown)
-                        .map_err(FineCodeError::Rpc),
-                ),
-                ClientEvent::Progress { id, params } => {
-                    if let Some(tx) = self.progress.get(&id) {
-                        let value = params.decode_value().unwrap_or(params.value);
-                        deferred.push(Deferred::Progress(tx.clone(), value));
-                    }
-                }
-                ClientEvent::Request { id, request } => {
-                    deferred.push(Deferred::Request(Box::new((id, request))));
-                }
-                ClientEvent::Notification { method, params } => {
-                    tracing::debug!(%method, ?params, "finecode runner notification");
-                }
-                other => tracing::debug!(?other, "finecode event not handled"),
-            }
-        }
-        deferred
-    }
-
-    fn complete(&mut self, id: &Id, result: Result<Answer, FineCodeError>) {
+impl Calls {
+    fn complete(
+        &mut self,
+        id: &Id,
+        result: Result<Answer, FineCodeError>,
+        stopped: Option<Stopped>,
+    ) {
         // Dropping the progress sender ends the call's progress stream after the values
-        // already delivered: every `$/progress` precedes its answer on the wire.
+        // already delivered: every `$/progress` precedes its answer on the wire, and this
+        // task delivers events in order.
         self.progress.remove(id);
         let Some(waiter) = self.waiters.remove(id) else {
             return;
         };
-        let result = result.map_err(|e| match (&self.failed, e) {
-            (
-                Some(FineCodeFailure::Stopped {
-                    exit,
-                    stderr_tail,
-                    violation,
-                    ..
-                }),
-                FineCodeError::Rpc(error),
-            ) => FineCodeFailure::Stopped {
-                error,
-                exit: exit.clone(),
-                stderr_tail: stderr_tail.clone(),
-                violation: *violation,
-            },
+        let result = result.map_err(|e| match (stopped, e) {
+            (Some(stopped), FineCodeError::Rpc(error)) => {
+                FineCodeFailure::Stopped { error, stopped }
+            }
             (_, e) => FineCodeFailure::Call(e),
         });
         let _ = waiter.send(result);
@@ -291,8 +220,8 @@ impl Shared {
 /// run concurrently. Dropping the client without [`FineCodeClient::shutdown`] kills the
 /// runner.
 pub struct FineCodeClient {
-    shared: Arc<Mutex<Shared>>,
-    control: SessionControl,
+    driver: Arc<Driver<Client>>,
+    calls: Shared,
     form: CallForm,
 }
 
@@ -306,9 +235,9 @@ impl std::fmt::Debug for FineCodeClient {
 
 impl Drop for FineCodeClient {
     fn drop(&mut self) {
-        // The driver and writer tasks keep each other alive while the runner runs; a dropped
-        // client must not leave a runner behind (as a dropped `Session` does not).
-        self.control.kill();
+        // The dispatch and responder tasks keep the driver alive while the runner runs; a
+        // dropped client must not leave a runner behind (as a dropped `Session` does not).
+        self.driver.control().kill();
     }
 }
 
@@ -343,47 +272,22 @@ impl FineCodeClient {
         params: &InitializeParams,
         handler: impl RunnerRequests,
     ) -> Result<(FineCodeClient, InitializeResult), FineCodeFailure> {
-        let (writer, reader, control) = session.into_split();
-        let (out, out_rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Mutex::new(Shared {
-            client: Client::with_call_form(form),
-            waiters: HashMap::new(),
-            progress: HashMap::new(),
-            failed: None,
-            out,
-        }));
+        let driver = Arc::new(Driver::new(session, Client::with_call_form(form)));
+        let calls = Shared::default();
         let (requests, requests_rx) = mpsc::channel(REQUEST_QUEUE);
-        tokio::spawn(write(writer, out_rx));
-        tokio::spawn(respond(handler, requests_rx, shared.clone()));
-        tokio::spawn(drive(shared.clone(), reader, control.clone(), requests));
+        tokio::spawn(respond(handler, requests_rx, driver.clone()));
+        tokio::spawn(dispatch(driver.clone(), calls.clone(), requests));
         let client = FineCodeClient {
-            shared,
-            control,
+            driver,
+            calls,
             form,
         };
-        let rx = {
-            let mut s = lock(&client.shared);
-            let id = s
-                .client
-                .initialize(params)
-                .map_err(FineCodeFailure::Misuse)?;
-            let rx = s.register(id);
-            s.flush();
-            rx
+        let rx = client.send(|c| c.initialize(params), false)?.0;
+        let result = match rx.await.unwrap_or_else(|_| Err(client.gone()))? {
+            Answer::Initialize(result) => result,
+            other => return Err(unexpected_answer("initialize", &other)),
         };
-        let result = match rx.await.unwrap_or_else(|_| Err(driver_gone())) {
-            Ok(Answer::Initialize(result)) => result,
-            Ok(other) => return Err(unexpected_answer("initialize", &other)),
-            Err(e) => return Err(e),
-        };
-        {
-            let mut s = lock(&client.shared);
-            if let Some(f) = &s.failed {
-                return Err(f.clone());
-            }
-            s.client.initialized().map_err(FineCodeFailure::Misuse)?;
-            s.flush();
-        }
+        client.act(Client::initialized)?;
         Ok((client, result))
     }
 
@@ -394,7 +298,7 @@ impl FineCodeClient {
 
     /// The session's control half (exit, kill, stderr tail).
     pub fn control(&self) -> &SessionControl {
-        &self.control
+        self.driver.control()
     }
 
     /// Send `call` without waiting for its answer. With a `partialResultToken` in its
@@ -511,26 +415,12 @@ impl FineCodeClient {
     /// ([`FineCodeFailure::is_cancelled`]), a late answer is dropped, and the runner is sent
     /// `$/cancelRequest`. False if `id` is not a call in flight.
     pub fn cancel(&self, id: &Id) -> bool {
-        let mut s = lock(&self.shared);
-        let cancelled = s.client.cancel(id);
-        // The local completion is an event like any answer; a cancel produces no progress
-        // or requests.
-        drop(s.settle());
-        s.flush();
-        cancelled
+        self.driver.act(|c| c.cancel(id))
     }
 
     /// Send a notification (`textDocument/didOpen`, …).
     pub fn notify(&self, method: &str, params: Value) -> Result<(), FineCodeFailure> {
-        let mut s = lock(&self.shared);
-        if let Some(f) = &s.failed {
-            return Err(f.clone());
-        }
-        s.client
-            .notify(method, params)
-            .map_err(FineCodeFailure::Misuse)?;
-        s.flush();
-        Ok(())
+        self.act(|c| c.notify(method, params))
     }
 
     /// End the session as the WM does: `shutdown` (its answer awaited up to `grace`), the
@@ -539,41 +429,18 @@ impl FineCodeClient {
     /// [`TERM_GRACE`] more, then it is killed — as [`Session::shutdown`]. A runner already
     /// gone just reports how it ended.
     pub async fn shutdown(self, grace: Duration) -> Exit {
-        let answer = {
-            let mut s = lock(&self.shared);
-            if s.failed.is_some() {
-                None
-            } else {
-                match s.client.shutdown() {
-                    Ok(id) => {
-                        let rx = s.register(id);
-                        s.flush();
-                        Some(rx)
-                    }
-                    Err(e) => {
-                        tracing::debug!("not sending shutdown: {e}");
-                        None
-                    }
-                }
-            }
-        };
-        if let Some(rx) = answer {
-            match tokio::time::timeout(grace, rx).await {
+        match self.send(Client::shutdown, false) {
+            Ok((rx, _)) => match tokio::time::timeout(grace, rx).await {
                 Ok(Ok(Ok(_))) => {}
                 Ok(Ok(Err(e))) => tracing::debug!("shutdown failed: {e}"),
                 Ok(Err(_)) | Err(_) => tracing::debug!("shutdown got no answer"),
-            }
+            },
+            Err(e) => tracing::debug!("not sending shutdown: {e}"),
         }
-        {
-            let mut s = lock(&self.shared);
-            if s.client.exit().is_ok() {
-                s.flush();
-            }
-            let _ = s.out.send(Outgoing::Close);
-        }
+        let _ = self.driver.act(Client::exit);
         // The driver keeps reading stdout to its end meanwhile, so the runner never blocks
         // on a full pipe while it exits.
-        self.control.wait_or_stop(grace).await
+        self.driver.shutdown(grace).await
     }
 
     fn start_typed<T>(
@@ -583,25 +450,77 @@ impl FineCodeClient {
     ) -> Result<PendingCall<T>, FineCodeFailure> {
         let method = call.method();
         let streaming = call.token().is_some();
-        let mut s = lock(&self.shared);
-        if let Some(f) = &s.failed {
-            return Err(f.clone());
-        }
-        let id = s.client.call(call).map_err(FineCodeFailure::Misuse)?;
-        let reply = s.register(id.clone());
-        let progress = streaming.then(|| {
-            let (tx, rx) = mpsc::channel(PROGRESS_QUEUE);
-            s.progress.insert(id.clone(), tx);
-            rx
-        });
-        s.flush();
+        let mut id = None;
+        let (reply, progress) = self.send(
+            |c| {
+                let key = c.call(call)?;
+                id = Some(key.clone());
+                Ok(key)
+            },
+            streaming,
+        )?;
         Ok(PendingCall {
-            id,
+            id: id.expect("the call was made"),
             method,
             reply,
             progress,
             extract,
         })
+    }
+
+    /// Make a call on the machine and register who waits for it (and its progress), before
+    /// the dispatch task can see its answer.
+    #[allow(clippy::type_complexity, reason = "a private pair of receivers")]
+    fn send(
+        &self,
+        make: impl FnOnce(&mut Client) -> Result<Id, ProtocolError>,
+        streaming: bool,
+    ) -> Result<
+        (
+            oneshot::Receiver<Result<Answer, FineCodeFailure>>,
+            Option<mpsc::Receiver<Value>>,
+        ),
+        FineCodeFailure,
+    > {
+        // The calls' lock is held across the act, so the dispatch task, which takes it for
+        // each event, finds the waiter in place.
+        let mut calls = lock(&self.calls);
+        if let Some(stopped) = self.driver.stopped() {
+            return Err(stopped_failure(stopped));
+        }
+        let id = self.driver.act(make).map_err(FineCodeFailure::Misuse)?;
+        let (tx, rx) = oneshot::channel();
+        calls.waiters.insert(id.clone(), tx);
+        let progress = streaming.then(|| {
+            let (tx, rx) = mpsc::channel(PROGRESS_QUEUE);
+            calls.progress.insert(id, tx);
+            rx
+        });
+        Ok((rx, progress))
+    }
+
+    /// Act on the machine unless the runner is gone.
+    fn act(
+        &self,
+        f: impl FnOnce(&mut Client) -> Result<(), ProtocolError>,
+    ) -> Result<(), FineCodeFailure> {
+        if let Some(stopped) = self.driver.stopped() {
+            return Err(stopped_failure(stopped));
+        }
+        self.driver.act(f).map_err(FineCodeFailure::Misuse)
+    }
+
+    fn gone(&self) -> FineCodeFailure {
+        self.driver
+            .stopped()
+            .map_or_else(driver_gone, stopped_failure)
+    }
+}
+
+fn stopped_failure(stopped: Stopped) -> FineCodeFailure {
+    FineCodeFailure::Stopped {
+        error: sandpipe_proto::finecode::stopped_error(&stopped),
+        stopped,
     }
 }
 
@@ -698,142 +617,81 @@ fn unexpected_answer(method: &'static str, answer: &Answer) -> FineCodeFailure {
     })
 }
 
-/// Whether a frame the machine refused means the runner broke the protocol. A `$/progress`
-/// the machine cannot place is not: it may have crossed a cancellation on the wire.
-fn fatal(e: &ProtocolError) -> bool {
-    !matches!(e, ProtocolError::BadPayload { .. })
-}
-
-/// Read the runner's output into the machine until it ends; then fail what is pending.
-async fn drive(
-    shared: Arc<Mutex<Shared>>,
-    mut reader: SessionReader,
-    control: SessionControl,
+/// Hand each machine event to whoever waits for it, in order, until the runner is gone:
+/// answers to their calls, `$/progress` to its call's stream, the runner's requests to the
+/// responder.
+async fn dispatch(
+    driver: Arc<Driver<Client>>,
+    calls: Shared,
     requests: mpsc::Sender<(Id, RunnerRequest)>,
 ) {
-    let (reason, exit, violation): (String, Option<Exit>, bool) = loop {
-        match reader.recv().await {
-            Ok(Some(frame)) => {
-                let (deferred, refused) = {
-                    let mut s = lock(&shared);
-                    let refused = s.client.handle_frame(&frame).err();
-                    let deferred = s.settle();
-                    s.flush();
-                    (deferred, refused)
-                };
-                for d in deferred {
-                    match d {
-                        Deferred::Progress(tx, value) => {
-                            // The caller may have stopped listening (`wait`): that is fine.
-                            let _ = tx.send(value).await;
-                        }
-                        Deferred::Request(request) => {
-                            let (id, request) = *request;
-                            if let Err(mpsc::error::SendError((id, request))) =
-                                requests.send((id, request)).await
-                            {
-                                let error = ErrorObject::new(
-                                    INTERNAL_ERROR,
-                                    format!(
-                                        "the manager's request handler is gone; {} not served",
-                                        request.method()
-                                    ),
-                                );
-                                let mut s = lock(&shared);
-                                let _ = s.client.respond(id, Err(error));
-                                s.flush();
-                            }
-                        }
-                    }
-                }
-                match refused {
-                    Some(e) if fatal(&e) => {
-                        control.kill();
-                        break (format!("plugin broke the protocol: {e}"), None, true);
-                    }
-                    Some(e) => tracing::debug!("finecode runner sent a bad message: {e}"),
-                    None => {}
+    while let Some(Completion { event, stopped }) = driver.next_event().await {
+        match event {
+            ClientEvent::Initialize { id, result } => lock(&calls).complete(
+                &id,
+                result.map(Answer::Initialize).map_err(FineCodeError::Rpc),
+                stopped,
+            ),
+            ClientEvent::Reply { id, result, .. } => {
+                lock(&calls).complete(&id, result.map(Answer::Reply), stopped);
+            }
+            ClientEvent::Shutdown { id, result } => lock(&calls).complete(
+                &id,
+                result
+                    .map(|()| Answer::Shutdown)
+                    .map_err(FineCodeError::Rpc),
+                stopped,
+            ),
+            ClientEvent::Progress { id, params } => {
+                let tx = lock(&calls).progress.get(&id).cloned();
+                if let Some(tx) = tx {
+                    let value = params.decode_value().unwrap_or(params.value);
+                    // The caller may have stopped listening (`wait`): that is fine.
+                    let _ = tx.send(value).await;
                 }
             }
-            Ok(None) => {
-                let exit = control.wait().await;
-                break (exit.to_string(), Some(exit), false);
-            }
-            Err(SessionError::BadFrameFromPlugin { error, .. }) => {
-                // A frame cut off by the runner's end is that end's casualty: report the end.
-                if let sandpipe_proto::frame::FrameError::Truncated { .. } = error {
-                    let exit = control.wait().await;
-                    break (exit.to_string(), Some(exit), false);
+            ClientEvent::Request { id, request } => {
+                if let Err(mpsc::error::SendError((id, request))) =
+                    requests.send((id, request)).await
+                {
+                    let error = ErrorObject::new(
+                        INTERNAL_ERROR,
+                        format!(
+                            "the manager's request handler is gone; {} not served",
+                            request.method()
+                        ),
+                    );
+                    let _ = driver.act(|c| c.respond(id, Err(error)));
                 }
-                control.kill();
-                let exit = control.wait().await;
-                break (format!("bad frame from plugin: {error}"), Some(exit), true);
             }
-            Err(e) => {
-                control.kill();
-                break (format!("reading plugin output: {e}"), None, true);
+            ClientEvent::Notification { method, params } => {
+                tracing::debug!(%method, ?params, "finecode runner notification");
             }
+            other => tracing::debug!(?other, "finecode event not handled"),
         }
-    };
-    let exit = match exit {
-        Some(exit) => exit,
-        None => control.wait().await,
-    };
-    let stderr_tail = control.stderr_tail();
-    let stopped = crate::error::Stopped {
-        reason,
-        exit: Some(exit.clone()),
-        stderr_tail: stderr_tail.clone(),
-        violation,
-    };
-    let mut s = lock(&shared);
-    s.failed = Some(FineCodeFailure::Stopped {
-        error: sandpipe_proto::finecode::stopped_error(&stopped),
-        exit: Some(exit),
-        stderr_tail,
-        violation,
-    });
-    s.client.fail_pending(&stopped);
-    // Only completions come out of fail_pending.
-    drop(s.settle());
-    s.progress.clear();
-    s.flush();
+    }
+    // The runner is gone and the machine completed every call it knew.
+    let mut calls = lock(&calls);
+    calls.progress.clear();
+    let stopped = driver.stopped();
+    for (_, waiter) in calls.waiters.drain() {
+        let _ = waiter.send(Err(stopped
+            .clone()
+            .map_or_else(driver_gone, stopped_failure)));
+    }
 }
 
 /// Serve the runner's requests one at a time.
 async fn respond(
     mut handler: impl RunnerRequests,
     mut requests: mpsc::Receiver<(Id, RunnerRequest)>,
-    shared: Arc<Mutex<Shared>>,
+    driver: Arc<Driver<Client>>,
 ) {
     while let Some((id, request)) = requests.recv().await {
         let method = request.method().to_owned();
         let result = handler.handle(request).await;
-        let mut s = lock(&shared);
-        if let Err(e) = s.client.respond(id, result) {
+        if let Err(e) = driver.act(|c| c.respond(id, result)) {
             tracing::debug!(%method, "answering the runner: {e}");
-        }
-        s.flush();
-    }
-}
-
-/// Send frames in the order the machine made them; close stdin when told.
-async fn write(mut writer: SessionWriter, mut out: mpsc::UnboundedReceiver<Outgoing>) {
-    let mut broken = false;
-    while let Some(next) = out.recv().await {
-        match next {
-            Outgoing::Frame(frame) if !broken => {
-                if let Err(e) = writer.send(&frame).await {
-                    // The runner stopped reading; the driver reports how it ended.
-                    tracing::debug!("finecode runner stopped reading stdin: {e}");
-                    broken = true;
-                }
-            }
-            Outgoing::Frame(_) => {}
-            Outgoing::Close => {
-                writer.close().await;
-                broken = true;
-            }
         }
     }
 }
