@@ -85,6 +85,12 @@ impl<M: ClientMachine> std::fmt::Debug for Driver<M> {
     }
 }
 
+/// The time machines are given: tokio's clock, so a test with paused time drives a machine's
+/// deadlines as it drives the driver's timer.
+pub(crate) fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 fn lock<M: ClientMachine>(shared: &Mutex<Shared<M>>) -> MutexGuard<'_, Shared<M>> {
     shared.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -305,7 +311,7 @@ async fn read_loop<M: ClientMachine>(
             () = sleep => {
                 let rest = {
                     let mut s = lock(&shared);
-                    s.machine.handle_timeout(std::time::Instant::now());
+                    s.machine.handle_timeout(now());
                     transmit(&mut s, &out);
                     route(&mut s, None)
                 };
@@ -380,4 +386,177 @@ async fn read_loop<M: ClientMachine>(
     }
     // Dropping `events` ends `next_event`; the writer ends with the last sender.
     drop(out);
+}
+
+#[cfg(test)]
+mod tests {
+    //! The driver and the protocol clients on it, against in-memory plugins
+    //! ([`Session::memory`]): no plugin is built or started.
+
+    use std::time::Duration;
+
+    use sandpipe_proto::frame::Framing;
+    use sandpipe_proto::jsonrpc::{Dialect, ErrorCode, INTERNAL_ERROR};
+    use sandpipe_proto::oracle::Felt;
+    use serde_json::{Value, json};
+
+    use crate::error::Exit;
+    use crate::memory::MemoryPlugin;
+    use crate::protocols::oracle::OracleClient;
+    use crate::protocols::orchard::OrchardClient;
+    use crate::rpc::{JsonRpcPeer, RpcError};
+    use crate::session::{Session, SessionOptions};
+
+    fn json_lines() -> SessionOptions {
+        SessionOptions::framed(Framing::JsonLines)
+    }
+
+    fn request(frame: &[u8]) -> (Value, String) {
+        let v: Value = serde_json::from_slice(frame).expect("json");
+        (
+            v["id"].clone(),
+            v["method"].as_str().unwrap_or("").to_owned(),
+        )
+    }
+
+    fn answer(id: &Value, result: Value) -> Vec<u8> {
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "result": result})).expect("json")
+    }
+
+    /// An oracle that greets with `ready`, answers `sqrt` and crashes on `crash`.
+    struct Oracle;
+
+    impl MemoryPlugin for Oracle {
+        fn start(&mut self) -> Vec<Vec<u8>> {
+            vec![br#"{"jsonrpc":"2.0","id":0,"method":"ready","params":{}}"#.to_vec()]
+        }
+        fn handle(&mut self, frame: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+            let v: Value = serde_json::from_slice(frame).map_err(|e| e.to_string())?;
+            match v["params"]["selector"].as_str() {
+                Some("sqrt") => Ok(vec![answer(&v["id"], json!(["0x2"]))]),
+                Some("crash") => Err("panicked at 'crash requested'".into()),
+                // The ready ack, shutdown: nothing to say.
+                _ => Ok(Vec::new()),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_oracle_answers_then_a_crash_fails_the_invoke_with_the_stop() {
+        let session = Session::memory(Oracle, &json_lines());
+        let mut client = OracleClient::connect(session).await.expect("ready");
+        let got = client
+            .invoke("sqrt", &[Felt::from(4)])
+            .await
+            .expect("answer");
+        assert_eq!(got, vec![Felt::from(2)]);
+        let err = client.invoke("crash", &[]).await.expect_err("crash");
+        let stopped = err.stopped.clone().expect("a stop");
+        assert_eq!(stopped.exit, Some(Exit::Exited(1)));
+        assert_eq!(stopped.stderr_tail, vec!["panicked at 'crash requested'"]);
+        assert!(!stopped.violation);
+        assert_eq!(err.message, "oracle failed: plugin exited with code 1");
+        // The session is over: the next invoke gets the same stop at once.
+        let again = client.invoke("sqrt", &[]).await.expect_err("gone");
+        assert_eq!(again.stopped, Some(stopped));
+    }
+
+    #[tokio::test]
+    async fn concurrent_calls_are_matched_by_id_whatever_the_order() {
+        let mut held: Option<Value> = None;
+        // The first call is held until the second arrives; the second is answered first.
+        let plugin = move |frame: &[u8]| {
+            let (id, method) = request(frame);
+            match (method.as_str(), held.take()) {
+                ("first", _) => {
+                    held = Some(id);
+                    Vec::new()
+                }
+                (_, Some(first)) => vec![answer(&id, json!(2)), answer(&first, json!(1))],
+                _ => vec![answer(&id, json!(0))],
+            }
+        };
+        let rpc = JsonRpcPeer::new(Session::memory(plugin, &json_lines()), Dialect::JsonRpc2);
+        let (a, b) = tokio::join!(rpc.call("first", None), async {
+            tokio::task::yield_now().await;
+            rpc.call("second", None).await
+        });
+        assert_eq!((a, b), (Ok(json!(1)), Ok(json!(2))));
+        assert_eq!(rpc.shutdown(Duration::from_secs(1)).await, Exit::Exited(0));
+    }
+
+    #[tokio::test]
+    async fn a_plugin_breaking_the_protocol_is_stopped_and_every_call_learns_why() {
+        let plugin = |frame: &[u8]| {
+            let (id, _) = request(frame);
+            // An answer to a request never made: a protocol violation.
+            vec![answer(&json!(99), json!(null)), answer(&id, json!(1))]
+        };
+        let rpc = JsonRpcPeer::new(Session::memory(plugin, &json_lines()), Dialect::JsonRpc2);
+        let Err(RpcError::Failed { error, stopped }) = rpc.call("m", None).await else {
+            panic!("expected the violation to fail the call");
+        };
+        assert!(stopped.violation, "{stopped:?}");
+        assert_eq!(stopped.exit, Some(Exit::Killed { signal: None }));
+        assert!(
+            stopped.reason.starts_with("plugin broke the protocol"),
+            "{}",
+            stopped.reason
+        );
+        assert_eq!(error.code, ErrorCode::Int(INTERNAL_ERROR));
+        assert_eq!(
+            error.data.as_ref().map(|d| &d["reason"]),
+            Some(&json!(stopped.reason))
+        );
+        assert!(matches!(
+            rpc.call("m", None).await,
+            Err(RpcError::Failed { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_orchard_provider_missing_its_describe_deadline_is_refused_by_the_machine() {
+        // A provider that never answers; the machine's describe deadline ends it.
+        let plugin = |_: &[u8]| Vec::new();
+        let session = Session::memory(plugin, &json_lines());
+        let started = tokio::time::Instant::now();
+        let err = OrchardClient::connect(session, Duration::from_millis(100))
+            .await
+            .expect_err("no describe");
+        assert_eq!(err.code, "internal_error");
+        assert_eq!(err.message, "describe got no answer within 100ms");
+        assert!(started.elapsed() >= Duration::from_millis(100));
+    }
+
+    #[tokio::test]
+    async fn an_orchard_execute_without_outputs_is_execute_failed_and_the_provider_runs_on() {
+        let plugin = |frame: &[u8]| {
+            let v: Value = serde_json::from_slice(frame).expect("json");
+            let id = v["id"].clone();
+            let result = match (v["method"].as_str(), v["params"]["action"].as_str()) {
+                (Some("describe"), _) => {
+                    json!({"schema": {"name": "p", "protocol": "1", "actions": {"a": {"description": "", "attributes": {}}}}})
+                }
+                (Some("execute"), Some("bare")) => json!({}),
+                (Some("execute"), _) => json!({"outputs": {"ok": true}}),
+                _ => json!({}),
+            };
+            vec![serde_json::to_vec(&json!({"id": id, "result": result})).expect("json")]
+        };
+        let client = OrchardClient::connect(
+            Session::memory(plugin, &json_lines()),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("described");
+        client.configure(json!({})).await.expect("configured");
+        let err = client
+            .execute("bare", json!({}))
+            .await
+            .expect_err("no outputs");
+        assert_eq!(err.code, "execute_failed");
+        assert!(!err.from_provider && err.stopped.is_none(), "{err:?}");
+        let ok = client.execute("a", json!({})).await.expect("runs on");
+        assert_eq!(ok, json!({"ok": true}));
+    }
 }

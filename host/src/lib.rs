@@ -48,6 +48,7 @@ pub mod driver;
 mod error;
 mod hash_index;
 pub mod lock;
+mod memory;
 mod native;
 mod policy;
 pub mod protocols;
@@ -74,6 +75,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use error::{Exit, HostError, SessionError, Stopped};
+pub use memory::MemoryPlugin;
 pub use native::{LANDLOCK_TARGET_ABI, LandlockSupport, StartupGrant, startup_grants};
 pub use policy::{
     Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, ImportPolicy, Policy, Preopen,

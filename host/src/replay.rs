@@ -20,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::error::Exit;
 use crate::policy::{Access, Policy};
+use crate::protocols::Protocol;
 use crate::session::Session;
 
 /// Where a replay first differs from its recording.
@@ -342,7 +343,7 @@ pub async fn serve(
                     show(&frame)
                 );
                 eprintln!("sandpipe: {message}");
-                if let Some(error) = protocol_error(&protocol, framing, &frame, &message) {
+                if let Some(error) = protocol_error(&protocol, &frame, &message) {
                     send(&mut encoder, &mut output, &error).await?;
                 }
             }
@@ -449,64 +450,12 @@ impl Plan {
     }
 }
 
-/// The protocol's error answer to an unexpected frame, when it has one.
-fn protocol_error(
-    protocol: &str,
-    framing: Framing,
-    frame: &[u8],
-    message: &str,
-) -> Option<Vec<u8>> {
-    if framing == Framing::CborSeq {
-        // ATP: an error message (kind 5) for the run the frame named, if any.
-        let run_id = ciborium::from_reader::<ciborium::Value, _>(frame)
-            .ok()
-            .and_then(|v| {
-                v.as_map()?
-                    .iter()
-                    .find(|(k, _)| k.as_text() == Some("run_id"))
-                    .and_then(|(_, v)| v.as_text().map(str::to_owned))
-            })
-            .unwrap_or_default();
-        let msg = ciborium::Value::Map(vec![
-            (
-                ciborium::Value::Text("id".into()),
-                ciborium::Value::Integer(5.into()),
-            ),
-            (
-                ciborium::Value::Text("run_id".into()),
-                ciborium::Value::Text(run_id),
-            ),
-            (
-                ciborium::Value::Text("data".into()),
-                ciborium::Value::Map(vec![
-                    (
-                        ciborium::Value::Text("error".into()),
-                        ciborium::Value::Text(message.into()),
-                    ),
-                    (
-                        ciborium::Value::Text("step_fatal".into()),
-                        ciborium::Value::Bool(true),
-                    ),
-                    (
-                        ciborium::Value::Text("server_fatal".into()),
-                        ciborium::Value::Bool(false),
-                    ),
-                ]),
-            ),
-        ]);
-        let mut out = Vec::new();
-        ciborium::into_writer(&msg, &mut out).ok()?;
-        return Some(out);
-    }
-    let v: Value = serde_json::from_slice(frame).ok()?;
-    let id = v.get("id").filter(|id| !id.is_null())?.clone();
-    v.get("method")?;
-    let reply = if protocol == "orchard" {
-        serde_json::json!({"id": id, "error": {"code": "internal_error", "message": message}})
-    } else {
-        serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": message}})
-    };
-    serde_json::to_vec(&reply).ok()
+/// The protocol's error answer to an unexpected request, when the frame is one: the
+/// recording will never answer it ([`Protocol::stopped_answer`]). An unknown protocol name is
+/// answered as plain JSON-RPC.
+fn protocol_error(protocol: &str, frame: &[u8], message: &str) -> Option<Vec<u8>> {
+    let protocol = protocol.parse().unwrap_or(Protocol::JsonRpc);
+    protocol.stopped_answer(frame, &crate::Stopped::by_host(message, Vec::new()))
 }
 
 /// Fresh directories for a transcript's preopens, removed when dropped.

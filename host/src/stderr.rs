@@ -67,7 +67,7 @@ impl StderrTail {
     }
 
     /// Feed bytes; returns the lines completed by them (for logging).
-    fn push(&self, mut bytes: &[u8]) -> Vec<String> {
+    pub(crate) fn push(&self, mut bytes: &[u8]) -> Vec<String> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.total_bytes += bytes.len() as u64;
         let mut done = Vec::new();

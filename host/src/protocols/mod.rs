@@ -30,6 +30,41 @@ pub enum Protocol {
 }
 
 impl Protocol {
+    /// The answer to the engine's request `request` (a frame) that the plugin will never
+    /// answer, for `stopped`: each protocol's own `stopped_error` from `sandpipe-proto`, with
+    /// the request's id (ATP: an error for the run the frame names, not server fatal, since
+    /// the engine's plugin lives on). `None` for a frame that is not a request.
+    pub fn stopped_answer(self, request: &[u8], stopped: &crate::Stopped) -> Option<Vec<u8>> {
+        use sandpipe_proto::jsonrpc::{Dialect, ErrorObject, Message};
+        use sandpipe_proto::{atp, denobridge, finecode, jsonrpc, oracle, orchard};
+        if self == Protocol::Atp {
+            let run_id = match atp::Message::decode(request).ok()? {
+                atp::Message::WorkStart { run_id, .. } | atp::Message::Signal { run_id, .. } => {
+                    run_id
+                }
+                _ => return None,
+            };
+            return Some(atp::stopped_error(&run_id, stopped, false).encode());
+        }
+        let dialect = match self {
+            Protocol::Orchard => Dialect::Orchard,
+            _ => Dialect::JsonRpc2,
+        };
+        let Ok(Message::Request { id, method, .. }) = Message::decode(request, dialect) else {
+            return None;
+        };
+        let error: ErrorObject = match self {
+            Protocol::Orchard => {
+                orchard::stopped_error(orchard::Method::from_name(&method), stopped).into()
+            }
+            Protocol::Oracle => oracle::stopped_error(stopped).to_error_object(),
+            Protocol::DenoBridge => denobridge::stopped_error(stopped),
+            Protocol::FineCode => finecode::stopped_error(stopped),
+            Protocol::JsonRpc | Protocol::Atp => jsonrpc::stopped_error(dialect, stopped),
+        };
+        Some(Message::response(id, Err(error)).encode(dialect))
+    }
+
     /// The framing the protocol uses.
     pub fn framing(self) -> sandpipe_proto::frame::Framing {
         use sandpipe_proto::frame::Framing;

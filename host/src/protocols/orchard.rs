@@ -4,7 +4,7 @@
 //! (`sandpipe_proto::orchard::Client`, also what the golden transcripts replay through); the
 //! [`Driver`] runs it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sandpipe_proto::jsonrpc::{ErrorCode, ErrorObject};
 use sandpipe_proto::orchard::{
@@ -101,7 +101,7 @@ impl OrchardClient {
     pub async fn connect(session: Session, timeout: Duration) -> Result<Self, OrchardError> {
         let driver = Driver::new(session, proto::Client::new());
         let described = call(&driver, proto::Method::Describe, |m| {
-            m.describe(Instant::now(), timeout)
+            m.describe(crate::driver::now(), timeout)
         })
         .await
         .and_then(|c| match c.event {
