@@ -301,10 +301,12 @@ pub fn stopped_error(method: Option<Method>, stopped: &Stopped) -> ProviderError
 #[derive(Debug, Clone, PartialEq, Error)]
 #[non_exhaustive]
 pub enum CallError {
-    /// The provider answered with an error object (or [`Client::fail_pending`] made one).
+    /// The provider answered with an error object (or
+    /// [`Client::fail_pending`](super::Client::fail_pending) made one).
     #[error("provider error {0}")]
     Provider(ProviderError),
-    /// No answer before the deadline (see [`Client::handle_timeout`]).
+    /// No answer before the deadline (see
+    /// [`Client::handle_timeout`](super::Client::handle_timeout)).
     #[error("{method} not answered within {timeout:?}")]
     TimedOut {
         /// The method.
@@ -312,7 +314,8 @@ pub enum CallError {
         /// The time allowed.
         timeout: Duration,
     },
-    /// The answer does not fit the protocol; [`Client::handle_frame`] returned the same error.
+    /// The answer does not fit the protocol; [`Client::handle_frame`](super::Client::handle_frame)
+    /// returned the same error.
     #[error("{0}")]
     Protocol(ProtocolError),
 }
@@ -357,19 +360,19 @@ pub enum ClientEvent {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ServerEvent {
-    /// Answer with [`Server::respond_describe`].
+    /// Answer with [`Server::respond_describe`](super::Server::respond_describe).
     Describe {
         /// The request id.
         id: Id,
     },
-    /// Answer with [`Server::respond_configure`].
+    /// Answer with [`Server::respond_configure`](super::Server::respond_configure).
     Configure {
         /// The request id.
         id: Id,
         /// `params.config` (`{}` when absent).
         config: Value,
     },
-    /// Answer with [`Server::respond_execute`].
+    /// Answer with [`Server::respond_execute`](super::Server::respond_execute).
     Execute {
         /// The request id.
         id: Id,
@@ -378,7 +381,7 @@ pub enum ServerEvent {
         /// `params.attrs` (`{}` when absent).
         attrs: Value,
     },
-    /// Answer with [`Server::respond_shutdown`], then stop.
+    /// Answer with [`Server::respond_shutdown`](super::Server::respond_shutdown), then stop.
     Shutdown {
         /// The request id.
         id: Id,
