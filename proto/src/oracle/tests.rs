@@ -5,53 +5,21 @@ fn felt(n: u128) -> Felt {
     Felt::from(n)
 }
 
-/// A connected pair after the handshake.
-struct Pair {
-    host: OracleClient,
-    plugin: OracleServer,
+type Pair = crate::testing::Pair<OracleClient, OracleServer>;
+
+fn pair() -> Pair {
+    Pair::new(OracleClient::new(), OracleServer::new())
 }
 
 impl Pair {
-    fn new() -> Self {
-        Self {
-            host: OracleClient::new(),
-            plugin: OracleServer::new(),
-        }
-    }
-
+    /// A connected pair after the handshake.
     fn ready() -> Self {
-        let mut p = Self::new();
-        p.pump_to_host().expect("ready");
-        p.pump_to_plugin().expect("ack");
-        assert_eq!(p.host_events(), vec![ClientEvent::Ready]);
-        assert_eq!(p.plugin_events(), vec![ServerEvent::Ready]);
+        let mut p = pair();
+        p.deliver_to_client();
+        p.deliver_to_server();
+        assert_eq!(p.client_events(), vec![ClientEvent::Ready]);
+        assert_eq!(p.server_events(), vec![ServerEvent::Ready]);
         p
-    }
-
-    fn pump_to_host(&mut self) -> Result<Vec<Vec<u8>>, ProtocolError> {
-        let mut sent = Vec::new();
-        while let Some(f) = self.plugin.poll_transmit() {
-            self.host.handle_frame(&f)?;
-            sent.push(f);
-        }
-        Ok(sent)
-    }
-
-    fn pump_to_plugin(&mut self) -> Result<Vec<Vec<u8>>, ProtocolError> {
-        let mut sent = Vec::new();
-        while let Some(f) = self.host.poll_transmit() {
-            self.plugin.handle_frame(&f)?;
-            sent.push(f);
-        }
-        Ok(sent)
-    }
-
-    fn host_events(&mut self) -> Vec<ClientEvent> {
-        std::iter::from_fn(|| self.host.poll_event()).collect()
-    }
-
-    fn plugin_events(&mut self) -> Vec<ServerEvent> {
-        std::iter::from_fn(|| self.plugin.poll_event()).collect()
     }
 
     /// One invoke round trip; the plugin answers with `answer`.
@@ -62,19 +30,19 @@ impl Pair {
         calldata: &[Felt],
         answer: Result<Vec<Felt>, ErrorObject>,
     ) -> Result<Vec<Felt>, OracleError> {
-        let id = self.host.invoke(selector, calldata).expect("idle");
-        self.pump_to_plugin().expect("invoke frame");
+        let id = self.client.invoke(selector, calldata).expect("idle");
+        self.deliver_to_server();
         assert_eq!(
-            self.plugin_events(),
+            self.server_events(),
             vec![ServerEvent::Invoke {
                 id: id.clone(),
                 selector: selector.into(),
                 calldata: calldata.to_vec()
             }]
         );
-        self.plugin.respond(id.clone(), answer).expect("serving");
-        self.pump_to_host().expect("response frame");
-        match &self.host_events()[..] {
+        self.server.respond(id.clone(), answer).expect("serving");
+        self.deliver_to_client();
+        match &self.client_events()[..] {
             [
                 ClientEvent::Invoked {
                     id: got,
@@ -202,17 +170,17 @@ fn first_byte_must_be_a_brace() {
 
 #[test]
 fn handshake_exact_bytes_and_any_ready_id() {
-    let mut p = Pair::new();
+    let mut p = pair();
     assert_eq!(
-        text(&p.pump_to_host().expect("ready")),
+        text(&p.deliver_to_client()),
         [r#"{"jsonrpc":"2.0","id":0,"method":"ready"}"#]
     );
     assert_eq!(
-        text(&p.pump_to_plugin().expect("ack")),
+        text(&p.deliver_to_server()),
         [r#"{"jsonrpc":"2.0","id":0,"result":{}}"#]
     );
-    assert_eq!(p.plugin.state(), ServerState::Serving);
-    assert_eq!(p.host.state(), ClientState::Idle);
+    assert_eq!(p.server.state(), ServerState::Serving);
+    assert_eq!(p.client.state(), ClientState::Idle);
 
     // Any id, params and a missing `jsonrpc` member are fine.
     let readies: &[(&str, &str)] = &[
@@ -276,41 +244,41 @@ fn invokes_results_and_plugin_errors() {
                 })
             ),
         }
-        assert_eq!(p.host.state(), ClientState::Idle);
+        assert_eq!(p.client.state(), ClientState::Idle);
     }
 }
 
 #[test]
 fn invoke_wire_format_matches_the_seed() {
     let mut p = Pair::ready();
-    p.host.invoke("f", &[felt(0x2710)]).expect("idle");
+    p.client.invoke("f", &[felt(0x2710)]).expect("idle");
     assert_eq!(
-        text(&p.pump_to_plugin().expect("invoke")),
+        text(&p.deliver_to_server()),
         [
             r#"{"jsonrpc":"2.0","id":0,"method":"invoke","params":{"selector":"f","calldata":["0x2710"]}}"#
         ]
     );
-    let Some(ServerEvent::Invoke { id, .. }) = p.plugin.poll_event() else {
+    let Some(ServerEvent::Invoke { id, .. }) = p.server.poll_event() else {
         panic!("no invoke")
     };
-    p.plugin
+    p.server
         .respond(id, Ok(vec![felt(0x5f5e100)]))
         .expect("serving");
     assert_eq!(
-        text(&p.pump_to_host().expect("result")),
+        text(&p.deliver_to_client()),
         [r#"{"jsonrpc":"2.0","id":0,"result":["0x5f5e100"]}"#]
     );
-    p.host_events();
-    p.host.invoke("f", &[felt(0x2711)]).expect("idle");
-    p.pump_to_plugin().expect("invoke");
-    let Some(ServerEvent::Invoke { id, .. }) = p.plugin.poll_event() else {
+    p.client_events();
+    p.client.invoke("f", &[felt(0x2711)]).expect("idle");
+    p.deliver_to_server();
+    let Some(ServerEvent::Invoke { id, .. }) = p.server.poll_event() else {
         panic!("no invoke")
     };
-    p.plugin
+    p.server
         .respond(id, Err(ErrorObject::new(-32603, "error message")))
         .expect("serving");
     assert_eq!(
-        text(&p.pump_to_host().expect("error")),
+        text(&p.deliver_to_client()),
         [r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"error message"}}"#]
     );
 }
@@ -328,35 +296,35 @@ fn calls_in_the_wrong_state_are_unexpected() {
     assert!(host.poll_transmit().is_none(), "nothing before ready");
 
     let mut p = Pair::ready();
-    p.host.invoke("a", &[]).expect("idle");
+    p.client.invoke("a", &[]).expect("idle");
     assert_eq!(
-        p.host.invoke("b", &[]),
+        p.client.invoke("b", &[]),
         Err(ProtocolError::Unexpected {
             state: "an invoke is in flight",
             got: "invoke \"b\"".into()
         })
     );
-    assert_eq!(p.pump_to_plugin().expect("one frame").len(), 1);
+    assert_eq!(p.deliver_to_server().len(), 1);
     // A response the host did not ask for.
     assert_eq!(
-        p.host
+        p.client
             .handle_frame(br#"{"jsonrpc":"2.0","id":5,"result":[]}"#),
         Err(ProtocolError::UnknownResponseId { id: "5".into() })
     );
     // A second ready.
     assert!(matches!(
-        p.host
+        p.client
             .handle_frame(br#"{"jsonrpc":"2.0","id":9,"method":"ready"}"#),
         Err(ProtocolError::Unexpected { .. })
     ));
     // The plugin may not answer twice or answer something it was not asked.
     assert_eq!(
-        p.plugin.respond(Id::Num(3), Ok(vec![])),
+        p.server.respond(Id::Num(3), Ok(vec![])),
         Err(ProtocolError::NotAwaitingResponse { id: "3".into() })
     );
     // A host that sends a second invoke anyway breaks the protocol.
     assert!(matches!(
-        p.plugin.handle_frame(
+        p.server.handle_frame(
             br#"{"jsonrpc":"2.0","id":8,"method":"invoke","params":{"selector":"x","calldata":[]}}"#
         ),
         Err(ProtocolError::Unexpected {
@@ -392,17 +360,17 @@ fn plugin_output_before_ready_must_be_ready() {
 #[test]
 fn lenient_with_plugin_notifications_and_requests() {
     let mut p = Pair::ready();
-    p.host
+    p.client
         .handle_frame(br#"{"jsonrpc":"2.0","method":"log","params":["hi"]}"#)
         .expect("ignored");
-    p.host
+    p.client
         .handle_frame(br#"{"jsonrpc":"2.0","id":"q","method":"what"}"#)
         .expect("answered");
     assert_eq!(
-        text(&[p.host.poll_transmit().expect("reply")]),
+        text(&[p.client.poll_transmit().expect("reply")]),
         [r#"{"jsonrpc":"2.0","id":"q","error":{"code":-32601,"message":"unknown method: what"}}"#]
     );
-    assert!(p.host_events().is_empty());
+    assert!(p.client_events().is_empty());
     assert_eq!(p.invoke("f", &[], Ok(vec![felt(1)])), Ok(vec![felt(1)]));
 }
 
@@ -432,16 +400,16 @@ fn bad_results_are_bad_payload_and_complete_the_invoke() {
     ];
     for (frame, reason) in cases {
         let mut p = Pair::ready();
-        p.host.invoke("f", &[]).expect("idle");
+        p.client.invoke("f", &[]).expect("idle");
         assert_eq!(
-            p.host.handle_frame(frame.as_bytes()),
+            p.client.handle_frame(frame.as_bytes()),
             Err(ProtocolError::BadPayload {
                 what: "invoke result",
                 reason: (*reason).into()
             }),
             "{frame}"
         );
-        match &p.host_events()[..] {
+        match &p.client_events()[..] {
             [ClientEvent::Invoked { result: Err(e), .. }] => {
                 assert_eq!(e.origin, ErrorOrigin::BadResult);
                 assert_eq!(e.message, format!("bad invoke result: {reason}"));
@@ -481,15 +449,15 @@ fn server_answers_bad_invokes_and_unknown_methods_itself() {
     ];
     let mut p = Pair::ready();
     for (frame, reply) in cases {
-        p.plugin.handle_frame(frame.as_bytes()).expect(frame);
-        assert_eq!(text(&[p.plugin.poll_transmit().expect("reply")]), [*reply]);
-        assert!(p.plugin_events().is_empty());
+        p.server.handle_frame(frame.as_bytes()).expect(frame);
+        assert_eq!(text(&[p.server.poll_transmit().expect("reply")]), [*reply]);
+        assert!(p.server_events().is_empty());
     }
     // Unknown notifications are ignored, and the plugin still serves.
-    p.plugin
+    p.server
         .handle_frame(br#"{"jsonrpc":"2.0","method":"$/progress"}"#)
         .expect("ignored");
-    assert!(p.plugin.poll_transmit().is_none());
+    assert!(p.server.poll_transmit().is_none());
     assert_eq!(p.invoke("f", &[], Ok(vec![])), Ok(vec![]));
 }
 
@@ -540,28 +508,28 @@ fn a_rejected_ready_terminates_the_plugin() {
 #[test]
 fn shutdown_is_a_notification_and_closes_both_sides() {
     let mut p = Pair::ready();
-    p.host.shutdown().expect("idle");
+    p.client.shutdown().expect("idle");
     assert_eq!(
-        text(&p.pump_to_plugin().expect("shutdown")),
+        text(&p.deliver_to_server()),
         [r#"{"jsonrpc":"2.0","method":"shutdown"}"#]
     );
-    assert_eq!(p.plugin_events(), vec![ServerEvent::Shutdown]);
-    assert!(p.plugin.must_terminate());
-    assert_eq!(p.host.state(), ClientState::Closed);
+    assert_eq!(p.server_events(), vec![ServerEvent::Shutdown]);
+    assert!(p.server.must_terminate());
+    assert_eq!(p.client.state(), ClientState::Closed);
     assert!(matches!(
-        p.host.invoke("f", &[]),
+        p.client.invoke("f", &[]),
         Err(ProtocolError::Unexpected {
             state: "closed",
             ..
         })
     ));
     assert!(matches!(
-        p.host.shutdown(),
+        p.client.shutdown(),
         Err(ProtocolError::Unexpected { .. })
     ));
     // Late plugin output is refused.
     assert!(matches!(
-        p.host
+        p.client
             .handle_frame(br#"{"jsonrpc":"2.0","id":0,"result":[]}"#),
         Err(ProtocolError::Unexpected {
             state: "closed",
@@ -579,10 +547,10 @@ fn shutdown_is_a_notification_and_closes_both_sides() {
 #[test]
 fn shutdown_with_an_invoke_in_flight_completes_it() {
     let mut p = Pair::ready();
-    p.host.invoke("slow", &[]).expect("idle");
-    p.pump_to_plugin().expect("invoke");
-    p.host.shutdown().expect("invoking");
-    match &p.host_events()[..] {
+    p.client.invoke("slow", &[]).expect("idle");
+    p.deliver_to_server();
+    p.client.shutdown().expect("invoking");
+    match &p.client_events()[..] {
         [
             ClientEvent::Invoked {
                 selector,
@@ -600,13 +568,13 @@ fn shutdown_with_an_invoke_in_flight_completes_it() {
 #[test]
 fn fail_pending_carries_reason_and_stderr() {
     let mut p = Pair::ready();
-    let id = p.host.invoke("sqrt", &[felt(4)]).expect("idle");
-    p.host.fail_pending(&Stopped::ended(
+    let id = p.client.invoke("sqrt", &[felt(4)]).expect("idle");
+    p.client.fail_pending(&Stopped::ended(
         crate::stopped::Exit::OutOfFuel { limit: 9 },
         vec!["line 1".to_owned(), "line 2".to_owned()],
     ));
     assert_eq!(
-        p.host_events(),
+        p.client_events(),
         vec![ClientEvent::Invoked {
             id,
             selector: "sqrt".into(),
@@ -626,21 +594,22 @@ fn fail_pending_carries_reason_and_stderr() {
             })
         }]
     );
-    assert_eq!(p.host.state(), ClientState::Closed);
+    assert_eq!(p.client.state(), ClientState::Closed);
     // Nothing in flight: no event, still closed.
-    p.host.fail_pending(&Stopped::by_host("again", Vec::new()));
-    assert!(p.host_events().is_empty());
+    p.client
+        .fail_pending(&Stopped::by_host("again", Vec::new()));
+    assert!(p.client_events().is_empty());
 }
 
 #[test]
 fn garbage_from_either_side_is_a_typed_error() {
     let mut p = Pair::ready();
     assert!(matches!(
-        p.host.handle_frame(b"{not json"),
+        p.client.handle_frame(b"{not json"),
         Err(ProtocolError::NotJson { .. })
     ));
     assert!(matches!(
-        p.plugin
+        p.server
             .handle_frame(b"{\"jsonrpc\":\"1.0\",\"method\":\"shutdown\"}"),
         Err(ProtocolError::WrongVersion { .. })
     ));
