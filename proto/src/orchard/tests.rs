@@ -1,17 +1,9 @@
 use super::*;
 
-/// Deliver everything the client has to send to the server.
-fn to_server(c: &mut Client, s: &mut Server) {
-    while let Some(f) = c.poll_transmit() {
-        s.handle_frame(&f).expect("valid request");
-    }
-}
+type Pair = crate::testing::Pair<Client, Server>;
 
-/// Deliver everything the server has to send to the client.
-fn to_client(s: &mut Server, c: &mut Client) {
-    while let Some(f) = s.poll_transmit() {
-        c.handle_frame(&f).expect("valid answer");
-    }
+fn pair() -> Pair {
+    Pair::new(Client::new(), Server::new())
 }
 
 fn server_events(s: &mut Server) -> Vec<ServerEvent> {
@@ -30,25 +22,28 @@ fn schema() -> ProviderSchema {
 }
 
 /// A client and server through describe and configure.
-fn configured(t0: Instant) -> (Client, Server) {
-    let mut c = Client::new();
-    let mut s = Server::new();
-    c.describe(t0, DESCRIBE_TIMEOUT).expect("start");
-    to_server(&mut c, &mut s);
-    let [ServerEvent::Describe { id }] = &server_events(&mut s)[..] else {
+fn configured() -> Pair {
+    let mut p = pair();
+    p.client.describe(p.now, DESCRIBE_TIMEOUT).expect("start");
+    p.deliver_to_server();
+    let [ServerEvent::Describe { id }] = &p.server_events()[..] else {
         panic!("no describe")
     };
-    s.respond_describe(id.clone(), &schema()).expect("answer");
-    to_client(&mut s, &mut c);
-    c.configure(json!({"k": 1})).expect("described");
-    to_server(&mut c, &mut s);
-    let [ServerEvent::Configure { id, config }] = &server_events(&mut s)[..] else {
+    p.server
+        .respond_describe(id.clone(), &schema())
+        .expect("answer");
+    p.deliver_to_client();
+    p.client.configure(json!({"k": 1})).expect("described");
+    p.deliver_to_server();
+    let [ServerEvent::Configure { id, config }] = &p.server_events()[..] else {
         panic!("no configure")
     };
     assert_eq!(config, &json!({"k": 1}));
-    s.respond_configure(id.clone(), Ok(())).expect("answer");
-    to_client(&mut s, &mut c);
-    let evs = client_events(&mut c);
+    p.server
+        .respond_configure(id.clone(), Ok(()))
+        .expect("answer");
+    p.deliver_to_client();
+    let evs = p.client_events();
     assert!(
         matches!(
             &evs[..],
@@ -59,45 +54,54 @@ fn configured(t0: Instant) -> (Client, Server) {
         ),
         "{evs:?}"
     );
-    assert_eq!(c.state(), ClientState::Configured);
-    (c, s)
+    assert_eq!(p.client.state(), ClientState::Configured);
+    p
 }
 
 #[test]
 fn full_lifecycle_with_answers_out_of_order() {
-    let t0 = Instant::now();
-    let mut c = Client::new();
-    let mut s = Server::new();
-    c.describe(t0, DESCRIBE_TIMEOUT).expect("start");
+    let mut p = pair();
+    p.client.describe(p.now, DESCRIBE_TIMEOUT).expect("start");
     assert_eq!(
-        c.poll_transmit().expect("frame"),
+        p.client.poll_transmit().expect("frame"),
         br#"{"id":1,"method":"describe","params":{}}"#
     );
-    s.handle_frame(br#"{"id":1,"method":"describe","params":{}}"#)
+    p.server
+        .handle_frame(br#"{"id":1,"method":"describe","params":{}}"#)
         .expect("request");
-    let [ServerEvent::Describe { id }] = &server_events(&mut s)[..] else {
+    let [ServerEvent::Describe { id }] = &p.server_events()[..] else {
         panic!()
     };
-    s.respond_describe(id.clone(), &schema()).expect("answer");
-    let answer = s.poll_transmit().expect("frame");
+    p.server
+        .respond_describe(id.clone(), &schema())
+        .expect("answer");
+    let answer = p.server.poll_transmit().expect("frame");
     assert_eq!(
         std::str::from_utf8(&answer).expect("utf8"),
         r#"{"id":1,"result":{"schema":{"name":"demo","protocol":"1","actions":{"echo":{"description":"echo attrs","attributes":{"x":{"type":"string","required":true}}}}}}}"#
     );
-    c.handle_frame(&answer).expect("answer");
-    assert_eq!(c.schema(), Some(&schema()));
-    assert_eq!(c.state(), ClientState::Described);
-    c.configure(json!({})).expect("described");
-    to_server(&mut c, &mut s);
-    let [ServerEvent::Configure { id, .. }] = &server_events(&mut s)[..] else {
+    p.client.handle_frame(&answer).expect("answer");
+    assert_eq!(p.client.schema(), Some(&schema()));
+    assert_eq!(p.client.state(), ClientState::Described);
+    p.client.configure(json!({})).expect("described");
+    p.deliver_to_server();
+    let [ServerEvent::Configure { id, .. }] = &p.server_events()[..] else {
         panic!()
     };
-    s.respond_configure(id.clone(), Ok(())).expect("answer");
-    to_client(&mut s, &mut c);
-    let a = c.execute("echo", json!({"x": "a"})).expect("configured");
-    let b = c.execute("echo", json!({"x": "b"})).expect("configured");
-    to_server(&mut c, &mut s);
-    let evs = server_events(&mut s);
+    p.server
+        .respond_configure(id.clone(), Ok(()))
+        .expect("answer");
+    p.deliver_to_client();
+    let a = p
+        .client
+        .execute("echo", json!({"x": "a"}))
+        .expect("configured");
+    let b = p
+        .client
+        .execute("echo", json!({"x": "b"}))
+        .expect("configured");
+    p.deliver_to_server();
+    let evs = p.server_events();
     assert_eq!(
         evs,
         vec![
@@ -113,21 +117,23 @@ fn full_lifecycle_with_answers_out_of_order() {
             },
         ]
     );
-    assert_eq!(s.in_flight(), 2);
-    s.respond_execute(b.clone(), Ok(json!({"x": "b"})))
+    assert_eq!(p.server.in_flight(), 2);
+    p.server
+        .respond_execute(b.clone(), Ok(json!({"x": "b"})))
         .expect("b");
-    s.respond_execute(a.clone(), Ok(json!({"x": "a"})))
+    p.server
+        .respond_execute(a.clone(), Ok(json!({"x": "a"})))
         .expect("a");
-    to_client(&mut s, &mut c);
-    c.shutdown().expect("configured");
-    to_server(&mut c, &mut s);
-    let [ServerEvent::Shutdown { id }] = &server_events(&mut s)[..] else {
+    p.deliver_to_client();
+    p.client.shutdown().expect("configured");
+    p.deliver_to_server();
+    let [ServerEvent::Shutdown { id }] = &p.server_events()[..] else {
         panic!()
     };
-    s.respond_shutdown(id.clone()).expect("answer");
-    assert!(s.is_shut_down());
-    to_client(&mut s, &mut c);
-    let evs = client_events(&mut c);
+    p.server.respond_shutdown(id.clone()).expect("answer");
+    assert!(p.server.is_shut_down());
+    p.deliver_to_client();
+    let evs = p.client_events();
     let order: Vec<(Id, bool)> = evs
         .iter()
         .map(|e| match e {
@@ -146,7 +152,7 @@ fn full_lifecycle_with_answers_out_of_order() {
             result: Ok(json!({"x": "b"}))
         }
     );
-    assert_eq!(c.state(), ClientState::Closed);
+    assert_eq!(p.client.state(), ClientState::Closed);
 }
 
 #[test]
@@ -179,7 +185,7 @@ fn calls_in_the_wrong_state_are_unexpected() {
         }
     }
     // Once described: no execute before configure, no second describe.
-    let (mut c, _s) = configured(t0);
+    let mut c = configured().client;
     assert!(matches!(
         c.describe(t0, DESCRIBE_TIMEOUT),
         Err(ProtocolError::Unexpected { .. })
@@ -262,15 +268,16 @@ fn the_schema_protocol_must_be_1() {
 
 #[test]
 fn describe_times_out_at_the_deadline() {
-    let t0 = Instant::now();
-    let mut c = Client::new();
-    let id = c.describe(t0, DESCRIBE_TIMEOUT).expect("start");
-    assert_eq!(c.poll_timeout(), Some(t0 + DESCRIBE_TIMEOUT));
-    c.handle_timeout(t0 + Duration::from_millis(4999));
-    assert!(client_events(&mut c).is_empty());
-    c.handle_timeout(t0 + DESCRIBE_TIMEOUT);
+    let mut p = pair();
+    let t0 = p.now;
+    let id = p.client.describe(t0, DESCRIBE_TIMEOUT).expect("start");
+    assert_eq!(p.client.poll_timeout(), Some(t0 + DESCRIBE_TIMEOUT));
+    p.advance(Duration::from_millis(4999));
+    assert!(p.client_events().is_empty());
+    p.advance(Duration::from_millis(1));
+    assert_eq!(p.now, t0 + DESCRIBE_TIMEOUT);
     assert_eq!(
-        client_events(&mut c),
+        p.client_events(),
         vec![ClientEvent::Described {
             id,
             result: Err(CallError::TimedOut {
@@ -279,18 +286,18 @@ fn describe_times_out_at_the_deadline() {
             })
         }]
     );
-    assert_eq!(c.state(), ClientState::Closed);
+    assert_eq!(p.client.state(), ClientState::Closed);
     // The late answer is ignored.
-    c.handle_frame(br#"{"id":1,"result":{"schema":{"name":"d","protocol":"1"}}}"#)
+    p.client
+        .handle_frame(br#"{"id":1,"result":{"schema":{"name":"d","protocol":"1"}}}"#)
         .expect("ignored");
-    assert!(client_events(&mut c).is_empty());
-    assert_eq!(c.poll_timeout(), None);
+    assert!(p.client_events().is_empty());
+    assert_eq!(p.client.poll_timeout(), None);
 }
 
 #[test]
 fn provider_errors_complete_their_call() {
-    let t0 = Instant::now();
-    let (mut c, mut s) = configured(t0);
+    let mut p = configured();
     let cases: &[(&str, ProviderError)] = &[
         (
             "nope",
@@ -306,14 +313,15 @@ fn provider_errors_complete_their_call() {
         ),
     ];
     for (action, error) in cases {
-        let id = c.execute(action, json!({})).expect("configured");
-        to_server(&mut c, &mut s);
-        let _ = server_events(&mut s);
-        s.respond_execute(id.clone(), Err(error.clone()))
+        let id = p.client.execute(action, json!({})).expect("configured");
+        p.deliver_to_server();
+        let _ = p.server_events();
+        p.server
+            .respond_execute(id.clone(), Err(error.clone()))
             .expect("answer");
-        to_client(&mut s, &mut c);
+        p.deliver_to_client();
         assert_eq!(
-            client_events(&mut c),
+            p.client_events(),
             vec![ClientEvent::Executed {
                 id,
                 action: (*action).into(),
@@ -322,32 +330,37 @@ fn provider_errors_complete_their_call() {
         );
     }
     // configure_failed returns to Described; a second configure may succeed.
-    let mut c = Client::new();
-    let mut s = Server::new();
-    c.describe(t0, DESCRIBE_TIMEOUT).expect("start");
-    to_server(&mut c, &mut s);
-    s.respond_describe(Id::Num(1), &schema()).expect("answer");
-    to_client(&mut s, &mut c);
-    c.configure(json!({"fail": true})).expect("described");
-    to_server(&mut c, &mut s);
-    s.respond_configure(
-        Id::Num(2),
-        Err(ProviderError::configure_failed("bad token")),
-    )
-    .expect("answer");
+    let mut p = pair();
+    p.client.describe(p.now, DESCRIBE_TIMEOUT).expect("start");
+    p.deliver_to_server();
+    p.server
+        .respond_describe(Id::Num(1), &schema())
+        .expect("answer");
+    p.deliver_to_client();
+    p.client
+        .configure(json!({"fail": true}))
+        .expect("described");
+    p.deliver_to_server();
+    p.server
+        .respond_configure(
+            Id::Num(2),
+            Err(ProviderError::configure_failed("bad token")),
+        )
+        .expect("answer");
     assert_eq!(
-        s.poll_transmit().expect("frame"),
+        p.server.poll_transmit().expect("frame"),
         br#"{"id":2,"error":{"code":"configure_failed","message":"bad token"}}"#
     );
-    c.handle_frame(br#"{"id":2,"error":{"code":"configure_failed","message":"bad token"}}"#)
+    p.client
+        .handle_frame(br#"{"id":2,"error":{"code":"configure_failed","message":"bad token"}}"#)
         .expect("answer");
-    assert_eq!(c.state(), ClientState::Described);
-    c.configure(json!({})).expect("retry allowed");
+    assert_eq!(p.client.state(), ClientState::Described);
+    p.client.configure(json!({})).expect("retry allowed");
 }
 
 #[test]
 fn bad_execute_answers_are_typed() {
-    let (mut c, _s) = configured(Instant::now());
+    let mut c = configured().client;
     let id = c.execute("echo", json!({})).expect("configured");
     assert!(c.poll_transmit().is_some());
     let want = ProtocolError::BadPayload {
@@ -381,7 +394,7 @@ fn bad_execute_answers_are_typed() {
 
 #[test]
 fn fail_pending_uses_execute_failed_for_executes() {
-    let (mut c, _s) = configured(Instant::now());
+    let mut c = configured().client;
     let a = c.execute("echo", json!({})).expect("configured");
     let b = c.shutdown().expect("configured");
     let tail = vec![
