@@ -53,6 +53,18 @@ impl<C: ClientMachine, S: ServerMachine> Pair<C, S> {
         )
     }
 
+    /// Deliver the client's frames; return the server's events.
+    pub(crate) fn server_receives(&mut self) -> Vec<S::Event> {
+        self.deliver_to_server();
+        self.server_events()
+    }
+
+    /// Deliver the server's frames; return the client's events.
+    pub(crate) fn client_receives(&mut self) -> Vec<C::Event> {
+        self.deliver_to_client();
+        self.client_events()
+    }
+
     /// Move frames both ways until neither side has anything to send.
     pub(crate) fn pump(&mut self) {
         loop {
