@@ -38,4 +38,6 @@ pub mod machine;
 pub mod oracle;
 pub mod orchard;
 pub mod stopped;
+#[cfg(test)]
+mod testing;
 pub mod transcript;

@@ -12,6 +12,8 @@
 //! in, and takes frames and events out. Which event answers which request is the machine's
 //! call ([`ClientMachine::completes`]); everything else (the plugin's own requests and
 //! notifications, progress, a handshake) is for the caller to read in order.
+//!
+//! [`ServerMachine`] is the plugin side's shape: frames in, frames and events out, no clock.
 
 use std::fmt::{Debug, Display};
 use std::hash::Hash;
@@ -277,4 +279,51 @@ impl ClientMachine for finecode::Client {
     fn fail_pending(&mut self, stopped: &Stopped) {
         finecode::Client::fail_pending(self, stopped);
     }
+}
+
+/// A protocol's server (plugin-role) machine: frames from the host in, frames and events
+/// out. It has no deadlines, so no clock; the guest SDK and the in-memory test pair run it.
+pub trait ServerMachine {
+    /// What the machine reports (mostly requests for the plugin to answer).
+    type Event: Debug;
+    /// Why a frame was refused.
+    type Error: Display;
+
+    /// Feed one frame from the host.
+    fn handle_frame(&mut self, frame: &[u8]) -> Result<(), Self::Error>;
+
+    /// The next frame to write to the host.
+    fn poll_transmit(&mut self) -> Option<Vec<u8>>;
+
+    /// The next event.
+    fn poll_event(&mut self) -> Option<Self::Event>;
+}
+
+/// Each server machine's inherent `handle_frame`, `poll_transmit` and `poll_event` are the
+/// trait's.
+macro_rules! server_machines {
+    ($($machine:ty => $event:ty, $error:ty;)*) => {$(
+        impl ServerMachine for $machine {
+            type Event = $event;
+            type Error = $error;
+
+            fn handle_frame(&mut self, frame: &[u8]) -> Result<(), $error> {
+                <$machine>::handle_frame(self, frame)
+            }
+            fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+                <$machine>::poll_transmit(self)
+            }
+            fn poll_event(&mut self) -> Option<$event> {
+                <$machine>::poll_event(self)
+            }
+        }
+    )*};
+}
+
+server_machines! {
+    oracle::OracleServer => oracle::ServerEvent, ProtocolError;
+    orchard::Server => orchard::ServerEvent, ProtocolError;
+    denobridge::Server => denobridge::ServerEvent, ProtocolError;
+    finecode::Server => finecode::ServerEvent, ProtocolError;
+    atp::AtpServer => atp::ServerEvent, atp::AtpError;
 }

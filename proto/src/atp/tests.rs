@@ -7,54 +7,20 @@ fn schema() -> Value {
     )])
 }
 
-/// A client and a server wired together in memory.
-struct Pair {
-    host: AtpClient,
-    plugin: AtpServer,
-}
+type Pair = crate::testing::Pair<AtpClient, AtpServer>;
 
-impl Pair {
-    fn new(version: Version) -> Self {
-        let mut p = Pair {
-            host: AtpClient::new(),
-            plugin: AtpServer::new(version, schema()),
-        };
-        p.pump();
-        match p.host.poll_event() {
-            Some(ClientEvent::Hello(h)) => {
-                assert_eq!(h.version, version);
-                assert_eq!(h.schema, schema());
-            }
-            other => panic!("{other:?}"),
+/// A client and a server wired together in memory, past the hello.
+fn pair(version: Version) -> Pair {
+    let mut p = Pair::new(AtpClient::new(), AtpServer::new(version, schema()));
+    p.pump();
+    match p.client.poll_event() {
+        Some(ClientEvent::Hello(h)) => {
+            assert_eq!(h.version, version);
+            assert_eq!(h.schema, schema());
         }
-        p
+        other => panic!("{other:?}"),
     }
-
-    /// Move frames both ways until both are quiet; every frame must be accepted.
-    fn pump(&mut self) {
-        loop {
-            let mut moved = false;
-            while let Some(f) = self.host.poll_transmit() {
-                self.plugin.handle_frame(&f).expect("plugin accepts");
-                moved = true;
-            }
-            while let Some(f) = self.plugin.poll_transmit() {
-                self.host.handle_frame(&f).expect("host accepts");
-                moved = true;
-            }
-            if !moved {
-                return;
-            }
-        }
-    }
-
-    fn plugin_events(&mut self) -> Vec<ServerEvent> {
-        std::iter::from_fn(|| self.plugin.poll_event()).collect()
-    }
-
-    fn host_events(&mut self) -> Vec<ClientEvent> {
-        std::iter::from_fn(|| self.host.poll_event()).collect()
-    }
+    p
 }
 
 fn start_event(run: &str, step: &str, config: Value) -> ServerEvent {
@@ -177,22 +143,22 @@ fn bad_hellos() {
 
 #[test]
 fn v3_run_and_signals_both_ways() {
-    let mut p = Pair::new(Version::V3);
-    p.host
+    let mut p = pair(Version::V3);
+    p.client
         .start("r1", "wait", map(vec![("n", Value::from(1))]))
         .expect("start");
     p.pump();
     assert_eq!(
-        p.plugin_events(),
+        p.server_events(),
         [start_event("r1", "wait", map(vec![("n", Value::from(1))]))]
     );
-    p.plugin
+    p.server
         .signal("r1", "ready", Value::Null)
         .expect("signal out");
-    p.host.signal("r1", "go", text("now")).expect("signal in");
+    p.client.signal("r1", "go", text("now")).expect("signal in");
     p.pump();
     assert_eq!(
-        p.host_events(),
+        p.client_events(),
         [ClientEvent::Signal {
             run_id: "r1".into(),
             signal_id: "ready".into(),
@@ -200,19 +166,19 @@ fn v3_run_and_signals_both_ways() {
         }]
     );
     assert_eq!(
-        p.plugin_events(),
+        p.server_events(),
         [ServerEvent::Signal {
             run_id: "r1".into(),
             signal_id: "go".into(),
             data: text("now")
         }]
     );
-    p.plugin
+    p.server
         .work_done("r1", "success", text("now"), "log")
         .expect("done");
     p.pump();
     assert_eq!(
-        p.host_events(),
+        p.client_events(),
         [ClientEvent::WorkDone {
             run_id: "r1".into(),
             output_id: "success".into(),
@@ -220,57 +186,57 @@ fn v3_run_and_signals_both_ways() {
             debug_logs: "log".into()
         }]
     );
-    assert_eq!(p.host.in_flight().count(), 0);
-    assert!(!p.host.is_finished());
-    p.host.client_done().expect("done");
+    assert_eq!(p.client.in_flight().count(), 0);
+    assert!(!p.client.is_finished());
+    p.client.client_done().expect("done");
     p.pump();
-    assert_eq!(p.plugin_events(), [ServerEvent::ClientDone]);
-    assert!(p.host.is_finished() && p.plugin.is_finished());
+    assert_eq!(p.server_events(), [ServerEvent::ClientDone]);
+    assert!(p.client.is_finished() && p.server.is_finished());
 }
 
 #[test]
 fn v3_runs_finish_in_any_order_even_after_client_done() {
-    let mut p = Pair::new(Version::V3);
-    p.host.start("a", "greet", Value::Null).expect("a");
-    p.host.start("b", "greet", Value::Null).expect("b");
+    let mut p = pair(Version::V3);
+    p.client.start("a", "greet", Value::Null).expect("a");
+    p.client.start("b", "greet", Value::Null).expect("b");
     p.pump();
-    assert_eq!(p.plugin.in_flight().collect::<Vec<_>>(), ["a", "b"]);
-    p.plugin
+    assert_eq!(p.server.in_flight().collect::<Vec<_>>(), ["a", "b"]);
+    p.server
         .work_done("b", "success", Value::from(2), "")
         .expect("b");
-    p.host.client_done().expect("client done");
+    p.client.client_done().expect("client done");
     p.pump();
-    assert!(!p.plugin.is_finished());
-    assert!(!p.host.is_finished());
+    assert!(!p.server.is_finished());
+    assert!(!p.client.is_finished());
     // The declared error output is an ordinary work done.
-    p.plugin
+    p.server
         .work_done("a", "error", Value::from(1), "")
         .expect("a");
     p.pump();
     assert_eq!(
-        p.host_events(),
+        p.client_events(),
         [
             done_event_of("b", "success", Value::from(2)),
             done_event_of("a", "error", Value::from(1))
         ]
     );
-    assert!(p.host.is_finished() && p.plugin.is_finished());
+    assert!(p.client.is_finished() && p.server.is_finished());
 }
 
 #[test]
 fn v3_errors_end_runs() {
-    let mut p = Pair::new(Version::V3);
-    p.host.start("a", "greet", Value::Null).expect("a");
-    p.host.start("b", "greet", Value::Null).expect("b");
+    let mut p = pair(Version::V3);
+    p.client.start("a", "greet", Value::Null).expect("a");
+    p.client.start("b", "greet", Value::Null).expect("b");
     p.pump();
-    p.plugin
+    p.server
         .error("a", "warn", false, false)
         .expect("non-fatal");
-    p.plugin.error("b", "boom", true, false).expect("fatal");
+    p.server.error("b", "boom", true, false).expect("fatal");
     p.pump();
-    assert_eq!(p.host.in_flight().collect::<Vec<_>>(), ["a"]);
-    assert_eq!(p.plugin.in_flight().collect::<Vec<_>>(), ["a"]);
-    let events = p.host_events();
+    assert_eq!(p.client.in_flight().collect::<Vec<_>>(), ["a"]);
+    assert_eq!(p.server.in_flight().collect::<Vec<_>>(), ["a"]);
+    let events = p.client_events();
     assert_eq!(
         events[1],
         ClientEvent::Error {
@@ -292,24 +258,24 @@ fn client_refusals() {
             ..
         })
     ));
-    let mut p = Pair::new(Version::V3);
-    p.host.start("r", "greet", Value::Null).expect("r");
+    let mut p = pair(Version::V3);
+    p.client.start("r", "greet", Value::Null).expect("r");
     let cases: Vec<(&str, Result<(), AtpError>, AtpError)> = vec![
         (
             "duplicate run",
-            p.host.start("r", "greet", Value::Null),
+            p.client.start("r", "greet", Value::Null),
             AtpError::DuplicateRun { run_id: "r".into() },
         ),
         (
             "unknown step",
-            p.host.start("s", "nope", Value::Null),
+            p.client.start("s", "nope", Value::Null),
             AtpError::UnknownStep {
                 step_id: "nope".into(),
             },
         ),
         (
             "signal to unknown run",
-            p.host.signal("zz", "go", Value::Null),
+            p.client.signal("zz", "go", Value::Null),
             AtpError::UnknownRun {
                 run_id: "zz".into(),
             },
@@ -318,28 +284,28 @@ fn client_refusals() {
     for (name, got, want) in cases {
         assert_eq!(got, Err(want), "{name}");
     }
-    p.host.client_done().expect("done");
+    p.client.client_done().expect("done");
     assert!(matches!(
-        p.host.start("t", "greet", Value::Null),
+        p.client.start("t", "greet", Value::Null),
         Err(AtpError::Unexpected {
             state: "client done",
             ..
         })
     ));
     assert!(matches!(
-        p.host.signal("r", "go", Value::Null),
+        p.client.signal("r", "go", Value::Null),
         Err(AtpError::Unexpected { .. })
     ));
     assert!(matches!(
-        p.host.client_done(),
+        p.client.client_done(),
         Err(AtpError::Unexpected { .. })
     ));
 }
 
 #[test]
 fn client_refuses_plugin_frames() {
-    let mut p = Pair::new(Version::V3);
-    p.host.start("r", "greet", Value::Null).expect("r");
+    let mut p = pair(Version::V3);
+    p.client.start("r", "greet", Value::Null).expect("r");
     let done_unknown = Message::WorkDone {
         run_id: "zz".into(),
         output: Output {
@@ -416,18 +382,18 @@ fn client_refuses_plugin_frames() {
         ),
     ];
     for (name, frame, want) in cases {
-        assert_eq!(p.host.handle_frame(&frame), Err(want), "{name}");
+        assert_eq!(p.client.handle_frame(&frame), Err(want), "{name}");
     }
-    assert_eq!(p.host.in_flight().collect::<Vec<_>>(), ["r"]);
-    assert_eq!(p.host_events(), []);
+    assert_eq!(p.client.in_flight().collect::<Vec<_>>(), ["r"]);
+    assert_eq!(p.client_events(), []);
 }
 
 #[test]
 fn server_answers_bad_starts_itself() {
-    let mut p = Pair::new(Version::V3);
-    p.host.start("r", "greet", Value::Null).expect("r");
+    let mut p = pair(Version::V3);
+    p.client.start("r", "greet", Value::Null).expect("r");
     p.pump();
-    p.plugin_events();
+    p.server_events();
     let cases = [
         (
             Message::WorkStart {
@@ -447,9 +413,9 @@ fn server_answers_bad_starts_itself() {
         ),
     ];
     for (msg, error) in cases {
-        p.plugin.handle_frame(&msg.encode()).expect("answered");
-        assert_eq!(p.plugin.poll_event(), None);
-        let reply = Message::decode(&p.plugin.poll_transmit().expect("error reply"));
+        p.server.handle_frame(&msg.encode()).expect("answered");
+        assert_eq!(p.server.poll_event(), None);
+        let reply = Message::decode(&p.server.poll_transmit().expect("error reply"));
         let Ok(Message::Error {
             error: got,
             step_fatal: true,
@@ -462,7 +428,7 @@ fn server_answers_bad_starts_itself() {
         assert_eq!(got, error);
     }
     assert_eq!(
-        p.plugin.handle_frame(
+        p.server.handle_frame(
             &Message::Signal {
                 run_id: "zz".into(),
                 signal_id: "go".into(),
@@ -475,16 +441,16 @@ fn server_answers_bad_starts_itself() {
         })
     );
     assert_eq!(
-        p.plugin.work_done("zz", "success", Value::Null, ""),
+        p.server.work_done("zz", "success", Value::Null, ""),
         Err(AtpError::UnknownRun {
             run_id: "zz".into()
         })
     );
-    p.plugin
+    p.server
         .handle_frame(&Message::ClientDone.encode())
         .expect("client done");
     assert!(matches!(
-        p.plugin.handle_frame(&Message::ClientDone.encode()),
+        p.server.handle_frame(&Message::ClientDone.encode()),
         Err(AtpError::Unexpected {
             state: "client done",
             ..
@@ -498,73 +464,75 @@ fn server_answers_bad_starts_itself() {
             debug_logs: String::new(),
         },
     };
-    let mut fresh = Pair::new(Version::V3);
+    let mut fresh = pair(Version::V3);
     assert!(matches!(
-        fresh.plugin.handle_frame(&done.encode()),
+        fresh.server.handle_frame(&done.encode()),
         Err(AtpError::Unexpected { .. })
     ));
 }
 
 #[test]
 fn v1_single_run() {
-    let mut p = Pair::new(Version::V1);
-    assert_eq!(p.host.version(), Some(Version::V1));
-    p.host.start("label", "greet", text("Ada")).expect("start");
+    let mut p = pair(Version::V1);
+    assert_eq!(p.client.version(), Some(Version::V1));
+    p.client
+        .start("label", "greet", text("Ada"))
+        .expect("start");
     assert_eq!(
-        p.host.signal("label", "go", Value::Null),
+        p.client.signal("label", "go", Value::Null),
         Err(AtpError::Unsupported {
             what: "signal",
             version: 1
         })
     );
-    let start = p.host.poll_transmit().expect("start");
+    let start = p.client.poll_transmit().expect("start");
     assert_eq!(
         diagnostic_frame(&start),
         r#"{"id": "greet", "config": "Ada"}"#
     );
-    p.plugin.handle_frame(&start).expect("start");
-    assert_eq!(p.plugin_events(), [start_event("", "greet", text("Ada"))]);
-    let ack = p.plugin.poll_transmit().expect("ack");
+    p.server.handle_frame(&start).expect("start");
+    assert_eq!(p.server_events(), [start_event("", "greet", text("Ada"))]);
+    let ack = p.server.poll_transmit().expect("ack");
     assert_eq!(diagnostic_frame(&ack), r#"{"status": "started"}"#);
-    p.host.handle_frame(&ack).expect("ack");
+    p.client.handle_frame(&ack).expect("ack");
     assert_eq!(
-        p.plugin.error("", "x", true, true),
+        p.server.error("", "x", true, true),
         Err(AtpError::Unsupported {
             what: "error",
             version: 1
         })
     );
-    p.plugin
+    p.server
         .work_done("", "success", text("hi"), "")
         .expect("done");
-    assert!(p.plugin.is_finished());
-    let out = p.plugin.poll_transmit().expect("output");
+    assert!(p.server.is_finished());
+    let out = p.server.poll_transmit().expect("output");
     assert_eq!(
         diagnostic_frame(&out),
         r#"{"output_id": "success", "output_data": "hi", "debug_logs": ""}"#
     );
-    p.host.handle_frame(&out).expect("output");
+    p.client.handle_frame(&out).expect("output");
     assert_eq!(
-        p.host_events(),
+        p.client_events(),
         [done_event_of("label", "success", text("hi"))]
     );
-    assert!(p.host.is_finished());
+    assert!(p.client.is_finished());
     assert!(matches!(
-        p.host.handle_frame(&out),
+        p.client.handle_frame(&out),
         Err(AtpError::Unexpected { .. })
     ));
     assert!(matches!(
-        p.plugin.handle_frame(&start),
+        p.server.handle_frame(&start),
         Err(AtpError::Unexpected { .. })
     ));
 }
 
 #[test]
 fn v1_refusals() {
-    let mut p = Pair::new(Version::V1);
-    p.host.start("a", "greet", Value::Null).expect("a");
+    let mut p = pair(Version::V1);
+    p.client.start("a", "greet", Value::Null).expect("a");
     assert!(matches!(
-        p.host.start("b", "greet", Value::Null),
+        p.client.start("b", "greet", Value::Null),
         Err(AtpError::Unexpected { .. })
     ));
     // An output before the acknowledgement is refused.
@@ -574,7 +542,7 @@ fn v1_refusals() {
         debug_logs: String::new(),
     });
     assert!(matches!(
-        p.host.handle_frame(&out),
+        p.client.handle_frame(&out),
         Err(AtpError::Unexpected { .. })
     ));
     let mut plugin = AtpServer::new(Version::V1, schema());
@@ -596,11 +564,11 @@ fn v1_refusals() {
 
 #[test]
 fn fail_pending_completes_every_run() {
-    let mut p = Pair::new(Version::V3);
-    p.host.start("b", "greet", Value::Null).expect("b");
-    p.host.start("a", "wait", Value::Null).expect("a");
+    let mut p = pair(Version::V3);
+    p.client.start("b", "greet", Value::Null).expect("b");
+    p.client.start("a", "wait", Value::Null).expect("a");
     p.pump();
-    p.host.fail_pending(&Stopped::ended(
+    p.client.fail_pending(&Stopped::ended(
         crate::stopped::Exit::Exited(3),
         vec!["line 1".into(), "line 2".into()],
     ));
@@ -614,20 +582,23 @@ fn fail_pending_completes_every_run() {
             server_fatal: true,
         })
         .collect();
-    assert_eq!(p.host_events(), want);
-    assert!(p.host.is_finished());
+    assert_eq!(p.client_events(), want);
+    assert!(p.client.is_finished());
     assert!(matches!(
-        p.host.start("c", "greet", Value::Null),
+        p.client.start("c", "greet", Value::Null),
         Err(AtpError::Unexpected {
             state: "failed",
             ..
         })
     ));
-    let mut v1 = Pair::new(Version::V1);
-    v1.host.start("only", "greet", Value::Null).expect("start");
-    v1.host.fail_pending(&Stopped::by_host("gone", Vec::new()));
+    let mut v1 = pair(Version::V1);
+    v1.client
+        .start("only", "greet", Value::Null)
+        .expect("start");
+    v1.client
+        .fail_pending(&Stopped::by_host("gone", Vec::new()));
     assert_eq!(
-        v1.host_events(),
+        v1.client_events(),
         [ClientEvent::Error {
             run_id: "only".into(),
             error: "gone".into(),
@@ -635,7 +606,7 @@ fn fail_pending_completes_every_run() {
             server_fatal: true
         }]
     );
-    assert_eq!(v1.host.poll_transmit(), None);
+    assert_eq!(v1.client.poll_transmit(), None);
 }
 
 #[test]

@@ -3,24 +3,6 @@ use serde_json::json;
 use super::*;
 use crate::jsonrpc::{ErrorCode, REQUEST_CANCELLED};
 
-fn pump_to_server(c: &mut Client, s: &mut Server) -> Vec<String> {
-    let mut frames = Vec::new();
-    while let Some(f) = c.poll_transmit() {
-        frames.push(String::from_utf8(f.clone()).expect("utf8"));
-        s.handle_frame(&f).expect("valid frame for server");
-    }
-    frames
-}
-
-fn pump_to_client(s: &mut Server, c: &mut Client) -> Vec<String> {
-    let mut frames = Vec::new();
-    while let Some(f) = s.poll_transmit() {
-        frames.push(String::from_utf8(f.clone()).expect("utf8"));
-        c.handle_frame(&f).expect("valid frame for client");
-    }
-    frames
-}
-
 fn server_events(s: &mut Server) -> Vec<ServerEvent> {
     std::iter::from_fn(|| s.poll_event()).collect()
 }
@@ -29,28 +11,34 @@ fn client_events(c: &mut Client) -> Vec<ClientEvent> {
     std::iter::from_fn(|| c.poll_event()).collect()
 }
 
+type Pair = crate::testing::Pair<Client, Server>;
+
+/// The frames as text, to compare with the expected lines.
+fn text(frames: &[Vec<u8>]) -> Vec<String> {
+    frames
+        .iter()
+        .map(|f| String::from_utf8(f.clone()).expect("utf8"))
+        .collect()
+}
+
 /// A client and server of `kind` past the health check.
-fn pair(kind: ProviderKind) -> (Client, Server) {
-    let mut c = Client::new(kind);
-    let mut s = Server::new(kind);
-    c.health().expect("health first");
+fn pair(kind: ProviderKind) -> Pair {
+    let mut p = Pair::new(Client::new(kind), Server::new(kind));
+    p.client.health().expect("health first");
     assert_eq!(
-        pump_to_server(&mut c, &mut s),
+        text(&p.deliver_to_server()),
         [r#"{"jsonrpc":"2.0","id":0,"method":"health"}"#]
     );
-    assert!(
-        server_events(&mut s).is_empty(),
-        "server answers health itself"
-    );
+    assert!(p.server_events().is_empty(), "server answers health itself");
     assert_eq!(
-        pump_to_client(&mut s, &mut c),
+        text(&p.deliver_to_client()),
         [r#"{"jsonrpc":"2.0","id":0,"result":{"ok":true}}"#]
     );
     assert!(matches!(
-        &client_events(&mut c)[..],
+        &p.client_events()[..],
         [ClientEvent::Response { method: Method::Health, result: Ok(Response::Health(h)), .. }] if h.ok
     ));
-    (c, s)
+    p
 }
 
 type Call = fn(&mut Client) -> Result<Id, ProtocolError>;
@@ -312,22 +300,23 @@ fn every_method_round_trips_with_exact_frames() {
         ),
     ];
     for (kind, call, request_frame, request, response, response_frame) in cases {
-        let (mut c, mut s) = pair(kind);
-        let id = call(&mut c).expect("call allowed");
-        assert_eq!(pump_to_server(&mut c, &mut s), [request_frame]);
+        let mut p = pair(kind);
+        let id = call(&mut p.client).expect("call allowed");
+        assert_eq!(text(&p.deliver_to_server()), [request_frame]);
         assert_eq!(
-            server_events(&mut s),
+            p.server_events(),
             [ServerEvent::Request {
                 id: id.clone(),
                 request
             }],
             "{request_frame}"
         );
-        s.respond(id.clone(), Ok(response.clone()))
+        p.server
+            .respond(id.clone(), Ok(response.clone()))
             .expect("answers the method");
-        assert_eq!(pump_to_client(&mut s, &mut c), [response_frame]);
+        assert_eq!(text(&p.deliver_to_client()), [response_frame]);
         assert_eq!(
-            client_events(&mut c),
+            p.client_events(),
             [ClientEvent::Response {
                 id,
                 method: response.method(),
@@ -349,18 +338,18 @@ fn unknown_fields_survive_a_round_trip() {
 #[test]
 fn shutdown_both_forms() {
     // Notification form (the real Go host): no answer, client closed at once.
-    let (mut c, mut s) = pair(ProviderKind::Resource);
-    c.shutdown_notify().expect("ready");
-    assert!(c.is_closed());
+    let mut p = pair(ProviderKind::Resource);
+    p.client.shutdown_notify().expect("ready");
+    assert!(p.client.is_closed());
     assert_eq!(
-        pump_to_server(&mut c, &mut s),
+        text(&p.deliver_to_server()),
         [r#"{"jsonrpc":"2.0","method":"shutdown"}"#]
     );
-    assert_eq!(server_events(&mut s), [ServerEvent::Shutdown { id: None }]);
-    assert!(s.poll_transmit().is_none());
-    assert!(s.is_shut_down());
+    assert_eq!(p.server_events(), [ServerEvent::Shutdown { id: None }]);
+    assert!(p.server.poll_transmit().is_none());
+    assert!(p.server.is_shut_down());
     assert!(matches!(
-        c.create(PropsParams::default()),
+        p.client.create(PropsParams::default()),
         Err(ProtocolError::Unexpected {
             state: "shut down",
             ..
@@ -368,38 +357,39 @@ fn shutdown_both_forms() {
     ));
 
     // Request form (the guide): answered `{}`.
-    let (mut c, mut s) = pair(ProviderKind::Action);
-    let id = c.shutdown_request().expect("ready");
-    assert!(!c.is_closed());
+    let mut p = pair(ProviderKind::Action);
+    let id = p.client.shutdown_request().expect("ready");
+    assert!(!p.client.is_closed());
     assert!(matches!(
-        c.invoke(PropsParams::default()),
+        p.client.invoke(PropsParams::default()),
         Err(ProtocolError::Unexpected {
             state: "shutting down",
             ..
         })
     ));
-    pump_to_server(&mut c, &mut s);
+    p.deliver_to_server();
     assert_eq!(
-        server_events(&mut s),
+        p.server_events(),
         [ServerEvent::Shutdown {
             id: Some(id.clone())
         }]
     );
     assert_eq!(
-        pump_to_client(&mut s, &mut c),
+        text(&p.deliver_to_client()),
         [r#"{"jsonrpc":"2.0","id":1,"result":{}}"#]
     );
     assert_eq!(
-        client_events(&mut c),
+        p.client_events(),
         [ClientEvent::Response {
             id,
             method: Method::Shutdown,
             result: Ok(Response::Shutdown(json!({})))
         }]
     );
-    assert!(c.is_closed());
+    assert!(p.client.is_closed());
     assert!(matches!(
-        s.handle_frame(br#"{"jsonrpc":"2.0","id":5,"method":"health"}"#),
+        p.server
+            .handle_frame(br#"{"jsonrpc":"2.0","id":5,"method":"health"}"#),
         Err(ProtocolError::Unexpected {
             state: "shut down",
             ..
@@ -509,52 +499,61 @@ fn server_answers_unknown_methods_and_bad_params() {
 
 #[test]
 fn server_checks_its_answers() {
-    let (mut c, mut s) = pair(ProviderKind::Resource);
-    let id = c.create(PropsParams::default()).expect("ready");
-    pump_to_server(&mut c, &mut s);
+    let mut p = pair(ProviderKind::Resource);
+    let id = p.client.create(PropsParams::default()).expect("ready");
+    p.deliver_to_server();
     assert!(matches!(
-        s.respond(id.clone(), Ok(Response::Delete(DoneResult::done()))),
+        p.server
+            .respond(id.clone(), Ok(Response::Delete(DoneResult::done()))),
         Err(ProtocolError::BadPayload {
             what: "response",
             ..
         })
     ));
     assert!(matches!(
-        s.progress(&id, InvokeProgress::default()),
+        p.server.progress(&id, InvokeProgress::default()),
         Err(ProtocolError::Unexpected { .. })
     ));
-    s.respond(id.clone(), Err(internal_error()))
+    p.server
+        .respond(id.clone(), Err(internal_error()))
         .expect("errors answer anything");
     assert_eq!(
-        s.respond(id, Err(internal_error())),
+        p.server.respond(id, Err(internal_error())),
         Err(ProtocolError::NotAwaitingResponse { id: "1".into() })
     );
 }
 
 #[test]
 fn out_of_order_answers_are_matched_by_id() {
-    let (mut c, mut s) = pair(ProviderKind::Resource);
-    let a = c.create(PropsParams::new(json!({"n": 1}))).expect("ready");
-    let b = c
+    let mut p = pair(ProviderKind::Resource);
+    let a = p
+        .client
+        .create(PropsParams::new(json!({"n": 1})))
+        .expect("ready");
+    let b = p
+        .client
         .read(ReadParams {
             id: "r1".into(),
             ..Default::default()
         })
         .expect("ready");
-    pump_to_server(&mut c, &mut s);
-    assert_eq!(server_events(&mut s).len(), 2);
-    s.respond(b.clone(), Ok(Response::ReadResource(ReadResult::Gone)))
+    p.deliver_to_server();
+    assert_eq!(p.server_events().len(), 2);
+    p.server
+        .respond(b.clone(), Ok(Response::ReadResource(ReadResult::Gone)))
         .expect("b");
-    s.respond(
-        a.clone(),
-        Ok(Response::Create(CreateResult {
-            id: "r1".into(),
-            ..Default::default()
-        })),
-    )
-    .expect("a");
-    pump_to_client(&mut s, &mut c);
-    let got: Vec<(Id, Method)> = client_events(&mut c)
+    p.server
+        .respond(
+            a.clone(),
+            Ok(Response::Create(CreateResult {
+                id: "r1".into(),
+                ..Default::default()
+            })),
+        )
+        .expect("a");
+    p.deliver_to_client();
+    let got: Vec<(Id, Method)> = p
+        .client_events()
         .into_iter()
         .map(|e| match e {
             ClientEvent::Response {
@@ -566,36 +565,38 @@ fn out_of_order_answers_are_matched_by_id() {
         })
         .collect();
     assert_eq!(got, [(b, Method::Read), (a, Method::Create)]);
-    assert_eq!(c.pending().count(), 0);
+    assert_eq!(p.client.pending().count(), 0);
 }
 
 #[test]
 fn invoke_progress_flows_before_the_answer() {
-    let (mut c, mut s) = pair(ProviderKind::Action);
-    let id = c.invoke(PropsParams::new(json!({}))).expect("ready");
-    pump_to_server(&mut c, &mut s);
-    let _ = server_events(&mut s);
+    let mut p = pair(ProviderKind::Action);
+    let id = p.client.invoke(PropsParams::new(json!({}))).expect("ready");
+    p.deliver_to_server();
+    let _ = p.server_events();
     for step in ["step 1", "step 2"] {
-        s.progress(
-            &id,
-            InvokeProgress {
-                message: step.into(),
-                ..Default::default()
-            },
-        )
-        .expect("invoke pending");
+        p.server
+            .progress(
+                &id,
+                InvokeProgress {
+                    message: step.into(),
+                    ..Default::default()
+                },
+            )
+            .expect("invoke pending");
     }
-    s.respond(id.clone(), Ok(Response::Invoke(DoneResult::done())))
+    p.server
+        .respond(id.clone(), Ok(Response::Invoke(DoneResult::done())))
         .expect("pending");
     assert_eq!(
-        pump_to_client(&mut s, &mut c),
+        text(&p.deliver_to_client()),
         [
             r#"{"jsonrpc":"2.0","method":"invokeProgress","params":{"message":"step 1"}}"#,
             r#"{"jsonrpc":"2.0","method":"invokeProgress","params":{"message":"step 2"}}"#,
             r#"{"jsonrpc":"2.0","id":1,"result":{"done":true}}"#,
         ]
     );
-    let evs = client_events(&mut c);
+    let evs = p.client_events();
     assert!(matches!(
         &evs[..],
         [
@@ -606,7 +607,9 @@ fn invoke_progress_flows_before_the_answer() {
     ));
     // Progress with no invoke pending is a protocol violation.
     assert!(matches!(
-        c.handle_frame(br#"{"jsonrpc":"2.0","method":"invokeProgress","params":{"message":"x"}}"#),
+        p.client.handle_frame(
+            br#"{"jsonrpc":"2.0","method":"invokeProgress","params":{"message":"x"}}"#
+        ),
         Err(ProtocolError::Unexpected {
             state: "no invoke pending",
             ..
@@ -616,13 +619,16 @@ fn invoke_progress_flows_before_the_answer() {
 
 #[test]
 fn cancel_completes_locally_and_drops_the_late_answer() {
-    let (mut c, mut s) = pair(ProviderKind::Resource);
-    let id = c.create(PropsParams::new(json!({}))).expect("ready");
-    pump_to_server(&mut c, &mut s);
-    assert!(c.cancel(&id));
-    assert!(!c.cancel(&id));
-    assert!(c.poll_transmit().is_none(), "no cancel message on the wire");
-    match &client_events(&mut c)[..] {
+    let mut p = pair(ProviderKind::Resource);
+    let id = p.client.create(PropsParams::new(json!({}))).expect("ready");
+    p.deliver_to_server();
+    assert!(p.client.cancel(&id));
+    assert!(!p.client.cancel(&id));
+    assert!(
+        p.client.poll_transmit().is_none(),
+        "no cancel message on the wire"
+    );
+    match &p.client_events()[..] {
         [
             ClientEvent::Response {
                 id: got,
@@ -635,22 +641,23 @@ fn cancel_completes_locally_and_drops_the_late_answer() {
         }
         other => panic!("{other:?}"),
     }
-    let _ = server_events(&mut s);
-    s.respond(
-        id,
-        Ok(Response::Create(CreateResult {
-            id: "late".into(),
-            ..Default::default()
-        })),
-    )
-    .expect("plugin still answers");
-    assert_eq!(pump_to_client(&mut s, &mut c).len(), 1);
-    assert!(client_events(&mut c).is_empty(), "late answer ignored");
+    let _ = p.server_events();
+    p.server
+        .respond(
+            id,
+            Ok(Response::Create(CreateResult {
+                id: "late".into(),
+                ..Default::default()
+            })),
+        )
+        .expect("plugin still answers");
+    assert_eq!(p.deliver_to_client().len(), 1);
+    assert!(p.client_events().is_empty(), "late answer ignored");
 }
 
 #[test]
 fn fail_pending_carries_reason_and_stderr() {
-    let (mut c, _s) = pair(ProviderKind::Resource);
+    let mut c = pair(ProviderKind::Resource).client;
     let a = c.create(PropsParams::default()).expect("ready");
     let b = c.delete(DeleteParams::default()).expect("ready");
     c.fail_pending(&Stopped::ended(
@@ -701,7 +708,7 @@ fn with_stderr_enriches_bare_errors() {
 
 #[test]
 fn bad_results_complete_the_request_and_are_reported() {
-    let (mut c, _s) = pair(ProviderKind::Resource);
+    let mut c = pair(ProviderKind::Resource).client;
     let id = c.create(PropsParams::default()).expect("ready");
     let _ = c.poll_transmit();
     assert!(matches!(
@@ -761,26 +768,31 @@ fn modify_plan_result_shapes_decode() {
 #[test]
 fn deadlines_use_the_time_passed_in() {
     let t0 = std::time::Instant::now();
-    let (mut c, mut s) = pair(ProviderKind::Resource);
-    c.set_deadline(Some(t0 + std::time::Duration::from_secs(5)));
-    let id = c.create(PropsParams::default()).expect("ready");
-    pump_to_server(&mut c, &mut s);
+    let mut p = pair(ProviderKind::Resource);
+    p.client
+        .set_deadline(Some(t0 + std::time::Duration::from_secs(5)));
+    let id = p.client.create(PropsParams::default()).expect("ready");
+    p.deliver_to_server();
     assert_eq!(
-        c.poll_timeout(),
+        p.client.poll_timeout(),
         Some(t0 + std::time::Duration::from_secs(5))
     );
-    c.handle_timeout(t0 + std::time::Duration::from_secs(4));
-    assert!(client_events(&mut c).is_empty());
-    c.handle_timeout(t0 + std::time::Duration::from_secs(5));
+    p.client
+        .handle_timeout(t0 + std::time::Duration::from_secs(4));
+    assert!(p.client_events().is_empty());
+    p.client
+        .handle_timeout(t0 + std::time::Duration::from_secs(5));
     assert!(matches!(
-        &client_events(&mut c)[..],
+        &p.client_events()[..],
         [ClientEvent::Response { id: got, result: Err(e), .. }] if *got == id && e.message == "request timed out"
     ));
     // The late answer is ignored.
-    let _ = server_events(&mut s);
-    s.respond(id, Err(internal_error())).expect("pending");
-    pump_to_client(&mut s, &mut c);
-    assert!(client_events(&mut c).is_empty());
+    let _ = p.server_events();
+    p.server
+        .respond(id, Err(internal_error()))
+        .expect("pending");
+    p.deliver_to_client();
+    assert!(p.client_events().is_empty());
 }
 
 #[test]

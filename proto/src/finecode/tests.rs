@@ -4,60 +4,38 @@ use super::*;
 use crate::jsonrpc::ErrorCode;
 
 /// A manager and a runner wired back to back.
-struct Pair {
-    wm: Client,
-    er: Server,
+type Pair = crate::testing::Pair<Client, Server>;
+
+fn pair(form: CallForm) -> Pair {
+    Pair::new(Client::with_call_form(form), Server::new())
 }
 
 impl Pair {
-    fn new(form: CallForm) -> Self {
-        Self {
-            wm: Client::with_call_form(form),
-            er: Server::new(),
-        }
-    }
-
-    /// Deliver the manager's frames; return the runner's events.
-    fn deliver_to_er(&mut self) -> Vec<ServerEvent> {
-        while let Some(f) = self.wm.poll_transmit() {
-            let _ = self.er.handle_frame(&f);
-        }
-        std::iter::from_fn(|| self.er.poll_event()).collect()
-    }
-
-    /// Deliver the runner's frames; return the manager's events.
-    fn deliver_to_wm(&mut self) -> Vec<ClientEvent> {
-        while let Some(f) = self.er.poll_transmit() {
-            self.wm
-                .handle_frame(&f)
-                .expect("valid frame for the manager");
-        }
-        std::iter::from_fn(|| self.wm.poll_event()).collect()
-    }
-
     /// initialize → result → initialized.
     fn ready(form: CallForm) -> Self {
-        let mut p = Self::new(form);
-        p.wm.initialize(&InitializeParams::default())
+        let mut p = pair(form);
+        p.client
+            .initialize(&InitializeParams::default())
             .expect("start");
-        let Some(ServerEvent::Initialize { id, .. }) = p.deliver_to_er().pop() else {
+        let Some(ServerEvent::Initialize { id, .. }) = p.server_receives().pop() else {
             panic!("no initialize")
         };
-        p.er.respond_initialize(id, &InitializeResult::new("er", "1"))
+        p.server
+            .respond_initialize(id, &InitializeResult::new("er", "1"))
             .expect("initializing");
         assert!(matches!(
-            &p.deliver_to_wm()[..],
+            &p.client_receives()[..],
             [ClientEvent::Initialize { result: Ok(_), .. }]
         ));
-        p.wm.initialized().expect("initialized");
-        assert_eq!(p.deliver_to_er(), vec![ServerEvent::Initialized]);
+        p.client.initialized().expect("initialized");
+        assert_eq!(p.server_receives(), vec![ServerEvent::Initialized]);
         p
     }
 
     /// Make `call`, check the runner sees it unchanged, answer `answer`, return the reply.
     fn round_trip(&mut self, call: Call, answer: Result<Reply, FineCodeError>) -> ClientEvent {
-        let id = self.wm.call(call.clone()).expect("ready");
-        let evs = self.deliver_to_er();
+        let id = self.client.call(call.clone()).expect("ready");
+        let evs = self.server_receives();
         let [
             ServerEvent::Call {
                 id: got,
@@ -68,9 +46,9 @@ impl Pair {
         else {
             panic!("{evs:?}")
         };
-        assert_eq!((got, seen, *form), (&id, &call, self.wm.call_form()));
-        self.er.respond(id, answer).expect("in flight");
-        let mut evs = self.deliver_to_wm();
+        assert_eq!((got, seen, *form), (&id, &call, self.client.call_form()));
+        self.server.respond(id, answer).expect("in flight");
+        let mut evs = self.client_receives();
         assert_eq!(evs.len(), 1, "{evs:?}");
         evs.remove(0)
     }
@@ -169,21 +147,23 @@ fn every_call_round_trips_in_both_forms() {
                 other => panic!("{form:?} {method}: {other:?}"),
             }
         }
-        let id = p.wm.shutdown().expect("ready");
+        let id = p.client.shutdown().expect("ready");
         assert_eq!(
-            p.deliver_to_er(),
+            p.server_receives(),
             vec![ServerEvent::Shutdown { id: id.clone() }]
         );
-        p.er.respond_shutdown(id.clone()).expect("shutting down");
+        p.server
+            .respond_shutdown(id.clone())
+            .expect("shutting down");
         assert_eq!(
-            p.deliver_to_wm(),
+            p.client_receives(),
             vec![ClientEvent::Shutdown { id, result: Ok(()) }]
         );
-        assert_eq!(p.wm.state(), ClientState::ShutDown);
-        p.wm.exit().expect("shut down");
-        assert_eq!(p.deliver_to_er(), vec![ServerEvent::Exit]);
+        assert_eq!(p.client.state(), ClientState::ShutDown);
+        p.client.exit().expect("shut down");
+        assert_eq!(p.server_receives(), vec![ServerEvent::Exit]);
         assert_eq!(
-            (p.wm.state(), p.er.state()),
+            (p.client.state(), p.server.state()),
             (ClientState::Closed, ServerState::Exited)
         );
     }
@@ -222,8 +202,8 @@ fn wire_forms_match_the_seed_and_the_released_runner() {
     ];
     for (form, call, want) in cases {
         let mut p = Pair::ready(*form);
-        p.wm.call(call.clone()).expect("ready");
-        let got = p.wm.poll_transmit().expect("a frame");
+        p.client.call(call.clone()).expect("ready");
+        let got = p.client.poll_transmit().expect("a frame");
         assert_eq!(String::from_utf8_lossy(&got), *want);
     }
 }
@@ -241,19 +221,20 @@ fn run_results_use_the_spelling_of_the_form() {
         ),
     ] {
         let mut p = Pair::ready(form);
-        p.wm.run_action(RunActionParams::new("a", json!({})))
+        p.client
+            .run_action(RunActionParams::new("a", json!({})))
             .expect("ready");
-        let Some(ServerEvent::Call { id, .. }) = p.deliver_to_er().pop() else {
+        let Some(ServerEvent::Call { id, .. }) = p.server_receives().pop() else {
             panic!()
         };
         let reply = Reply::RunAction(RunActionResult::success(&json!({"json": 1})));
-        p.er.respond(id, Ok(reply)).expect("in flight");
-        let frame = p.er.poll_transmit().expect("answer");
+        p.server.respond(id, Ok(reply)).expect("in flight");
+        let frame = p.server.poll_transmit().expect("answer");
         assert_eq!(String::from_utf8_lossy(&frame), want);
         // Either spelling decodes, whatever the form.
-        p.wm.handle_frame(&frame).expect("valid");
+        p.client.handle_frame(&frame).expect("valid");
         assert!(matches!(
-            p.wm.poll_event(),
+            p.client.poll_event(),
             Some(ClientEvent::Reply {
                 result: Ok(Reply::RunAction(_)),
                 ..
@@ -378,24 +359,25 @@ fn command_level_failures_are_errors_not_results() {
 fn progress_is_matched_to_its_call_by_token() {
     let mut p = Pair::ready(CallForm::Direct);
     let params = RunActionParams::new("lint", json!({})).with_options(RunOptions::streamed("t1"));
-    let id = p.wm.run_action(params).expect("ready");
+    let id = p.client.run_action(params).expect("ready");
     // A second call may not reuse a token in flight.
     let dup = RunActionParams::new("lint", json!({})).with_options(RunOptions::streamed("t1"));
     assert!(matches!(
-        p.wm.run_action(dup),
+        p.client.run_action(dup),
         Err(ProtocolError::BadPayload {
             what: "partialResultToken",
             ..
         })
     ));
-    let Some(ServerEvent::Call { id: got, .. }) = p.deliver_to_er().pop() else {
+    let Some(ServerEvent::Call { id: got, .. }) = p.server_receives().pop() else {
         panic!()
     };
-    assert_eq!(p.er.progress(&got, &json!({"messages": [1]})), Ok(true));
-    assert_eq!(p.er.progress(&got, &json!({"messages": [2]})), Ok(true));
-    p.er.respond(got, Ok(Reply::RunAction(RunActionResult::streamed())))
+    assert_eq!(p.server.progress(&got, &json!({"messages": [1]})), Ok(true));
+    assert_eq!(p.server.progress(&got, &json!({"messages": [2]})), Ok(true));
+    p.server
+        .respond(got, Ok(Reply::RunAction(RunActionResult::streamed())))
         .expect("in flight");
-    let evs = p.deliver_to_wm();
+    let evs = p.client_receives();
     let values: Vec<Value> = evs
         .iter()
         .filter_map(|e| match e {
@@ -417,7 +399,7 @@ fn progress_is_matched_to_its_call_by_token() {
     ));
     // The token is free again; progress for it now is a violation.
     assert!(matches!(
-        p.wm.handle_frame(
+        p.client.handle_frame(
             br#"{"jsonrpc":"2.0","method":"$/progress","params":{"token":"t1","value":"{}"}}"#
         ),
         Err(ProtocolError::BadPayload {
@@ -427,28 +409,30 @@ fn progress_is_matched_to_its_call_by_token() {
     ));
     // Without a token the server sends nothing.
     let Some(ServerEvent::Call { id, .. }) = ({
-        p.wm.run_action(RunActionParams::new("lint", json!({})))
+        p.client
+            .run_action(RunActionParams::new("lint", json!({})))
             .expect("ready");
-        p.deliver_to_er().pop()
+        p.server_receives().pop()
     }) else {
         panic!()
     };
-    assert_eq!(p.er.progress(&id, &json!(1)), Ok(false));
-    assert!(p.er.poll_transmit().is_none());
+    assert_eq!(p.server.progress(&id, &json!(1)), Ok(false));
+    assert!(p.server.poll_transmit().is_none());
 }
 
 #[test]
 fn cancel_completes_locally_tells_the_runner_and_drops_the_late_answer() {
     let mut p = Pair::ready(CallForm::Direct);
-    let id =
-        p.wm.run_action(RunActionParams::new("slow", json!({})))
-            .expect("ready");
-    let Some(ServerEvent::Call { .. }) = p.deliver_to_er().pop() else {
+    let id = p
+        .client
+        .run_action(RunActionParams::new("slow", json!({})))
+        .expect("ready");
+    let Some(ServerEvent::Call { .. }) = p.server_receives().pop() else {
         panic!()
     };
-    assert!(p.wm.cancel(&id));
-    assert!(!p.wm.cancel(&id));
-    match &std::iter::from_fn(|| p.wm.poll_event()).collect::<Vec<_>>()[..] {
+    assert!(p.client.cancel(&id));
+    assert!(!p.client.cancel(&id));
+    match &std::iter::from_fn(|| p.client.poll_event()).collect::<Vec<_>>()[..] {
         [
             ClientEvent::Reply {
                 id: got,
@@ -461,17 +445,18 @@ fn cancel_completes_locally_tells_the_runner_and_drops_the_late_answer() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        p.deliver_to_er(),
+        p.server_receives(),
         vec![ServerEvent::Cancel { id: id.clone() }]
     );
-    assert!(p.er.is_cancelled(&id));
-    p.er.respond_cancelled(id.clone()).expect("in flight");
-    assert!(!p.er.is_cancelled(&id));
-    assert_eq!(p.deliver_to_wm(), vec![]);
+    assert!(p.server.is_cancelled(&id));
+    p.server.respond_cancelled(id.clone()).expect("in flight");
+    assert!(!p.server.is_cancelled(&id));
+    assert_eq!(p.client_receives(), vec![]);
     // A cancel for a call already answered is ignored.
-    p.er.handle_frame(br#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":2}}"#)
+    p.server
+        .handle_frame(br#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":2}}"#)
         .expect("ignored");
-    assert_eq!(p.er.poll_event(), None);
+    assert_eq!(p.server.poll_event(), None);
 }
 
 #[test]
@@ -500,8 +485,8 @@ fn runner_requests_reach_the_manager_and_back() {
         },
     ];
     for request in requests {
-        let id = p.er.request(&request).expect("running");
-        let evs = p.deliver_to_wm();
+        let id = p.server.request(&request).expect("running");
+        let evs = p.client_receives();
         assert_eq!(
             evs,
             vec![ClientEvent::Request {
@@ -509,9 +494,10 @@ fn runner_requests_reach_the_manager_and_back() {
                 request: request.clone()
             }]
         );
-        p.wm.respond(id.clone(), Ok(json!({"config": "{}"})))
+        p.client
+            .respond(id.clone(), Ok(json!({"config": "{}"})))
             .expect("awaiting");
-        match &p.deliver_to_er()[..] {
+        match &p.server_receives()[..] {
             [
                 ServerEvent::Response {
                     id: got,
@@ -528,24 +514,27 @@ fn runner_requests_reach_the_manager_and_back() {
         }
     }
     // Undecodable params are refused for the manager.
-    p.wm.handle_frame(br#"{"jsonrpc":"2.0","id":9,"method":"projects/getRawConfig","params":{}}"#)
+    p.client
+        .handle_frame(br#"{"jsonrpc":"2.0","id":9,"method":"projects/getRawConfig","params":{}}"#)
         .expect("answered");
-    assert_eq!(p.wm.poll_event(), None);
-    let answer = p.wm.poll_transmit().expect("refusal");
+    assert_eq!(p.client.poll_event(), None);
+    let answer = p.client.poll_transmit().expect("refusal");
     assert!(String::from_utf8_lossy(&answer).contains(r#""code":-32602"#));
     // An abandoned request completes locally and its late answer is dropped.
-    let id =
-        p.er.request(&RunnerRequest::ApplyEdit(json!({})))
-            .expect("running");
-    assert!(p.er.abandon(&id));
+    let id = p
+        .server
+        .request(&RunnerRequest::ApplyEdit(json!({})))
+        .expect("running");
+    assert!(p.server.abandon(&id));
     assert!(matches!(
-        p.er.poll_event(),
+        p.server.poll_event(),
         Some(ServerEvent::Response { result: Err(ref e), .. }) if e.code == ErrorCode::Int(REQUEST_CANCELLED)
     ));
-    let _ = p.deliver_to_wm();
-    p.wm.respond(id, Ok(json!({"applied": true})))
+    let _ = p.client_receives();
+    p.client
+        .respond(id, Ok(json!({"applied": true})))
         .expect("awaiting");
-    assert_eq!(p.deliver_to_er(), vec![]);
+    assert_eq!(p.server_receives(), vec![]);
 }
 
 #[test]
@@ -598,17 +587,17 @@ fn client_calls_in_the_wrong_state_are_unexpected() {
         ));
     }
     let mut p = Pair::ready(CallForm::Direct);
-    p.wm.shutdown().expect("ready");
+    p.client.shutdown().expect("ready");
     assert!(matches!(
-        p.wm.run_action(RunActionParams::new("a", json!({}))),
+        p.client.run_action(RunActionParams::new("a", json!({}))),
         Err(ProtocolError::Unexpected {
             state: "shutting down",
             ..
         })
     ));
-    p.wm.exit().expect("exit may follow shutdown at once");
+    p.client.exit().expect("exit may follow shutdown at once");
     assert!(matches!(
-        p.wm.exit(),
+        p.client.exit(),
         Err(ProtocolError::Unexpected {
             state: "closed",
             ..
@@ -618,17 +607,20 @@ fn client_calls_in_the_wrong_state_are_unexpected() {
 
 #[test]
 fn failed_initialize_may_be_retried() {
-    let mut p = Pair::new(CallForm::Direct);
-    p.wm.initialize(&InitializeParams::default())
+    let mut p = pair(CallForm::Direct);
+    p.client
+        .initialize(&InitializeParams::default())
         .expect("start");
-    p.wm.handle_frame(br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"no venv"}}"#)
+    p.client
+        .handle_frame(br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"no venv"}}"#)
         .expect("valid");
     assert!(matches!(
-        p.wm.poll_event(),
+        p.client.poll_event(),
         Some(ClientEvent::Initialize { result: Err(_), .. })
     ));
-    assert_eq!(p.wm.state(), ClientState::Start);
-    p.wm.initialize(&InitializeParams::default())
+    assert_eq!(p.client.state(), ClientState::Start);
+    p.client
+        .initialize(&InitializeParams::default())
         .expect("again");
 }
 
@@ -711,25 +703,26 @@ fn server_answers_what_it_cannot_accept() {
 #[test]
 fn server_checks_its_answers() {
     let mut p = Pair::ready(CallForm::Direct);
-    p.wm.get_payload_schemas().expect("ready");
-    let Some(ServerEvent::Call { id, .. }) = p.deliver_to_er().pop() else {
+    p.client.get_payload_schemas().expect("ready");
+    let Some(ServerEvent::Call { id, .. }) = p.server_receives().pop() else {
         panic!()
     };
     assert!(matches!(
-        p.er.respond(id.clone(), Ok(Reply::UpdateConfig)),
+        p.server.respond(id.clone(), Ok(Reply::UpdateConfig)),
         Err(ProtocolError::BadPayload { what: "reply", .. })
     ));
-    p.er.respond(
-        id.clone(),
-        Ok(Reply::GetPayloadSchemas(PayloadSchemas::new())),
-    )
-    .expect("in flight");
+    p.server
+        .respond(
+            id.clone(),
+            Ok(Reply::GetPayloadSchemas(PayloadSchemas::new())),
+        )
+        .expect("in flight");
     assert_eq!(
-        p.er.respond(id.clone(), Ok(Reply::UpdateConfig)),
+        p.server.respond(id.clone(), Ok(Reply::UpdateConfig)),
         Err(ProtocolError::NotAwaitingResponse { id: id.to_string() })
     );
     assert!(matches!(
-        p.er.respond_shutdown(id),
+        p.server.respond_shutdown(id),
         Err(ProtocolError::NotAwaitingResponse { .. })
     ));
 }
@@ -737,13 +730,15 @@ fn server_checks_its_answers() {
 #[test]
 fn fail_pending_answers_every_call_with_reason_and_stderr() {
     let mut p = Pair::ready(CallForm::ExecuteCommand);
-    let a =
-        p.wm.run_action(RunActionParams::new("a", json!({})))
-            .expect("ready");
-    let b = p.wm.resolve_action_meta().expect("ready");
+    let a = p
+        .client
+        .run_action(RunActionParams::new("a", json!({})))
+        .expect("ready");
+    let b = p.client.resolve_action_meta().expect("ready");
     let stderr = vec!["Traceback".to_owned(), "ImportError: x".to_owned()];
-    p.wm.fail_pending(&Stopped::by_host("runner exited with code 1", stderr));
-    let evs: Vec<ClientEvent> = std::iter::from_fn(|| p.wm.poll_event()).collect();
+    p.client
+        .fail_pending(&Stopped::by_host("runner exited with code 1", stderr));
+    let evs: Vec<ClientEvent> = std::iter::from_fn(|| p.client.poll_event()).collect();
     let mut ids = Vec::new();
     for ev in evs {
         let ClientEvent::Reply {
@@ -765,7 +760,7 @@ fn fail_pending_answers_every_call_with_reason_and_stderr() {
         ids.push(id);
     }
     assert_eq!(ids, vec![a, b]);
-    assert_eq!(p.wm.state(), ClientState::Closed);
+    assert_eq!(p.client.state(), ClientState::Closed);
 }
 
 #[test]
