@@ -118,7 +118,16 @@ impl RpcError {
         let Event::Response { result, .. } = c.event else {
             unreachable!("only responses complete requests")
         };
-        match (result, c.stopped) {
+        Self::from_answer(result, c.stopped)
+    }
+
+    /// A JSON-RPC answer as a call's result: a stop's error is [`RpcError::Failed`], `-32800`
+    /// [`RpcError::Cancelled`], any other error the plugin's own ([`RpcError::Remote`]).
+    pub(crate) fn from_answer<T>(
+        answer: Result<T, ErrorObject>,
+        stopped: Option<Stopped>,
+    ) -> Result<T, RpcError> {
+        match (answer, stopped) {
             (Ok(v), _) => Ok(v),
             (Err(error), Some(stopped)) => Err(RpcError::Failed { error, stopped }),
             (Err(error), None) if error.code == ErrorCode::Int(REQUEST_CANCELLED) => {

@@ -11,7 +11,7 @@ use sandpipe_proto::denobridge::{
     ProviderKind, ReadParams, ReadResult, RenewResult, Request, Response, UpdateParams,
     UpdateResult,
 };
-use sandpipe_proto::jsonrpc::{self, ErrorCode, INTERNAL_ERROR, REQUEST_CANCELLED};
+use sandpipe_proto::jsonrpc::{self, ErrorCode, INTERNAL_ERROR};
 use serde_json::Value;
 
 use crate::driver::{Completion, Driver, Refused};
@@ -184,17 +184,12 @@ impl DenoBridgeClient {
         let ClientEvent::Response { result, .. } = c.event else {
             unreachable!("only responses complete requests")
         };
-        match (result, c.stopped) {
-            (Ok(r), _) => Ok(r),
-            (Err(error), Some(stopped)) => Err(RpcError::Failed { error, stopped }),
-            (Err(e), None) if e.code == ErrorCode::Int(REQUEST_CANCELLED) => {
-                Err(RpcError::Cancelled)
+        RpcError::from_answer(result, c.stopped).map_err(|e| match e {
+            RpcError::Remote(e) if e.code == ErrorCode::Int(INTERNAL_ERROR) => {
+                RpcError::Remote(proto::with_stderr(e, &self.control().stderr_tail()))
             }
-            (Err(e), None) if e.code == ErrorCode::Int(INTERNAL_ERROR) => Err(RpcError::Remote(
-                proto::with_stderr(e, &self.control().stderr_tail()),
-            )),
-            (Err(e), None) => Err(RpcError::Remote(e)),
-        }
+            other => other,
+        })
     }
 }
 
