@@ -23,13 +23,15 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use sandpipe::{Host, Policy, SessionOptions};
+//! use sandpipe::{Fuel, Host, Policy, SessionOptions};
 //! use sandpipe_proto::frame::Framing;
 //! use std::time::Duration;
 //!
 //! let host = Host::new()?;
 //! let plugin = host.load("echo-lines.wasm")?;
-//! let policy = Policy::default().fuel(1_000_000_000).deadline(Duration::from_secs(5));
+//! let policy = Policy::default()
+//!     .fuel(Fuel::PerSession(1_000_000_000))
+//!     .deadline(Duration::from_secs(5));
 //! let mut session = host.start(&plugin, &policy, &SessionOptions::framed(Framing::JsonLines)).await?;
 //! session.send(br#"{"id":1}"#).await?;
 //! assert_eq!(session.recv().await?.as_deref(), Some(&br#"{"id":1}"#[..]));
@@ -75,7 +77,7 @@ use std::time::{Duration, Instant};
 pub use error::{Exit, HostError, SessionError};
 pub use native::{LANDLOCK_TARGET_ABI, LandlockSupport, StartupGrant, startup_grants};
 pub use policy::{
-    Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, ImportPolicy, Policy, Preopen,
+    Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, Fuel, ImportPolicy, Policy, Preopen,
 };
 pub use sandbox::{
     ExportedFunc, InstanceAllocator, LoadSource, Metering, PoolNeeds, Pooling, default_cache_dir,

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use sandpipe::{
-    Exit, Host, Plugin, PluginKind, Policy, Session, SessionError, SessionOptions, StderrMode,
+    Exit, Fuel, Host, Plugin, PluginKind, Policy, Session, SessionError, SessionOptions, StderrMode,
 };
 use sandpipe_proto::frame::{FrameError, FrameLimits, Framing};
 use sandpipe_tests::{Target, plugin};
@@ -107,7 +107,7 @@ async fn echo_plugins_answer_in_every_framing_wasm_p1_and_native() {
 #[tokio::test]
 async fn fuel_stops_the_spinner_after_its_frame() {
     let host = host();
-    let policy = Policy::default().fuel(50_000_000);
+    let policy = Policy::default().fuel(Fuel::PerSession(50_000_000));
     let mut s = start(&host, "spin", Target::Wasm, &policy, Framing::JsonLines).await;
     let (frames, end) = recv_all(&mut s).await;
     assert_eq!(frames, vec![br#"{"spinning":true}"#.to_vec()]);
@@ -119,7 +119,7 @@ async fn fuel_stops_the_spinner_after_its_frame() {
 async fn native_spinner_has_no_fuel_but_meets_its_deadline() {
     let host = host();
     let policy = Policy::default()
-        .fuel(50_000_000)
+        .fuel(Fuel::PerSession(50_000_000))
         .deadline(Duration::from_millis(500));
     let mut s = start(&host, "spin", Target::Native, &policy, Framing::JsonLines).await;
     let (frames, _) = recv_all(&mut s).await;
@@ -526,7 +526,7 @@ async fn shutdown_closes_stdin_then_kills_after_grace() {
 async fn the_host_survives_every_misbehaving_plugin_in_turn() {
     let host = host();
     let cases: [(&str, Policy); 6] = [
-        ("spin", Policy::default().fuel(20_000_000)),
+        ("spin", Policy::default().fuel(Fuel::PerSession(20_000_000))),
         ("alloc", Policy::default().max_memory(Some(16 << 20))),
         (
             "sleep-stdin",

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use sandpipe::wasm_oracle::{AfterTrap, InvokeError, WasmOracle, WasmOracleOptions};
-use sandpipe::{Access, Exit, Host, Plugin, Policy, StderrMode};
+use sandpipe::{Access, Exit, Fuel, Host, Plugin, Policy, StderrMode};
 use sandpipe_proto::oracle::Felt;
 use sandpipe_proto::oracle::wasm::{CodecError, SelectorError, decode_byte_array, felt_from_i64};
 use sandpipe_tests::stand_in::{Step, play};
@@ -226,7 +226,7 @@ async fn limit_bites_once(
 
 #[tokio::test]
 async fn fuel_per_call_stops_an_endless_loop_and_the_next_call_is_answered() {
-    let policy = Policy::default().fuel_per_request(50_000_000);
+    let policy = Policy::default().fuel(Fuel::PerRequest(50_000_000));
     let (exit, tail) = limit_bites_once(policy, WasmOracleOptions::default(), "spin", &[]).await;
     assert_eq!(exit, Exit::OutOfFuel { limit: 50_000_000 });
     assert_eq!(tail, vec!["spinning forever".to_owned()]);

@@ -423,11 +423,7 @@ fn unused_grants(policy: &Policy, imports: &[String]) -> Vec<String> {
 fn limits_report(policy: &Policy, max_frame: u64) -> Value {
     let size = |b: u64| bytesize::ByteSize(b).display().iec().to_string();
     json!({
-        "fuel": match (policy.fuel, policy.fuel_per_request) {
-            (_, Some(n)) => format!("{n} per request"),
-            (Some(n), None) => n.to_string(),
-            (None, None) => "unlimited".to_owned(),
-        },
+        "fuel": policy.fuel.to_string(),
         "memory": policy.max_memory.map(size).unwrap_or_else(|| "unlimited".to_owned()),
         "deadline": policy
             .deadline
