@@ -253,7 +253,16 @@ impl Plugin {
 /// How a [`Host`] is set up. Defaults ([`HostOptions::default`]):
 /// - `cache_dir`: [`default_cache_dir`] (compiled artifacts are cached on disk);
 /// - `allocator`: [`InstanceAllocator::OnDemand`] (no cap on live sessions but
-///   `vm.max_map_count`; see [`Pooling`] for many thousands of sessions).
+///   `vm.max_map_count`; see [`Pooling`] for many thousands of sessions);
+/// - `metering`: fuel and epoch checks compiled in ([`Metering::default`]).
+///
+/// ```no_run
+/// # fn demo() -> Result<(), sandpipe::HostError> {
+/// use sandpipe::{Host, HostOptions};
+///
+/// let host = Host::with_options(&HostOptions::default().cache_dir(None))?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct HostOptions {
@@ -287,28 +296,22 @@ impl HostOptions {
         self.allocator = InstanceAllocator::Pooling(pooling);
         self
     }
+
+    /// Compile fuel metering and epoch checks in or out. Only for measuring what each limit
+    /// costs: with fuel off a policy's fuel limit is refused at start; with epochs off a
+    /// spinning guest is not interrupted at its deadline (a guest blocked in a host call still
+    /// is). The default has both on.
+    pub fn metering(mut self, metering: Metering) -> Self {
+        self.metering = metering;
+        self
+    }
 }
 
 impl Host {
-    /// A host with the default options ([`HostOptions::default`]).
+    /// A host with the default options ([`HostOptions::default`]); shorthand for
+    /// `Host::with_options(&HostOptions::default())`.
     pub fn new() -> Result<Host, HostError> {
         Self::with_options(&HostOptions::default())
-    }
-
-    /// A host with the given artifact cache directory, or none, and the other options at
-    /// their defaults.
-    pub fn with_cache_dir(cache_dir: Option<&Path>) -> Result<Host, HostError> {
-        Self::with_options(&HostOptions::default().cache_dir(cache_dir.map(Path::to_owned)))
-    }
-
-    /// A host whose engine compiles fuel metering and epoch checks in or out. Only for
-    /// measuring what each limit costs: with fuel off a policy's fuel limit is refused at
-    /// start; with epochs off a spinning guest is not interrupted at its deadline (a guest
-    /// blocked in a host call still is). [`Host::new`] has both on.
-    pub fn with_metering(cache_dir: Option<&Path>, metering: Metering) -> Result<Host, HostError> {
-        let mut options = HostOptions::default().cache_dir(cache_dir.map(Path::to_owned));
-        options.metering = metering;
-        Self::with_options(&options)
     }
 
     /// A host set up by `options`. With [`InstanceAllocator::Pooling`] this reserves the
@@ -531,7 +534,7 @@ mod tests {
         let path = dir.path().join("plugin");
         let old = Duration::from_secs(60);
         write_old(&path, b"#!/bin/sh\ncat\n", old);
-        let host = Host::with_cache_dir(None).expect("host");
+        let host = Host::with_options(&HostOptions::default().cache_dir(None)).expect("host");
         let first = host.load(&path).expect("load");
         assert!(host.memo().contains_key(&path), "an old file is memoized");
         let second = host.load(&path).expect("load again");
@@ -560,7 +563,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("plugin");
         std::fs::write(&path, b"#!/bin/sh\ncat\n").expect("write");
-        let host = Host::with_cache_dir(None).expect("host");
+        let host = Host::with_options(&HostOptions::default().cache_dir(None)).expect("host");
         host.load(&path).expect("load");
         assert!(!host.memo().contains_key(&path));
         // Rewritten within the same clock tick, same size: still read afresh.

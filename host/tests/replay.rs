@@ -4,7 +4,7 @@ use std::process::{Command, Output, Stdio};
 
 use sandpipe::protocols::denobridge::DenoBridgeClient;
 use sandpipe::protocols::oracle::OracleClient;
-use sandpipe::{Access, Host, Plugin, Policy, SessionOptions, StderrMode};
+use sandpipe::{Access, Host, HostOptions, Plugin, Policy, SessionOptions, StderrMode};
 use sandpipe_proto::frame::Framing;
 use sandpipe_tests::{Target, plugin};
 use serde_json::json;
@@ -238,7 +238,7 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 
-    let host = Host::with_cache_dir(None).expect("host");
+    let host = Host::with_options(&HostOptions::default().cache_dir(None)).expect("host");
     let stand_in =
         Plugin::native_unsandboxed(env!("CARGO_BIN_EXE_sandpipe")).expect("sandpipe binary");
     let opts = SessionOptions::framed(Framing::JsonLines).stderr(StderrMode::Discard);

@@ -367,7 +367,12 @@ async fn echo_invokes(policy: Policy, budgets: Budgets, n: i64) -> Report {
 async fn fuel_is_per_request_not_per_session() {
     // The same budget as a whole-session total runs out long before 300 invokes …
     const BUDGET: u64 = 3_000_000;
-    let whole = echo_invokes(Policy::default().fuel(Fuel::PerSession(BUDGET)), Budgets::default(), 300).await;
+    let whole = echo_invokes(
+        Policy::default().fuel(Fuel::PerSession(BUDGET)),
+        Budgets::default(),
+        300,
+    )
+    .await;
     assert!(whole.answered < 300, "{whole:?}");
     assert!(matches!(whole.exit, Exit::OutOfFuel { .. }), "{whole:?}");
     // … but per request it is re-armed for each one, and all 300 are answered.

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use sandpipe::{
-    Exit, Fuel, Host, Plugin, PluginKind, Policy, Session, SessionError, SessionOptions, StderrMode,
+    Exit, Fuel, Host, HostOptions, Plugin, PluginKind, Policy, Session, SessionError,
+    SessionOptions, StderrMode,
 };
 use sandpipe_proto::frame::{FrameError, FrameLimits, Framing};
 use sandpipe_tests::{Target, plugin};
@@ -12,7 +13,7 @@ use sandpipe_tests::{Target, plugin};
 fn host() -> Host {
     // No disk cache in tests that are not about the cache: they must not depend on the
     // developer's ~/.cache.
-    Host::with_cache_dir(None).expect("host")
+    Host::with_options(&HostOptions::default().cache_dir(None)).expect("host")
 }
 
 fn load(host: &Host, bin: &str, target: Target) -> Plugin {
@@ -571,13 +572,17 @@ async fn the_host_survives_every_misbehaving_plugin_in_turn() {
 async fn compiled_artifacts_are_cached_on_disk_and_in_memory() {
     let cache = tempfile::tempdir().expect("tempdir");
     let path = plugin("echo-lines", Target::Wasm);
-    let first = Host::with_cache_dir(Some(cache.path())).expect("host");
+    let first =
+        Host::with_options(&HostOptions::default().cache_dir(Some(cache.path().to_owned())))
+            .expect("host");
     let cold = first.load(&path).expect("load");
     assert_eq!(cold.load_source(), Some(sandpipe::LoadSource::Compiled));
     let warm = first.load(&path).expect("load");
     assert_eq!(warm.load_source(), Some(sandpipe::LoadSource::Memory));
     // A new host (as a second `sandpipe run` would be) reads the artifact instead of compiling.
-    let second = Host::with_cache_dir(Some(cache.path())).expect("host");
+    let second =
+        Host::with_options(&HostOptions::default().cache_dir(Some(cache.path().to_owned())))
+            .expect("host");
     let disk = second.load(&path).expect("load");
     assert_eq!(disk.load_source(), Some(sandpipe::LoadSource::DiskCache));
     eprintln!(
@@ -614,7 +619,10 @@ async fn a_new_host_takes_an_unchanged_files_hash_from_the_disk_index_and_rehash
             .and_then(|f| f.set_modified(std::time::SystemTime::now() - Duration::from_secs(3600)))
             .expect("set mtime");
     }
-    let host = || Host::with_cache_dir(Some(cache.path())).expect("host");
+    let host = || {
+        Host::with_options(&HostOptions::default().cache_dir(Some(cache.path().to_owned())))
+            .expect("host")
+    };
     let first = host();
     let (sha_a, sha_b) = (
         first.load(&a).expect("load a").sha256().to_owned(),

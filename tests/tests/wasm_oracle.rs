@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use sandpipe::wasm_oracle::{AfterTrap, InvokeError, WasmOracle, WasmOracleOptions};
-use sandpipe::{Access, Exit, Fuel, Host, Plugin, Policy, StderrMode};
+use sandpipe::{Access, Exit, Fuel, Host, HostOptions, Plugin, Policy, StderrMode};
 use sandpipe_proto::oracle::Felt;
 use sandpipe_proto::oracle::wasm::{CodecError, SelectorError, decode_byte_array, felt_from_i64};
 use sandpipe_tests::stand_in::{Step, play};
@@ -33,7 +33,7 @@ fn byte_array(s: &str) -> Vec<Felt> {
 }
 
 fn load() -> (Host, Plugin) {
-    let host = Host::with_cache_dir(None).expect("host");
+    let host = Host::with_options(&HostOptions::default().cache_dir(None)).expect("host");
     let plugin = host.load(wasm_oracle()).expect("load the example");
     assert!(plugin.exports_functions(), "the example exports functions");
     (host, plugin)

@@ -14,7 +14,7 @@ use crate::protocols::denobridge::DenoBridgeClient;
 use crate::protocols::oracle::OracleClient;
 use crate::protocols::orchard::{OrchardClient, OrchardError};
 use crate::rpc::{JsonRpcPeer, RpcError};
-use crate::{Exit, Host, Session, SessionOptions, StderrMode};
+use crate::{Exit, Session, SessionOptions, StderrMode};
 use sandpipe_proto::jsonrpc::Dialect;
 use sandpipe_proto::oracle::{ErrorOrigin, Felt, OracleError};
 
@@ -65,7 +65,7 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
         ),
         None => None,
     };
-    let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
+    let host = super::host(args.sandbox.cache.dir())?;
     let plugin =
         super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
     super::dist::note_slow_compile(&plugin, &args.plugin);

@@ -12,7 +12,7 @@ use crate::protocols::Protocol;
 use crate::protocols::denobridge::DenoBridgeClient;
 use crate::protocols::oracle::OracleClient;
 use crate::{
-    Host, LANDLOCK_TARGET_ABI, LandlockSupport, LoadSource, PluginKind, Policy, SessionOptions,
+    LANDLOCK_TARGET_ABI, LandlockSupport, LoadSource, PluginKind, Policy, SessionOptions,
     StderrMode,
 };
 
@@ -44,7 +44,7 @@ pub struct InspectArgs {
 }
 
 pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
-    let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
+    let host = super::host(args.sandbox.cache.dir())?;
     let plugin =
         super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
     let mut report = json!({

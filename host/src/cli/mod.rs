@@ -126,6 +126,11 @@ impl CacheArgs {
     }
 }
 
+/// The host every subcommand uses, with artifacts cached in `cache_dir` (or not at all).
+fn host(cache_dir: Option<PathBuf>) -> Result<crate::Host, crate::HostError> {
+    crate::Host::with_options(&crate::HostOptions::default().cache_dir(cache_dir))
+}
+
 /// The signal that ended `run`'s plugin, when sandpipe is to end the same way (see [`exit`]).
 static PLUGIN_SIGNAL: AtomicI32 = AtomicI32::new(0);
 

@@ -14,8 +14,8 @@ use super::signals::{self, Action, SigintMode, Signals};
 use super::stdio::{EngineStdin, EngineStdout};
 use super::{exit_code, parse_duration};
 use crate::{
-    Exit, Host, PluginKind, SessionControl, SessionError, SessionOptions, SessionReader,
-    SessionWriter, StderrMode,
+    Exit, PluginKind, SessionControl, SessionError, SessionOptions, SessionReader, SessionWriter,
+    StderrMode,
 };
 
 /// Arguments of `sandpipe run`.
@@ -95,7 +95,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         return Ok(2);
     }
     let mut signals = Signals::install().context("installing signal handlers")?;
-    let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
+    let host = super::host(args.sandbox.cache.dir())?;
     let plugin =
         super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
     super::dist::note_slow_compile(&plugin, &args.plugin);
