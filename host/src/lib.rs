@@ -101,6 +101,8 @@ pub struct Host {
     loaded: Mutex<HashMap<PathBuf, (FileStamp, Plugin)>>,
     /// The same rule on disk, across processes (wasm plugins only; see [`hash_index`]).
     index: Option<hash_index::HashIndex>,
+    /// [`HostOptions::allow_native_unsandboxed`].
+    allow_native: bool,
 }
 
 /// What identifies one version of a file without reading it: device, inode, size, and the
@@ -254,7 +256,9 @@ impl Plugin {
 /// - `cache_dir`: [`default_cache_dir`] (compiled artifacts are cached on disk);
 /// - `allocator`: [`InstanceAllocator::OnDemand`] (no cap on live sessions but
 ///   `vm.max_map_count`; see [`Pooling`] for many thousands of sessions);
-/// - `metering`: fuel and epoch checks compiled in ([`Metering::default`]).
+/// - `metering`: fuel and epoch checks compiled in ([`Metering::default`]);
+/// - `allow_native_unsandboxed`: `false`, [`Host::load`] refuses a file that is not wasm
+///   instead of running it as a native process.
 ///
 /// ```no_run
 /// # fn demo() -> Result<(), sandpipe::HostError> {
@@ -272,6 +276,11 @@ pub struct HostOptions {
     pub allocator: InstanceAllocator,
     /// Whether fuel and epoch checks are compiled in (both, by default; see [`Metering`]).
     pub metering: Metering,
+    /// Whether [`Host::load`] may turn a file that is not wasm into a
+    /// [`PluginKind::NativeUnsandboxed`] plugin, run as a child process outside the sandbox
+    /// (`SECURITY.md`, "Native mode"). Off by default: the load fails with
+    /// [`HostError::NativeNotAllowed`].
+    pub allow_native_unsandboxed: bool,
 }
 
 impl Default for HostOptions {
@@ -280,6 +289,7 @@ impl Default for HostOptions {
             cache_dir: default_cache_dir(),
             allocator: InstanceAllocator::OnDemand,
             metering: Metering::default(),
+            allow_native_unsandboxed: false,
         }
     }
 }
@@ -305,6 +315,13 @@ impl HostOptions {
         self.metering = metering;
         self
     }
+
+    /// Let [`Host::load`] run a file that is not wasm natively, without a sandbox (see
+    /// [`HostOptions::allow_native_unsandboxed`]).
+    pub fn allow_native_unsandboxed(mut self, allow: bool) -> Self {
+        self.allow_native_unsandboxed = allow;
+        self
+    }
 }
 
 impl Host {
@@ -325,12 +342,15 @@ impl Host {
             )?,
             loaded: Mutex::new(HashMap::new()),
             index: options.cache_dir.as_deref().map(hash_index::HashIndex::new),
+            allow_native: options.allow_native_unsandboxed,
         })
     }
 
     /// Load a plugin. A WASI component or core module (told by its header) is compiled, or
-    /// taken from the caches; anything else becomes [`PluginKind::NativeUnsandboxed`].
-    /// A bare name without `/` that is not a file is looked up in `PATH`, as a shell would.
+    /// taken from the caches. Anything else becomes [`PluginKind::NativeUnsandboxed`] when the
+    /// host allows it ([`HostOptions::allow_native_unsandboxed`]), and is refused with
+    /// [`HostError::NativeNotAllowed`] otherwise. A bare name without `/` that is not a file is
+    /// looked up in `PATH`, as a shell would.
     ///
     /// Loading a file again while it is unchanged (same inode, size, mtime and ctime) returns
     /// the plugin loaded before without reading or hashing it, with [`LoadSource::Memory`]
@@ -430,6 +450,9 @@ impl Host {
         })?;
         let sha256 = hex(&Sha256::digest(&bytes));
         let Some(wasm_kind) = sandbox::detect(&bytes) else {
+            if !self.allow_native {
+                return Err(HostError::NativeNotAllowed { path });
+            }
             return Ok(Plugin {
                 path,
                 kind: PluginKind::NativeUnsandboxed,
@@ -534,7 +557,12 @@ mod tests {
         let path = dir.path().join("plugin");
         let old = Duration::from_secs(60);
         write_old(&path, b"#!/bin/sh\ncat\n", old);
-        let host = Host::with_options(&HostOptions::default().cache_dir(None)).expect("host");
+        let host = Host::with_options(
+            &HostOptions::default()
+                .cache_dir(None)
+                .allow_native_unsandboxed(true),
+        )
+        .expect("host");
         let first = host.load(&path).expect("load");
         assert!(host.memo().contains_key(&path), "an old file is memoized");
         let second = host.load(&path).expect("load again");
@@ -559,11 +587,46 @@ mod tests {
     }
 
     #[test]
+    fn a_file_that_is_not_wasm_is_refused_unless_the_host_allows_native() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("plugin");
+        std::fs::write(&path, b"#!/bin/sh\ncat\n").expect("write");
+        let strict = Host::with_options(&HostOptions::default().cache_dir(None)).expect("host");
+        let err = strict.load(&path).expect_err("refused");
+        assert!(
+            matches!(&err, HostError::NativeNotAllowed { path: p } if *p == path),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("allow_native_unsandboxed"),
+            "{err}"
+        );
+        // Refused every time, not only before a first successful load.
+        assert!(matches!(
+            strict.load(&path),
+            Err(HostError::NativeNotAllowed { .. })
+        ));
+        let allowing = Host::with_options(
+            &HostOptions::default()
+                .cache_dir(None)
+                .allow_native_unsandboxed(true),
+        )
+        .expect("host");
+        let plugin = allowing.load(&path).expect("allowed");
+        assert_eq!(plugin.kind(), PluginKind::NativeUnsandboxed);
+    }
+
+    #[test]
     fn a_just_written_file_is_not_memoized() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("plugin");
         std::fs::write(&path, b"#!/bin/sh\ncat\n").expect("write");
-        let host = Host::with_options(&HostOptions::default().cache_dir(None)).expect("host");
+        let host = Host::with_options(
+            &HostOptions::default()
+                .cache_dir(None)
+                .allow_native_unsandboxed(true),
+        )
+        .expect("host");
         host.load(&path).expect("load");
         assert!(!host.memo().contains_key(&path));
         // Rewritten within the same clock tick, same size: still read afresh.

@@ -238,7 +238,12 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 
-    let host = Host::with_options(&HostOptions::default().cache_dir(None)).expect("host");
+    let host = Host::with_options(
+        &HostOptions::default()
+            .cache_dir(None)
+            .allow_native_unsandboxed(true),
+    )
+    .expect("host");
     let stand_in =
         Plugin::native_unsandboxed(env!("CARGO_BIN_EXE_sandpipe")).expect("sandpipe binary");
     let opts = SessionOptions::framed(Framing::JsonLines).stderr(StderrMode::Discard);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sandpipe::protocols::Protocol;
 use sandpipe::supervise::{Budgets, Report, Supervisor};
-use sandpipe::{Exit, Fuel, Host, Policy, SessionOptions, StderrMode};
+use sandpipe::{Exit, Fuel, Host, HostOptions, Policy, SessionOptions, StderrMode};
 use sandpipe_proto::atp;
 use sandpipe_tests::{Target, plugin};
 use serde_json::{Value, json};
@@ -69,7 +69,8 @@ where
     F: FnOnce(Engine) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let host = Host::new().expect("host");
+    let host =
+        Host::with_options(&HostOptions::default().allow_native_unsandboxed(true)).expect("host");
     let plugin = host.load(plugin(bin, target)).expect("load");
     let options = SessionOptions::default().stderr(StderrMode::Discard);
     let (to_sup, from_engine) = mpsc::channel(16);

@@ -35,7 +35,12 @@ async fn exclusive() -> RwLockWriteGuard<'static, ()> {
 }
 
 fn host() -> Host {
-    Host::with_options(&HostOptions::default().cache_dir(None)).expect("host")
+    Host::with_options(
+        &HostOptions::default()
+            .cache_dir(None)
+            .allow_native_unsandboxed(true),
+    )
+    .expect("host")
 }
 
 fn opts(framing: Framing) -> SessionOptions {

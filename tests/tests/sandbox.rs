@@ -13,7 +13,12 @@ use sandpipe_tests::{Target, plugin};
 fn host() -> Host {
     // No disk cache in tests that are not about the cache: they must not depend on the
     // developer's ~/.cache.
-    Host::with_options(&HostOptions::default().cache_dir(None)).expect("host")
+    Host::with_options(
+        &HostOptions::default()
+            .cache_dir(None)
+            .allow_native_unsandboxed(true),
+    )
+    .expect("host")
 }
 
 fn load(host: &Host, bin: &str, target: Target) -> Plugin {

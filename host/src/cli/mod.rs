@@ -126,9 +126,15 @@ impl CacheArgs {
     }
 }
 
-/// The host every subcommand uses, with artifacts cached in `cache_dir` (or not at all).
+/// The host every subcommand uses, with artifacts cached in `cache_dir` (or not at all). The
+/// command line runs a file that is not wasm natively, unsandboxed, and says so on stderr
+/// (`sandbox_args::warn_if_native`).
 fn host(cache_dir: Option<PathBuf>) -> Result<crate::Host, crate::HostError> {
-    crate::Host::with_options(&crate::HostOptions::default().cache_dir(cache_dir))
+    crate::Host::with_options(
+        &crate::HostOptions::default()
+            .cache_dir(cache_dir)
+            .allow_native_unsandboxed(true),
+    )
 }
 
 /// The signal that ended `run`'s plugin, when sandpipe is to end the same way (see [`exit`]).
