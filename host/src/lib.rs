@@ -18,8 +18,11 @@
 //! sandboxing of native plugins beyond what [`native`](crate::PluginKind::NativeUnsandboxed)
 //! lists.
 //!
-//! Cargo features: `registry` (default): `oci://` references, `sandpipe push` and `pull`
-//! ([`registry`]); without it plugins are paths only.
+//! Cargo features, both on by default:
+//! - `cli`: the `sandpipe` command line (`sandpipe::cli` and the binary), and with it clap,
+//!   anyhow and tracing-subscriber; a library user can leave it off;
+//! - `registry`: `oci://` references, `sandpipe push` and `pull` ([`registry`]); without it
+//!   plugins are paths only.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -66,6 +69,7 @@ pub mod supervise;
 mod transport;
 pub mod wasm_oracle;
 
+#[cfg(feature = "cli")]
 pub mod cli;
 
 use std::collections::HashMap;
