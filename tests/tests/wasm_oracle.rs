@@ -447,16 +447,27 @@ fn run_cli(args: &[&str]) -> (i32, String, String) {
 fn call_and_inspect_work_on_the_example() {
     let w = wasm_oracle();
     let w = w.to_str().expect("utf-8 path");
-    let (code, out, err) = run_cli(&["call", "--protocol", "oracle", w, "add", r#"["0x1","0x2"]"#]);
+    let (code, out, err) = run_cli(&[
+        "call",
+        "--protocol",
+        "oracle",
+        "--method",
+        "add",
+        "--params",
+        r#"["0x1","0x2"]"#,
+        w,
+    ]);
     assert_eq!((code, out.as_str()), (0, "[\"0x3\"]\n"), "{err}");
     // The guest's stdout never reaches sandpipe's: only the answer is there.
     let (code, out, err) = run_cli(&[
         "call",
         "--protocol",
         "oracle",
-        w,
+        "--method",
         "log",
+        "--params",
         r#"["0x0","0x6869","0x2"]"#,
+        w,
     ]);
     assert_eq!((code, out.as_str()), (0, "[\"0x2\"]\n"), "{err}");
     assert!(
@@ -470,12 +481,22 @@ fn call_and_inspect_work_on_the_example() {
         "oracle",
         "--fuel",
         "20000000",
-        w,
+        "--method",
         "spin",
+        w,
     ]);
     assert_eq!((code, out.as_str()), (121, ""), "{err}");
     assert!(err.contains("sandpipe: oracle error -32603: plugin ran out of fuel (limit 20000000)\nstderr:\nspinning forever"), "{err}");
-    let (code, _, err) = run_cli(&["call", "--protocol", "oracle", w, "pick", "[]"]);
+    let (code, _, err) = run_cli(&[
+        "call",
+        "--protocol",
+        "oracle",
+        "--method",
+        "pick",
+        "--params",
+        "[]",
+        w,
+    ]);
     assert_eq!(code, 1);
     assert!(err.contains("multiple exports named: pick"), "{err}");
 

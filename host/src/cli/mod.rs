@@ -81,12 +81,14 @@ pub enum Command {
     /// can stand in for a plugin binary in any engine's command line.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(run::RunArgs),
-    /// Speak a protocol to PLUGIN: handshake, one call, clean shutdown. The result is printed
-    /// as JSON on stdout; the protocol's error goes to stderr with a non-zero status.
+    /// Speak a protocol to PLUGIN: handshake, one call (--method, --params), clean shutdown.
+    /// The result is printed as JSON on stdout; the protocol's error goes to stderr with a
+    /// non-zero status. Everything after PLUGIN goes to the plugin, as with `run`.
     #[command(after_help = EXIT_CODES_HELP)]
     Call(call::CallArgs),
     /// Show what PLUGIN is (component, p1 module or native), its size, sha256, imports and
-    /// exports, and with --protocol its self-description.
+    /// exports, and with --protocol its self-description (everything after PLUGIN goes to the
+    /// plugin it starts).
     Inspect(inspect::InspectArgs),
     /// Check a plugin against a recorded session (--plugin), or stand in for the plugin
     /// (--serve).
