@@ -53,15 +53,15 @@ rm -rf "$DIR"
 
 echo
 echo "== protocols: one call each, sandboxed"
-show "" call --protocol oracle "$WASM/example-oracle.wasm" sqrt '["0x10"]'
-show "" call --protocol orchard "$WASM/example-orchard.wasm" execute '{"action":"sum","attrs":{"values":[1,2,3]}}'
-show "" call --protocol atp "$WASM/example-atp.wasm" greet '{"name":"sandpipe"}'
-show "" call --protocol oracle --fuel 100000000 "$WASM/oracle-hog.wasm" spin
+show "" call --protocol oracle --method sqrt --params '["0x10"]' "$WASM/example-oracle.wasm"
+show "" call --protocol orchard --method execute --params '{"action":"sum","attrs":{"values":[1,2,3]}}' "$WASM/example-orchard.wasm"
+show "" call --protocol atp --method greet --params '{"name":"sandpipe"}' "$WASM/example-atp.wasm"
+show "" call --protocol oracle --fuel 100000000 --method spin "$WASM/oracle-hog.wasm"
 
 REC=$(mktemp -d)
 echo
 echo "== record, replay, serve"
-show "" call --protocol oracle --deterministic --record "$REC/s.transcript" "$WASM/example-oracle.wasm" add '["0x2","0x3"]'
+show "" call --protocol oracle --deterministic --record "$REC/s.transcript" --method add --params '["0x2","0x3"]' "$WASM/example-oracle.wasm"
 show "" replay "$REC/s.transcript" --plugin "$WASM/example-oracle.wasm"
 show "" replay "$REC/s.transcript" --plugin "$WASM/oracle-hog.wasm"
 rm -rf "$REC"

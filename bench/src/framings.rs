@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use sandpipe::{Host, Metering, Policy, SessionOptions, StderrMode};
+use sandpipe::{Host, HostOptions, Metering, Policy, SessionOptions, StderrMode};
 use sandpipe_proto::frame::Framing;
 
 use crate::measure::{Plan, Stats};
@@ -170,9 +170,10 @@ pub const METERINGS: [(&str, bool, bool); 4] = [
 
 /// A host (no disk cache) with fuel and epochs as given.
 pub fn metered_host(fuel: bool, epochs: bool) -> anyhow::Result<Host> {
-    Ok(Host::with_metering(
-        None,
-        Metering::all().fuel(fuel).epochs(epochs),
+    Ok(Host::with_options(
+        &HostOptions::default()
+            .cache_dir(None)
+            .metering(Metering::all().fuel(fuel).epochs(epochs)),
     )?)
 }
 

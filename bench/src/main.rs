@@ -380,16 +380,22 @@ async fn profile(what: String, wasm: PathBuf, native: PathBuf) -> anyhow::Result
         Host::with_options(
             &HostOptions::default()
                 .cache_dir(None)
+                .allow_native_unsandboxed(true)
                 .pooling(Pooling::new(16)),
         )?
     } else if what == "start-warm" {
         Host::with_options(
             &HostOptions::default()
                 .cache_dir(None)
+                .allow_native_unsandboxed(true)
                 .pooling(startup::warm_pool(16)),
         )?
     } else {
-        Host::with_cache_dir(None)?
+        Host::with_options(
+            &HostOptions::default()
+                .cache_dir(None)
+                .allow_native_unsandboxed(true),
+        )?
     };
     let until = std::time::Instant::now() + Duration::from_secs(10);
     let plan = Plan::new(0, 2_000_000, 10_000);
@@ -472,7 +478,11 @@ async fn measure_all(
 ) -> anyhow::Result<()> {
     let (plans, wasm, native, scratch) = (&plans, wasm.as_path(), native.as_path(), &scratch);
     // Round trips need no disk cache: the one compile happens before any timing.
-    let host = Host::with_cache_dir(None)?;
+    let host = Host::with_options(
+        &HostOptions::default()
+            .cache_dir(None)
+            .allow_native_unsandboxed(true),
+    )?;
     for (i, size) in SIZES.into_iter().enumerate() {
         let frame = roundtrip::frame(size)?;
         let (rt, floor) = (&plans.round_trip[i], &plans.floor[i]);

@@ -24,7 +24,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use sandpipe::{Host, LoadSource, Metering};
+use sandpipe::{Host, HostOptions, LoadSource, Metering};
 use sandpipe_proto::frame::Framing;
 
 use crate::Phase;
@@ -677,7 +677,11 @@ fn python(
     for round in 0..rounds {
         for (i, (label, metering)) in configs.into_iter().enumerate() {
             let dir = scratch.join(format!("compile-{round}-{i}"));
-            let host = Host::with_metering(Some(&dir), metering)?;
+            let host = Host::with_options(
+                &HostOptions::default()
+                    .cache_dir(Some(dir.clone()))
+                    .metering(metering),
+            )?;
             let t = Instant::now();
             let plugin = host.load(py_wasm)?;
             let took = t.elapsed();

@@ -377,7 +377,7 @@ pub fn render(run: &Run) -> String {
          plugin (`echo-lines`, `echo-cbor`, `echo-content-length`; CBOR frames are a map of \
          small maps plus a padding byte string, sized to the byte); `lim.` runs `echo-lines` \
          under engines with fuel metering and epoch checks compiled in or out \
-         (`Host::with_metering`), pinned only.\n"
+         (`HostOptions::metering`), pinned only.\n"
     );
     let _ = writeln!(w, "## Figures\n");
     let _ = writeln!(w, "{FIGURES_HEADER}");

@@ -77,7 +77,9 @@ impl Kind {
     }
 
     fn host(self, sessions: usize) -> anyhow::Result<Host> {
-        let options = HostOptions::default().cache_dir(None);
+        let options = HostOptions::default()
+            .cache_dir(None)
+            .allow_native_unsandboxed(true);
         let options = match self {
             Kind::Pooling => options.pooling(Pooling::new(
                 u32::try_from(sessions).context("too many sessions for a pool")?,

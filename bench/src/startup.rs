@@ -72,7 +72,11 @@ pub async fn all(
     frame: &[u8],
     mut report: impl FnMut(&str, Stats),
 ) -> anyhow::Result<()> {
-    let host = Host::with_cache_dir(None)?;
+    let host = Host::with_options(
+        &HostOptions::default()
+            .cache_dir(None)
+            .allow_native_unsandboxed(true),
+    )?;
 
     let mut s = Sampler::new(&plans.native);
     while s.more() {
@@ -100,7 +104,7 @@ pub async fn all(
         if let Some(old) = warm_dir.replace(dir.clone()) {
             let _ = std::fs::remove_dir_all(old);
         }
-        let fresh = Host::with_cache_dir(Some(&dir))?;
+        let fresh = Host::with_options(&HostOptions::default().cache_dir(Some(dir.clone())))?;
         let compiled = Some(LoadSource::Compiled);
         s.record(first_response(&fresh, Loaded::Path(wasm), compiled, frame).await?);
     }
@@ -110,7 +114,7 @@ pub async fn all(
     let dir = warm_dir.context("no cold start ran")?;
     let mut s = Sampler::new(&plans.disk);
     while s.more() {
-        let fresh = Host::with_cache_dir(Some(&dir))?;
+        let fresh = Host::with_options(&HostOptions::default().cache_dir(Some(dir.clone())))?;
         let disk = Some(LoadSource::DiskCache);
         s.record(first_response(&fresh, Loaded::Path(wasm), disk, frame).await?);
     }

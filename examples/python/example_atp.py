@@ -10,7 +10,7 @@
 
 Build:  python3 -m sandpipe_guest.build examples/python/example_atp.py -o example-atp.wasm
         (run from guest-sdk/python, or with it on PYTHONPATH)
-Run:    sandpipe call --protocol atp example-atp.wasm greet '{"name": "Ada"}'
+Run:    sandpipe call --protocol atp --method greet --params '{"name": "Ada"}' example-atp.wasm
 Native: PYTHONPATH=guest-sdk/python python3 examples/python/example_atp.py
 """
 

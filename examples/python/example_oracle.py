@@ -8,7 +8,7 @@
 With ``--echo-stderr`` every frame is echoed to stderr (only frames go to stdout).
 
 Build:  python3 -m sandpipe_guest.build examples/python/example_oracle.py -o example-oracle.wasm
-Run:    sandpipe call --protocol oracle example-oracle.wasm sqrt '["0x10"]'
+Run:    sandpipe call --protocol oracle --method sqrt --params '["0x10"]' example-oracle.wasm
 """
 
 import math

@@ -6,7 +6,8 @@ pub(crate) fn render(frame: &[u8]) -> String {
     sandpipe_proto::atp::diagnostic_frame(frame)
 }
 
-/// Render one decoded value.
+/// Render one decoded value (`sandpipe call`'s ATP output).
+#[cfg(feature = "cli")]
 pub(crate) fn render_value(v: &ciborium::Value) -> String {
     sandpipe_proto::atp::diagnostic(v)
 }

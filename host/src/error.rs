@@ -19,6 +19,16 @@ pub enum HostError {
         /// The IO error.
         source: std::io::Error,
     },
+    /// The plugin file is not wasm, and the host was not set up to run such a file natively,
+    /// outside the sandbox ([`HostOptions::allow_native_unsandboxed`](crate::HostOptions)).
+    #[error(
+        "plugin {} is not a wasm component or module; running it natively, unsandboxed, needs HostOptions::allow_native_unsandboxed",
+        path.display()
+    )]
+    NativeNotAllowed {
+        /// The plugin file.
+        path: PathBuf,
+    },
     /// wasmtime refused the module or component.
     #[error("compiling plugin {}: {message}", path.display())]
     Compile {

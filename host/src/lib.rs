@@ -18,18 +18,23 @@
 //! sandboxing of native plugins beyond what [`native`](crate::PluginKind::NativeUnsandboxed)
 //! lists.
 //!
-//! Cargo features: `registry` (default): `oci://` references, `sandpipe push` and `pull`
-//! ([`registry`]); without it plugins are paths only.
+//! Cargo features, both on by default:
+//! - `cli`: the `sandpipe` command line (`sandpipe::cli` and the binary), and with it clap,
+//!   anyhow and tracing-subscriber; a library user can leave it off;
+//! - `registry`: `oci://` references, `sandpipe push` and `pull` ([`registry`]); without it
+//!   plugins are paths only.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use sandpipe::{Host, Policy, SessionOptions};
+//! use sandpipe::{Fuel, Host, Policy, SessionOptions};
 //! use sandpipe_proto::frame::Framing;
 //! use std::time::Duration;
 //!
 //! let host = Host::new()?;
 //! let plugin = host.load("echo-lines.wasm")?;
-//! let policy = Policy::default().fuel(1_000_000_000).deadline(Duration::from_secs(5));
+//! let policy = Policy::default()
+//!     .fuel(Fuel::PerSession(1_000_000_000))
+//!     .deadline(Duration::from_secs(5));
 //! let mut session = host.start(&plugin, &policy, &SessionOptions::framed(Framing::JsonLines)).await?;
 //! session.send(br#"{"id":1}"#).await?;
 //! assert_eq!(session.recv().await?.as_deref(), Some(&br#"{"id":1}"#[..]));
@@ -66,6 +71,7 @@ pub mod supervise;
 mod transport;
 pub mod wasm_oracle;
 
+#[cfg(feature = "cli")]
 pub mod cli;
 
 use std::collections::HashMap;
@@ -78,7 +84,7 @@ pub use error::{Exit, HostError, SessionError, Stopped};
 pub use memory::MemoryPlugin;
 pub use native::{LANDLOCK_TARGET_ABI, LandlockSupport, StartupGrant, startup_grants};
 pub use policy::{
-    Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, ImportPolicy, Policy, Preopen,
+    Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, Fuel, ImportPolicy, Policy, Preopen,
 };
 pub use sandbox::{
     ExportedFunc, InstanceAllocator, LoadSource, Metering, PoolNeeds, Pooling, default_cache_dir,
@@ -102,6 +108,8 @@ pub struct Host {
     loaded: Mutex<HashMap<PathBuf, (FileStamp, Plugin)>>,
     /// The same rule on disk, across processes (wasm plugins only; see [`hash_index`]).
     index: Option<hash_index::HashIndex>,
+    /// [`HostOptions::allow_native_unsandboxed`].
+    allow_native: bool,
 }
 
 /// What identifies one version of a file without reading it: device, inode, size, and the
@@ -254,7 +262,18 @@ impl Plugin {
 /// How a [`Host`] is set up. Defaults ([`HostOptions::default`]):
 /// - `cache_dir`: [`default_cache_dir`] (compiled artifacts are cached on disk);
 /// - `allocator`: [`InstanceAllocator::OnDemand`] (no cap on live sessions but
-///   `vm.max_map_count`; see [`Pooling`] for many thousands of sessions).
+///   `vm.max_map_count`; see [`Pooling`] for many thousands of sessions);
+/// - `metering`: fuel and epoch checks compiled in ([`Metering::default`]);
+/// - `allow_native_unsandboxed`: `false`, [`Host::load`] refuses a file that is not wasm
+///   instead of running it as a native process.
+///
+/// ```no_run
+/// # fn demo() -> Result<(), sandpipe::HostError> {
+/// use sandpipe::{Host, HostOptions};
+///
+/// let host = Host::with_options(&HostOptions::default().cache_dir(None))?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct HostOptions {
@@ -264,6 +283,11 @@ pub struct HostOptions {
     pub allocator: InstanceAllocator,
     /// Whether fuel and epoch checks are compiled in (both, by default; see [`Metering`]).
     pub metering: Metering,
+    /// Whether [`Host::load`] may turn a file that is not wasm into a
+    /// [`PluginKind::NativeUnsandboxed`] plugin, run as a child process outside the sandbox
+    /// (`SECURITY.md`, "Native mode"). Off by default: the load fails with
+    /// [`HostError::NativeNotAllowed`].
+    pub allow_native_unsandboxed: bool,
 }
 
 impl Default for HostOptions {
@@ -272,6 +296,7 @@ impl Default for HostOptions {
             cache_dir: default_cache_dir(),
             allocator: InstanceAllocator::OnDemand,
             metering: Metering::default(),
+            allow_native_unsandboxed: false,
         }
     }
 }
@@ -288,28 +313,29 @@ impl HostOptions {
         self.allocator = InstanceAllocator::Pooling(pooling);
         self
     }
+
+    /// Compile fuel metering and epoch checks in or out. Only for measuring what each limit
+    /// costs: with fuel off a policy's fuel limit is refused at start; with epochs off a
+    /// spinning guest is not interrupted at its deadline (a guest blocked in a host call still
+    /// is). The default has both on.
+    pub fn metering(mut self, metering: Metering) -> Self {
+        self.metering = metering;
+        self
+    }
+
+    /// Let [`Host::load`] run a file that is not wasm natively, without a sandbox (see
+    /// [`HostOptions::allow_native_unsandboxed`]).
+    pub fn allow_native_unsandboxed(mut self, allow: bool) -> Self {
+        self.allow_native_unsandboxed = allow;
+        self
+    }
 }
 
 impl Host {
-    /// A host with the default options ([`HostOptions::default`]).
+    /// A host with the default options ([`HostOptions::default`]); shorthand for
+    /// `Host::with_options(&HostOptions::default())`.
     pub fn new() -> Result<Host, HostError> {
         Self::with_options(&HostOptions::default())
-    }
-
-    /// A host with the given artifact cache directory, or none, and the other options at
-    /// their defaults.
-    pub fn with_cache_dir(cache_dir: Option<&Path>) -> Result<Host, HostError> {
-        Self::with_options(&HostOptions::default().cache_dir(cache_dir.map(Path::to_owned)))
-    }
-
-    /// A host whose engine compiles fuel metering and epoch checks in or out. Only for
-    /// measuring what each limit costs: with fuel off a policy's fuel limit is refused at
-    /// start; with epochs off a spinning guest is not interrupted at its deadline (a guest
-    /// blocked in a host call still is). [`Host::new`] has both on.
-    pub fn with_metering(cache_dir: Option<&Path>, metering: Metering) -> Result<Host, HostError> {
-        let mut options = HostOptions::default().cache_dir(cache_dir.map(Path::to_owned));
-        options.metering = metering;
-        Self::with_options(&options)
     }
 
     /// A host set up by `options`. With [`InstanceAllocator::Pooling`] this reserves the
@@ -323,12 +349,15 @@ impl Host {
             )?,
             loaded: Mutex::new(HashMap::new()),
             index: options.cache_dir.as_deref().map(hash_index::HashIndex::new),
+            allow_native: options.allow_native_unsandboxed,
         })
     }
 
     /// Load a plugin. A WASI component or core module (told by its header) is compiled, or
-    /// taken from the caches; anything else becomes [`PluginKind::NativeUnsandboxed`].
-    /// A bare name without `/` that is not a file is looked up in `PATH`, as a shell would.
+    /// taken from the caches. Anything else becomes [`PluginKind::NativeUnsandboxed`] when the
+    /// host allows it ([`HostOptions::allow_native_unsandboxed`]), and is refused with
+    /// [`HostError::NativeNotAllowed`] otherwise. A bare name without `/` that is not a file is
+    /// looked up in `PATH`, as a shell would.
     ///
     /// Loading a file again while it is unchanged (same inode, size, mtime and ctime) returns
     /// the plugin loaded before without reading or hashing it, with [`LoadSource::Memory`]
@@ -428,6 +457,9 @@ impl Host {
         })?;
         let sha256 = hex(&Sha256::digest(&bytes));
         let Some(wasm_kind) = sandbox::detect(&bytes) else {
+            if !self.allow_native {
+                return Err(HostError::NativeNotAllowed { path });
+            }
             return Ok(Plugin {
                 path,
                 kind: PluginKind::NativeUnsandboxed,
@@ -532,7 +564,12 @@ mod tests {
         let path = dir.path().join("plugin");
         let old = Duration::from_secs(60);
         write_old(&path, b"#!/bin/sh\ncat\n", old);
-        let host = Host::with_cache_dir(None).expect("host");
+        let host = Host::with_options(
+            &HostOptions::default()
+                .cache_dir(None)
+                .allow_native_unsandboxed(true),
+        )
+        .expect("host");
         let first = host.load(&path).expect("load");
         assert!(host.memo().contains_key(&path), "an old file is memoized");
         let second = host.load(&path).expect("load again");
@@ -557,11 +594,46 @@ mod tests {
     }
 
     #[test]
+    fn a_file_that_is_not_wasm_is_refused_unless_the_host_allows_native() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("plugin");
+        std::fs::write(&path, b"#!/bin/sh\ncat\n").expect("write");
+        let strict = Host::with_options(&HostOptions::default().cache_dir(None)).expect("host");
+        let err = strict.load(&path).expect_err("refused");
+        assert!(
+            matches!(&err, HostError::NativeNotAllowed { path: p } if *p == path),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("allow_native_unsandboxed"),
+            "{err}"
+        );
+        // Refused every time, not only before a first successful load.
+        assert!(matches!(
+            strict.load(&path),
+            Err(HostError::NativeNotAllowed { .. })
+        ));
+        let allowing = Host::with_options(
+            &HostOptions::default()
+                .cache_dir(None)
+                .allow_native_unsandboxed(true),
+        )
+        .expect("host");
+        let plugin = allowing.load(&path).expect("allowed");
+        assert_eq!(plugin.kind(), PluginKind::NativeUnsandboxed);
+    }
+
+    #[test]
     fn a_just_written_file_is_not_memoized() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("plugin");
         std::fs::write(&path, b"#!/bin/sh\ncat\n").expect("write");
-        let host = Host::with_cache_dir(None).expect("host");
+        let host = Host::with_options(
+            &HostOptions::default()
+                .cache_dir(None)
+                .allow_native_unsandboxed(true),
+        )
+        .expect("host");
         host.load(&path).expect("load");
         assert!(!host.memo().contains_key(&path));
         // Rewritten within the same clock tick, same size: still read afresh.

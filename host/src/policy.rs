@@ -23,6 +23,48 @@ pub struct Preopen {
     pub access: Access,
 }
 
+/// A wasm plugin's fuel budget (fuel is roughly one unit per wasm instruction). Native plugins
+/// ignore it; their counterpart is [`Policy::max_cpu_time`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Fuel {
+    /// No instruction budget. Fuel metering stays compiled in, so a budget can be set per
+    /// session without recompiling.
+    #[default]
+    Unlimited,
+    /// This much fuel for the whole session; the guest is stopped with
+    /// [`Exit::OutOfFuel`](crate::Exit::OutOfFuel) when it is used up.
+    PerSession(u64),
+    /// This much fuel for each request: the budget is re-armed when the guest takes its first
+    /// step after [`SessionControl::begin_request`](crate::SessionControl::begin_request), and
+    /// the guest is stopped with [`Exit::OutOfFuel`](crate::Exit::OutOfFuel) if one request
+    /// uses it all. Time the guest spends blocked waiting for input burns no fuel, so idle time
+    /// is never billed. For an exported-function plugin
+    /// ([`WasmOracle`](crate::wasm_oracle::WasmOracle)) it is re-armed before every call.
+    PerRequest(u64),
+}
+
+impl Fuel {
+    /// The armed budget, per session or per request; `None` when unlimited.
+    pub fn limit(self) -> Option<u64> {
+        match self {
+            Fuel::Unlimited => None,
+            Fuel::PerSession(n) | Fuel::PerRequest(n) => Some(n),
+        }
+    }
+}
+
+impl std::fmt::Display for Fuel {
+    /// `unlimited`, `N`, or `N per request`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fuel::Unlimited => f.write_str("unlimited"),
+            Fuel::PerSession(n) => write!(f, "{n}"),
+            Fuel::PerRequest(n) => write!(f, "{n} per request"),
+        }
+    }
+}
+
 /// Which component imports a plugin may have.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -42,8 +84,8 @@ pub enum ImportPolicy {
 }
 
 /// The sandbox policy. Deny by default; [`Policy::default`] gives:
-/// - `fuel`: `None`, no instruction budget (fuel metering is still compiled in, so a budget can
-///   be set per session without recompiling);
+/// - `fuel`: [`Fuel::Unlimited`], no instruction budget (fuel metering is still compiled in, so
+///   a budget can be set per session without recompiling);
 /// - `max_memory`: 256 MiB of linear memory (native: resident memory, see `SECURITY.md`);
 /// - `deadline`: `None`, no wall-clock limit;
 /// - `preopens`: none, the plugin sees no filesystem at all;
@@ -65,17 +107,8 @@ pub enum ImportPolicy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Policy {
-    /// Total fuel (roughly, wasm instructions) for the whole session. Wasm only.
-    pub fuel: Option<u64>,
-    /// Fuel for each request instead of the whole session (wasm only): the budget is re-armed
-    /// when the guest takes its first step after [`SessionControl::begin_request`], and the
-    /// guest is stopped with [`Exit::OutOfFuel`] if one request uses it all. Time the guest
-    /// spends blocked waiting for input burns no fuel, so idle time is never billed.
-    /// Takes precedence over `fuel`.
-    ///
-    /// [`SessionControl::begin_request`]: crate::SessionControl::begin_request
-    /// [`Exit::OutOfFuel`]: crate::Exit::OutOfFuel
-    pub fuel_per_request: Option<u64>,
+    /// The fuel budget (wasm only): none, for the whole session, or for each request.
+    pub fuel: Fuel,
     /// Memory cap in bytes: linear memory for wasm; for native, the resident memory of the
     /// plugin and its descendants, sampled, with `RLIMIT_DATA` at four times the cap (at least
     /// 1 GiB) as a backstop (memory a plugin uses, not address space it reserves, so V8, Go
@@ -132,8 +165,7 @@ pub const DEFAULT_MAX_OPEN_FILES: u64 = 1024;
 impl Default for Policy {
     fn default() -> Self {
         Self {
-            fuel: None,
-            fuel_per_request: None,
+            fuel: Fuel::Unlimited,
             max_memory: Some(DEFAULT_MAX_MEMORY),
             deadline: None,
             preopens: Vec::new(),
@@ -149,17 +181,12 @@ impl Default for Policy {
 }
 
 impl Policy {
-    /// Set the fuel budget.
-    pub fn fuel(mut self, fuel: u64) -> Self {
-        self.fuel = Some(fuel);
+    /// Set the fuel budget (see [`Fuel`]).
+    pub fn fuel(mut self, fuel: Fuel) -> Self {
+        self.fuel = fuel;
         self
     }
 
-    /// Set a fuel budget per request (see [`Policy::fuel_per_request`]).
-    pub fn fuel_per_request(mut self, fuel: u64) -> Self {
-        self.fuel_per_request = Some(fuel);
-        self
-    }
     /// Set the memory cap (`None` removes it).
     pub fn max_memory(mut self, bytes: Option<u64>) -> Self {
         self.max_memory = bytes;

@@ -14,7 +14,7 @@ use sandpipe_proto::frame::Framing;
 use sandpipe_proto::transcript::{Direction, render_line};
 
 use crate::error::Exit;
-use crate::policy::{Access, Policy};
+use crate::policy::{Access, Fuel, Policy};
 
 /// Writes one session's transcript.
 #[derive(Debug)]
@@ -61,7 +61,7 @@ impl Recorder {
         if let Some(seed) = p.deterministic {
             writeln!(out, "# seed: {seed}")?;
         }
-        if let Some(fuel) = p.fuel {
+        if let Fuel::PerSession(fuel) = p.fuel {
             writeln!(out, "# fuel: {fuel}")?;
         }
         match p.max_memory {

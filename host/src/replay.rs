@@ -19,7 +19,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::error::Exit;
-use crate::policy::{Access, Policy};
+use crate::policy::{Access, Fuel, Policy};
 use crate::protocols::Protocol;
 use crate::session::Session;
 
@@ -116,7 +116,7 @@ pub fn recorded_policy(
             .transpose()
     };
     policy.deterministic = num("seed")?;
-    policy.fuel = num("fuel")?;
+    policy.fuel = num("fuel")?.map_or(Fuel::Unlimited, Fuel::PerSession);
     policy.max_memory = match t.header("max-memory") {
         Some("none") => None,
         Some(_) => num("max-memory")?,

@@ -478,8 +478,8 @@ impl SessionControl {
         }
     }
 
-    /// Mark the start of a request: a [`Policy::fuel_per_request`](crate::Policy::fuel_per_request)
-    /// budget is re-armed when the guest next runs (after the read that delivers the request).
+    /// Mark the start of a request: a [`Fuel::PerRequest`](crate::Fuel::PerRequest) budget is
+    /// re-armed when the guest next runs (after the read that delivers the request).
     /// Call it just before sending the request's frame. Counts requests for every plugin kind.
     pub fn begin_request(&self) {
         self.meter.requests.fetch_add(1, Ordering::Relaxed);

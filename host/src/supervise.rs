@@ -23,7 +23,7 @@
 //! | atp (v3) | a run: work start to its work done or error | the start item; the new hello is swallowed |
 //!
 //! Decisions, written down:
-//! - The fuel budget ([`Policy::fuel_per_request`]) re-arms at the guest's first step after a
+//! - The fuel budget ([`Fuel::PerRequest`]) re-arms at the guest's first step after a
 //!   request is forwarded. With several requests in flight it re-arms at each arrival, so each
 //!   request gets at least its budget. Time the guest spends blocked on input is not billed,
 //!   and neither is wall-clock time between requests ([`Budgets::request_timeout`] runs only
@@ -51,14 +51,14 @@ use tokio::sync::mpsc;
 use crate::error::{Exit, HostError, SessionError, Stopped};
 use crate::protocols::Protocol;
 use crate::session::{SessionControl, SessionOptions, SessionWriter};
-use crate::{Host, Plugin, Policy};
+use crate::{Fuel, Host, Plugin, Policy};
 
 /// Per-request limits and renewal. Defaults: no per-request limits, no restart, no recycling,
 /// a 2 s grace for recycled instances.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Budgets {
-    /// Fuel for each request (wasm only); goes to [`Policy::fuel_per_request`].
+    /// Fuel for each request (wasm only); becomes the policy's [`Fuel::PerRequest`].
     pub fuel_per_request: Option<u64>,
     /// Wall-clock time from forwarding a request to its response.
     pub request_timeout: Option<Duration>,
@@ -430,7 +430,7 @@ impl<'a> Supervisor<'a> {
     ) -> Self {
         let mut policy = policy;
         if let Some(f) = budgets.fuel_per_request {
-            policy.fuel_per_request = Some(f);
+            policy.fuel = Fuel::PerRequest(f);
         }
         let mut options = options;
         options.framing = Some(protocol.framing());
@@ -675,7 +675,7 @@ impl<'a> Supervisor<'a> {
                 format!("request {key} timed out after {limit:?} (request timeout)")
             }
             (None, Some(e)) => format!("plugin broke the framing: {e}"),
-            (None, None) => describe(&exit, self.policy.fuel_per_request),
+            (None, None) => describe(&exit, self.policy.fuel),
         };
         // A request that ran over stopped the plugin: report the deadline, not the kill.
         let exit = match (&inst.timed_out, exit) {
@@ -873,9 +873,9 @@ async fn next_timeout(
 }
 
 /// The reason a request failed, from how its instance ended.
-fn describe(exit: &Exit, fuel_per_request: Option<u64>) -> String {
-    match (exit, fuel_per_request) {
-        (Exit::OutOfFuel { limit }, Some(_)) => {
+fn describe(exit: &Exit, fuel: Fuel) -> String {
+    match (exit, fuel) {
+        (Exit::OutOfFuel { limit }, Fuel::PerRequest(_)) => {
             format!("request ran out of fuel (limit {limit} per request)")
         }
         (Exit::Exited(code), _) => format!("plugin exited with status {code} before answering"),

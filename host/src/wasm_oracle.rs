@@ -19,8 +19,9 @@
 //!   semantics: the connection stays, and every later call fails with the first stop's
 //!   reason. [`AfterTrap::Restart`] gives the next call a fresh instance (state starts over).
 //!   A guest returning `result::err` is data, not a failure: it is encoded like any value.
-//! - **Limits per call.** [`Policy::fuel_per_request`] is re-armed before every call (without
-//!   it, [`Policy::fuel`] is one budget for the instance's life); the deadline
+//! - **Limits per call.** A [`Fuel::PerRequest`](crate::Fuel::PerRequest) budget is re-armed
+//!   before every call ([`Fuel::PerSession`](crate::Fuel::PerSession) is one budget for the
+//!   instance's life); the deadline
 //!   ([`WasmOracleOptions::call_timeout`], else [`Policy::deadline`]) runs from the call's
 //!   start, checked inside running wasm by epochs and by an outer timer for a guest blocked in
 //!   a host call.

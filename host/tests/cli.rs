@@ -543,14 +543,14 @@ fn call_answers_the_same_as_wasm_and_native() {
             let dir_spec = format!("{state_path}::/state");
             let plugin_path = path(case.bin, target);
             let mut args = vec!["call", "--no-cache", "--protocol", case.protocol];
-            if case.state_dir {
-                match target {
-                    Target::Wasm => args.extend(["--dir", &dir_spec, "--arg", "/state"]),
-                    // Natively the directory is granted at its host path (Landlock).
-                    _ => args.extend(["--dir", &state_path, "--arg", &state_path]),
-                }
+            args.extend(["--method", case.method, "--params", case.params]);
+            // The state directory is granted with --dir and named to the plugin after PLUGIN.
+            match (case.state_dir, target) {
+                (true, Target::Wasm) => args.extend(["--dir", &dir_spec, &plugin_path, "/state"]),
+                // Natively the directory is granted at its host path (Landlock).
+                (true, _) => args.extend(["--dir", &state_path, &plugin_path, &state_path]),
+                (false, _) => args.push(&plugin_path),
             }
-            args.extend([plugin_path.as_str(), case.method, case.params]);
             let out = sandpipe(&args, b"");
             let err = stderr(&out);
             assert_eq!(
@@ -594,8 +594,9 @@ fn call_reports_a_stopped_plugin_with_its_exit_status() {
             "oracle",
             "--fuel",
             "100000000",
-            &plugin,
+            "--method",
             "spin",
+            &plugin,
         ],
         b"",
     );

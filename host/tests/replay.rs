@@ -5,7 +5,7 @@ use std::process::{Command, Output, Stdio};
 
 use sandpipe::protocols::denobridge::DenoBridgeClient;
 use sandpipe::protocols::oracle::OracleClient;
-use sandpipe::{Access, Host, Plugin, Policy, SessionOptions, StderrMode};
+use sandpipe::{Access, Host, HostOptions, Plugin, Policy, SessionOptions, StderrMode};
 use sandpipe_proto::frame::Framing;
 use sandpipe_tests::{Target, plugin};
 use serde_json::json;
@@ -40,9 +40,11 @@ fn recordings_of_every_example_replay_green() {
             vec![
                 "--protocol".into(),
                 "oracle".into(),
-                path("example-oracle", Target::Wasm),
+                "--method".into(),
                 "add".into(),
+                "--params".into(),
                 r#"["0x2","0x3"]"#.into(),
+                path("example-oracle", Target::Wasm),
             ],
         ),
         (
@@ -52,11 +54,12 @@ fn recordings_of_every_example_replay_green() {
                 "denobridge".into(),
                 "--dir".into(),
                 state_spec.clone(),
-                "--arg".into(),
-                "/state".into(),
-                path("example-denobridge", Target::Wasm),
+                "--method".into(),
                 "create".into(),
+                "--params".into(),
                 r#"{"props":{"name":"n"}}"#.into(),
+                path("example-denobridge", Target::Wasm),
+                "/state".into(),
             ],
         ),
     ];
@@ -67,9 +70,11 @@ fn recordings_of_every_example_replay_green() {
             vec![
                 "--protocol".into(),
                 "atp".into(),
-                path("example-atp", Target::Wasm),
+                "--method".into(),
                 "greet".into(),
+                "--params".into(),
                 r#"{"name":"r"}"#.into(),
+                path("example-atp", Target::Wasm),
             ],
         ));
         c.push((
@@ -77,9 +82,11 @@ fn recordings_of_every_example_replay_green() {
             vec![
                 "--protocol".into(),
                 "finecode".into(),
-                path("example-finecode", Target::Wasm),
+                "--method".into(),
                 "actions/run".into(),
+                "--params".into(),
                 r#"{"actionName":"lint","params":{"files":["a.py"]}}"#.into(),
+                path("example-finecode", Target::Wasm),
             ],
         ));
         c.push((
@@ -87,9 +94,11 @@ fn recordings_of_every_example_replay_green() {
             vec![
                 "--protocol".into(),
                 "orchard".into(),
-                path("example-orchard", Target::Wasm),
+                "--method".into(),
                 "execute".into(),
+                "--params".into(),
                 r#"{"action":"echo","attrs":{"x":1}}"#.into(),
+                path("example-orchard", Target::Wasm),
             ],
         ));
         c
@@ -172,9 +181,11 @@ fn a_changed_plugin_fails_replay_at_the_right_frame() {
         &file,
         "--protocol",
         "oracle",
-        &oracle,
+        "--method",
         "sqrt",
+        "--params",
         r#"["0x10"]"#,
+        &oracle,
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     // The "new build": the same protocol, different answers (it echoes its calldata).
@@ -216,9 +227,11 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
         &oracle_file,
         "--protocol",
         "oracle",
-        &path("example-oracle", Target::Wasm),
+        "--method",
         "sqrt",
+        "--params",
         r#"["0x19"]"#,
+        &path("example-oracle", Target::Wasm),
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let spec = format!("{}::/state", state.path().display());
@@ -231,15 +244,21 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
         "denobridge",
         "--dir",
         &spec,
-        "--arg",
-        "/state",
-        &path("example-denobridge", Target::Wasm),
+        "--method",
         "create",
+        "--params",
         r#"{"props":{"name":"x"}}"#,
+        &path("example-denobridge", Target::Wasm),
+        "/state",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 
-    let host = Host::with_cache_dir(None).expect("host");
+    let host = Host::with_options(
+        &HostOptions::default()
+            .cache_dir(None)
+            .allow_native_unsandboxed(true),
+    )
+    .expect("host");
     let stand_in =
         Plugin::native_unsandboxed(env!("CARGO_BIN_EXE_sandpipe")).expect("sandpipe binary");
     let opts = SessionOptions::framed(Framing::JsonLines).stderr(StderrMode::Discard);
@@ -315,9 +334,11 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
         &orchard_file,
         "--protocol",
         "orchard",
-        &path("example-orchard", Target::Wasm),
+        "--method",
         "execute",
+        "--params",
         r#"{"action":"echo","attrs":{"x":1}}"#,
+        &path("example-orchard", Target::Wasm),
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     // The stand-in is a native plugin: Landlock lets it read only what is granted.
@@ -362,9 +383,11 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
         &atp_file,
         "--protocol",
         "atp",
-        &path("example-atp", Target::Wasm),
+        "--method",
         "greet",
+        "--params",
         r#"{"name":"r"}"#,
+        &path("example-atp", Target::Wasm),
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let cbor_opts = SessionOptions::framed(Framing::CborSeq).stderr(StderrMode::Discard);
@@ -405,8 +428,9 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
         &fine_file,
         "--protocol",
         "finecode",
-        &path("example-finecode", Target::Wasm),
+        "--method",
         "finecodeRunner/resolveActionMeta",
+        &path("example-finecode", Target::Wasm),
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let lsp_opts = SessionOptions::framed(Framing::ContentLength).stderr(StderrMode::Discard);

@@ -56,8 +56,9 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The limits and grants every connection of a [`SandpipeWasm`] runs under.
 pub trait Limits: 'static {
-    /// The sandbox policy: memory cap, fuel per call ([`Policy::fuel_per_request`]), preopens,
-    /// environment. Default: [`Policy::default`], nothing granted.
+    /// The sandbox policy: memory cap, fuel per call
+    /// ([`Fuel::PerRequest`](sandpipe::Fuel::PerRequest)), preopens, environment. Default:
+    /// [`Policy::default`], nothing granted.
     fn policy() -> Policy {
         Policy::default()
     }

@@ -284,7 +284,7 @@ struct Tight;
 impl Limits for Tight {
     fn policy() -> sandpipe::Policy {
         sandpipe::Policy::default()
-            .fuel_per_request(100_000_000)
+            .fuel(sandpipe::Fuel::PerRequest(100_000_000))
             .max_memory(Some(32 << 20))
     }
     fn options() -> WasmOracleOptions {

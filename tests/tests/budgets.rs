@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sandpipe::protocols::Protocol;
 use sandpipe::supervise::{Budgets, Report, Supervisor};
-use sandpipe::{Exit, Host, Policy, SessionOptions, StderrMode};
+use sandpipe::{Exit, Fuel, Host, HostOptions, Policy, SessionOptions, StderrMode};
 use sandpipe_proto::atp;
 use sandpipe_tests::{Target, plugin};
 use serde_json::{Value, json};
@@ -69,7 +69,8 @@ where
     F: FnOnce(Engine) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let host = Host::new().expect("host");
+    let host =
+        Host::with_options(&HostOptions::default().allow_native_unsandboxed(true)).expect("host");
     let plugin = host.load(plugin(bin, target)).expect("load");
     let options = SessionOptions::default().stderr(StderrMode::Discard);
     let (to_sup, from_engine) = mpsc::channel(16);
@@ -367,7 +368,12 @@ async fn echo_invokes(policy: Policy, budgets: Budgets, n: i64) -> Report {
 async fn fuel_is_per_request_not_per_session() {
     // The same budget as a whole-session total runs out long before 300 invokes …
     const BUDGET: u64 = 3_000_000;
-    let whole = echo_invokes(Policy::default().fuel(BUDGET), Budgets::default(), 300).await;
+    let whole = echo_invokes(
+        Policy::default().fuel(Fuel::PerSession(BUDGET)),
+        Budgets::default(),
+        300,
+    )
+    .await;
     assert!(whole.answered < 300, "{whole:?}");
     assert!(matches!(whole.exit, Exit::OutOfFuel { .. }), "{whole:?}");
     // … but per request it is re-armed for each one, and all 300 are answered.

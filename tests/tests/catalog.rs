@@ -11,7 +11,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use sandpipe::{
-    Access, Exit, Host, Plugin, Policy, Session, SessionError, SessionOptions, StderrMode,
+    Access, Exit, Host, HostOptions, Plugin, Policy, Session, SessionError, SessionOptions,
+    StderrMode,
 };
 use sandpipe_proto::frame::{FrameError, FrameLimits, Framing};
 use sandpipe_tests::{Target, plugin};
@@ -34,7 +35,12 @@ async fn exclusive() -> RwLockWriteGuard<'static, ()> {
 }
 
 fn host() -> Host {
-    Host::with_cache_dir(None).expect("host")
+    Host::with_options(
+        &HostOptions::default()
+            .cache_dir(None)
+            .allow_native_unsandboxed(true),
+    )
+    .expect("host")
 }
 
 fn opts(framing: Framing) -> SessionOptions {

@@ -321,7 +321,7 @@ fn memory_bound(sessions: usize) -> u64 {
 
 fn host(options: HostOptions) -> Host {
     // No disk cache: the test must not depend on the developer's ~/.cache.
-    Host::with_options(&options.cache_dir(None)).expect("host")
+    Host::with_options(&options.cache_dir(None).allow_native_unsandboxed(true)).expect("host")
 }
 
 #[test]

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use sandpipe::{
-    Access, DEFAULT_MAX_OPEN_FILES, Exit, Host, HostError, LandlockSupport, Plugin, Policy,
-    Session, SessionOptions, StderrMode,
+    Access, DEFAULT_MAX_OPEN_FILES, Exit, Host, HostError, HostOptions, LandlockSupport, Plugin,
+    Policy, Session, SessionOptions, StderrMode,
 };
 use sandpipe_proto::frame::Framing;
 use sandpipe_tests::{Target, plugin};
@@ -22,7 +22,12 @@ const HANG_GUARD: Duration = Duration::from_secs(60);
 const EMFILE: i64 = 24;
 
 fn host() -> Host {
-    Host::with_cache_dir(None).expect("host")
+    Host::with_options(
+        &HostOptions::default()
+            .cache_dir(None)
+            .allow_native_unsandboxed(true),
+    )
+    .expect("host")
 }
 
 /// Start the native build of `bin` under `policy`, stderr discarded (the tail is kept).

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use sandpipe::{
-    Exit, Host, Plugin, PluginKind, Policy, Session, SessionError, SessionOptions, StderrMode,
+    Exit, Fuel, Host, HostOptions, Plugin, PluginKind, Policy, Session, SessionError,
+    SessionOptions, StderrMode,
 };
 use sandpipe_proto::frame::{FrameError, FrameLimits, Framing};
 use sandpipe_tests::{Target, plugin};
@@ -12,7 +13,12 @@ use sandpipe_tests::{Target, plugin};
 fn host() -> Host {
     // No disk cache in tests that are not about the cache: they must not depend on the
     // developer's ~/.cache.
-    Host::with_cache_dir(None).expect("host")
+    Host::with_options(
+        &HostOptions::default()
+            .cache_dir(None)
+            .allow_native_unsandboxed(true),
+    )
+    .expect("host")
 }
 
 fn load(host: &Host, bin: &str, target: Target) -> Plugin {
@@ -107,7 +113,7 @@ async fn echo_plugins_answer_in_every_framing_wasm_p1_and_native() {
 #[tokio::test]
 async fn fuel_stops_the_spinner_after_its_frame() {
     let host = host();
-    let policy = Policy::default().fuel(50_000_000);
+    let policy = Policy::default().fuel(Fuel::PerSession(50_000_000));
     let mut s = start(&host, "spin", Target::Wasm, &policy, Framing::JsonLines).await;
     let (frames, end) = recv_all(&mut s).await;
     assert_eq!(frames, vec![br#"{"spinning":true}"#.to_vec()]);
@@ -119,7 +125,7 @@ async fn fuel_stops_the_spinner_after_its_frame() {
 async fn native_spinner_has_no_fuel_but_meets_its_deadline() {
     let host = host();
     let policy = Policy::default()
-        .fuel(50_000_000)
+        .fuel(Fuel::PerSession(50_000_000))
         .deadline(Duration::from_millis(500));
     let mut s = start(&host, "spin", Target::Native, &policy, Framing::JsonLines).await;
     let (frames, _) = recv_all(&mut s).await;
@@ -526,7 +532,7 @@ async fn shutdown_closes_stdin_then_kills_after_grace() {
 async fn the_host_survives_every_misbehaving_plugin_in_turn() {
     let host = host();
     let cases: [(&str, Policy); 6] = [
-        ("spin", Policy::default().fuel(20_000_000)),
+        ("spin", Policy::default().fuel(Fuel::PerSession(20_000_000))),
         ("alloc", Policy::default().max_memory(Some(16 << 20))),
         (
             "sleep-stdin",
@@ -571,13 +577,17 @@ async fn the_host_survives_every_misbehaving_plugin_in_turn() {
 async fn compiled_artifacts_are_cached_on_disk_and_in_memory() {
     let cache = tempfile::tempdir().expect("tempdir");
     let path = plugin("echo-lines", Target::Wasm);
-    let first = Host::with_cache_dir(Some(cache.path())).expect("host");
+    let first =
+        Host::with_options(&HostOptions::default().cache_dir(Some(cache.path().to_owned())))
+            .expect("host");
     let cold = first.load(&path).expect("load");
     assert_eq!(cold.load_source(), Some(sandpipe::LoadSource::Compiled));
     let warm = first.load(&path).expect("load");
     assert_eq!(warm.load_source(), Some(sandpipe::LoadSource::Memory));
     // A new host (as a second `sandpipe run` would be) reads the artifact instead of compiling.
-    let second = Host::with_cache_dir(Some(cache.path())).expect("host");
+    let second =
+        Host::with_options(&HostOptions::default().cache_dir(Some(cache.path().to_owned())))
+            .expect("host");
     let disk = second.load(&path).expect("load");
     assert_eq!(disk.load_source(), Some(sandpipe::LoadSource::DiskCache));
     eprintln!(
@@ -614,7 +624,10 @@ async fn a_new_host_takes_an_unchanged_files_hash_from_the_disk_index_and_rehash
             .and_then(|f| f.set_modified(std::time::SystemTime::now() - Duration::from_secs(3600)))
             .expect("set mtime");
     }
-    let host = || Host::with_cache_dir(Some(cache.path())).expect("host");
+    let host = || {
+        Host::with_options(&HostOptions::default().cache_dir(Some(cache.path().to_owned())))
+            .expect("host")
+    };
     let first = host();
     let (sha_a, sha_b) = (
         first.load(&a).expect("load a").sha256().to_owned(),

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandpipe::{Exit, Host, SessionOptions, StderrMode, replay};
+use sandpipe::{Exit, Host, HostOptions, SessionOptions, StderrMode, replay};
 use sandpipe_proto::transcript::Transcript;
 use sandpipe_tests::{Target, plugin, workspace_root};
 
@@ -59,7 +59,12 @@ async fn replay(host: &Host, file: &Path, target: Target) -> Result<(), String> 
 
 #[tokio::test]
 async fn every_transcript_replays_identically_as_wasm_and_native() {
-    let host = Host::with_cache_dir(None).expect("host");
+    let host = Host::with_options(
+        &HostOptions::default()
+            .cache_dir(None)
+            .allow_native_unsandboxed(true),
+    )
+    .expect("host");
     let files = transcripts();
     assert!(files.len() >= 3, "no transcripts found: {files:?}");
     let mut failures = Vec::new();

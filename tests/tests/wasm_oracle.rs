@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use sandpipe::wasm_oracle::{AfterTrap, InvokeError, WasmOracle, WasmOracleOptions};
-use sandpipe::{Access, Exit, Host, Plugin, Policy, StderrMode};
+use sandpipe::{Access, Exit, Fuel, Host, HostOptions, Plugin, Policy, StderrMode};
 use sandpipe_proto::oracle::Felt;
 use sandpipe_proto::oracle::wasm::{CodecError, SelectorError, decode_byte_array, felt_from_i64};
 use sandpipe_tests::stand_in::{Step, play};
@@ -33,7 +33,7 @@ fn byte_array(s: &str) -> Vec<Felt> {
 }
 
 fn load() -> (Host, Plugin) {
-    let host = Host::with_cache_dir(None).expect("host");
+    let host = Host::with_options(&HostOptions::default().cache_dir(None)).expect("host");
     let plugin = host.load(wasm_oracle()).expect("load the example");
     assert!(plugin.exports_functions(), "the example exports functions");
     (host, plugin)
@@ -226,7 +226,7 @@ async fn limit_bites_once(
 
 #[tokio::test]
 async fn fuel_per_call_stops_an_endless_loop_and_the_next_call_is_answered() {
-    let policy = Policy::default().fuel_per_request(50_000_000);
+    let policy = Policy::default().fuel(Fuel::PerRequest(50_000_000));
     let (exit, tail) = limit_bites_once(policy, WasmOracleOptions::default(), "spin", &[]).await;
     assert_eq!(exit, Exit::OutOfFuel { limit: 50_000_000 });
     assert_eq!(tail, vec!["spinning forever".to_owned()]);
@@ -447,16 +447,27 @@ fn run_cli(args: &[&str]) -> (i32, String, String) {
 fn call_and_inspect_work_on_the_example() {
     let w = wasm_oracle();
     let w = w.to_str().expect("utf-8 path");
-    let (code, out, err) = run_cli(&["call", "--protocol", "oracle", w, "add", r#"["0x1","0x2"]"#]);
+    let (code, out, err) = run_cli(&[
+        "call",
+        "--protocol",
+        "oracle",
+        "--method",
+        "add",
+        "--params",
+        r#"["0x1","0x2"]"#,
+        w,
+    ]);
     assert_eq!((code, out.as_str()), (0, "[\"0x3\"]\n"), "{err}");
     // The guest's stdout never reaches sandpipe's: only the answer is there.
     let (code, out, err) = run_cli(&[
         "call",
         "--protocol",
         "oracle",
-        w,
+        "--method",
         "log",
+        "--params",
         r#"["0x0","0x6869","0x2"]"#,
+        w,
     ]);
     assert_eq!((code, out.as_str()), (0, "[\"0x2\"]\n"), "{err}");
     assert!(
@@ -470,12 +481,22 @@ fn call_and_inspect_work_on_the_example() {
         "oracle",
         "--fuel",
         "20000000",
-        w,
+        "--method",
         "spin",
+        w,
     ]);
     assert_eq!((code, out.as_str()), (121, ""), "{err}");
     assert!(err.contains("sandpipe: oracle error -32603: plugin ran out of fuel (limit 20000000)\nstderr:\nspinning forever"), "{err}");
-    let (code, _, err) = run_cli(&["call", "--protocol", "oracle", w, "pick", "[]"]);
+    let (code, _, err) = run_cli(&[
+        "call",
+        "--protocol",
+        "oracle",
+        "--method",
+        "pick",
+        "--params",
+        "[]",
+        w,
+    ]);
     assert_eq!(code, 1);
     assert!(err.contains("multiple exports named: pick"), "{err}");
 

@@ -10,7 +10,7 @@
 // only after the next request has been answered (answers out of order).
 //
 // Build: node guest-sdk/js/build.js examples/js/orchard/plugin.js -o orchard.wasm
-// Run:   sandpipe call --protocol orchard orchard.wasm execute '{"action":"sum","attrs":{"values":[1,2]}}'
+// Run:   sandpipe call --protocol orchard --method execute --params '{"action":"sum","attrs":{"values":[1,2]}}' orchard.wasm
 // Plan:  sandpipe run orchard.wasm schema        (natively: node examples/js/orchard/plugin.js schema)
 
 import { json, main, orchard } from "../../../guest-sdk/js/src/index.js";

@@ -5,7 +5,7 @@
 //! cargo build --release --target wasm32-wasip2 -p sandpipe-example-wasm-oracle
 //! W=target/wasm32-wasip2/release/sandpipe_example_wasm_oracle.wasm
 //! sandpipe inspect --protocol oracle $W                     # selectors and WIT signatures
-//! sandpipe call --protocol oracle $W add '["0x1","0x2"]'    # ["0x3"]
+//! sandpipe call --protocol oracle --method add --params '["0x1","0x2"]' $W     # ["0x3"]
 //! ```
 //!
 //! Besides plain functions it has a stateful counter, a function that fails with an error

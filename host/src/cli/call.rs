@@ -14,26 +14,31 @@ use crate::protocols::denobridge::DenoBridgeClient;
 use crate::protocols::oracle::OracleClient;
 use crate::protocols::orchard::{OrchardClient, OrchardError};
 use crate::rpc::{JsonRpcPeer, RpcError};
-use crate::{Exit, Host, Session, SessionOptions, StderrMode};
+use crate::{Exit, Session, SessionOptions, StderrMode};
 use sandpipe_proto::jsonrpc::Dialect;
 use sandpipe_proto::oracle::{ErrorOrigin, Felt, OracleError};
 
-/// Arguments of `sandpipe call`.
+/// Arguments of `sandpipe call`: the call itself is given by flags (`--method`, `--params`),
+/// so that, as with `run` and `wasmtime run`, everything after PLUGIN is the plugin's.
 #[derive(Debug, clap::Args)]
 pub struct CallArgs {
-    /// The protocol the plugin speaks: jsonrpc, oracle, orchard, denobridge, atp or finecode.
-    /// Required unless the policy file names it.
-    #[arg(long, value_name = "PROTOCOL")]
+    /// The protocol the plugin speaks. Required unless the policy file names it.
+    #[arg(long, value_enum, value_name = "PROTOCOL")]
     pub(super) protocol: Option<Protocol>,
+    /// The method; for the oracle, the selector (for a wasm: oracle component, a function's
+    /// full name, e.g. `ns:pkg/iface@1.0.0/f`, or a unique short one); for Orchard, describe,
+    /// configure, execute or schema (plan mode: runs `PLUGIN schema`).
+    #[arg(long, value_name = "NAME", visible_alias = "selector")]
+    method: String,
+    /// Parameters as JSON; for the oracle, the calldata array of hex felts.
+    #[arg(long, value_name = "JSON", visible_alias = "calldata")]
+    params: Option<String>,
     /// Read the plugin, its limits and grants from a policy file (TOML; see the README's
     /// "Policy files"); flags given here override it. PLUGIN may be the file itself.
     #[arg(long, value_name = "FILE")]
     pub(super) policy: Option<PathBuf>,
     #[command(flatten)]
     pub(super) sandbox: SandboxArgs,
-    /// An argument for the plugin (repeatable; e.g. the guest path of a state directory).
-    #[arg(long = "arg", value_name = "ARG", allow_hyphen_values = true)]
-    pub(super) plugin_args: Vec<String>,
     /// Orchard: the config sent with `configure` before an `execute`.
     #[arg(long, value_name = "JSON", default_value = "{}")]
     config: String,
@@ -46,12 +51,14 @@ pub struct CallArgs {
     /// The plugin (.wasm, sandboxed; a policy file, *.toml, naming one; anything else runs
     /// natively, NOT sandboxed).
     pub(super) plugin: PathBuf,
-    /// The method; for the oracle, the selector (for a wasm: oracle component, a function's
-    /// full name, e.g. `ns:pkg/iface@1.0.0/f`, or a unique short one); for Orchard, describe,
-    /// configure, execute or schema (plan mode: runs `PLUGIN schema`).
-    method: String,
-    /// Parameters as JSON; for the oracle, the calldata array of hex felts.
-    params: Option<String>,
+    /// Arguments for the plugin (e.g. the guest path of a state directory): everything after
+    /// PLUGIN goes to the plugin, as with `run` and `wasmtime run` (a leading `--` is dropped).
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub(super) plugin_args: Vec<String>,
 }
 
 pub(crate) async fn call(args: CallArgs) -> Result<i32> {
@@ -60,16 +67,15 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     };
     let params: Option<Value> = match &args.params {
         Some(text) => Some(
-            serde_json::from_str(text)
-                .with_context(|| format!("PARAMS_JSON is not JSON: {text}"))?,
+            serde_json::from_str(text).with_context(|| format!("--params is not JSON: {text}"))?,
         ),
         None => None,
     };
-    let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
+    let host = super::host(args.sandbox.cache.dir())?;
     let plugin =
         super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
     super::dist::note_slow_compile(&plugin, &args.plugin);
-    let policy = args.sandbox.policy(args.plugin_args.clone())?;
+    let policy = args.sandbox.policy(super::plugin_args(&args.plugin_args))?;
     warn_if_native(&plugin, &policy);
     if protocol == Protocol::Oracle && plugin.exports_functions() {
         if args.record.is_some() {

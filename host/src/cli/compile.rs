@@ -7,7 +7,7 @@ use anyhow::Result;
 
 use super::CacheArgs;
 use super::dist::{DistArgs, load, store_root};
-use crate::{Host, LoadSource};
+use crate::LoadSource;
 
 /// Arguments of `sandpipe compile`.
 #[derive(Debug, clap::Args)]
@@ -25,7 +25,7 @@ pub(crate) async fn compile(args: CompileArgs) -> Result<i32> {
         anyhow::bail!("compile writes the artifact cache; --no-cache leaves nothing to do");
     }
     let root = store_root(&args.cache)?;
-    let host = Host::with_cache_dir(Some(&root))?;
+    let host = super::host(Some(root))?;
     let plugin = load(&host, &args.plugin, &args.dist, &args.cache).await?;
     let how = match plugin.load_source() {
         Some(LoadSource::Compiled) => "compiled",

@@ -12,7 +12,7 @@ use crate::protocols::Protocol;
 use crate::protocols::denobridge::DenoBridgeClient;
 use crate::protocols::oracle::OracleClient;
 use crate::{
-    Host, LANDLOCK_TARGET_ABI, LandlockSupport, LoadSource, PluginKind, Policy, SessionOptions,
+    LANDLOCK_TARGET_ABI, LandlockSupport, LoadSource, PluginKind, Policy, SessionOptions,
     StderrMode,
 };
 
@@ -22,7 +22,7 @@ pub struct InspectArgs {
     /// Also start the plugin and show its self-description: the Orchard schema (plan mode),
     /// the oracle's `ready` (a `wasm:` oracle component: its selectors with WIT signatures),
     /// or denobridge's `health`.
-    #[arg(long, value_name = "PROTOCOL")]
+    #[arg(long, value_enum, value_name = "PROTOCOL")]
     protocol: Option<Protocol>,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -33,18 +33,23 @@ pub struct InspectArgs {
     pub(super) policy: Option<PathBuf>,
     #[command(flatten)]
     pub(super) sandbox: SandboxArgs,
-    /// An argument for the plugin (repeatable).
-    #[arg(long = "arg", value_name = "ARG", allow_hyphen_values = true)]
-    pub(super) plugin_args: Vec<String>,
     /// The plugin, or a policy file (*.toml) naming one.
     pub(super) plugin: PathBuf,
+    /// Arguments for the plugin when --protocol starts it: everything after PLUGIN, as with
+    /// `run` (a leading `--` is dropped).
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub(super) plugin_args: Vec<String>,
     /// The policy file the report shows (set from --policy or PLUGIN).
     #[arg(skip)]
     pub(super) policy_file: Option<PathBuf>,
 }
 
 pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
-    let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
+    let host = super::host(args.sandbox.cache.dir())?;
     let plugin =
         super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
     let mut report = json!({
@@ -66,7 +71,7 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         report["policy_file"] = Value::from(path.display().to_string());
     }
     if plugin.kind() != PluginKind::NativeUnsandboxed {
-        let policy = args.sandbox.policy(args.plugin_args.clone())?;
+        let policy = args.sandbox.policy(super::plugin_args(&args.plugin_args))?;
         report["grants"] = Value::Array(
             plugin
                 .imports()
@@ -98,7 +103,7 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         report["functions"] = super::wasm_oracle::functions_json(&plugin);
     }
     if plugin.kind() == PluginKind::NativeUnsandboxed {
-        let policy = args.sandbox.policy(args.plugin_args.clone())?;
+        let policy = args.sandbox.policy(super::plugin_args(&args.plugin_args))?;
         report["native"] = native_report(&policy, &LandlockSupport::detect());
         let grants: Vec<Value> = if policy.startup_grants {
             crate::startup_grants(plugin.path(), &policy.args)
@@ -111,7 +116,7 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         report["native"]["startup_grants"] = Value::Array(grants);
     }
     if let Some(protocol) = args.protocol {
-        let policy = args.sandbox.policy(args.plugin_args.clone())?;
+        let policy = args.sandbox.policy(super::plugin_args(&args.plugin_args))?;
         let mut options =
             SessionOptions::framed(protocol.framing()).frame_limits(args.sandbox.frame_limits());
         options.stderr = StderrMode::Discard;
@@ -428,11 +433,7 @@ fn unused_grants(policy: &Policy, imports: &[String]) -> Vec<String> {
 fn limits_report(policy: &Policy, max_frame: u64) -> Value {
     let size = |b: u64| bytesize::ByteSize(b).display().iec().to_string();
     json!({
-        "fuel": match (policy.fuel, policy.fuel_per_request) {
-            (_, Some(n)) => format!("{n} per request"),
-            (Some(n), None) => n.to_string(),
-            (None, None) => "unlimited".to_owned(),
-        },
+        "fuel": policy.fuel.to_string(),
         "memory": policy.max_memory.map(size).unwrap_or_else(|| "unlimited".to_owned()),
         "deadline": policy
             .deadline

@@ -29,8 +29,9 @@ use clap::ArgMatches;
 use clap::parser::ValueSource;
 use serde::Deserialize;
 
+use super::run::FramingArg;
 use super::sandbox_args::{SandboxArgs, parse_open_files};
-use super::{Command, parse_duration, parse_memory, parse_size};
+use super::{Command, parse_duration, parse_memory, parse_size, parse_value};
 use crate::protocols::Protocol;
 
 /// A policy manifest, as read from TOML.
@@ -169,19 +170,23 @@ impl Manifest {
         if m.framing.is_some() && m.protocol.is_some() {
             bail!("`framing` and `protocol` exclude each other (a protocol has its own framing)");
         }
-        if let Some(f) = &m.framing
-            && !["raw", "lines", "cbor", "content-length"].contains(&f.as_str())
-        {
-            bail!("framing {f:?} is not one of raw, lines, cbor, content-length");
+        if let Some(f) = &m.framing {
+            parse_value::<FramingArg>(f).map_err(|e| key_error("framing", e))?;
         }
         if let Some(p) = &m.protocol {
-            p.parse::<Protocol>().map_err(anyhow::Error::msg)?;
+            parse_value::<Protocol>(p).map_err(|e| key_error("protocol", e))?;
         }
         Ok(m)
     }
 
+    /// `framing`, checked by [`Manifest::parse`].
+    fn framing(&self) -> Option<FramingArg> {
+        self.framing.as_deref().and_then(|f| parse_value(f).ok())
+    }
+
+    /// `protocol`, checked by [`Manifest::parse`].
     fn protocol(&self) -> Option<Protocol> {
-        self.protocol.as_deref().and_then(|p| p.parse().ok())
+        self.protocol.as_deref().and_then(|p| parse_value(p).ok())
     }
 
     /// The plugin, resolved against the manifest's directory unless it is a reference.
@@ -226,8 +231,8 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 return Ok(());
             };
             if !given(sub, "framing") && !given(sub, "protocol") {
-                if let Some(f) = &m.framing {
-                    args.framing = f.clone();
+                if let Some(f) = m.framing() {
+                    args.framing = f;
                 }
                 args.protocol = m.protocol();
             }
@@ -594,7 +599,20 @@ insecure-registries = ["registry.local:5000"]
         let e = Manifest::parse(both).expect_err("refused").to_string();
         assert!(e.contains("exclude each other"), "{e}");
         let proto = "protocol = \"smtp\"\n[plugin]\nsource = \"a.wasm\"\n";
-        assert!(Manifest::parse(proto).is_err());
+        let e = Manifest::parse(proto).expect_err("refused").to_string();
+        assert!(
+            e.contains("protocol: \"smtp\" is not one of jsonrpc, oracle, orchard"),
+            "{e}"
+        );
+        let framing = "framing = \"json\"\n[plugin]\nsource = \"a.wasm\"\n";
+        let e = Manifest::parse(framing).expect_err("refused").to_string();
+        assert!(
+            e.contains("framing: \"json\" is not one of raw, lines, cbor, content-length"),
+            "{e}"
+        );
+        let ok = "framing = \"content-length\"\n[plugin]\nsource = \"a.wasm\"\n";
+        let m = Manifest::parse(ok).expect("parses");
+        assert_eq!(m.framing(), Some(FramingArg::ContentLength));
         let missing = "framing = \"lines\"\n";
         let e = Manifest::parse(missing).expect_err("refused").to_string();
         assert!(e.contains("missing field `plugin`"), "{e}");

@@ -24,6 +24,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::{CommandFactory, FromArgMatches, Subcommand};
 
+use crate::protocols::Protocol;
+
 /// Exit codes `sandpipe` itself uses. Any other code is the plugin's own.
 pub mod exit_code {
     /// The plugin ran out of fuel (wasm), or used up its CPU time (native): one code for "the
@@ -79,12 +81,14 @@ pub enum Command {
     /// can stand in for a plugin binary in any engine's command line.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(run::RunArgs),
-    /// Speak a protocol to PLUGIN: handshake, one call, clean shutdown. The result is printed
-    /// as JSON on stdout; the protocol's error goes to stderr with a non-zero status.
+    /// Speak a protocol to PLUGIN: handshake, one call (--method, --params), clean shutdown.
+    /// The result is printed as JSON on stdout; the protocol's error goes to stderr with a
+    /// non-zero status. Everything after PLUGIN goes to the plugin, as with `run`.
     #[command(after_help = EXIT_CODES_HELP)]
     Call(call::CallArgs),
     /// Show what PLUGIN is (component, p1 module or native), its size, sha256, imports and
-    /// exports, and with --protocol its self-description.
+    /// exports, and with --protocol its self-description (everything after PLUGIN goes to the
+    /// plugin it starts).
     Inspect(inspect::InspectArgs),
     /// Check a plugin against a recorded session (--plugin), or stand in for the plugin
     /// (--serve).
@@ -124,6 +128,65 @@ impl CacheArgs {
             self.cache_dir.clone().or_else(crate::default_cache_dir)
         }
     }
+}
+
+/// `value` as the flag of type `E` parses it (clap's `ValueEnum` parser, case-sensitive), with
+/// an error listing the choices; the policy file reads its values through this.
+pub(crate) fn parse_value<E: clap::ValueEnum>(value: &str) -> Result<E, String> {
+    E::from_str(value, false).map_err(|_| {
+        let names: Vec<String> = E::value_variants()
+            .iter()
+            .filter_map(E::to_possible_value)
+            .filter(|v| !v.is_hide_set())
+            .map(|v| v.get_name().to_owned())
+            .collect();
+        format!("{value:?} is not one of {}", names.join(", "))
+    })
+}
+
+/// `--protocol`: clap lists the names, with what each is, in `--help`.
+impl clap::ValueEnum for Protocol {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[
+            Protocol::JsonRpc,
+            Protocol::Oracle,
+            Protocol::Orchard,
+            Protocol::DenoBridge,
+            Protocol::Atp,
+            Protocol::FineCode,
+        ]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let help = match self {
+            Protocol::JsonRpc => "plain JSON-RPC 2.0 over JSON Lines",
+            Protocol::Oracle => "Cairo oracle stdio: (and wasm: components exporting functions)",
+            Protocol::Orchard => "Orchard provider protocol",
+            Protocol::DenoBridge => "terraform-provider-denobridge",
+            Protocol::Atp => "Arcaflow ATP v1/v3 (CBOR)",
+            Protocol::FineCode => "FineCode WM-ER (LSP Content-Length)",
+        };
+        Some(clap::builder::PossibleValue::new(self.name()).help(help))
+    }
+}
+
+/// The arguments after PLUGIN (`run`, `call`, `inspect`), without a leading `--`.
+fn plugin_args(after_plugin: &[String]) -> Vec<String> {
+    after_plugin
+        .strip_prefix(&["--".to_owned()])
+        .unwrap_or(after_plugin)
+        .to_vec()
+}
+
+/// The host every subcommand uses, with artifacts cached in `cache_dir` (or not at all). The
+/// command line runs a file that is not wasm natively, unsandboxed, and says so on stderr
+/// (`sandbox_args::warn_if_native`).
+fn host(cache_dir: Option<PathBuf>) -> Result<crate::Host, crate::HostError> {
+    crate::Host::with_options(
+        &crate::HostOptions::default()
+            .cache_dir(cache_dir)
+            .allow_native_unsandboxed(true),
+    )
 }
 
 /// The signal that ended `run`'s plugin, when sandpipe is to end the same way (see [`exit`]).

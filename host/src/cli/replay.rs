@@ -9,7 +9,7 @@ use sandpipe_proto::transcript::Transcript;
 use super::CacheArgs;
 use super::sandbox_args::{parse_dir, warn_if_native};
 use crate::replay::{self, MatchMode, ScratchDirs};
-use crate::{Host, PluginKind, SessionOptions, StderrMode};
+use crate::{PluginKind, SessionOptions, StderrMode};
 
 /// Arguments of `sandpipe replay`.
 #[derive(Debug, clap::Args)]
@@ -65,7 +65,7 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
     let Some(plugin_path) = &args.plugin else {
         bail!("give --plugin PLUGIN or --serve")
     };
-    let host = Host::with_cache_dir(args.cache.dir().as_deref())?;
+    let host = super::host(args.cache.dir())?;
     let plugin = super::dist::load(&host, plugin_path, &args.dist, &args.cache).await?;
     if let Some(sha) = transcript.header("sha256")
         && sha != plugin.sha256()

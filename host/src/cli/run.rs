@@ -14,8 +14,8 @@ use super::signals::{self, Action, SigintMode, Signals};
 use super::stdio::{EngineStdin, EngineStdout};
 use super::{exit_code, parse_duration};
 use crate::{
-    Exit, Host, PluginKind, SessionControl, SessionError, SessionOptions, SessionReader,
-    SessionWriter, StderrMode,
+    Exit, PluginKind, SessionControl, SessionError, SessionOptions, SessionReader, SessionWriter,
+    StderrMode,
 };
 
 /// Arguments of `sandpipe run`.
@@ -25,14 +25,14 @@ pub struct RunArgs {
     /// writes is validated (the first bad frame ends the session with a one-line reason);
     /// what the engine writes is split into frames and capped by --max-frame, but passed on
     /// unjudged: the plugin answers malformed input as it would without sandpipe.
-    #[arg(long, default_value = "raw", value_parser = ["raw", "lines", "cbor", "content-length"])]
-    pub(super) framing: String,
-    /// Speak protocol P (jsonrpc, oracle, orchard, denobridge, atp, finecode) with the engine on
-    /// stdin/stdout: frames use the protocol's framing, requests are tracked, and the per-request
-    /// options below apply. A request the plugin cannot answer gets the protocol's error.
-    /// With `oracle`, a component that exports functions instead of wasi:cli/run (a Cairo
-    /// wasm: oracle) is served as a stdio: oracle: each invoke calls its export.
-    #[arg(long, value_name = "P", conflicts_with_all = ["framing", "record"])]
+    #[arg(long, value_enum, value_name = "FRAMING", default_value_t = FramingArg::Raw)]
+    pub(super) framing: FramingArg,
+    /// Speak protocol P with the engine on stdin/stdout: frames use the protocol's framing,
+    /// requests are tracked, and the per-request options below apply. A request the plugin
+    /// cannot answer gets the protocol's error. With `oracle`, a component that exports
+    /// functions instead of wasi:cli/run (a Cairo wasm: oracle) is served as a stdio: oracle:
+    /// each invoke calls its export.
+    #[arg(long, value_enum, value_name = "P", conflicts_with_all = ["framing", "record"])]
     pub(super) protocol: Option<crate::protocols::Protocol>,
     /// Read the plugin, its limits, grants and budgets from a policy file (TOML; see the
     /// README's "Policy files"); flags given here override it. `sandpipe run FILE.toml` is
@@ -66,11 +66,27 @@ pub struct RunArgs {
     pub(super) args: Vec<String>,
 }
 
-impl RunArgs {
-    fn framing(&self) -> Option<Framing> {
-        match self.framing.as_str() {
-            "raw" => None,
-            other => other.parse().ok(),
+/// `run --framing`: how both directions are split into frames, or not at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum FramingArg {
+    /// Bytes pass through unframed.
+    Raw,
+    /// JSON Lines: one JSON value per line.
+    Lines,
+    /// A CBOR sequence (RFC 8742).
+    Cbor,
+    /// LSP's `Content-Length` headers.
+    ContentLength,
+}
+
+impl FramingArg {
+    /// The framing, or `None` for raw bytes.
+    pub(crate) fn framing(self) -> Option<Framing> {
+        match self {
+            FramingArg::Raw => None,
+            FramingArg::Lines => Some(Framing::JsonLines),
+            FramingArg::Cbor => Some(Framing::CborSeq),
+            FramingArg::ContentLength => Some(Framing::ContentLength),
         }
     }
 }
@@ -95,16 +111,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         return Ok(2);
     }
     let mut signals = Signals::install().context("installing signal handlers")?;
-    let host = Host::with_cache_dir(args.sandbox.cache.dir().as_deref())?;
+    let host = super::host(args.sandbox.cache.dir())?;
     let plugin =
         super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
     super::dist::note_slow_compile(&plugin, &args.plugin);
-    let args_for_plugin = args
-        .args
-        .strip_prefix(&["--".to_owned()])
-        .unwrap_or(&args.args)
-        .to_vec();
-    let policy = args.sandbox.policy(args_for_plugin)?;
+    let policy = args.sandbox.policy(super::plugin_args(&args.args))?;
     let how = match plugin.load_source() {
         Some(crate::LoadSource::Compiled) => "compiled",
         Some(crate::LoadSource::DiskCache) => "loaded from the disk cache",
@@ -154,7 +165,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         )
         .await;
     }
-    let framing = args.framing();
+    let framing = args.framing.framing();
     let limits = args.sandbox.frame_limits();
     let mut options = SessionOptions::default()
         .frame_limits(limits)

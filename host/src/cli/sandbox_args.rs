@@ -7,7 +7,7 @@ use anyhow::Result;
 use sandpipe_proto::frame::FrameLimits;
 
 use super::{CacheArgs, MemoryCap, parse_duration, parse_memory, parse_size};
-use crate::{Access, ImportPolicy, LandlockSupport, Plugin, PluginKind, Policy};
+use crate::{Access, Fuel, ImportPolicy, LandlockSupport, Plugin, PluginKind, Policy};
 
 /// The sandbox policy on the command line.
 #[derive(Debug, Clone, clap::Args)]
@@ -69,7 +69,7 @@ impl SandboxArgs {
     /// The policy these options describe, with `args` after argv[0].
     pub(crate) fn policy(&self, args: Vec<String>) -> Result<Policy> {
         let mut policy = Policy::default().max_memory(self.max_memory.0);
-        policy.fuel = self.fuel;
+        policy.fuel = self.fuel.map_or(Fuel::Unlimited, Fuel::PerSession);
         policy.deadline = self.timeout;
         policy = policy
             .max_cpu_time(self.max_cpu_time)

@@ -13,7 +13,7 @@ use super::run::{SignalPolicy, status_for};
 use super::signals::{self, Signals};
 use crate::protocols::oracle::{InvokeIncident, serve_wasm_oracle};
 use crate::wasm_oracle::{AfterTrap, InvokeError, WasmOracle, WasmOracleOptions};
-use crate::{Host, Plugin, Policy, StderrMode};
+use crate::{Fuel, Host, Plugin, Policy, StderrMode};
 
 /// `sandpipe call --protocol oracle X.wasm SELECTOR CALLDATA`: one instance, one call.
 pub(crate) async fn call(
@@ -66,8 +66,8 @@ pub(crate) async fn serve(
     mut signals: Signals,
     on_signal: SignalPolicy,
 ) -> Result<i32> {
-    if budgets.fuel_per_request.is_some() {
-        policy.fuel_per_request = budgets.fuel_per_request;
+    if let Some(fuel) = budgets.fuel_per_request {
+        policy.fuel = Fuel::PerRequest(fuel);
     }
     let mut options = WasmOracleOptions::default()
         .call_timeout(budgets.request_timeout)

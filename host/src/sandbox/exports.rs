@@ -30,7 +30,7 @@ use super::{
     wasi_builder,
 };
 use crate::error::{Exit, HostError};
-use crate::policy::Policy;
+use crate::policy::{Fuel, Policy};
 use crate::stderr::{StderrMode, StderrTail};
 use crate::transport::Meter;
 
@@ -304,8 +304,7 @@ pub(crate) struct ExportInstance {
     meter: Arc<Meter>,
     stderr: StderrTail,
     drains: Vec<tokio::task::JoinHandle<()>>,
-    fuel_per_call: Option<u64>,
-    fuel_total: Option<u64>,
+    fuel: Fuel,
     max_memory: Option<u64>,
 }
 
@@ -353,17 +352,12 @@ impl ExportsRunner {
         };
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|s| &mut s.limiter);
-        let fuel_per_call = policy.fuel_per_request;
-        let fuel_total = if fuel_per_call.is_some() {
-            None
-        } else {
-            policy.fuel
-        };
+        let fuel = policy.fuel;
         if self.metering.fuel {
             store
-                .set_fuel(fuel_per_call.or(fuel_total).unwrap_or(u64::MAX))
+                .set_fuel(fuel.limit().unwrap_or(u64::MAX))
                 .map_err(super::engine_err)?;
-        } else if fuel_per_call.is_some() || fuel_total.is_some() {
+        } else if fuel != Fuel::Unlimited {
             return Err(super::engine_err(
                 "a fuel limit needs fuel metering, which this host's engine has off",
             ));
@@ -398,8 +392,7 @@ impl ExportsRunner {
             meter,
             stderr,
             drains,
-            fuel_per_call,
-            fuel_total,
+            fuel,
             max_memory: policy.max_memory,
         })
     }
@@ -426,7 +419,7 @@ impl ExportInstance {
                 stderr_tail: Vec::new(),
             }));
         };
-        if let Some(budget) = self.fuel_per_call {
+        if let Fuel::PerRequest(budget) = self.fuel {
             // The engine has fuel on whenever a budget is set (checked at instantiation).
             let _ = self.store.set_fuel(budget);
         }
@@ -435,8 +428,7 @@ impl ExportInstance {
         let started = Instant::now();
         *self.deadline.lock().unwrap_or_else(|p| p.into_inner()) = timeout.map(|d| started + d);
         let limits = Limits {
-            fuel: self.fuel_total,
-            fuel_per_request: self.fuel_per_call,
+            fuel: self.fuel,
             meter: self.meter.clone(),
             max_memory: self.max_memory,
             deadline: timeout.map(|d| (started + d, d)),

@@ -37,7 +37,7 @@ use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::error::{Exit, HostError};
-use crate::policy::{Access, ImportPolicy, Policy, import_allowed};
+use crate::policy::{Access, Fuel, ImportPolicy, Policy, import_allowed};
 use crate::stderr::{StderrMode, StderrTail};
 use crate::transport::{KillSwitch, Meter, Transport, killed};
 
@@ -550,7 +550,6 @@ impl Sandbox {
         let (kill, kill_rx) = KillSwitch::new();
         let limits = Limits {
             fuel: policy.fuel,
-            fuel_per_request: policy.fuel_per_request,
             meter,
             max_memory: policy.max_memory,
             deadline,
@@ -676,8 +675,7 @@ impl Artifact for Module {
 
 /// The limits one store runs under.
 struct Limits {
-    fuel: Option<u64>,
-    fuel_per_request: Option<u64>,
+    fuel: Fuel,
     meter: Arc<Meter>,
     max_memory: Option<u64>,
     deadline: Option<(Instant, Duration)>,
@@ -686,12 +684,12 @@ struct Limits {
 
 fn arm<T>(store: &mut Store<T>, limits: &Limits, metering: Metering) -> Result<(), HostError> {
     if !metering.fuel {
-        if limits.fuel.is_some() || limits.fuel_per_request.is_some() {
+        if limits.fuel != Fuel::Unlimited {
             return Err(engine_err(
                 "a fuel limit needs fuel metering, which this host's engine has off",
             ));
         }
-    } else if let Some(budget) = limits.fuel_per_request {
+    } else if let Fuel::PerRequest(budget) = limits.fuel {
         store.set_fuel(budget).map_err(engine_err)?;
         // Re-arm at the guest's first step back from a host call (typically the stdin read
         // that delivered the request) after a new request began. A guest blocked on input
@@ -710,7 +708,7 @@ fn arm<T>(store: &mut Store<T>, limits: &Limits, metering: Metering) -> Result<(
         });
     } else {
         store
-            .set_fuel(limits.fuel.unwrap_or(u64::MAX))
+            .set_fuel(limits.fuel.limit().unwrap_or(u64::MAX))
             .map_err(engine_err)?;
     }
     if !metering.epochs {
@@ -767,7 +765,7 @@ fn classify(r: wasmtime::Result<Result<(), i32>>, limits: &Limits, tail: &Stderr
     match err.downcast_ref::<Trap>() {
         Some(Trap::OutOfFuel) => {
             return Exit::OutOfFuel {
-                limit: limits.fuel_per_request.or(limits.fuel).unwrap_or(u64::MAX),
+                limit: limits.fuel.limit().unwrap_or(u64::MAX),
             };
         }
         Some(Trap::Interrupt) => {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sandpipe::{Host, Policy, Session, SessionOptions, StderrMode};
+use sandpipe::{Fuel, Host, Policy, Session, SessionOptions, StderrMode};
 use sandpipe_proto::frame::Framing;
 use sandpipe_tests::{Target, plugin};
 
@@ -27,7 +27,7 @@ pub fn stops() -> Vec<(Target, &'static str, Policy, &'static str)> {
         (
             Target::Wasm,
             "spin",
-            Policy::default().fuel(200_000_000),
+            Policy::default().fuel(Fuel::PerSession(200_000_000)),
             "plugin ran out of fuel",
         ),
         (

@@ -16,7 +16,12 @@ pub fn host() -> &'static Host {
     static HOST: OnceLock<Host> = OnceLock::new();
     HOST.get_or_init(|| {
         let cache = plugin_target_dir().join("guests-cache");
-        Host::with_options(&HostOptions::default().cache_dir(Some(cache))).expect("host")
+        Host::with_options(
+            &HostOptions::default()
+                .cache_dir(Some(cache))
+                .allow_native_unsandboxed(true),
+        )
+        .expect("host")
     })
 }
 

@@ -1,8 +1,8 @@
 //! An example Arcaflow plugin with `greet` and `wait` steps (see the library docs).
 //!
 //! Build: cargo build --release -p sandpipe-example-atp --target wasm32-wasip2
-//! Run:   sandpipe call --protocol atp target/wasm32-wasip2/release/example-atp.wasm \
-//!            greet '{"name": "Ada"}'
+//! Run:   sandpipe call --protocol atp --method greet --params '{"name": "Ada"}' \
+//!            target/wasm32-wasip2/release/example-atp.wasm
 //! v1:    sandpipe run target/wasm32-wasip2/release/example-atp.wasm --v1
 
 use sandpipe_guest::{Framing, Stdio};

@@ -2,7 +2,7 @@
 //! the raw config) and `broken` (fails at the command level).
 //!
 //! Build: cargo build --release -p sandpipe-example-finecode --target wasm32-wasip2
-//! Run:   sandpipe call --protocol finecode target/wasm32-wasip2/release/example-finecode.wasm actions/run '{"actionName":"lint","params":{"files":["a.py"]}}'
+//! Run:   sandpipe call --protocol finecode --method actions/run --params '{"actionName":"lint","params":{"files":["a.py"]}}' target/wasm32-wasip2/release/example-finecode.wasm
 
 use sandpipe_guest::{Framing, Stdio};
 

@@ -1,7 +1,7 @@
 //! An example Cairo oracle with `sqrt`, `add` and `fail` selectors (see the library docs).
 //!
 //! Build: cargo build --release -p sandpipe-example-oracle --target wasm32-wasip2
-//! Run:   sandpipe call --protocol oracle target/wasm32-wasip2/release/example-oracle.wasm sqrt '["0x10"]'
+//! Run:   sandpipe call --protocol oracle --method sqrt --params '["0x10"]' target/wasm32-wasip2/release/example-oracle.wasm
 
 use sandpipe_guest::{Framing, Stdio};
 

@@ -1,7 +1,7 @@
 //! An Orchard provider with `echo` and `sum` actions; `example-orchard schema` prints its schema.
 //!
 //! Build: cargo build --release -p sandpipe-example-orchard --target wasm32-wasip2
-//! Run:   sandpipe call --protocol orchard target/wasm32-wasip2/release/example-orchard.wasm execute '{"action":"sum","attrs":{"values":[1,2]}}'
+//! Run:   sandpipe call --protocol orchard --method execute --params '{"action":"sum","attrs":{"values":[1,2]}}' target/wasm32-wasip2/release/example-orchard.wasm
 //! Plan:  sandpipe run target/wasm32-wasip2/release/example-orchard.wasm schema
 
 use sandpipe_guest::{Framing, Stdio};

@@ -11,8 +11,8 @@
 //! host's kill ends it.
 //!
 //! Build: cargo build --release -p sandpipe-test-plugins --target wasm32-wasip2
-//! Run:   sandpipe call --protocol atp --fuel 100000000 \
-//!            target/wasm32-wasip2/release/atp-hog.wasm hog '{"how": "spin"}'
+//! Run:   sandpipe call --protocol atp --fuel 100000000 --method hog --params '{"how": "spin"}' \
+//!            target/wasm32-wasip2/release/atp-hog.wasm
 
 use sandpipe_guest::atp::{Output, Plugin, Progress, Run, Value, Version, serve};
 use sandpipe_guest::{Framing, Stdio};

@@ -5,7 +5,7 @@
 //! first.
 //!
 //! Build: cargo build --release -p sandpipe-test-plugins --target wasm32-wasip2
-//! Run:   sandpipe call --protocol denobridge --fuel 100000000 target/wasm32-wasip2/release/denobridge-hog.wasm create '{"props":{"hog":"spin"}}'
+//! Run:   sandpipe call --protocol denobridge --fuel 100000000 --method create --params '{"props":{"hog":"spin"}}' target/wasm32-wasip2/release/denobridge-hog.wasm
 
 use sandpipe_guest::denobridge::{Answer, ResourceProvider, serve_resource};
 use sandpipe_guest::proto::denobridge::{

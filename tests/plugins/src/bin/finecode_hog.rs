@@ -4,7 +4,7 @@
 //! at a time, so a call sent after a hogging one stays pending until the runner is stopped.
 //!
 //! Build: cargo build --release -p sandpipe-test-plugins --target wasm32-wasip2
-//! Run:   sandpipe call --protocol finecode --fuel 100000000 target/wasm32-wasip2/release/finecode-hog.wasm actions/run '{"actionName":"spin","params":{}}'
+//! Run:   sandpipe call --protocol finecode --fuel 100000000 --method actions/run --params '{"actionName":"spin","params":{}}' target/wasm32-wasip2/release/finecode-hog.wasm
 
 use sandpipe_guest::finecode::{
     Context, FineCodeError, InitializeParams, InitializeResult, RunActionParams, RunActionResult,

@@ -3,7 +3,7 @@
 //! `junk-first` it writes plain text to stdout before its `ready`.
 //!
 //! Build: cargo build --release -p sandpipe-test-plugins --target wasm32-wasip2
-//! Run:   sandpipe call --protocol oracle --fuel 100000000 target/wasm32-wasip2/release/oracle-hog.wasm spin
+//! Run:   sandpipe call --protocol oracle --fuel 100000000 --method spin target/wasm32-wasip2/release/oracle-hog.wasm
 
 use sandpipe_guest::oracle::{Felt, InvokeError, Oracle, serve};
 use sandpipe_guest::{Framing, Stdio};

@@ -4,7 +4,7 @@
 //! `{}` at once.
 //!
 //! Build: cargo build --release -p sandpipe-test-plugins --target wasm32-wasip2
-//! Run:   sandpipe call --protocol orchard --fuel 100000000 target/wasm32-wasip2/release/orchard-hog.wasm execute '{"action":"hog","attrs":{"how":"spin"}}'
+//! Run:   sandpipe call --protocol orchard --fuel 100000000 --method execute --params '{"action":"hog","attrs":{"how":"spin"}}' target/wasm32-wasip2/release/orchard-hog.wasm
 
 use sandpipe_guest::orchard::{ActionSchema, Provider, ProviderError, ProviderSchema, run};
 use sandpipe_guest::{Framing, Stdio};
