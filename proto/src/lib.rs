@@ -38,4 +38,5 @@ pub mod machine;
 pub mod oracle;
 pub mod orchard;
 pub mod stopped;
+pub mod supervise;
 pub mod transcript;

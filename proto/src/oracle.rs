@@ -402,6 +402,25 @@ pub fn stopped_error(stopped: &Stopped) -> OracleError {
     }
 }
 
+/// The Cairo oracle under the supervisor (`crate::supervise`): an `invoke` is a budgeted
+/// request; the plugin's `ready` is its handshake, and a fresh instance's `ready` is answered
+/// with the engine's recorded answer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Supervised;
+
+impl crate::supervise::SupervisedProtocol for Supervised {
+    fn classify_engine(&self, frame: &[u8]) -> crate::supervise::FromEngine {
+        crate::supervise::classify_jsonrpc_engine(frame, &[])
+    }
+    fn classify_plugin(&self, frame: &[u8]) -> crate::supervise::FromPlugin {
+        crate::supervise::classify_jsonrpc_plugin(frame, &["ready"])
+    }
+    fn stopped_answer(&self, key: &str, _method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
+        let error = stopped_error(stopped).to_error_object();
+        crate::supervise::jsonrpc_error_answer(key, Dialect::JsonRpc2, error)
+    }
+}
+
 /// Where the host side of a connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
