@@ -40,6 +40,20 @@ impl Protocol {
         }
     }
 
+    /// The protocol's rules for the supervisor ([`crate::supervise`]), from its module in
+    /// `sandpipe-proto`.
+    pub fn supervised(self) -> Box<dyn sandpipe_proto::supervise::SupervisedProtocol> {
+        use sandpipe_proto::{atp, denobridge, finecode, jsonrpc, oracle, orchard};
+        match self {
+            Protocol::JsonRpc => Box::new(jsonrpc::Supervised),
+            Protocol::Oracle => Box::new(oracle::Supervised),
+            Protocol::Orchard => Box::new(orchard::Supervised),
+            Protocol::DenoBridge => Box::new(denobridge::Supervised),
+            Protocol::Atp => Box::new(atp::Supervised),
+            Protocol::FineCode => Box::new(finecode::Supervised),
+        }
+    }
+
     /// The name used on the command line and in transcripts.
     pub fn name(self) -> &'static str {
         match self {

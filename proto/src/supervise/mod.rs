@@ -52,8 +52,10 @@
 //! use sandpipe_proto::jsonrpc;
 //! use sandpipe_proto::supervise::{Action, Budgets, Supervisor};
 //!
-//! let mut budgets = Budgets::default();
-//! budgets.request_timeout = Some(Duration::from_secs(1));
+//! let budgets = Budgets {
+//!     request_timeout: Some(Duration::from_secs(1)),
+//!     ..Budgets::default()
+//! };
 //! let mut sup = Supervisor::new(Box::new(jsonrpc::Supervised), budgets);
 //! let t0 = Instant::now(); // the caller's clock; the machine never reads one
 //! let Some(Action::Start { instance, .. }) = sup.poll_action() else { panic!() };
@@ -78,9 +80,8 @@ use crate::stopped::{Exit, Stopped};
 mod tests;
 
 /// Per-request limits and renewal. Defaults: no per-request limits, no restart, no recycling,
-/// a 2 s grace for recycled instances.
+/// a 2 s grace for recycled instances. Build one with `..Budgets::default()`.
 #[derive(Debug, Clone)]
-#[non_exhaustive]
 pub struct Budgets {
     /// Fuel for each request (wasm only). The host arms it; the supervisor only words the
     /// reason of a request that ran out of it.

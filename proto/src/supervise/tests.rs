@@ -246,9 +246,11 @@ impl Harness {
 }
 
 fn restarting(fuel: u64) -> Budgets {
-    let mut b = Budgets::default();
-    b.restart = true;
-    b.fuel_per_request = Some(fuel);
+    let b = Budgets {
+        restart: true,
+        fuel_per_request: Some(fuel),
+        ..Budgets::default()
+    };
     b
 }
 
@@ -627,9 +629,11 @@ fn the_handshake_is_replayed_one_answer_at_a_time() {
 
 #[test]
 fn a_request_over_its_timeout_stops_the_instance_and_reports_the_deadline() {
-    let mut b = Budgets::default();
-    b.restart = true;
-    b.request_timeout = Some(Duration::from_millis(500));
+    let b = Budgets {
+        restart: true,
+        request_timeout: Some(Duration::from_millis(500)),
+        ..Budgets::default()
+    };
     let fake = Fake {
         start: silent,
         answer: answers_requests,
@@ -664,8 +668,10 @@ fn a_request_over_its_timeout_stops_the_instance_and_reports_the_deadline() {
 
 #[test]
 fn idle_time_between_requests_is_not_billed() {
-    let mut b = Budgets::default();
-    b.request_timeout = Some(Duration::from_millis(400));
+    let b = Budgets {
+        request_timeout: Some(Duration::from_millis(400)),
+        ..Budgets::default()
+    };
     let fake = Fake {
         start: silent,
         answer: |_| Vec::new(),
@@ -688,8 +694,10 @@ fn idle_time_between_requests_is_not_billed() {
 
 #[test]
 fn the_oldest_pending_request_sets_the_deadline_and_its_answer_moves_it() {
-    let mut b = Budgets::default();
-    b.request_timeout = Some(Duration::from_secs(1));
+    let b = Budgets {
+        request_timeout: Some(Duration::from_secs(1)),
+        ..Budgets::default()
+    };
     let fake = Fake {
         start: silent,
         answer: |_| Vec::new(),
@@ -769,8 +777,10 @@ fn requests_in_flight_when_the_plugin_dies_are_answered_once_each_in_order() {
 
 #[test]
 fn without_restart_a_stop_ends_the_session_with_its_limit() {
-    let mut b = Budgets::default();
-    b.fuel_per_request = Some(7);
+    let b = Budgets {
+        fuel_per_request: Some(7),
+        ..Budgets::default()
+    };
     let fake = Fake {
         start: silent,
         answer: answers_requests,
@@ -921,8 +931,10 @@ fn seven_invokes(budgets: Budgets, memory: impl Fn(u64) -> Option<u64>) -> Harne
 
 #[test]
 fn recycling_after_n_answers_is_invisible_to_the_engine() {
-    let mut b = Budgets::default();
-    b.recycle_after = Some(3);
+    let mut b = Budgets {
+        recycle_after: Some(3),
+        ..Budgets::default()
+    };
     let h = seven_invokes(b, |_| None);
     assert_eq!(h.report().recycles, 2);
     assert_eq!(h.retired, [InstanceId(0), InstanceId(1)]);
@@ -932,23 +944,29 @@ fn recycling_after_n_answers_is_invisible_to_the_engine() {
 
 #[test]
 fn recycling_by_memory_follows_each_reading() {
-    let mut b = Budgets::default();
-    b.recycle_memory = Some(1000);
+    let mut b = Budgets {
+        recycle_memory: Some(1000),
+        ..Budgets::default()
+    };
     // Over the limit after the 2nd and 5th answers only.
     let h = seven_invokes(b, |n| Some(if n == 2 || n == 5 { 1001 } else { 1000 }));
     assert_eq!(h.report().recycles, 2);
     assert_eq!(h.retired, [InstanceId(0), InstanceId(1)]);
     // Nothing to read: no recycling.
-    let mut b = Budgets::default();
-    b.recycle_memory = Some(1);
+    let mut b = Budgets {
+        recycle_memory: Some(1),
+        ..Budgets::default()
+    };
     assert_eq!(seven_invokes(b, |_| None).report().recycles, 0);
 }
 
 #[test]
 fn the_auto_rule_recycles_once_half_the_headroom_above_the_first_answer_is_used() {
     const MIB: u64 = 1 << 20;
-    let mut b = Budgets::default();
-    b.recycle_before_cap = Some(64 * MIB);
+    let mut b = Budgets {
+        recycle_before_cap: Some(64 * MIB),
+        ..Budgets::default()
+    };
     // 8 MiB after the first answer, 8 MiB more per answer: base 8, recycle above 8 + 28 = 36.
     let h = seven_invokes(b, |n| Some(8 * MIB * n));
     assert_eq!(h.report().recycles, 1, "after the 5th answer, at 40 MiB");
@@ -959,8 +977,10 @@ fn the_auto_rule_recycles_once_half_the_headroom_above_the_first_answer_is_used(
 
 #[test]
 fn recycling_waits_until_no_request_is_pending() {
-    let mut b = Budgets::default();
-    b.recycle_after = Some(1);
+    let b = Budgets {
+        recycle_after: Some(1),
+        ..Budgets::default()
+    };
     let fake = Fake {
         start: silent,
         answer: |_| Vec::new(),
