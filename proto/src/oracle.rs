@@ -449,6 +449,10 @@ impl ClientState {
 /// What happened on the host side.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "events are built once and moved a few times; boxing would burden every match"
+)]
 pub enum ClientEvent {
     /// The plugin sent `ready`; the ack is queued and invokes may follow.
     Ready,

@@ -639,7 +639,8 @@ impl Supervisor {
             return;
         }
         let first = self.instance.as_ref().is_some_and(|i| i.answered == 1);
-        if self.budgets.reads_memory() {
+        let baseline_due = first && self.budgets.recycle_before_cap.is_some();
+        if self.budgets.reads_memory() && (baseline_due || self.between_requests()) {
             // The recycling decision waits for the reading.
             self.instance.as_mut().expect("current").measuring = Some(first);
             self.actions.push_back(Action::MeasureMemory { instance });
@@ -864,13 +865,19 @@ impl Supervisor {
         self.actions.push_back(Action::ToPlugin { instance, frame });
     }
 
+    /// Nothing pending, nothing being restored, the engine still there: when recycling may
+    /// happen.
+    fn between_requests(&self) -> bool {
+        self.pending.is_empty() && self.restoring.is_none() && self.engine_open
+    }
+
     /// Retire the instance for a fresh one if one of the recycling rules says so (right after
     /// an answer, with nothing else pending).
     fn maybe_recycle(&mut self, used: Option<u64>, now: Instant) {
         let Some(inst) = &self.instance else {
             return;
         };
-        if !self.pending.is_empty() || self.restoring.is_some() || !self.engine_open {
+        if !self.between_requests() {
             return;
         }
         let by_count = self

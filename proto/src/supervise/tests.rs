@@ -246,12 +246,11 @@ impl Harness {
 }
 
 fn restarting(fuel: u64) -> Budgets {
-    let b = Budgets {
+    Budgets {
         restart: true,
         fuel_per_request: Some(fuel),
         ..Budgets::default()
-    };
-    b
+    }
 }
 
 /// One protocol's script for `every_protocol_…`.
@@ -931,7 +930,7 @@ fn seven_invokes(budgets: Budgets, memory: impl Fn(u64) -> Option<u64>) -> Harne
 
 #[test]
 fn recycling_after_n_answers_is_invisible_to_the_engine() {
-    let mut b = Budgets {
+    let b = Budgets {
         recycle_after: Some(3),
         ..Budgets::default()
     };
@@ -944,7 +943,7 @@ fn recycling_after_n_answers_is_invisible_to_the_engine() {
 
 #[test]
 fn recycling_by_memory_follows_each_reading() {
-    let mut b = Budgets {
+    let b = Budgets {
         recycle_memory: Some(1000),
         ..Budgets::default()
     };
@@ -953,7 +952,7 @@ fn recycling_by_memory_follows_each_reading() {
     assert_eq!(h.report().recycles, 2);
     assert_eq!(h.retired, [InstanceId(0), InstanceId(1)]);
     // Nothing to read: no recycling.
-    let mut b = Budgets {
+    let b = Budgets {
         recycle_memory: Some(1),
         ..Budgets::default()
     };
@@ -963,7 +962,7 @@ fn recycling_by_memory_follows_each_reading() {
 #[test]
 fn the_auto_rule_recycles_once_half_the_headroom_above_the_first_answer_is_used() {
     const MIB: u64 = 1 << 20;
-    let mut b = Budgets {
+    let b = Budgets {
         recycle_before_cap: Some(64 * MIB),
         ..Budgets::default()
     };
