@@ -308,6 +308,45 @@ pub fn stopped_error(run_id: &str, stopped: &Stopped, server_fatal: bool) -> Mes
     }
 }
 
+/// ATP v3 under the supervisor (`crate::supervise`): a run (work start to its work done or
+/// error) is budgeted; the start item is the handshake replayed to a fresh instance, whose
+/// hello is swallowed. A stopped run's error is not server fatal: the engine's plugin lives on
+/// in a fresh instance.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Supervised;
+
+impl crate::supervise::SupervisedProtocol for Supervised {
+    fn classify_engine(&self, frame: &[u8]) -> crate::supervise::FromEngine {
+        use crate::supervise::FromEngine;
+        if frame == START_ITEM {
+            return FromEngine::Handshake { awaits: None };
+        }
+        match Message::decode(frame) {
+            Ok(Message::WorkStart { run_id, .. }) => FromEngine::Request {
+                key: run_id,
+                method: None,
+            },
+            _ => FromEngine::Other,
+        }
+    }
+    fn classify_plugin(&self, frame: &[u8]) -> crate::supervise::FromPlugin {
+        use crate::supervise::FromPlugin;
+        match Message::decode(frame) {
+            Ok(Message::WorkDone { run_id, .. } | Message::Error { run_id, .. })
+                if !run_id.is_empty() =>
+            {
+                FromPlugin::Answer { key: run_id }
+            }
+            Ok(_) => FromPlugin::Other,
+            Err(_) if Hello::decode(frame).is_ok() => FromPlugin::Hello,
+            Err(_) => FromPlugin::Other,
+        }
+    }
+    fn stopped_answer(&self, key: &str, _method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
+        stopped_error(key, stopped, false).encode()
+    }
+}
+
 impl Message {
     /// Encode as a v3 `{"id", "run_id", "data"}` item.
     pub fn encode(&self) -> Vec<u8> {

@@ -11,8 +11,9 @@
 //!   protocol ──► frame ──► Framer::encode ──► BytesMut ──► pipe
 //! ```
 //!
-//! What it does not do: read or write pipes, enforce time limits, or interpret message
-//! contents beyond what a framer needs to find a boundary.
+//! What it does not do: read or write pipes, start or stop plugins, or enforce time limits.
+//! The machines decide from the time they are given (a request's deadline, the supervisor's
+//! per-request budgets in `supervise`); the host carries the decisions out.
 //!
 //! No cargo features.
 //!
@@ -38,6 +39,7 @@ pub mod machine;
 pub mod oracle;
 pub mod orchard;
 pub mod stopped;
+pub mod supervise;
 #[cfg(test)]
 mod testing;
 pub mod transcript;

@@ -31,38 +31,19 @@ pub enum Protocol {
 
 impl Protocol {
     /// The answer to the engine's request `request` (a frame) that the plugin will never
-    /// answer, for `stopped`: each protocol's own `stopped_error` from `sandpipe-proto`, with
-    /// the request's id (ATP: an error for the run the frame names, not server fatal, since
-    /// the engine's plugin lives on). `None` for a frame that is not a request.
+    /// answer, for `stopped`: the protocol's own, by its supervision rules
+    /// ([`supervised`](Self::supervised): each protocol's `stopped_error` in `sandpipe-proto`,
+    /// with the request's id; an ATP run's error is not server fatal). `None` for a frame that
+    /// is not a request (`replay --serve`).
     pub fn stopped_answer(self, request: &[u8], stopped: &crate::Stopped) -> Option<Vec<u8>> {
-        use sandpipe_proto::jsonrpc::{Dialect, ErrorObject, Message};
-        use sandpipe_proto::{atp, denobridge, finecode, jsonrpc, oracle, orchard};
-        if self == Protocol::Atp {
-            let run_id = match atp::Message::decode(request).ok()? {
-                atp::Message::WorkStart { run_id, .. } | atp::Message::Signal { run_id, .. } => {
-                    run_id
-                }
-                _ => return None,
-            };
-            return Some(atp::stopped_error(&run_id, stopped, false).encode());
-        }
-        let dialect = match self {
-            Protocol::Orchard => Dialect::Orchard,
-            _ => Dialect::JsonRpc2,
+        use sandpipe_proto::supervise::FromEngine;
+        let rules = self.supervised();
+        let (key, method) = match rules.classify_engine(request) {
+            FromEngine::Request { key, method } => (key, method),
+            FromEngine::Handshake { awaits: Some(key) } => (key, None),
+            _ => return None,
         };
-        let Ok(Message::Request { id, method, .. }) = Message::decode(request, dialect) else {
-            return None;
-        };
-        let error: ErrorObject = match self {
-            Protocol::Orchard => {
-                orchard::stopped_error(orchard::Method::from_name(&method), stopped).into()
-            }
-            Protocol::Oracle => oracle::stopped_error(stopped).to_error_object(),
-            Protocol::DenoBridge => denobridge::stopped_error(stopped),
-            Protocol::FineCode => finecode::stopped_error(stopped),
-            Protocol::JsonRpc | Protocol::Atp => jsonrpc::stopped_error(dialect, stopped),
-        };
-        Some(Message::response(id, Err(error)).encode(dialect))
+        Some(rules.stopped_answer(&key, method.as_deref(), stopped))
     }
 
     /// The framing the protocol uses.
@@ -72,6 +53,20 @@ impl Protocol {
             Protocol::Atp => Framing::CborSeq,
             Protocol::FineCode => Framing::ContentLength,
             _ => Framing::JsonLines,
+        }
+    }
+
+    /// The protocol's rules for the supervisor ([`crate::supervise`]), from its module in
+    /// `sandpipe-proto`.
+    pub fn supervised(self) -> Box<dyn sandpipe_proto::supervise::SupervisedProtocol> {
+        use sandpipe_proto::{atp, denobridge, finecode, jsonrpc, oracle, orchard};
+        match self {
+            Protocol::JsonRpc => Box::new(jsonrpc::Supervised),
+            Protocol::Oracle => Box::new(oracle::Supervised),
+            Protocol::Orchard => Box::new(orchard::Supervised),
+            Protocol::DenoBridge => Box::new(denobridge::Supervised),
+            Protocol::Atp => Box::new(atp::Supervised),
+            Protocol::FineCode => Box::new(finecode::Supervised),
         }
     }
 

@@ -374,6 +374,23 @@ pub fn stopped_error(stopped: &Stopped) -> ErrorObject {
     crate::jsonrpc::stopped_error(Dialect::JsonRpc2, stopped)
 }
 
+/// denobridge under the supervisor (`crate::supervise`): `health` is the handshake replayed to
+/// a fresh instance; every other request is budgeted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Supervised;
+
+impl crate::supervise::SupervisedProtocol for Supervised {
+    fn classify_engine(&self, frame: &[u8]) -> crate::supervise::FromEngine {
+        crate::supervise::classify_jsonrpc_engine(frame, &["health"])
+    }
+    fn classify_plugin(&self, frame: &[u8]) -> crate::supervise::FromPlugin {
+        crate::supervise::classify_jsonrpc_plugin(frame, &[])
+    }
+    fn stopped_answer(&self, key: &str, _method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
+        crate::supervise::jsonrpc_error_answer(key, Dialect::JsonRpc2, stopped_error(stopped))
+    }
+}
+
 /// What the plugin did, as the host sees it.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]

@@ -301,6 +301,24 @@ pub fn stopped_error(dialect: Dialect, stopped: &Stopped) -> ErrorObject {
     ErrorObject::new(dialect.internal_error(), stopped.reason.clone()).with_data(data)
 }
 
+/// Bare JSON-RPC 2.0 under the supervisor (`crate::supervise`): every request is budgeted;
+/// there is no handshake.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Supervised;
+
+impl crate::supervise::SupervisedProtocol for Supervised {
+    fn classify_engine(&self, frame: &[u8]) -> crate::supervise::FromEngine {
+        crate::supervise::classify_jsonrpc_engine(frame, &[])
+    }
+    fn classify_plugin(&self, frame: &[u8]) -> crate::supervise::FromPlugin {
+        crate::supervise::classify_jsonrpc_plugin(frame, &[])
+    }
+    fn stopped_answer(&self, key: &str, _method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
+        let error = stopped_error(Dialect::JsonRpc2, stopped);
+        crate::supervise::jsonrpc_error_answer(key, Dialect::JsonRpc2, error)
+    }
+}
+
 impl Message {
     /// A request.
     pub fn request(id: impl Into<Id>, method: impl Into<String>, params: Option<Value>) -> Self {

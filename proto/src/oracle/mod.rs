@@ -523,5 +523,25 @@ impl OracleServer {
     }
 }
 
+
+/// The Cairo oracle under the supervisor (`crate::supervise`): an `invoke` is a budgeted
+/// request; the plugin's `ready` is its handshake, and a fresh instance's `ready` is answered
+/// with the engine's recorded answer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Supervised;
+
+impl crate::supervise::SupervisedProtocol for Supervised {
+    fn classify_engine(&self, frame: &[u8]) -> crate::supervise::FromEngine {
+        crate::supervise::classify_jsonrpc_engine(frame, &[])
+    }
+    fn classify_plugin(&self, frame: &[u8]) -> crate::supervise::FromPlugin {
+        crate::supervise::classify_jsonrpc_plugin(frame, &["ready"])
+    }
+    fn stopped_answer(&self, key: &str, _method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
+        let error = stopped_error(stopped).to_error_object();
+        crate::supervise::jsonrpc_error_answer(key, Dialect::JsonRpc2, error)
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -762,5 +762,25 @@ fn salvage_id(frame: &[u8]) -> Id {
     }
 }
 
+
+/// Orchard under the supervisor (`crate::supervise`): `describe` and `configure` are the
+/// handshake replayed to a fresh instance; every other request is budgeted, and a runaway
+/// `execute` fails with `execute_failed`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Supervised;
+
+impl crate::supervise::SupervisedProtocol for Supervised {
+    fn classify_engine(&self, frame: &[u8]) -> crate::supervise::FromEngine {
+        crate::supervise::classify_jsonrpc_engine(frame, &["describe", "configure"])
+    }
+    fn classify_plugin(&self, frame: &[u8]) -> crate::supervise::FromPlugin {
+        crate::supervise::classify_jsonrpc_plugin(frame, &[])
+    }
+    fn stopped_answer(&self, key: &str, method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
+        let error = stopped_error(method.and_then(Method::from_name), stopped).into();
+        crate::supervise::jsonrpc_error_answer(key, Dialect::Orchard, error)
+    }
+}
+
 #[cfg(test)]
 mod tests;

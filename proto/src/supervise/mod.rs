@@ -1,0 +1,968 @@
+//! The supervisor between an engine and a plugin, without IO: per-request budgets, requests
+//! in flight, the handshake to replay to a fresh instance, recycling, and the protocol's error
+//! for a request the plugin will never answer.
+//!
+//! ```text
+//!   engine frame ──► handle_engine_frame ─┐                 ┌─► poll_action:
+//!   plugin frame ──► handle_plugin_frame ─┤                 │     Start / Retire / Kill / CloseStdin
+//!   plugin ended ──► handle_plugin_stopped┼─► Supervisor ───┤     ToPlugin / BeginRequest
+//!   memory read  ──► handle_memory ───────┤  (time passed   │     ToEngine / Incident
+//!   now ──────────► handle_timeout ───────┘   in, never     │     MeasureMemory
+//!                    (poll_timeout says when)  read)        └─► is_done, report
+//! ```
+//!
+//! The host's loop (`sandpipe::supervise`) spawns and kills instances, moves frames and reads
+//! memory; every decision is made here. Each protocol's rules (what is a request, what is
+//! handshake, its error answer) live next to that protocol, as a [`SupervisedProtocol`]:
+//! `jsonrpc::Supervised`, `oracle::Supervised`, `orchard::Supervised`,
+//! `denobridge::Supervised`, `atp::Supervised`, `finecode::Supervised`.
+//!
+//! What counts as a request (its budget runs from when it is forwarded to its response):
+//!
+//! | protocol | request | handshake replayed to a fresh instance |
+//! |---|---|---|
+//! | jsonrpc | any request | none |
+//! | oracle | `invoke` | the plugin's `ready` is answered with the engine's recorded answer |
+//! | denobridge | any request but `health` | `health` |
+//! | orchard | any request but `describe`, `configure` | `describe`, `configure` |
+//! | finecode | any request but `initialize` | `initialize`, `initialized` |
+//! | atp (v3) | a run: work start to its work done or error | the start item; the new hello is swallowed |
+//!
+//! Decisions, written down:
+//! - Wall-clock time between requests is not billed: [`Budgets::request_timeout`] runs only
+//!   while a request is pending, from when it is forwarded, and the oldest pending request
+//!   decides.
+//! - A timed-out request stops the whole instance (a plugin busy in one request cannot be
+//!   interrupted selectively); every request pending on it gets the protocol's error, once,
+//!   in the order they arrived.
+//! - Restarts are lazy: the next frame from the engine starts the fresh instance, so a plugin
+//!   that dies at start-up is not restarted in a loop. The handshake is replayed one frame at a
+//!   time, each after the previous one's answer; those answers, the fresh instance's oracle
+//!   `ready` and its ATP hello are the supervisor's, never the engine's. A fresh instance that
+//!   dies during the handshake replay ends the session.
+//! - Recycling ([`Budgets::recycle_after`], [`Budgets::recycle_memory`],
+//!   [`Budgets::recycle_before_cap`]) happens only between requests, with none pending, right
+//!   after an answer: the old instance is retired (stdin closed, `grace` to exit) and a fresh
+//!   one takes over at once.
+//! - Output an instance writes after it was retired or stopped is dropped.
+//! - ATP v1 has one run per plugin process; its runs are not budgeted (frames pass through).
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use sandpipe_proto::jsonrpc;
+//! use sandpipe_proto::supervise::{Action, Budgets, Supervisor};
+//!
+//! let budgets = Budgets {
+//!     request_timeout: Some(Duration::from_secs(1)),
+//!     ..Budgets::default()
+//! };
+//! let mut sup = Supervisor::new(Box::new(jsonrpc::Supervised), budgets);
+//! let t0 = Instant::now(); // the caller's clock; the machine never reads one
+//! let Some(Action::Start { instance, .. }) = sup.poll_action() else { panic!() };
+//! sup.handle_engine_frame(br#"{"jsonrpc":"2.0","id":1,"method":"spin"}"#.to_vec(), t0);
+//! assert_eq!(sup.poll_action(), Some(Action::BeginRequest { instance }));
+//! assert!(matches!(sup.poll_action(), Some(Action::ToPlugin { .. })));
+//! assert_eq!(sup.poll_timeout(), Some(t0 + Duration::from_secs(1)));
+//! sup.handle_timeout(t0 + Duration::from_secs(1));
+//! assert_eq!(sup.poll_action(), Some(Action::Kill { instance }));
+//! ```
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt::Debug;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::jsonrpc::{Dialect, ErrorObject, Id, Message};
+use crate::stopped::{Exit, Stopped};
+
+#[cfg(test)]
+mod tests;
+
+/// Per-request limits and renewal. Defaults: no per-request limits, no restart, no recycling,
+/// a 2 s grace for recycled instances. Build one with `..Budgets::default()`.
+#[derive(Debug, Clone)]
+pub struct Budgets {
+    /// Fuel for each request (wasm only). The host arms it; the supervisor only words the
+    /// reason of a request that ran out of it.
+    pub fuel_per_request: Option<u64>,
+    /// Wall-clock time from forwarding a request to its response.
+    pub request_timeout: Option<Duration>,
+    /// After an instance stopped with requests pending (or ended on its own while the engine
+    /// still talks), start a fresh one for the next request instead of ending the session.
+    pub restart: bool,
+    /// Start a fresh instance, between requests, after this many answered requests.
+    pub recycle_after: Option<u64>,
+    /// Start a fresh instance, between requests, once the plugin holds more than this many
+    /// bytes of memory (linear memory for wasm, resident set for native).
+    pub recycle_memory: Option<u64>,
+    /// Start a fresh instance, between requests, once the plugin has used half of its
+    /// headroom below this cap (normally the memory cap): once it holds more than
+    /// `base + (cap - base) / 2` bytes, where `base` is what it held after its first answered
+    /// request. A wasm guest's linear memory never shrinks, so one that grows per request (a
+    /// Python or JS heap) would otherwise meet the cap in the middle of a request; recycling
+    /// it between requests costs a handshake instead of a failed request. Relative to `base`,
+    /// so a guest that starts large is not recycled after every request.
+    pub recycle_before_cap: Option<u64>,
+    /// How long a recycled instance gets to exit after its stdin closes.
+    pub grace: Duration,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Self {
+            fuel_per_request: None,
+            request_timeout: None,
+            restart: false,
+            recycle_after: None,
+            recycle_memory: None,
+            recycle_before_cap: None,
+            grace: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Budgets {
+    fn reads_memory(&self) -> bool {
+        self.recycle_memory.is_some() || self.recycle_before_cap.is_some()
+    }
+}
+
+/// A request that did not get its answer from the plugin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Incident {
+    /// The request's id (JSON) or ATP run id.
+    pub request: String,
+    /// The method, for JSON-RPC protocols (`None` for ATP runs).
+    pub method: Option<String>,
+    /// Why it failed, as sent to the engine.
+    pub reason: String,
+    /// How the instance ended.
+    pub exit: Option<Exit>,
+    /// Whether the next request will get a fresh instance.
+    pub restarting: bool,
+}
+
+/// How a supervised session went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// How the last instance ended.
+    pub exit: Exit,
+    /// True if the session ended because an instance stopped (not because the engine closed
+    /// its side).
+    pub stopped: bool,
+    /// Requests forwarded, answered by the plugin, and failed by the supervisor.
+    pub requests: u64,
+    /// Requests the plugin answered.
+    pub answered: u64,
+    /// Requests that got the protocol's error from the supervisor.
+    pub incidents: Vec<Incident>,
+    /// Fresh instances started after a stop.
+    pub restarts: u32,
+    /// Fresh instances started by recycling.
+    pub recycles: u32,
+}
+
+/// How the supervisor sees one frame from the engine.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum FromEngine {
+    /// A budgeted request, by key (the id's JSON text, or the ATP run id).
+    Request {
+        /// The key its answer comes back under.
+        key: String,
+        /// The method, for JSON-RPC protocols.
+        method: Option<String>,
+    },
+    /// Part of the handshake: replayed to fresh instances; `awaits` is the key of its answer.
+    Handshake {
+        /// The key of its answer, for a request.
+        awaits: Option<String>,
+    },
+    /// The engine's answer to a plugin request.
+    Answer {
+        /// The key of the plugin's request.
+        key: String,
+    },
+    /// Anything else: forwarded.
+    Other,
+}
+
+/// How the supervisor sees one frame from the plugin.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum FromPlugin {
+    /// The answer to a request (or to a handshake request).
+    Answer {
+        /// The request's key.
+        key: String,
+    },
+    /// A handshake request the plugin makes (oracle `ready`): a fresh instance's is answered
+    /// with the engine's recorded answer.
+    HandshakeRequest {
+        /// Its id.
+        id: Value,
+        /// Its method.
+        method: String,
+    },
+    /// The plugin's introduction (ATP hello): a fresh instance's is swallowed.
+    Hello,
+    /// Anything else: forwarded.
+    Other,
+}
+
+/// One protocol's rules for the supervisor, implemented beside each protocol.
+pub trait SupervisedProtocol: Debug + Send + Sync {
+    /// How a frame from the engine counts.
+    fn classify_engine(&self, frame: &[u8]) -> FromEngine;
+    /// How a frame from the plugin counts.
+    fn classify_plugin(&self, frame: &[u8]) -> FromPlugin;
+    /// The protocol's error answer to the request `key` (with `method`), which the plugin will
+    /// never answer: built by the protocol's own `stopped_error`.
+    fn stopped_answer(&self, key: &str, method: Option<&str>, stopped: &Stopped) -> Vec<u8>;
+}
+
+/// The two members the supervisor reads from a JSON-RPC frame. Params, results and errors
+/// are skipped, not built into `Value`s: classification runs on every frame both ways.
+#[derive(serde::Deserialize)]
+struct Head {
+    #[serde(default)]
+    method: Option<Value>,
+    /// `None` for a missing or `null` id.
+    #[serde(default)]
+    id: Option<Value>,
+}
+
+impl Head {
+    fn of(frame: &[u8]) -> Option<Head> {
+        serde_json::from_slice(frame).ok()
+    }
+
+    fn method(&self) -> Option<&str> {
+        self.method.as_ref().and_then(Value::as_str)
+    }
+}
+
+/// A request id as a key: its JSON text (so `1` and `"1"` differ).
+pub fn key_of(id: &Value) -> String {
+    id.to_string()
+}
+
+/// An engine frame of a JSON-RPC protocol: `handshake` names the methods that are handshake.
+pub fn classify_jsonrpc_engine(frame: &[u8], handshake: &[&str]) -> FromEngine {
+    let Some(head) = Head::of(frame) else {
+        return FromEngine::Other;
+    };
+    let id = head.id.as_ref().map(key_of);
+    match (head.method(), id) {
+        (Some(method), id) if handshake.contains(&method) => FromEngine::Handshake { awaits: id },
+        (Some(method), Some(key)) => FromEngine::Request {
+            key,
+            method: Some(method.to_owned()),
+        },
+        (None, Some(key)) => FromEngine::Answer { key },
+        (Some(_), None) | (None, None) => FromEngine::Other,
+    }
+}
+
+/// A plugin frame of a JSON-RPC protocol: `handshake` names the plugin's handshake requests.
+pub fn classify_jsonrpc_plugin(frame: &[u8], handshake: &[&str]) -> FromPlugin {
+    let Some(head) = Head::of(frame) else {
+        return FromPlugin::Other;
+    };
+    match (head.method(), &head.id) {
+        (Some(method), Some(id)) if handshake.contains(&method) => FromPlugin::HandshakeRequest {
+            id: id.clone(),
+            method: method.to_owned(),
+        },
+        (None, Some(id)) => FromPlugin::Answer { key: key_of(id) },
+        _ => FromPlugin::Other,
+    }
+}
+
+/// The error response to the request `key` (an id's JSON text) in `dialect`.
+pub fn jsonrpc_error_answer(key: &str, dialect: Dialect, error: ErrorObject) -> Vec<u8> {
+    let id = serde_json::from_str::<Value>(key)
+        .ok()
+        .and_then(|v| match v {
+            Value::Number(n) => n.as_i64().map(Id::Num),
+            Value::String(s) => Some(Id::Str(s)),
+            _ => None,
+        })
+        .unwrap_or(Id::Null);
+    Message::response(id, Err(error)).encode(dialect)
+}
+
+/// Names one instance of the plugin; frames and ends are fed back tagged with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct InstanceId(pub u64);
+
+/// Why an instance is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The session's first instance.
+    First,
+    /// The previous one stopped; an engine frame waits for this one.
+    Restart,
+    /// The previous one was retired between requests.
+    Recycle,
+}
+
+/// What the host's loop does next, in order.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Action {
+    /// Start a fresh instance; its frames and end are fed back tagged with `instance`. A
+    /// failure to start goes to [`Supervisor::handle_start_failed`].
+    Start {
+        /// The new instance.
+        instance: InstanceId,
+        /// Why.
+        cause: Cause,
+    },
+    /// A request is about to reach the instance: re-arm its per-request budget (fuel).
+    BeginRequest {
+        /// The instance.
+        instance: InstanceId,
+    },
+    /// Write a frame to the instance.
+    ToPlugin {
+        /// The instance.
+        instance: InstanceId,
+        /// The frame.
+        frame: Vec<u8>,
+    },
+    /// Write a frame to the engine.
+    ToEngine(Vec<u8>),
+    /// A request the plugin will not answer; its error answer follows as [`Action::ToEngine`].
+    Incident(Incident),
+    /// Read how much memory the instance holds, and pass it to
+    /// [`Supervisor::handle_memory`] before anything else.
+    MeasureMemory {
+        /// The instance.
+        instance: InstanceId,
+    },
+    /// Stop the instance now; its end comes back through
+    /// [`Supervisor::handle_plugin_stopped`].
+    Kill {
+        /// The instance.
+        instance: InstanceId,
+    },
+    /// The engine closed its side: close the instance's stdin, so it ends through its protocol.
+    CloseStdin {
+        /// The instance.
+        instance: InstanceId,
+    },
+    /// Retire the instance: close its stdin and give it `grace` to exit, then stop it. Nothing
+    /// more about it is fed back.
+    Retire {
+        /// The instance.
+        instance: InstanceId,
+        /// How long it gets to exit.
+        grace: Duration,
+    },
+}
+
+/// How an instance ended, as the host saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ended {
+    /// Its exit.
+    pub exit: Exit,
+    /// Its last stderr lines.
+    pub stderr_tail: Vec<String>,
+    /// Set when its output broke the framing (the host stopped it): the framer's error.
+    pub framing_error: Option<String>,
+}
+
+/// The current instance, as far as the supervisor is concerned.
+#[derive(Debug)]
+struct Live {
+    id: InstanceId,
+    /// Requests it answered.
+    answered: u64,
+    /// The memory it held after its first answered request (for `recycle_before_cap`).
+    baseline: Option<u64>,
+    /// Set when the supervisor stopped it for a request's timeout.
+    timed_out: Option<(String, Duration)>,
+    /// A memory reading was asked for after this answer (`true`: the first one).
+    measuring: Option<bool>,
+    /// Why it was started.
+    cause: Cause,
+}
+
+/// An instance being brought up to where the engine's view of the session is.
+#[derive(Debug)]
+struct Restoring {
+    /// Handshake frames still to send; each is sent once the previous one's answer came.
+    to_send: VecDeque<(Vec<u8>, Option<String>)>,
+    /// The answer being waited for.
+    awaiting: Option<String>,
+    /// Plugin-initiated handshake items still expected (oracle `ready`, ATP hello).
+    plugin_items: usize,
+    /// Engine frames held back until the instance is restored (the one that triggered a lazy
+    /// restart, and any that came after it).
+    held: VecDeque<Vec<u8>>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    method: Option<String>,
+    since: Instant,
+}
+
+/// Engine answers kept for plugin requests not seen yet (a scripted engine answers `ready`
+/// before it reaches it); a few, so an engine cannot grow it.
+const MAX_EARLY: usize = 16;
+
+/// The supervisor's state machine: see the module docs.
+#[derive(Debug)]
+pub struct Supervisor {
+    rules: Box<dyn SupervisedProtocol>,
+    budgets: Budgets,
+    next_id: u64,
+    instance: Option<Live>,
+    restoring: Option<Restoring>,
+    engine_open: bool,
+    /// The engine closed while a fresh instance was being restored: close its stdin after.
+    close_when_restored: bool,
+    done: bool,
+    /// Budgeted requests in flight on the current instance, by key.
+    pending: HashMap<String, Pending>,
+    /// The handshake as the engine sent it, with the key of each frame's answer.
+    replay: Vec<(Vec<u8>, Option<String>)>,
+    /// The engine's answers to the plugin's handshake requests, by method.
+    answers: HashMap<String, Vec<u8>>,
+    /// Plugin handshake requests (by key) still waiting for the engine's answer.
+    asked: HashMap<String, String>,
+    /// Engine answers that matched no plugin request yet.
+    early: HashMap<String, Vec<u8>>,
+    /// The first instance introduced itself (ATP).
+    hello_seen: bool,
+    /// Answers to replayed handshake requests: the engine already has them.
+    swallow: HashSet<String>,
+    actions: VecDeque<Action>,
+    report: Report,
+}
+
+impl Supervisor {
+    /// A supervisor for a plugin speaking `rules`' protocol. Its first action starts the first
+    /// instance.
+    pub fn new(rules: Box<dyn SupervisedProtocol>, budgets: Budgets) -> Self {
+        let mut sup = Supervisor {
+            rules,
+            budgets,
+            next_id: 0,
+            instance: None,
+            restoring: None,
+            engine_open: true,
+            close_when_restored: false,
+            done: false,
+            pending: HashMap::new(),
+            replay: Vec::new(),
+            answers: HashMap::new(),
+            asked: HashMap::new(),
+            early: HashMap::new(),
+            hello_seen: false,
+            swallow: HashSet::new(),
+            actions: VecDeque::new(),
+            report: Report {
+                exit: Exit::Exited(0),
+                stopped: false,
+                requests: 0,
+                answered: 0,
+                incidents: Vec::new(),
+                restarts: 0,
+                recycles: 0,
+            },
+        };
+        sup.start(Cause::First);
+        sup
+    }
+
+    /// The next thing for the host to do.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is next due: the oldest pending request's
+    /// deadline, while an instance runs it.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let limit = self.budgets.request_timeout?;
+        let inst = self.instance.as_ref()?;
+        if inst.timed_out.is_some() {
+            return None;
+        }
+        let oldest = self.pending.values().map(|p| p.since).min()?;
+        Some(oldest + limit)
+    }
+
+    /// Whether the host should read the engine now. While a fresh instance is brought up to
+    /// date, engine frames wait in the engine's pipe (they would be held here otherwise).
+    pub fn accepts_engine_frames(&self) -> bool {
+        self.engine_open && !self.done && self.restoring.is_none()
+    }
+
+    /// The session is over: the host stops its loop and returns the [`report`](Self::report).
+    pub fn is_done(&self) -> bool {
+        self.done && self.actions.is_empty()
+    }
+
+    /// How the session went so far.
+    pub fn report(&self) -> &Report {
+        &self.report
+    }
+
+    /// How the session went.
+    pub fn into_report(self) -> Report {
+        self.report
+    }
+
+    /// One frame from the engine.
+    pub fn handle_engine_frame(&mut self, frame: Vec<u8>, now: Instant) {
+        if self.done {
+            return;
+        }
+        if let Some(r) = &mut self.restoring {
+            r.held.push_back(frame);
+            return;
+        }
+        if self.instance.is_none() {
+            // Lazy restart: a fresh instance, the handshake replayed, then this frame.
+            self.report.restarts += 1;
+            self.start(Cause::Restart);
+            let mut r = self.restoring();
+            r.held.push_back(frame);
+            self.restoring = Some(r);
+            self.advance(now);
+            return;
+        }
+        self.forward(frame, now);
+    }
+
+    /// The engine closed its side.
+    pub fn handle_engine_closed(&mut self, _now: Instant) {
+        self.engine_open = false;
+        if self.done {
+            return;
+        }
+        match &self.instance {
+            Some(_) if self.restoring.is_some() => self.close_when_restored = true,
+            Some(inst) => {
+                let instance = inst.id;
+                self.actions.push_back(Action::CloseStdin { instance });
+            }
+            None => {
+                // Every stop was answered in-band and a restart was due: the session itself
+                // ended cleanly.
+                self.report.exit = Exit::Exited(0);
+                self.done = true;
+            }
+        }
+    }
+
+    /// The engine stopped reading: stop the plugin; its end finishes the session.
+    pub fn handle_engine_gone(&mut self, _now: Instant) {
+        self.engine_open = false;
+        if self.done {
+            return;
+        }
+        match &self.instance {
+            Some(inst) => {
+                let instance = inst.id;
+                self.actions.push_back(Action::Kill { instance });
+            }
+            None => self.done = true,
+        }
+    }
+
+    /// One frame from an instance. Frames from a retired or stopped instance are dropped.
+    pub fn handle_plugin_frame(&mut self, instance: InstanceId, frame: &[u8], now: Instant) {
+        if self.done || self.current() != Some(instance) {
+            return;
+        }
+        let mut answered = false;
+        let mut mine = false;
+        match self.rules.classify_plugin(frame) {
+            FromPlugin::Answer { key } if self.swallow.remove(&key) => {
+                if let Some(r) = self
+                    .restoring
+                    .as_mut()
+                    .filter(|r| r.awaiting.as_ref() == Some(&key))
+                {
+                    r.awaiting = None;
+                }
+                mine = true;
+            }
+            FromPlugin::Answer { key } => {
+                if self.pending.remove(&key).is_some() {
+                    let inst = self.instance.as_mut().expect("current");
+                    inst.answered += 1;
+                    self.report.answered += 1;
+                    answered = true;
+                }
+            }
+            FromPlugin::HandshakeRequest { id, method } => {
+                let recorded = self.answers.get(&method).and_then(|a| with_id(a, &id));
+                if let (true, Some(answer)) = (instance.0 > 0, recorded) {
+                    self.actions.push_back(Action::ToPlugin {
+                        instance,
+                        frame: answer,
+                    });
+                    if let Some(r) = &mut self.restoring {
+                        r.plugin_items = r.plugin_items.saturating_sub(1);
+                    }
+                    mine = true;
+                } else if let Some(answer) = self.early.remove(&key_of(&id)) {
+                    // The engine answered before the request reached it (a scripted engine):
+                    // record the answer all the same.
+                    self.answers.insert(method, answer);
+                } else {
+                    self.asked.insert(key_of(&id), method);
+                }
+            }
+            FromPlugin::Hello if self.hello_seen => {
+                if let Some(r) = &mut self.restoring {
+                    r.plugin_items = r.plugin_items.saturating_sub(1);
+                }
+                mine = true;
+            }
+            FromPlugin::Hello => self.hello_seen = true,
+            FromPlugin::Other => {}
+        }
+        if mine {
+            // A handshake item the supervisor answered itself: not for the engine.
+            self.advance(now);
+            return;
+        }
+        self.actions.push_back(Action::ToEngine(frame.to_vec()));
+        if !answered {
+            return;
+        }
+        let first = self.instance.as_ref().is_some_and(|i| i.answered == 1);
+        let baseline_due = first && self.budgets.recycle_before_cap.is_some();
+        if self.budgets.reads_memory() && (baseline_due || self.between_requests()) {
+            // The recycling decision waits for the reading.
+            self.instance.as_mut().expect("current").measuring = Some(first);
+            self.actions.push_back(Action::MeasureMemory { instance });
+        } else {
+            self.maybe_recycle(None, now);
+        }
+    }
+
+    /// The memory the instance holds, as asked for by [`Action::MeasureMemory`] (`None`: it
+    /// could not be read).
+    pub fn handle_memory(&mut self, instance: InstanceId, used: Option<u64>, now: Instant) {
+        if self.done || self.current() != Some(instance) {
+            return;
+        }
+        let inst = self.instance.as_mut().expect("current");
+        let Some(first) = inst.measuring.take() else {
+            return;
+        };
+        if first && self.budgets.recycle_before_cap.is_some() {
+            inst.baseline = used;
+        }
+        self.maybe_recycle(used, now);
+    }
+
+    /// An instance ended (on its own, by a limit, killed, or for breaking the framing).
+    pub fn handle_plugin_stopped(&mut self, instance: InstanceId, ended: Ended, _now: Instant) {
+        if self.done || self.current() != Some(instance) {
+            return;
+        }
+        let inst = self.instance.take().expect("current");
+        let was_restoring = self.restoring.take();
+        let Ended {
+            exit,
+            stderr_tail,
+            framing_error,
+        } = ended;
+        let reason = match (&inst.timed_out, &framing_error) {
+            (Some((key, limit)), _) => {
+                format!("request {key} timed out after {limit:?} (request timeout)")
+            }
+            (None, Some(e)) => format!("plugin broke the framing: {e}"),
+            (None, None) => describe(&exit, self.budgets.fuel_per_request),
+        };
+        // A request that ran over stopped the plugin: report the deadline, not the kill.
+        let exit = match (&inst.timed_out, exit) {
+            (Some((_, limit)), Exit::Killed { .. }) => Exit::DeadlineExceeded { limit: *limit },
+            (_, exit) => exit,
+        };
+        self.report.exit = exit.clone();
+        self.swallow.clear();
+        let restart = self.budgets.restart && self.engine_open && was_restoring.is_none();
+        let mut failed: Vec<(String, Pending)> = self.pending.drain().collect();
+        failed.sort_by_key(|(_, p)| p.since);
+        for (key, p) in failed {
+            let incident = Incident {
+                request: key,
+                method: p.method,
+                reason: reason.clone(),
+                exit: Some(exit.clone()),
+                restarting: restart,
+            };
+            self.fail(incident, &stderr_tail);
+        }
+        if let Some(r) = was_restoring {
+            let why = format!("the restarted plugin stopped during the handshake: {reason}");
+            for held in r.held {
+                self.fail_frame(&held, &why, Some(&exit), &stderr_tail);
+            }
+            self.report.stopped = true;
+            self.done = true;
+            return;
+        }
+        if !self.engine_open {
+            self.done = true;
+        } else if !restart {
+            self.report.stopped = true;
+            self.done = true;
+        }
+    }
+
+    /// The instance asked for by [`Action::Start`] could not be started: the requests meant
+    /// for it get the protocol's error and the session ends.
+    pub fn handle_start_failed(&mut self, instance: InstanceId, error: &str, _now: Instant) {
+        if self.done || self.current() != Some(instance) {
+            return;
+        }
+        let cause = self.instance.take().map(|i| i.cause);
+        // Its frames were never written: what the host still holds for it is dropped.
+        self.actions.retain(|a| !targets(a, instance));
+        let why = format!("could not restart the plugin: {error}");
+        // A fresh instance that never started is not counted.
+        match cause {
+            Some(Cause::Restart) => self.report.restarts = self.report.restarts.saturating_sub(1),
+            Some(Cause::Recycle) => self.report.recycles = self.report.recycles.saturating_sub(1),
+            Some(Cause::First) | None => {}
+        }
+        // The frames meant for it: forwarded ones (when there was no handshake to replay)
+        // and held ones.
+        let mut forwarded: Vec<(String, Pending)> = self.pending.drain().collect();
+        forwarded.sort_by_key(|(_, p)| p.since);
+        for (key, p) in forwarded {
+            let incident = Incident {
+                request: key,
+                method: p.method,
+                reason: why.clone(),
+                exit: None,
+                restarting: false,
+            };
+            self.fail(incident, &[]);
+        }
+        if let Some(r) = self.restoring.take() {
+            for held in r.held {
+                self.fail_frame(&held, &why, None, &[]);
+            }
+        }
+        self.report.stopped = true;
+        self.done = true;
+    }
+
+    /// Time passed: a request over its timeout stops the instance.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let Some(limit) = self.budgets.request_timeout else {
+            return;
+        };
+        if self.done || self.poll_timeout().is_none_or(|due| now < due) {
+            return;
+        }
+        let Some((key, _)) = self.pending.iter().min_by_key(|(_, p)| p.since) else {
+            return;
+        };
+        let key = key.clone();
+        let inst = self.instance.as_mut().expect("poll_timeout saw it");
+        inst.timed_out = Some((key, limit));
+        let instance = inst.id;
+        self.actions.push_back(Action::Kill { instance });
+    }
+
+    fn current(&self) -> Option<InstanceId> {
+        self.instance.as_ref().map(|i| i.id)
+    }
+
+    fn start(&mut self, cause: Cause) {
+        let instance = InstanceId(self.next_id);
+        self.next_id += 1;
+        self.instance = Some(Live {
+            id: instance,
+            answered: 0,
+            baseline: None,
+            timed_out: None,
+            measuring: None,
+            cause,
+        });
+        self.actions.push_back(Action::Start { instance, cause });
+    }
+
+    /// What a fresh instance must be told and must say before it serves the engine.
+    fn restoring(&self) -> Restoring {
+        Restoring {
+            to_send: self.replay.iter().cloned().collect(),
+            awaiting: None,
+            plugin_items: self.answers.len() + usize::from(self.hello_seen),
+            held: VecDeque::new(),
+        }
+    }
+
+    /// Send handshake frames until one needs an answer; once the instance is restored, forward
+    /// what was held back.
+    fn advance(&mut self, now: Instant) {
+        let Some(instance) = self.current() else {
+            return;
+        };
+        let Some(r) = self.restoring.as_mut() else {
+            return;
+        };
+        while r.awaiting.is_none() {
+            let Some((frame, awaits)) = r.to_send.pop_front() else {
+                break;
+            };
+            if let Some(key) = &awaits {
+                self.swallow.insert(key.clone());
+            }
+            r.awaiting = awaits;
+            self.actions.push_back(Action::ToPlugin { instance, frame });
+        }
+        if r.awaiting.is_some() || r.plugin_items > 0 {
+            return;
+        }
+        let held = std::mem::take(&mut r.held);
+        self.restoring = None;
+        for frame in held {
+            self.forward(frame, now);
+        }
+        if self.close_when_restored {
+            self.close_when_restored = false;
+            self.actions.push_back(Action::CloseStdin { instance });
+        }
+    }
+
+    /// Forward one engine frame to the current instance, noting requests and handshake.
+    fn forward(&mut self, frame: Vec<u8>, now: Instant) {
+        let Some(instance) = self.current() else {
+            return;
+        };
+        match self.rules.classify_engine(&frame) {
+            FromEngine::Request { key, method } => {
+                self.report.requests += 1;
+                self.pending.insert(key, Pending { method, since: now });
+                self.actions.push_back(Action::BeginRequest { instance });
+            }
+            FromEngine::Handshake { awaits } => self.replay.push((frame.clone(), awaits)),
+            FromEngine::Answer { key } => match self.asked.remove(&key) {
+                Some(method) => {
+                    self.answers.insert(method, frame.clone());
+                }
+                None if self.early.len() < MAX_EARLY => {
+                    self.early.insert(key, frame.clone());
+                }
+                None => {}
+            },
+            FromEngine::Other => {}
+        }
+        self.actions.push_back(Action::ToPlugin { instance, frame });
+    }
+
+    /// Nothing pending, nothing being restored, the engine still there: when recycling may
+    /// happen.
+    fn between_requests(&self) -> bool {
+        self.pending.is_empty() && self.restoring.is_none() && self.engine_open
+    }
+
+    /// Retire the instance for a fresh one if one of the recycling rules says so (right after
+    /// an answer, with nothing else pending).
+    fn maybe_recycle(&mut self, used: Option<u64>, now: Instant) {
+        let Some(inst) = &self.instance else {
+            return;
+        };
+        if !self.between_requests() {
+            return;
+        }
+        let by_count = self
+            .budgets
+            .recycle_after
+            .is_some_and(|n| inst.answered >= n);
+        let by_memory = matches!((self.budgets.recycle_memory, used), (Some(limit), Some(used)) if used > limit);
+        let by_headroom = match (self.budgets.recycle_before_cap, inst.baseline, used) {
+            (Some(cap), Some(base), Some(used)) => used > base + cap.saturating_sub(base) / 2,
+            _ => false,
+        };
+        if !(by_count || by_memory || by_headroom) {
+            return;
+        }
+        let old = inst.id;
+        self.actions.push_back(Action::Retire {
+            instance: old,
+            grace: self.budgets.grace,
+        });
+        self.report.recycles += 1;
+        self.start(Cause::Recycle);
+        self.restoring = Some(self.restoring());
+        self.advance(now);
+    }
+
+    /// Fail one engine frame that never reached a plugin (if it is a request).
+    fn fail_frame(&mut self, frame: &[u8], reason: &str, exit: Option<&Exit>, tail: &[String]) {
+        if let FromEngine::Request { key, method } = self.rules.classify_engine(frame) {
+            self.report.requests += 1;
+            let incident = Incident {
+                request: key,
+                method,
+                reason: reason.to_owned(),
+                exit: exit.cloned(),
+                restarting: false,
+            };
+            self.fail(incident, tail);
+        }
+    }
+
+    /// Answer a request the plugin will not answer with the protocol's error, and record it.
+    fn fail(&mut self, incident: Incident, tail: &[String]) {
+        let stopped = Stopped {
+            reason: incident.reason.clone(),
+            exit: incident.exit.clone(),
+            stderr_tail: tail.to_vec(),
+            violation: false,
+        };
+        let frame =
+            self.rules
+                .stopped_answer(&incident.request, incident.method.as_deref(), &stopped);
+        self.report.incidents.push(incident.clone());
+        self.actions.push_back(Action::Incident(incident));
+        self.actions.push_back(Action::ToEngine(frame));
+    }
+}
+
+/// Whether `action` is about `instance`.
+fn targets(action: &Action, instance: InstanceId) -> bool {
+    match action {
+        Action::Start { instance: i, .. }
+        | Action::BeginRequest { instance: i }
+        | Action::ToPlugin { instance: i, .. }
+        | Action::MeasureMemory { instance: i }
+        | Action::Kill { instance: i }
+        | Action::CloseStdin { instance: i }
+        | Action::Retire { instance: i, .. } => *i == instance,
+        Action::ToEngine(_) | Action::Incident(_) => false,
+    }
+}
+
+/// Replace the id of a recorded answer with `id`.
+fn with_id(answer: &[u8], id: &Value) -> Option<Vec<u8>> {
+    let mut v: Value = serde_json::from_slice(answer).ok()?;
+    v.as_object_mut()?.insert("id".into(), id.clone());
+    serde_json::to_vec(&v).ok()
+}
+
+/// The reason a request failed, from how its instance ended.
+fn describe(exit: &Exit, fuel_per_request: Option<u64>) -> String {
+    match (exit, fuel_per_request) {
+        (Exit::OutOfFuel { limit }, Some(_)) => {
+            format!("request ran out of fuel (limit {limit} per request)")
+        }
+        (Exit::Exited(code), _) => format!("plugin exited with status {code} before answering"),
+        (other, _) => other.to_string(),
+    }
+}
