@@ -523,7 +523,6 @@ impl OracleServer {
     }
 }
 
-
 /// The Cairo oracle under the supervisor (`crate::supervise`): an `invoke` is a budgeted
 /// request; the plugin's `ready` is its handshake, and a fresh instance's `ready` is answered
 /// with the engine's recorded answer.

@@ -762,7 +762,6 @@ fn salvage_id(frame: &[u8]) -> Id {
     }
 }
 
-
 /// Orchard under the supervisor (`crate::supervise`): `describe` and `configure` are the
 /// handshake replayed to a fresh instance; every other request is budgeted, and a runaway
 /// `execute` fails with `execute_failed`.
