@@ -3,33 +3,15 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
+use sandpipe_tests::cli::{path, text};
 use sandpipe_tests::{Target, plugin};
 
 fn sandpipe(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sandpipe"))
-        .args(args)
-        .env_remove("SANDPIPE_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sandpipe");
-    let mut input = child.stdin.take().expect("stdin");
-    let data = stdin.to_vec();
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(&data);
-    });
-    let out = child.wait_with_output().expect("wait");
-    let _ = writer.join();
-    out
-}
-
-fn path(bin: &str, target: Target) -> String {
-    plugin(bin, target).display().to_string()
+    sandpipe_tests::cli::run(env!("CARGO_BIN_EXE_sandpipe"), args, stdin)
 }
 
 fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    text(&out.stderr)
 }
 
 #[test]

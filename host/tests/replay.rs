@@ -7,24 +7,12 @@ use sandpipe::protocols::denobridge::DenoBridgeClient;
 use sandpipe::protocols::oracle::OracleClient;
 use sandpipe::{Access, Host, HostOptions, Plugin, Policy, SessionOptions, StderrMode};
 use sandpipe_proto::frame::Framing;
-use sandpipe_tests::{Target, plugin};
+use sandpipe_tests::Target;
+use sandpipe_tests::cli::{path, text};
 use serde_json::json;
 
 fn sandpipe(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sandpipe"))
-        .args(args)
-        .env_remove("SANDPIPE_LOG")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run sandpipe")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn path(bin: &str, target: Target) -> String {
-    plugin(bin, target).display().to_string()
+    sandpipe_tests::cli::run(env!("CARGO_BIN_EXE_sandpipe"), args, b"")
 }
 
 /// Record `call` sessions with each example, then replay each against the same build (green)

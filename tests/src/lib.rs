@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+pub mod cli;
 pub mod guests;
 pub mod peers;
 pub mod stand_in;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sandpipe::Stopped;
 use sandpipe::protocols::atp::{AtpClient, AtpFailure, AtpRunError, ErrorOrigin, Value, Version};
-use sandpipe::{Exit, Host, HostOptions, Policy, Session};
+use sandpipe::{Exit, Host, Policy, Session};
 use sandpipe_proto::atp::AtpError;
 use sandpipe_proto::frame::Framing;
 use sandpipe_tests::Target;
@@ -33,12 +33,7 @@ fn to_json(v: &Value) -> serde_json::Value {
 
 #[tokio::test]
 async fn example_runs_out_of_order_with_error_outputs_and_signals() {
-    let host = Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host");
+    let host = common::host();
     for target in [Target::Wasm, Target::Native] {
         let session = start(&host, "example-atp", target, &Policy::default()).await;
         let (client, hello) = AtpClient::connect(session).await.expect("hello");
@@ -117,12 +112,7 @@ async fn example_runs_out_of_order_with_error_outputs_and_signals() {
 
 #[tokio::test]
 async fn example_speaks_v1_when_asked() {
-    let host = Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host");
+    let host = common::host();
     for target in [Target::Wasm, Target::Native] {
         let policy = Policy::default().arg("--v1");
         let session = start(&host, "example-atp", target, &policy).await;
@@ -157,12 +147,7 @@ fn stops() -> Vec<(Target, &'static str, Policy, &'static str)> {
 
 #[tokio::test]
 async fn stopped_mid_run_fails_every_run_in_flight_with_an_atp_error() {
-    let host = Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host");
+    let host = common::host();
     for (target, how, policy, reason) in stops() {
         let case = format!("{target:?} {how}");
         let session = start(&host, "atp-hog", target, &policy).await;
@@ -214,12 +199,7 @@ async fn stopped_mid_run_fails_every_run_in_flight_with_an_atp_error() {
 
 #[tokio::test]
 async fn done_lets_a_well_behaved_plugin_exit_and_kills_a_stubborn_one() {
-    let host = Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host");
+    let host = common::host();
     for target in [Target::Wasm, Target::Native] {
         // Well behaved: client done, stdin closes, it exits 0 within the grace period. The
         // deferred run finishes when the plugin handles client done (stdin closing alone
@@ -258,12 +238,7 @@ async fn done_lets_a_well_behaved_plugin_exit_and_kills_a_stubborn_one() {
 
 #[tokio::test]
 async fn a_plugin_that_does_not_speak_atp_is_refused_at_connect() {
-    let host = Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host");
+    let host = common::host();
     for target in [Target::Wasm, Target::Native] {
         // The oracle plugin greets with a JSON line: its first byte `{` reads as the head of
         // a CBOR text string whose 8-byte length (`"jsonrpc`) is far beyond the frame limit.

@@ -10,13 +10,13 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
-use sandpipe::{
-    Access, Exit, Host, HostOptions, Plugin, Policy, Session, SessionError, SessionOptions,
-    StderrMode,
-};
+use sandpipe::{Access, Exit, Host, Plugin, Policy, Session, SessionError};
 use sandpipe_proto::frame::{FrameError, FrameLimits, Framing};
-use sandpipe_tests::{Target, plugin};
+use sandpipe_tests::Target;
 use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+mod common;
+use common::{host, load, opts, recv_all};
 
 /// Far beyond what any case needs; only a hang reaches it.
 const HANG: Duration = Duration::from_secs(120);
@@ -34,24 +34,6 @@ async fn exclusive() -> RwLockWriteGuard<'static, ()> {
     MEMORY_LOCK.write().await
 }
 
-fn host() -> Host {
-    Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host")
-}
-
-fn opts(framing: Framing) -> SessionOptions {
-    SessionOptions::framed(framing).stderr(StderrMode::Discard)
-}
-
-/// Load `bin` for `target`. Building the plugins happens here, outside any timeout.
-fn load(host: &Host, bin: &str, target: Target) -> Plugin {
-    host.load(plugin(bin, target)).expect("load plugin")
-}
-
 async fn start(host: &Host, p: &Plugin, policy: &Policy, framing: Framing) -> Session {
     host.start(p, policy, &opts(framing))
         .await
@@ -63,18 +45,6 @@ async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
     match tokio::time::timeout(HANG, fut).await {
         Ok(v) => v,
         Err(_) => panic!("{what}: no outcome after {HANG:?}: the host hung"),
-    }
-}
-
-/// Every frame up to the end of stdout, and how reading ended.
-async fn recv_all(s: &mut Session) -> (Vec<Vec<u8>>, Result<(), SessionError>) {
-    let mut frames = Vec::new();
-    loop {
-        match s.recv().await {
-            Ok(Some(f)) => frames.push(f.to_vec()),
-            Ok(None) => return (frames, Ok(())),
-            Err(e) => return (frames, Err(e)),
-        }
     }
 }
 

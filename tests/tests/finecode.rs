@@ -13,7 +13,7 @@ use sandpipe::protocols::finecode::{
     RunActionParams, RunHandlersParams, RunnerRequest, RunnerRequests, SyncRequests,
     UpdateConfigParams,
 };
-use sandpipe::{Exit, Host, HostOptions, Policy, Session};
+use sandpipe::{Exit, Host, Policy, Session};
 use sandpipe_proto::finecode::{GetRawConfigParams, RunOptions, RunStatus};
 use sandpipe_proto::frame::Framing;
 use sandpipe_proto::jsonrpc::{ErrorCode, ErrorObject, INTERNAL_ERROR, REQUEST_CANCELLED};
@@ -62,12 +62,7 @@ fn sorted_keys(v: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn the_example_runner_serves_a_whole_session_in_both_call_forms() {
-    let host = Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host");
+    let host = common::host();
     for target in [Target::Wasm, Target::Native] {
         for form in [CallForm::Direct, CallForm::ExecuteCommand] {
             let case = format!("{target:?} {form:?}");
@@ -235,12 +230,7 @@ impl RunnerRequests for Gate {
 
 #[tokio::test]
 async fn a_cancelled_call_completes_at_once_and_the_runner_moves_on() {
-    let host = Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host");
+    let host = common::host();
     for target in [Target::Wasm, Target::Native] {
         for form in [CallForm::Direct, CallForm::ExecuteCommand] {
             let case = format!("{target:?} {form:?}");
@@ -323,12 +313,7 @@ fn stops() -> Vec<(Target, &'static str, Policy, &'static str)> {
 
 #[tokio::test]
 async fn a_runner_stopped_with_two_calls_pending_fails_both_with_internal_error() {
-    let host = Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host");
+    let host = common::host();
     for (target, how, policy, reason) in stops() {
         let case = format!("{target:?} {how}");
         let session = start(&host, "finecode-hog", target, &policy).await;

@@ -7,12 +7,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use sandpipe::{
-    Access, DEFAULT_MAX_OPEN_FILES, Exit, Host, HostError, HostOptions, LandlockSupport, Plugin,
-    Policy, Session, SessionOptions, StderrMode,
+    Access, DEFAULT_MAX_OPEN_FILES, Exit, Host, HostError, LandlockSupport, Plugin, Policy,
+    Session, SessionOptions, StderrMode,
 };
 use sandpipe_proto::frame::Framing;
 use sandpipe_tests::{Target, plugin};
 use serde_json::Value;
+
+mod common;
+use common::host;
 
 /// A wall-clock bound far above any CPU limit used here: a plugin the CPU limit misses ends
 /// as `DeadlineExceeded`, which fails the assertion, rather than hanging the suite.
@@ -20,15 +23,6 @@ const HANG_GUARD: Duration = Duration::from_secs(60);
 
 /// "Too many open files" on Linux.
 const EMFILE: i64 = 24;
-
-fn host() -> Host {
-    Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host")
-}
 
 /// Start the native build of `bin` under `policy`, stderr discarded (the tail is kept).
 async fn start(host: &Host, bin: &str, policy: &Policy) -> Session {

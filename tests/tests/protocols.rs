@@ -10,7 +10,7 @@ use std::time::Duration;
 use sandpipe::protocols::denobridge::DenoBridgeClient;
 use sandpipe::protocols::oracle::OracleClient;
 use sandpipe::rpc::RpcError;
-use sandpipe::{Host, HostOptions, Policy, Session};
+use sandpipe::{Host, Policy, Session};
 use sandpipe_proto::frame::Framing;
 use sandpipe_proto::jsonrpc::{ErrorCode, INTERNAL_ERROR};
 use sandpipe_proto::oracle::ErrorOrigin;
@@ -28,12 +28,7 @@ fn stops() -> Vec<(Target, &'static str, Policy, &'static str)> {
 
 #[tokio::test]
 async fn oracle_stopped_mid_invoke_gets_an_oracle_error_with_the_stderr_tail() {
-    let host = Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host");
+    let host = common::host();
     for (target, how, policy, reason) in stops() {
         let session = start(&host, "oracle-hog", target, &policy).await;
         let mut client = OracleClient::connect(session).await.expect("ready");
@@ -67,12 +62,7 @@ async fn oracle_stopped_mid_invoke_gets_an_oracle_error_with_the_stderr_tail() {
 
 #[tokio::test]
 async fn denobridge_stopped_with_two_requests_pending_fails_both_with_json_rpc_errors() {
-    let host = Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host");
+    let host = common::host();
     for (target, how, policy, reason) in stops() {
         let session = start(&host, "denobridge-hog", target, &policy).await;
         let (client, _health) = DenoBridgeClient::connect(session, ProviderKind::Resource)
@@ -124,12 +114,7 @@ async fn denobridge_stopped_with_two_requests_pending_fails_both_with_json_rpc_e
 #[tokio::test]
 async fn orchard_stopped_with_two_executes_pending_fails_both_with_execute_failed() {
     use sandpipe::protocols::orchard::OrchardClient;
-    let host = Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host");
+    let host = common::host();
     for (target, how, policy, reason) in stops() {
         let session = start(&host, "orchard-hog", target, &policy).await;
         let client = OrchardClient::connect(session, sandpipe_proto::orchard::DESCRIBE_TIMEOUT)
@@ -165,12 +150,7 @@ async fn orchard_stopped_with_two_executes_pending_fails_both_with_execute_faile
 #[tokio::test]
 async fn orchard_refuses_a_provider_that_misses_its_describe_deadline() {
     use sandpipe::protocols::orchard::OrchardClient;
-    let host = Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host");
+    let host = common::host();
     // sleep-stdin never answers anything.
     let session = start(&host, "sleep-stdin", Target::Wasm, &Policy::default()).await;
     let err = OrchardClient::connect(session, Duration::from_millis(300))
@@ -186,12 +166,7 @@ async fn orchard_refuses_a_provider_that_misses_its_describe_deadline() {
 
 #[tokio::test]
 async fn text_before_the_first_frame_is_quoted_in_the_error() {
-    let host = Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host");
+    let host = common::host();
     let quoted = r"warming up \x1b[1mthe\x1b[0m plugin";
     for target in [Target::Wasm, Target::Native] {
         let policy = Policy::default().arg("junk-first");

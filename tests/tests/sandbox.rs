@@ -4,55 +4,13 @@
 use std::time::{Duration, Instant};
 
 use sandpipe::{
-    Exit, Fuel, Host, HostOptions, Plugin, PluginKind, Policy, Session, SessionError,
-    SessionOptions, StderrMode,
+    Exit, Fuel, Host, HostOptions, Plugin, PluginKind, Policy, SessionError, SessionOptions,
 };
 use sandpipe_proto::frame::{FrameError, FrameLimits, Framing};
 use sandpipe_tests::{Target, plugin};
 
-fn host() -> Host {
-    // No disk cache in tests that are not about the cache: they must not depend on the
-    // developer's ~/.cache.
-    Host::with_options(
-        &HostOptions::default()
-            .cache_dir(None)
-            .allow_native_unsandboxed(true),
-    )
-    .expect("host")
-}
-
-fn load(host: &Host, bin: &str, target: Target) -> Plugin {
-    host.load(plugin(bin, target)).expect("load plugin")
-}
-
-fn opts(framing: Framing) -> SessionOptions {
-    SessionOptions::framed(framing).stderr(StderrMode::Discard)
-}
-
-async fn start(
-    host: &Host,
-    bin: &str,
-    target: Target,
-    policy: &Policy,
-    framing: Framing,
-) -> Session {
-    let p = load(host, bin, target);
-    host.start(&p, policy, &opts(framing))
-        .await
-        .expect("start session")
-}
-
-/// Every frame up to the end of stdout, and how reading ended.
-async fn recv_all(s: &mut Session) -> (Vec<Vec<u8>>, Result<(), SessionError>) {
-    let mut frames = Vec::new();
-    loop {
-        match s.recv().await {
-            Ok(Some(f)) => frames.push(f.to_vec()),
-            Ok(None) => return (frames, Ok(())),
-            Err(e) => return (frames, Err(e)),
-        }
-    }
-}
+mod common;
+use common::{host, load, opts, recv_all, start};
 
 fn cbor_frames() -> Vec<Vec<u8>> {
     vec![

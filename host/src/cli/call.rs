@@ -27,7 +27,9 @@ pub struct CallArgs {
     pub(super) protocol: Option<Protocol>,
     /// The method; for the oracle, the selector (for a wasm: oracle component, a function's
     /// full name, e.g. `ns:pkg/iface@1.0.0/f`, or a unique short one); for Orchard, describe,
-    /// configure, execute or schema (plan mode: runs `PLUGIN schema`).
+    /// configure, execute or schema (plan mode: runs `PLUGIN schema`); for denobridge, the
+    /// method names the provider kind (open/renew/close: ephemeral, invoke: action, the rest:
+    /// resource), whose calls the protocol machine checks.
     #[arg(long, value_name = "NAME", visible_alias = "selector")]
     method: String,
     /// Parameters as JSON; for the oracle, the calldata array of hex felts.

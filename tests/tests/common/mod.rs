@@ -1,13 +1,39 @@
-//! Shared by the protocol integration tests: starting a plugin and the table of ways the
-//! sandbox stops one mid-request.
+//! Shared by the integration tests (each includes it with `mod common;` and uses what it
+//! needs): a test host, loading and starting a plugin, reading a session to its end, and the
+//! table of ways the sandbox stops a plugin mid-request.
+
+#![allow(dead_code, reason = "each test file uses a part")]
 
 use std::time::Duration;
 
-use sandpipe::{Fuel, Host, Policy, Session, SessionOptions, StderrMode};
+use sandpipe::{
+    Fuel, Host, HostOptions, Plugin, Policy, Session, SessionError, SessionOptions, StderrMode,
+};
 use sandpipe_proto::frame::Framing;
 use sandpipe_tests::{Target, plugin};
 
-/// Start `bin` built for `target` under `policy`, stderr discarded (the tail is still kept).
+/// A host for tests: no disk cache (a test not about the cache must not depend on the
+/// developer's `~/.cache`), native plugins allowed.
+pub fn host() -> Host {
+    Host::with_options(
+        &HostOptions::default()
+            .cache_dir(None)
+            .allow_native_unsandboxed(true),
+    )
+    .expect("host")
+}
+
+/// Load `bin` built for `target` (building the plugins happens here, outside any timeout).
+pub fn load(host: &Host, bin: &str, target: Target) -> Plugin {
+    host.load(plugin(bin, target)).expect("load plugin")
+}
+
+/// Session options with `framing`, stderr discarded (the tail is still kept).
+pub fn opts(framing: Framing) -> SessionOptions {
+    SessionOptions::framed(framing).stderr(StderrMode::Discard)
+}
+
+/// Start `bin` built for `target` under `policy`, stderr discarded.
 pub async fn start(
     host: &Host,
     bin: &str,
@@ -15,9 +41,22 @@ pub async fn start(
     policy: &Policy,
     framing: Framing,
 ) -> Session {
-    let p = host.load(plugin(bin, target)).expect("load");
-    let opts = SessionOptions::framed(framing).stderr(StderrMode::Discard);
-    host.start(&p, policy, &opts).await.expect("start")
+    let p = load(host, bin, target);
+    host.start(&p, policy, &opts(framing))
+        .await
+        .expect("start session")
+}
+
+/// Every frame up to the end of stdout, and how reading ended.
+pub async fn recv_all(s: &mut Session) -> (Vec<Vec<u8>>, Result<(), SessionError>) {
+    let mut frames = Vec::new();
+    loop {
+        match s.recv().await {
+            Ok(Some(f)) => frames.push(f.to_vec()),
+            Ok(None) => return (frames, Ok(())),
+            Err(e) => return (frames, Err(e)),
+        }
+    }
 }
 
 /// (target, misbehaviour, policy, the reason the error must name): every limit that can stop

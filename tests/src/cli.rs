@@ -1,0 +1,40 @@
+//! Running the `sandpipe` binary the way an engine or a person does, for the CLI tests of the
+//! host crate (`host/tests/*.rs`, which pass `env!("CARGO_BIN_EXE_sandpipe")`).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use crate::{Target, plugin};
+
+/// Run `exe` with `args`, writing `stdin` to it (from a thread, so a large input cannot
+/// deadlock against a full stdout pipe), and collect its output. `SANDPIPE_LOG` is removed,
+/// so what it prints does not depend on the developer's environment.
+pub fn run(exe: impl AsRef<Path>, args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(exe.as_ref())
+        .args(args)
+        .env_remove("SANDPIPE_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sandpipe");
+    let mut input = child.stdin.take().expect("stdin");
+    let data = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    let out = child.wait_with_output().expect("wait");
+    let _ = writer.join();
+    out
+}
+
+/// The path of plugin `bin` built for `target`, as a command-line argument.
+pub fn path(bin: &str, target: Target) -> String {
+    plugin(bin, target).display().to_string()
+}
+
+/// Bytes a process printed, as text (lossy).
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
