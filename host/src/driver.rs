@@ -91,6 +91,15 @@ pub(crate) fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
 }
 
+/// A dropped driver never leaves a plugin running: its tasks hold the session's halves until
+/// the plugin ends, so the drop kills it (as dropping a [`Session`] does). A client ends it
+/// politely with [`Driver::shutdown`] first.
+impl<M: ClientMachine> Drop for Driver<M> {
+    fn drop(&mut self) {
+        self.control.kill();
+    }
+}
+
 fn lock<M: ClientMachine>(shared: &Mutex<Shared<M>>) -> MutexGuard<'_, Shared<M>> {
     shared.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -459,6 +468,15 @@ mod tests {
         // The session is over: the next invoke gets the same stop at once.
         let again = client.invoke("sqrt", &[]).await.expect_err("gone");
         assert_eq!(again.stopped, Some(stopped));
+    }
+
+    #[tokio::test]
+    async fn a_dropped_client_kills_its_plugin() {
+        let session = Session::memory(Oracle, &json_lines());
+        let control = session.control().clone();
+        let client = OracleClient::connect(session).await.expect("ready");
+        drop(client);
+        assert_eq!(control.wait().await, Exit::Killed { signal: None });
     }
 
     #[tokio::test]
