@@ -128,25 +128,11 @@ impl Sandpipe {
     fn run_env(&self, args: &[&str], stdin: &[u8], env: &[(&str, &str)]) -> Output {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sandpipe"));
         cmd.args(args)
-            .env_remove("SANDPIPE_LOG")
             .env_remove("SANDPIPE_CACHE_MAX_SIZE")
             .env("SANDPIPE_CACHE_DIR", self.cache.path())
             .env("DOCKER_CONFIG", self.docker_config.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn sandpipe");
-        let mut input = child.stdin.take().expect("stdin");
-        let data = stdin.to_vec();
-        let writer = std::thread::spawn(move || {
-            let _ = input.write_all(&data);
-        });
-        let out = child.wait_with_output().expect("wait");
-        let _ = writer.join();
-        out
+            .envs(env.iter().copied());
+        sandpipe_tests::cli::run_command(cmd, stdin)
     }
 
     /// `push REF FILE`, expecting success; returns the printed REF@sha256:….

@@ -11,8 +11,15 @@ use crate::{Target, plugin};
 /// deadlock against a full stdout pipe), and collect its output. `SANDPIPE_LOG` is removed,
 /// so what it prints does not depend on the developer's environment.
 pub fn run(exe: impl AsRef<Path>, args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(exe.as_ref())
-        .args(args)
+    let mut cmd = Command::new(exe.as_ref());
+    cmd.args(args);
+    run_command(cmd, stdin)
+}
+
+/// [`run`] for a command the caller set up (its environment, say): `SANDPIPE_LOG` removed,
+/// `stdin` written from a thread, the output collected.
+pub fn run_command(mut cmd: Command, stdin: &[u8]) -> Output {
+    let mut child = cmd
         .env_remove("SANDPIPE_LOG")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
