@@ -76,8 +76,11 @@ use serde_json::Value;
 use crate::jsonrpc::{Dialect, ErrorObject, Id, Message};
 use crate::stopped::{Exit, Stopped};
 
+mod fuzz;
 #[cfg(test)]
 mod tests;
+
+pub use fuzz::fuzz;
 
 /// Per-request limits and renewal. Defaults: no per-request limits, no restart, no recycling,
 /// a 2 s grace for recycled instances. Build one with `..Budgets::default()`.

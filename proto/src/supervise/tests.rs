@@ -1050,3 +1050,31 @@ fn classification_per_protocol() {
         FromPlugin::Answer { key: "r".into() }
     );
 }
+
+/// The fuzz body over a pseudo-random corpus (the same on every run): 4,000 programs of up to
+/// 400 choices, every protocol and budget mix the first bytes pick. The corpus must reach
+/// answers, incidents, restarts and recycles, or its checks would check nothing.
+#[test]
+fn fuzz_body_over_a_generated_corpus() {
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut answered, mut incidents, mut restarts, mut recycles) = (0, 0, 0, 0);
+    for _ in 0..4_000 {
+        let len = (next() % 400) as usize;
+        let input: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        let report = super::fuzz::run(&input);
+        answered += report.answered;
+        incidents += report.incidents.len();
+        restarts += report.restarts;
+        recycles += report.recycles;
+    }
+    assert!(
+        answered > 0 && incidents > 0 && restarts > 0 && recycles > 0,
+        "answered {answered}, incidents {incidents}, restarts {restarts}, recycles {recycles}"
+    );
+}
