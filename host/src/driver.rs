@@ -53,9 +53,13 @@ pub struct Completion<E> {
     pub stopped: Option<Stopped>,
 }
 
+/// Where a request's completion goes: its event, or the stop when the machine no longer knew
+/// the request.
+type Waiter<E> = oneshot::Sender<Result<Completion<E>, Stopped>>;
+
 struct Shared<M: ClientMachine> {
     machine: M,
-    waiters: HashMap<M::Key, oneshot::Sender<Completion<M::Event>>>,
+    waiters: HashMap<M::Key, Waiter<M::Event>>,
     stopped: Option<Stopped>,
     /// For events a local act makes; dropped at the stop, so `next_event` ends.
     events_tx: Option<mpsc::Sender<Completion<M::Event>>>,
@@ -120,18 +124,15 @@ fn route<M: ClientMachine>(
 ) -> Vec<Completion<M::Event>> {
     let mut rest = Vec::new();
     while let Some(event) = s.machine.poll_event() {
-        let waiter = M::completes(&event).and_then(|key| s.waiters.remove(key));
-        match waiter {
+        let completion = Completion {
+            event,
+            stopped: stopped.cloned(),
+        };
+        match M::completes(&completion.event).and_then(|key| s.waiters.remove(key)) {
             Some(tx) => {
-                let _ = tx.send(Completion {
-                    event,
-                    stopped: stopped.cloned(),
-                });
+                let _ = tx.send(Ok(completion));
             }
-            None => rest.push(Completion {
-                event,
-                stopped: stopped.cloned(),
-            }),
+            None => rest.push(completion),
         }
     }
     rest
@@ -187,10 +188,7 @@ impl<M: ClientMachine> Driver<M> {
             transmit(&mut s, &self.out);
         }
         self.timer.notify_one();
-        Ok(Pending {
-            rx,
-            shared_stopped: self.stopped_handle(),
-        })
+        Ok(Pending { rx })
     }
 
     /// Act on the machine without waiting for an answer (a notification, an answer to the
@@ -245,19 +243,11 @@ impl<M: ClientMachine> Driver<M> {
         let _ = self.out.send(Out::Close);
         self.control.wait_or_stop(grace).await
     }
-
-    fn stopped_handle(&self) -> StoppedHandle {
-        let shared = self.shared.clone();
-        Box::new(move || lock(&shared).stopped.clone())
-    }
 }
-
-type StoppedHandle = Box<dyn Fn() -> Option<Stopped> + Send + Sync>;
 
 /// A request in flight.
 pub struct Pending<E> {
-    rx: oneshot::Receiver<Completion<E>>,
-    shared_stopped: StoppedHandle,
+    rx: oneshot::Receiver<Result<Completion<E>, Stopped>>,
 }
 
 impl<E> std::fmt::Debug for Pending<E> {
@@ -267,15 +257,14 @@ impl<E> std::fmt::Debug for Pending<E> {
 }
 
 impl<E> Pending<E> {
-    /// The event that completes the request. `Err` only when the driver was dropped with the
-    /// request unanswered (its machine never completed it); a plugin that stops completes
-    /// every request with the protocol's error through [`ClientMachine::fail_pending`].
+    /// The event that completes the request. `Err` only for a request the machine no longer
+    /// knew when the plugin stopped, or when the driver was dropped with it unanswered; a
+    /// plugin that stops completes every request it knows with the protocol's error through
+    /// [`ClientMachine::fail_pending`].
     pub async fn wait(self) -> Result<Completion<E>, Stopped> {
-        match self.rx.await {
-            Ok(c) => Ok(c),
-            Err(_) => Err((self.shared_stopped)()
-                .unwrap_or_else(|| Stopped::by_host("the session was dropped", Vec::new()))),
-        }
+        self.rx
+            .await
+            .unwrap_or_else(|_| Err(Stopped::by_host("the session was dropped", Vec::new())))
     }
 }
 
@@ -384,7 +373,7 @@ async fn read_loop<M: ClientMachine>(
         let rest = route(&mut s, Some(&stopped));
         // Requests the machine did not complete (it does not know them any more) still end.
         for (_, tx) in s.waiters.drain() {
-            drop(tx);
+            let _ = tx.send(Err(stopped.clone()));
         }
         s.stopped = Some(stopped);
         s.events_tx = None;

@@ -144,26 +144,16 @@ pub(crate) async fn run_proxy(
     let supervisor = Supervisor::new(host, plugin, policy, options, protocol, budgets)
         .on_incident(print_incident);
     let supervised = supervisor.run(in_rx, out_tx);
-    tokio::pin!(supervised);
-    let mut ending = false;
-    let report = loop {
-        tokio::select! {
-            report = &mut supervised => break report?,
-            sig = signals.recv() => {
-                let action = super::signals::action(
-                    sig, on_signal.native, on_signal.sigint, on_signal.stdin_is_terminal);
-                if action == super::signals::Action::Ignore {
-                    continue;
-                }
-                if ending {
-                    eprintln!("sandpipe: second signal {sig}: ending now");
-                    return Ok(128 + sig);
-                }
-                ending = true;
-                // Dropping the reader's sender is the engine's EOF to the supervisor.
-                input.abort();
-            }
-        }
+    let report = match super::signals::serve_until_done(
+        supervised,
+        &mut signals,
+        &on_signal,
+        &input.abort_handle(),
+    )
+    .await
+    {
+        Ok(report) => report?,
+        Err(status) => return Ok(status),
     };
     // The supervisor dropped its sender: the writer finishes what is queued.
     let _ = output.await;

@@ -76,6 +76,39 @@ pub(crate) fn action(
     }
 }
 
+/// Drive `served` (a session answering the engine's frames: the supervisor, a `wasm:` oracle)
+/// to its end, with the signals sandpipe receives meanwhile: the first one `on_signal` does not
+/// ignore ends the engine's input (`input`, the engine reader, is aborted, which the session
+/// takes as EOF) so the session ends through its protocol; a second one ends sandpipe at once,
+/// `Err(128 + signal)`.
+pub(crate) async fn serve_until_done<T>(
+    served: impl std::future::Future<Output = T>,
+    signals: &mut Signals,
+    on_signal: &super::run::SignalPolicy,
+    input: &tokio::task::AbortHandle,
+) -> Result<T, i32> {
+    tokio::pin!(served);
+    let mut ending = false;
+    loop {
+        tokio::select! {
+            done = &mut served => return Ok(done),
+            sig = signals.recv() => {
+                let action = action(
+                    sig, on_signal.native, on_signal.sigint, on_signal.stdin_is_terminal);
+                if action == Action::Ignore {
+                    continue;
+                }
+                if ending {
+                    eprintln!("sandpipe: second signal {sig}: ending now");
+                    return Err(128 + sig);
+                }
+                ending = true;
+                input.abort();
+            }
+        }
+    }
+}
+
 /// The handled signals as one stream.
 #[derive(Debug)]
 pub(crate) struct Signals(Vec<(i32, Signal)>);

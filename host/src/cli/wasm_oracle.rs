@@ -89,26 +89,11 @@ pub(crate) async fn serve(
     let restart = budgets.restart;
     let report = {
         let served = serve_wasm_oracle(&mut oracle, in_rx, out_tx, |i| print_incident(i, restart));
-        tokio::pin!(served);
-        let mut ending = false;
-        loop {
-            tokio::select! {
-                report = &mut served => break report,
-                sig = signals.recv() => {
-                    let action = signals::action(
-                        sig, on_signal.native, on_signal.sigint, on_signal.stdin_is_terminal);
-                    if action == signals::Action::Ignore {
-                        continue;
-                    }
-                    if ending {
-                        eprintln!("sandpipe: second signal {sig}: ending now");
-                        return Ok(128 + sig);
-                    }
-                    ending = true;
-                    // Ending the engine's input ends the session as EOF would.
-                    input.abort();
-                }
-            }
+        match signals::serve_until_done(served, &mut signals, &on_signal, &input.abort_handle())
+            .await
+        {
+            Ok(report) => report,
+            Err(status) => return Ok(status),
         }
     };
     oracle.close().await;

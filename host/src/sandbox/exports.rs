@@ -97,28 +97,10 @@ pub(crate) fn functions(
                 indices.push(index);
             }
             ComponentItem::ComponentInstance(i) => {
-                let mut children: Vec<_> = i
-                    .exports(engine)
-                    .map(|(n, e)| {
-                        let mut p = path.clone();
-                        p.push(n.to_owned());
-                        (p, e.ty)
-                    })
-                    .collect();
-                children.reverse();
-                stack.extend(children);
+                descend(&mut stack, &path, i.exports(engine).map(|(n, e)| (n, e.ty)));
             }
             ComponentItem::Component(c) => {
-                let mut children: Vec<_> = c
-                    .exports(engine)
-                    .map(|(n, e)| {
-                        let mut p = path.clone();
-                        p.push(n.to_owned());
-                        (p, e.ty)
-                    })
-                    .collect();
-                children.reverse();
-                stack.extend(children);
+                descend(&mut stack, &path, c.exports(engine).map(|(n, e)| (n, e.ty)));
             }
             _ => {}
         }
@@ -178,6 +160,22 @@ fn ty_of(t: &Type, depth: usize) -> Result<Ty, CodecError> {
         Type::ErrorContext => return Err(unsupported("error-context")),
         _ => return Err(unsupported("this component-model type")),
     })
+}
+
+/// Push an instance's or nested component's exports under `path` onto the walk's stack, so
+/// they are visited in declaration order.
+fn descend<'a>(
+    stack: &mut Vec<(Vec<String>, ComponentItem)>,
+    path: &[String],
+    children: impl Iterator<Item = (&'a str, ComponentItem)>,
+) {
+    let start = stack.len();
+    stack.extend(children.map(|(name, item)| {
+        let mut p = path.to_vec();
+        p.push(name.to_owned());
+        (p, item)
+    }));
+    stack[start..].reverse();
 }
 
 /// A type in WIT syntax, for signatures.
@@ -339,15 +337,7 @@ impl ExportsRunner {
         let state = State2 {
             ctx: builder.build(),
             table: ResourceTable::new(),
-            limiter: Limiter {
-                max_memory: policy
-                    .max_memory
-                    .map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
-                memory_in_use: 0,
-                table_elements: 0,
-                denied: denied.clone(),
-                meter: meter.clone(),
-            },
+            limiter: Limiter::new(policy, denied.clone(), meter.clone()),
             open_files: OpenFiles::new(policy.max_open_files, policy.preopens.len()),
         };
         let mut store = Store::new(self.pre.engine(), state);

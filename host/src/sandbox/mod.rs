@@ -167,6 +167,21 @@ struct Limiter {
     meter: Arc<Meter>,
 }
 
+impl Limiter {
+    /// The limits `policy` sets on one store; `denied` records that a growth was refused.
+    fn new(policy: &Policy, denied: Arc<AtomicBool>, meter: Arc<Meter>) -> Self {
+        Limiter {
+            max_memory: policy
+                .max_memory
+                .map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
+            memory_in_use: 0,
+            table_elements: 0,
+            denied,
+            meter,
+        }
+    }
+}
+
 impl ResourceLimiter for Limiter {
     fn memory_growing(
         &mut self,
@@ -529,15 +544,7 @@ impl Sandbox {
         let builder = wasi_builder(policy, argv0, guest_in, guest_out, guest_err)?;
 
         let denied = Arc::new(AtomicBool::new(false));
-        let limiter = Limiter {
-            max_memory: policy
-                .max_memory
-                .map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
-            memory_in_use: 0,
-            table_elements: 0,
-            denied: denied.clone(),
-            meter: meter.clone(),
-        };
+        let limiter = Limiter::new(policy, denied.clone(), meter.clone());
         let started = Instant::now();
         let deadline = policy.deadline.map(|d| (started + d, d));
         let stderr = StderrTail::new(tail_lines);
