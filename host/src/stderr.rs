@@ -3,8 +3,9 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Where a plugin's stderr goes besides the tail kept for error reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -13,8 +14,9 @@ pub enum StderrMode {
     /// Each line is logged with `tracing` at `INFO`, target `sandpipe::plugin`.
     #[default]
     Log,
-    /// Bytes are copied to the host process's stderr as they arrive (what a plugin binary
-    /// run directly would do). Used by `sandpipe run`.
+    /// Copied to the host process's stderr as the plugin writes it (what a plugin binary run
+    /// directly would do), a whole line at a time, so lines from the plugin's other streams
+    /// never land inside one another. Used by `sandpipe run`.
     Inherit,
     /// Only the tail is kept.
     Discard,
@@ -103,35 +105,91 @@ impl StderrTail {
     /// Read `stream` to EOF, keeping the tail and sending the bytes where `mode` says.
     pub(crate) async fn drain(
         self,
-        mut stream: impl AsyncRead + Unpin,
+        stream: impl AsyncRead + Unpin,
         mode: StderrMode,
         plugin: String,
     ) {
+        match mode {
+            // The host's stderr going away must not stop the drain: the plugin would then
+            // block on a full pipe. So write errors are ignored.
+            StderrMode::Inherit => self.forward(stream, tokio::io::stderr()).await,
+            StderrMode::Log | StderrMode::Discard => {
+                let mut stream = stream;
+                let mut buf = vec![0u8; 8 * 1024];
+                loop {
+                    let n = match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    let lines = self.push(&buf[..n]);
+                    if mode == StderrMode::Log {
+                        for line in lines {
+                            tracing::info!(target: "sandpipe::plugin", plugin = %plugin, "{line}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copy `stream` to `sink` a whole line at a time, keeping the tail.
+    ///
+    /// A guest's stdout and stderr (and every plugin of a session) share sandpipe's stderr,
+    /// and a program's unbuffered stderr arrives in pieces: Rust's `eprintln!("x: {v}")` is
+    /// three writes. Forwarding each piece as it came would splice another stream's line into
+    /// the middle of this one's. So only complete lines are written, each batch with one
+    /// write; an unterminated last line is written once no more bytes come for
+    /// [`PARTIAL_LINE_WAIT`] (a prompt or a progress line still shows), at [`MAX_HELD_BYTES`],
+    /// or at EOF.
+    async fn forward(&self, mut stream: impl AsyncRead + Unpin, mut sink: impl AsyncWrite + Unpin) {
         let mut buf = vec![0u8; 8 * 1024];
-        let mut host_stderr = tokio::io::stderr();
+        let mut held: Vec<u8> = Vec::new();
         loop {
-            let n = match stream.read(&mut buf).await {
+            let read = if held.is_empty() {
+                stream.read(&mut buf).await
+            } else {
+                // Both readers sandpipe drains (its own pipe, a child's stderr) are
+                // cancel-safe: a read that times out has taken nothing.
+                match tokio::time::timeout(PARTIAL_LINE_WAIT, stream.read(&mut buf)).await {
+                    Ok(read) => read,
+                    Err(_) => {
+                        let _ = sink.write_all(&held).await;
+                        let _ = sink.flush().await;
+                        held.clear();
+                        continue;
+                    }
+                }
+            };
+            let n = match read {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            let lines = self.push(&buf[..n]);
-            match mode {
-                StderrMode::Log => {
-                    for line in lines {
-                        tracing::info!(target: "sandpipe::plugin", plugin = %plugin, "{line}");
-                    }
+            let bytes = &buf[..n];
+            self.push(bytes);
+            match bytes.iter().rposition(|&b| b == b'\n') {
+                Some(last) => {
+                    held.extend_from_slice(&bytes[..=last]);
+                    let _ = sink.write_all(&held).await;
+                    held.clear();
+                    held.extend_from_slice(&bytes[last + 1..]);
                 }
-                StderrMode::Inherit => {
-                    // The host's stderr going away must not stop the drain: the plugin would
-                    // then block on a full pipe.
-                    let _ = host_stderr.write_all(&buf[..n]).await;
-                }
-                StderrMode::Discard => {}
+                None => held.extend_from_slice(bytes),
+            }
+            if held.len() >= MAX_HELD_BYTES {
+                let _ = sink.write_all(&held).await;
+                held.clear();
             }
         }
-        let _ = host_stderr.flush().await;
+        let _ = sink.write_all(&held).await;
+        let _ = sink.flush().await;
     }
 }
+
+/// How long an unterminated line waits for the rest of itself before it is forwarded as it is.
+const PARTIAL_LINE_WAIT: Duration = Duration::from_millis(100);
+
+/// The most of one unterminated line held back; a longer line is forwarded in pieces.
+const MAX_HELD_BYTES: usize = 64 * 1024;
 
 fn memchr_nl(bytes: &[u8]) -> Option<usize> {
     bytes.iter().position(|&b| b == b'\n')
@@ -156,5 +214,128 @@ mod tests {
         tail.push(&vec![b'x'; 10_000]);
         tail.push(b"\n");
         assert_eq!(tail.lines()[0].len(), MAX_LINE_BYTES);
+    }
+
+    /// A sink that records each write it is given.
+    #[derive(Clone, Default)]
+    struct Writes(Arc<Mutex<Vec<Vec<u8>>>>);
+
+    impl Writes {
+        fn taken(&self) -> Vec<String> {
+            let w = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            w.iter()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect()
+        }
+    }
+
+    impl AsyncWrite for Writes {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(buf.to_vec());
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    fn spawn_forward(
+        tail: StderrTail,
+        stream: tokio::io::DuplexStream,
+        sink: Writes,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move { tail.forward(stream, sink).await })
+    }
+
+    #[tokio::test]
+    async fn a_line_written_in_pieces_is_forwarded_whole() {
+        let (mut plugin, host) = tokio::io::duplex(1024);
+        let sink = Writes::default();
+        let tail = StderrTail::new(4);
+        let forward = spawn_forward(tail.clone(), host, sink.clone());
+        // As `eprintln!("stderr: {msg}")` writes: three pieces.
+        for piece in ["stderr: ", "hi", "\n", "two\nthr", "ee\n"] {
+            plugin
+                .write_all(piece.as_bytes())
+                .await
+                .expect("in-memory io");
+            tokio::task::yield_now().await;
+        }
+        drop(plugin);
+        forward.await.expect("in-memory io");
+        let writes = sink.taken();
+        assert_eq!(writes.concat(), "stderr: hi\ntwo\nthree\n");
+        assert!(writes.iter().all(|w| w.ends_with('\n')), "{writes:?}");
+        assert_eq!(tail.lines(), vec!["stderr: hi", "two", "three"]);
+    }
+
+    #[tokio::test]
+    async fn lines_of_two_streams_sharing_a_sink_stay_whole() {
+        let sink = Writes::default();
+        let (mut out, out_host) = tokio::io::duplex(1024);
+        let (mut err, err_host) = tokio::io::duplex(1024);
+        let drains = [
+            spawn_forward(StderrTail::new(0), out_host, sink.clone()),
+            spawn_forward(StderrTail::new(0), err_host, sink.clone()),
+        ];
+        for i in 0..50 {
+            err.write_all(b"stderr: ").await.expect("in-memory io");
+            tokio::task::yield_now().await;
+            out.write_all(format!("stdout: {i}\n").as_bytes())
+                .await
+                .expect("in-memory io");
+            tokio::task::yield_now().await;
+            err.write_all(format!("{i}\n").as_bytes())
+                .await
+                .expect("in-memory io");
+            tokio::task::yield_now().await;
+        }
+        drop((out, err));
+        for d in drains {
+            d.await.expect("in-memory io");
+        }
+        let text = sink.taken().concat();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 100);
+        for i in 0..50 {
+            assert!(lines.contains(&format!("stdout: {i}").as_str()), "{text}");
+            assert!(lines.contains(&format!("stderr: {i}").as_str()), "{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unterminated_line_is_forwarded_when_nothing_more_comes() {
+        let (mut plugin, host) = tokio::io::duplex(1024);
+        let sink = Writes::default();
+        let forward = spawn_forward(StderrTail::new(1), host, sink.clone());
+        plugin.write_all(b"password: ").await.expect("in-memory io");
+        // The plugin stays open and silent: the prompt still shows.
+        let shown = async {
+            while sink.taken().concat() != "password: " {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), shown)
+            .await
+            .expect("the prompt was forwarded");
+        drop(plugin);
+        forward.await.expect("in-memory io");
+        assert_eq!(sink.taken().concat(), "password: ");
     }
 }
