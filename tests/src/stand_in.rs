@@ -24,6 +24,24 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+/// Give the peer SIGINT and SIGQUIT at their defaults, as an engine started from a terminal
+/// passes them on. A test process started in the background of a non-interactive shell has
+/// both ignored, and a peer run directly would inherit that: a `Signal("INT")` step would then
+/// test nothing (sandpipe takes the signals over either way, so only the direct runs changed).
+#[allow(unsafe_code)]
+fn default_signals(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec. It only calls `signal`,
+    // which is async-signal-safe, allocates nothing and touches no state shared with the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+}
+
 /// Only a guard against a hung peer, so that a broken run fails instead of blocking the suite;
 /// nothing is asserted about time.
 const HANG_GUARD: Duration = Duration::from_secs(120);
@@ -146,6 +164,7 @@ fn describe(status: ExitStatus) -> String {
 /// an engine keeps its end of the pipe. A step that cannot complete ends the steps and is
 /// recorded in [`Transcript::broke`].
 pub fn play(cmd: &mut Command, steps: &[Step]) -> Transcript {
+    default_signals(cmd);
     let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -1,9 +1,10 @@
 //! Transparent stand-in, Cairo oracle: an oracle written with the real SDK from crates.io
 //! (`cairo-oracle-server` 0.1.0, `tests/peers/cairo-oracle`), driven as the Cairo executor
 //! drives a `stdio:` oracle. Each scenario runs the native oracle directly, then the same
-//! oracle behind `sandpipe run` (native, and built for wasm32-wasip2), raw and with
-//! `--framing lines`, under the default limits; the engine must see the same stdout bytes and
-//! the same end.
+//! oracle behind `sandpipe run` (native, and built for wasm32-wasip2) three ways, raw, with
+//! `--framing lines`, and with `--protocol oracle` (sandpipe's supervisor between engine and
+//! oracle), under the default limits; the engine must see the same stdout bytes and the same
+//! end.
 //!
 //! The SDK logs every line it receives on stderr (`recv: …`), so the tests also check that
 //! each engine line, malformed ones included, reached the oracle unchanged.
@@ -111,23 +112,27 @@ fn direct(steps: &[Step]) -> Transcript {
     )
 }
 
-fn behind_sandpipe(target: Target, framing: Option<&str>, steps: &[Step]) -> Transcript {
+fn behind_sandpipe(target: Target, way: &[&str], steps: &[Step]) -> Transcript {
     let mut cmd = engine_command(peers::sandpipe());
-    cmd.arg("run");
-    if let Some(framing) = framing {
-        cmd.args(["--framing", framing]);
-    }
-    cmd.arg(peers::cairo_oracle(target));
+    cmd.arg("run").args(way).arg(peers::cairo_oracle(target));
     play(&mut cmd, steps)
 }
 
-/// What the engine must see behind `sandpipe run` of `target` for a scenario, and why.
+/// How the engine runs the oracle through sandpipe: a transparent pipe, raw or with the
+/// framing named, or with sandpipe speaking the oracle protocol (its supervisor between the
+/// engine and the oracle).
+const WAYS: [&[&str]; 3] = [&[], &["--framing", "lines"], &["--protocol", "oracle"]];
+
+/// What the engine must see behind `sandpipe run` of `target` (with `--protocol` or not) for
+/// a scenario, and why.
 ///
-/// A native oracle gets every signal (sandpipe forwards it to the process group), so it ends
-/// as it does directly. A wasm plugin cannot be signalled: SIGTERM closes its stdin (the
-/// oracle then ends as at EOF), and SIGINT is ignored because the engine's stdin is a pipe,
-/// not a terminal (the oracle keeps serving).
-fn expected(target: Target, name: &str, steps: &[Step]) -> (Vec<Step>, Vec<Step>) {
+/// As a transparent pipe, a native oracle gets every signal (sandpipe forwards it to the
+/// process group), so it ends as it does directly. A wasm plugin cannot be signalled: SIGTERM
+/// closes its stdin (the oracle then ends as at EOF), and SIGINT is ignored because the
+/// engine's stdin is a pipe, not a terminal (the oracle keeps serving). With `--protocol`,
+/// the first signal not ignored ends the engine's input instead, so the oracle, native too,
+/// ends as at EOF.
+fn expected(target: Target, protocol: bool, name: &str, steps: &[Step]) -> (Vec<Step>, Vec<Step>) {
     let replace = |with: &[Step]| {
         let mut plain: Vec<Step> = steps.to_vec();
         plain.pop();
@@ -136,6 +141,9 @@ fn expected(target: Target, name: &str, steps: &[Step]) -> (Vec<Step>, Vec<Step>
     };
     match (target, name) {
         (Target::Wasm, "sigterm") => (steps.to_vec(), replace(&[Step::CloseStdin])),
+        (Target::Native, "sigterm" | "sigint") if protocol => {
+            (steps.to_vec(), replace(&[Step::CloseStdin]))
+        }
         (Target::Wasm, "sigint") => {
             // Still serving after the SIGINT; then the protocol's own end.
             let mut after = steps.to_vec();
@@ -167,25 +175,35 @@ fn sdk_log(t: &Transcript) -> Vec<String> {
 fn stand_in_matches_direct(target: Target) {
     let mut tally = Tally::default();
     for (name, steps) in scenarios() {
-        let (stand_in_steps, direct_steps) = expected(target, name, &steps);
-        let want = direct(&direct_steps);
-        assert_eq!(want.broke, None, "{name}, directly: {want:?}");
-        tally.record("directly", name, Ok(()));
-        for framing in [None, Some("lines")] {
-            let got = behind_sandpipe(target, framing, &stand_in_steps);
-            let way = match framing {
-                None => format!("sandpipe run {target:?}"),
-                Some(f) => format!("sandpipe run --framing {f} {target:?}"),
-            };
+        // The oracle run directly, once per distinct way of driving it.
+        let mut directly: Vec<(Vec<Step>, Transcript)> = Vec::new();
+        for way in WAYS {
+            let protocol = way.contains(&"--protocol");
+            let (stand_in_steps, direct_steps) = expected(target, protocol, name, &steps);
+            if !directly.iter().any(|(s, _)| *s == direct_steps) {
+                let t = direct(&direct_steps);
+                assert_eq!(t.broke, None, "{name}, directly: {t:?}");
+                directly.push((direct_steps.clone(), t));
+            }
+            let want = &directly
+                .iter()
+                .find(|(s, _)| *s == direct_steps)
+                .expect("run above")
+                .1;
+            let got = behind_sandpipe(target, way, &stand_in_steps);
+            let way = format!(
+                "sandpipe run {}{target:?}",
+                way.iter().map(|a| format!("{a} ")).collect::<String>()
+            );
             // What the engine sent reached the oracle byte for byte, and the oracle did the
             // same with it: the SDK logs every line it receives and sends, and each warning.
             let outcome = want.same_for_engine(&got).and_then(|()| {
-                if sdk_log(&want) == sdk_log(&got) {
+                if sdk_log(want) == sdk_log(&got) {
                     Ok(())
                 } else {
                     Err(format!(
                         "the oracle's own log differs:\n{:?}\nvs\n{:?}",
-                        sdk_log(&want),
+                        sdk_log(want),
                         sdk_log(&got)
                     ))
                 }
@@ -193,6 +211,7 @@ fn stand_in_matches_direct(target: Target) {
             tally.record(&way, name, outcome);
         }
     }
+    tally.record("directly", "every scenario", Ok(()));
     tally.finish("cairo-oracle-server 0.1.0");
 }
 
