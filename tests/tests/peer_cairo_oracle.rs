@@ -12,8 +12,8 @@
 use std::process::Command;
 
 use sandpipe_tests::Target;
-use sandpipe_tests::peers;
 use sandpipe_tests::stand_in::{Step, Tally, Transcript, play};
+use sandpipe_tests::{cli, peers};
 
 /// The executor's acknowledgement of the oracle's `ready` request (id 0, from the SDK).
 const ACK: &str = r#"{"jsonrpc":"2.0","id":0,"result":{}}"#;
@@ -287,4 +287,62 @@ fn the_real_sdk_answers_as_the_protocol_says() {
         eof.stderr_lines("warn: "),
         ["warn: client disconnected without sending `shutdown` notification"]
     );
+}
+
+/// `sandpipe call --protocol oracle`, which is the library's `OracleClient` on the host driver,
+/// against the real SDK, native and wasm: the `ready` handshake, an answer, the oracle's own
+/// error with the status for it, and the shutdown notification ending the oracle cleanly.
+#[test]
+fn call_drives_the_real_sdk_through_the_oracle_client() {
+    for target in [Target::Native, Target::Wasm] {
+        let oracle = peers::cairo_oracle(target).display().to_string();
+        let call = |method: &str, params: &str| {
+            let args = [
+                "call",
+                "--protocol",
+                "oracle",
+                "--method",
+                method,
+                "--params",
+                params,
+                &oracle,
+            ];
+            let out = cli::run_command(
+                {
+                    let mut cmd = engine_command(peers::sandpipe());
+                    cmd.args(args);
+                    cmd
+                },
+                b"",
+            );
+            (
+                out.status.code(),
+                cli::text(&out.stdout),
+                cli::text(&out.stderr),
+            )
+        };
+        let (code, out, err) = call("sqrt", r#"["0x10"]"#);
+        assert_eq!(
+            (code, out.as_str()),
+            (Some(0), "[\"0x4\"]\n"),
+            "{target:?}: {err}"
+        );
+        // The SDK logs the shutdown it received: the client ended the session the protocol's way.
+        assert!(
+            err.contains(r#"recv: {"jsonrpc":"2.0","method":"shutdown"}"#),
+            "{target:?}: {err}"
+        );
+        let (code, out, err) = call("funny_hash", r#"["0x3"]"#);
+        assert_eq!((code, out.as_str()), (Some(1), ""), "{target:?}: {err}");
+        assert!(
+            err.contains("sandpipe: oracle error -32603: value must be even"),
+            "{target:?}: {err}"
+        );
+        let (code, out, err) = call("add", r#"["0x2","0x3"]"#);
+        assert_eq!(
+            (code, out.as_str()),
+            (Some(0), "[\"0x5\"]\n"),
+            "{target:?}: {err}"
+        );
+    }
 }
