@@ -160,11 +160,13 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
     eprintln!("sandpipe-bench: building the sandpipe binary (this bench's profile)");
     let sandpipe = process::build_sandpipe()?;
     let python = process::python_plugins(args.quick);
+    let oracle = process::oracle_plugins();
     let inputs = process::Inputs {
         sandpipe,
         wasm: wasm.clone(),
         native: native.clone(),
         python,
+        oracle,
     };
     if args.process_only {
         let results = process::run(&exe, &inputs, args.quick)?;

@@ -6,7 +6,10 @@
 //!                   │                                  it spawns on CPU 0)
 //!                   ├─ echo-X                           native plugin, direct
 //!                   ├─ sandpipe run [--framing F] echo-X.wasm
-//!                   └─ sandpipe run [--framing F] echo-X  (native plugin behind `run`)
+//!                   ├─ sandpipe run [--framing F] echo-X  (native plugin behind `run`)
+//!                   ├─ peer-cairo-oracle                the real SDK's oracle, direct
+//!                   └─ sandpipe run --protocol oracle peer-cairo-oracle[.wasm]
+//!                                                       (and `--framing lines` on the .wasm)
 //! ```
 //!
 //! Round trips: every contender alive at once, timed in blocks in turn (see
@@ -48,6 +51,15 @@ const MODES: [(&str, Framing, &str); 4] = [
     ),
 ];
 
+/// Where the parent tells a driver the Cairo oracle's two builds.
+const ORACLE_WASM_ENV: &str = "SANDPIPE_BENCH_ORACLE_WASM";
+const ORACLE_NATIVE_ENV: &str = "SANDPIPE_BENCH_ORACLE_NATIVE";
+
+/// Contenders of the oracle comparison, in figure-id order: the oracle run directly, behind
+/// `run --protocol oracle` (the supervisor) as wasm and natively, and behind the transparent
+/// `run --framing lines` as wasm (so the supervisor's own share can be read off).
+const ORACLE_WHO: [&str; 4] = ["direct", "proto-wasm", "proto-native", "lines-wasm"];
+
 /// Contenders of a round-trip comparison, in figure-id order.
 const WHO: [&str; 3] = ["direct", "run-wasm", "run-native"];
 
@@ -61,6 +73,9 @@ pub struct Inputs {
     pub native: PathBuf,
     /// The Python oracle as a component and as a zipapp, or why there is none.
     pub python: Result<(PathBuf, PathBuf), String>,
+    /// The Cairo oracle written with the real SDK (`tests/peers/cairo-oracle`), built for
+    /// wasm32-wasip2 and natively, or why there is none.
+    pub oracle: Result<(PathBuf, PathBuf), String>,
 }
 
 /// One driver's figures by key, with the load average before it and other processes' CPU
@@ -75,6 +90,7 @@ pub struct Results {
     release: bool,
     phases: Vec<Driver>,
     python_skipped: Option<String>,
+    oracle_skipped: Option<String>,
 }
 
 /// Build the release `sandpipe` binary next to this one (`<target>/<profile>/sandpipe`): the
@@ -132,6 +148,19 @@ pub fn python_plugins(quick: bool) -> Result<(PathBuf, PathBuf), String> {
     ))
 }
 
+/// The Cairo oracle peer, both builds (cargo fetches its SDK from crates.io).
+pub fn oracle_plugins() -> Result<(PathBuf, PathBuf), String> {
+    let build = |target| {
+        std::panic::catch_unwind(|| sandpipe_tests::peers::cairo_oracle(target)).map_err(|_| {
+            "building tests/peers/cairo-oracle failed (see the output above)".to_owned()
+        })
+    };
+    Ok((
+        build(sandpipe_tests::Target::Wasm)?,
+        build(sandpipe_tests::Target::Native)?,
+    ))
+}
+
 /// The parent: one driver per placement; gather what they print.
 pub fn run(exe: &Path, inputs: &Inputs, quick: bool) -> anyhow::Result<Results> {
     let mut results = Results {
@@ -139,10 +168,14 @@ pub fn run(exe: &Path, inputs: &Inputs, quick: bool) -> anyhow::Result<Results> 
         sandpipe: inputs.sandpipe.display().to_string(),
         release: !cfg!(debug_assertions),
         python_skipped: inputs.python.as_ref().err().cloned(),
+        oracle_skipped: inputs.oracle.as_ref().err().cloned(),
         ..Results::default()
     };
     if let Some(why) = &results.python_skipped {
         eprintln!("sandpipe-bench: process level: Python rows skipped: {why}");
+    }
+    if let Some(why) = &results.oracle_skipped {
+        eprintln!("sandpipe-bench: process level: oracle rows skipped: {why}");
     }
     for phase in Phase::ALL {
         eprintln!("sandpipe-bench: process level, {} driver", phase.name());
@@ -161,6 +194,10 @@ pub fn run(exe: &Path, inputs: &Inputs, quick: bool) -> anyhow::Result<Results> 
         }
         if quick {
             cmd.env("SANDPIPE_BENCH_QUICK", "1");
+        }
+        if let Ok((wasm, native)) = &inputs.oracle {
+            cmd.env(ORACLE_WASM_ENV, wasm)
+                .env(ORACLE_NATIVE_ENV, native);
         }
         let out = cmd.output().context("running a process-level driver")?;
         let after = crate::machine::CpuTicks::now();
@@ -235,6 +272,19 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
         round_trips(quick, sandpipe, wasm, native, &cache)?;
         throughput(quick, sandpipe, wasm, native, &cache)?;
         starts(quick, sandpipe, wasm, native, &cache)?;
+        let oracle = (
+            std::env::var_os(ORACLE_WASM_ENV),
+            std::env::var_os(ORACLE_NATIVE_ENV),
+        );
+        if let (Some(oracle_wasm), Some(oracle_native)) = oracle {
+            oracle_round_trips(
+                quick,
+                sandpipe,
+                Path::new(&oracle_wasm),
+                Path::new(&oracle_native),
+                &cache,
+            )?;
+        }
         if let [py_wasm, py_native] = rest {
             python(
                 quick,
@@ -436,6 +486,78 @@ fn round_trips(
                 put_stats(&format!("rt.{mode}.{who}.{size}"), s.finish());
             }
         }
+    }
+    Ok(())
+}
+
+/// The executor's acknowledgement of the oracle's `ready` request (id 0, from the SDK).
+const ORACLE_ACK: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{}}\n";
+
+/// Spawn `cmd` (the oracle, or sandpipe in front of it) and do the start-up as the Cairo
+/// executor does: read `ready`, acknowledge it.
+fn oracle_peer(cmd: Command, cache: &Path) -> anyhow::Result<Peer> {
+    let mut peer = Peer::spawn(cmd, Framing::JsonLines, cache)?;
+    peer.read_frame()?;
+    ensure!(
+        peer.reply
+            .starts_with(br#"{"jsonrpc":"2.0","id":0,"method":"ready""#),
+        "the oracle's first frame is not ready: {}",
+        String::from_utf8_lossy(&peer.reply)
+    );
+    let stdin = peer.stdin.as_mut().context("stdin closed")?;
+    stdin.write_all(ORACLE_ACK)?;
+    Ok(peer)
+}
+
+/// Invoke round trips (`sqrt` of one felt, about 100 B each way) against the real SDK's
+/// oracle, every contender alive at once, timed in blocks in turn.
+fn oracle_round_trips(
+    quick: bool,
+    sandpipe: &Path,
+    wasm: &Path,
+    native: &Path,
+    cache: &Path,
+) -> anyhow::Result<()> {
+    let protocol = |plugin: &Path| {
+        let mut cmd = Command::new(sandpipe);
+        cmd.args(["run", "--protocol", "oracle"]).arg(plugin);
+        cmd
+    };
+    // Compile the component into the cache once, before anything is timed.
+    oracle_peer(protocol(wasm), cache)?.finish()?;
+    let (plan, block) = plans(quick, 100);
+    let mut peers = vec![
+        oracle_peer(Command::new(native), cache)?,
+        oracle_peer(protocol(wasm), cache)?,
+        oracle_peer(protocol(native), cache)?,
+        oracle_peer(run_cmd(sandpipe, "lines", wasm), cache)?,
+    ];
+    let mut samplers: Vec<Sampler> = peers.iter().map(|_| Sampler::new(&plan)).collect();
+    let mut id = 0u64;
+    while samplers.iter_mut().all(Sampler::more) {
+        for (peer, s) in peers.iter_mut().zip(&mut samplers) {
+            for _ in 0..block {
+                id += 1;
+                let wire = format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"invoke\",\"params\":{{\"selector\":\"sqrt\",\"calldata\":[\"0x10\"]}}}}\n"
+                );
+                let t = Instant::now();
+                peer.round_trip(wire.as_bytes())?;
+                s.record(t.elapsed());
+                let want = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":[\"0x4\"]}}");
+                ensure!(
+                    peer.reply == want.as_bytes(),
+                    "the oracle answered {}",
+                    String::from_utf8_lossy(&peer.reply)
+                );
+            }
+        }
+    }
+    for p in peers {
+        p.finish()?;
+    }
+    for (who, s) in ORACLE_WHO.into_iter().zip(samplers) {
+        put_stats(&format!("oracle.{who}"), s.finish());
     }
     Ok(())
 }
@@ -853,6 +975,38 @@ pub fn render(r: &Results) -> String {
             cell(n),
             fmt_ratio(ratio(n, d))
         );
+    }
+    match &r.oracle_skipped {
+        Some(why) => {
+            let _ = writeln!(o, "\nOracle rows **not measured**: {why}.");
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "\nA real plugin behind `sandpipe run --protocol oracle`: the Cairo oracle written with the `cairo-oracle-server` SDK from crates.io (`tests/peers/cairo-oracle`), started as the executor starts it (`ready` read and acknowledged), then `invoke` round trips (`sqrt` of one felt, about 100 B each way). Contenders as in the round trips above; the last column is `--protocol oracle` (the supervisor) against the transparent `--framing lines` on the same component: the supervisor's own share. The SDK logs every message on stderr, which the driver discards; behind sandpipe, sandpipe forwards it.\n\n| placement | oracle direct p50 / p99 | `run --protocol oracle` wasm p50 / p99 | wasm ratio | `run --protocol oracle` native p50 / p99 | native ratio | `run --framing lines` wasm p50 / p99 | wasm `--protocol` / `--framing` |\n|---|---:|---:|---:|---:|---:|---:|---:|"
+            );
+            for (phase, f, _, _) in &r.phases {
+                let get = |who: &str| stats(f, &format!("oracle.{who}"));
+                let (d, pw, pn, lw) = (
+                    get("direct"),
+                    get("proto-wasm"),
+                    get("proto-native"),
+                    get("lines-wasm"),
+                );
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                    phase.name(),
+                    cell(d),
+                    cell(pw),
+                    fmt_ratio(ratio(pw, d)),
+                    cell(pn),
+                    fmt_ratio(ratio(pn, d)),
+                    cell(lw),
+                    fmt_ratio(ratio(pw, lw)),
+                );
+            }
+        }
     }
     match &r.python_skipped {
         Some(why) => {

@@ -22,6 +22,7 @@ fn quick_mode_runs_every_figure_and_prints_the_tables() {
         "| target | measured p50 | against p50 | ratio | goal | result |",
         "| stream | frame | frames | time | frames/s | MB/s | CPU placement |",
         "| framing | frame | placement | native direct p50 / p99 | `sandpipe run` wasm p50 / p99 | wasm ratio | `sandpipe run` native p50 / p99 | native ratio |",
+        "| placement | oracle direct p50 / p99 | `run --protocol oracle` wasm p50 / p99 | wasm ratio |",
         "### Process-level targets",
     ] {
         assert!(stdout.contains(header), "missing {header:?} in:\n{stdout}");
@@ -47,6 +48,10 @@ fn quick_mode_runs_every_figure_and_prints_the_tables() {
             "missing the {figure:?} figure in:\n{stdout}"
         );
     }
+    assert!(
+        !stdout.contains("Oracle rows **not measured**"),
+        "the real oracle was not measured:\n{stdout}"
+    );
     assert!(
         !stdout.contains("not measured |"),
         "a target's figure is missing:\n{stdout}"
