@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use sandpipe::{Host, HostOptions, LoadSource, Metering};
 use sandpipe_proto::frame::Framing;
+use sandpipe_tests::peers::{ORACLE_READY_ACK, oracle_invoke};
 
 use crate::Phase;
 use crate::framings::{frame_for, sibling};
@@ -490,9 +491,6 @@ fn round_trips(
     Ok(())
 }
 
-/// The executor's acknowledgement of the oracle's `ready` request (id 0, from the SDK).
-const ORACLE_ACK: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{}}\n";
-
 /// Spawn `cmd` (the oracle, or sandpipe in front of it) and do the start-up as the Cairo
 /// executor does: read `ready`, acknowledge it.
 fn oracle_peer(cmd: Command, cache: &Path) -> anyhow::Result<Peer> {
@@ -505,7 +503,7 @@ fn oracle_peer(cmd: Command, cache: &Path) -> anyhow::Result<Peer> {
         String::from_utf8_lossy(&peer.reply)
     );
     let stdin = peer.stdin.as_mut().context("stdin closed")?;
-    stdin.write_all(ORACLE_ACK)?;
+    writeln!(stdin, "{ORACLE_READY_ACK}")?;
     Ok(peer)
 }
 
@@ -538,9 +536,7 @@ fn oracle_round_trips(
         for (peer, s) in peers.iter_mut().zip(&mut samplers) {
             for _ in 0..block {
                 id += 1;
-                let wire = format!(
-                    "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"invoke\",\"params\":{{\"selector\":\"sqrt\",\"calldata\":[\"0x10\"]}}}}\n"
-                );
+                let wire = format!("{}\n", oracle_invoke(id, "sqrt", &["0x10"]));
                 let t = Instant::now();
                 peer.round_trip(wire.as_bytes())?;
                 s.record(t.elapsed());
@@ -729,18 +725,16 @@ fn starts(
 /// The oracle's first exchange: answer its `ready`, ask for one square root, read until the
 /// answer.
 fn oracle_first_response(cmd: Command, cache: &Path) -> anyhow::Result<Duration> {
-    const REQUESTS: &str = concat!(
-        r#"{"jsonrpc":"2.0","id":0,"result":{}}"#,
-        "\n",
-        r#"{"jsonrpc":"2.0","id":0,"method":"invoke","params":{"selector":"sqrt","calldata":["0x10"]}}"#,
-        "\n"
+    let requests = format!(
+        "{ORACLE_READY_ACK}\n{}\n",
+        oracle_invoke(0, "sqrt", &["0x10"])
     );
     let t = Instant::now();
     let mut peer = Peer::spawn(cmd, Framing::JsonLines, cache)?;
     peer.stdin
         .as_mut()
         .context("stdin closed")?
-        .write_all(REQUESTS.as_bytes())?;
+        .write_all(requests.as_bytes())?;
     loop {
         peer.read_frame()?;
         if peer.reply.windows(5).any(|w| w == b"\"0x4\"") {

@@ -68,38 +68,55 @@ impl StderrTail {
             .total_bytes
     }
 
-    /// Feed bytes; returns the lines completed by them (for logging).
-    pub(crate) fn push(&self, mut bytes: &[u8]) -> Vec<String> {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.total_bytes += bytes.len() as u64;
+    /// Feed bytes, keeping the tail.
+    pub(crate) fn push(&self, bytes: &[u8]) {
+        self.feed(bytes, None);
+    }
+
+    /// [`push`](Self::push), also returning the lines the bytes completed (for logging).
+    fn push_lines(&self, bytes: &[u8]) -> Vec<String> {
         let mut done = Vec::new();
+        self.feed(bytes, Some(&mut done));
+        done
+    }
+
+    fn feed(&self, mut bytes: &[u8], mut done: Option<&mut Vec<String>>) {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let TailInner {
+            lines,
+            partial,
+            max_lines,
+            total_bytes,
+        } = &mut *guard;
+        *total_bytes += bytes.len() as u64;
         while !bytes.is_empty() {
-            match memchr_nl(bytes) {
-                Some(i) => {
-                    let room = MAX_LINE_BYTES.saturating_sub(inner.partial.len());
-                    inner.partial.extend_from_slice(&bytes[..i.min(room)]);
-                    let mut line = std::mem::take(&mut inner.partial);
-                    if line.last() == Some(&b'\r') {
-                        line.pop();
+            let end = memchr_nl(bytes);
+            let piece = &bytes[..end.unwrap_or(bytes.len())];
+            let room = MAX_LINE_BYTES.saturating_sub(partial.len());
+            partial.extend_from_slice(&piece[..piece.len().min(room)]);
+            let Some(end) = end else {
+                break;
+            };
+            bytes = &bytes[end + 1..];
+            // A line becomes a string only if it is kept or logged (a drain with no tail and
+            // no log, such as a guest's stdout, makes none).
+            if *max_lines > 0 || done.is_some() {
+                let text = partial.strip_suffix(b"\r").unwrap_or(partial);
+                let line = String::from_utf8_lossy(text).into_owned();
+                match (done.as_deref_mut(), *max_lines > 0) {
+                    (Some(done), true) => {
+                        done.push(line.clone());
+                        lines.push_back(line);
                     }
-                    let line = String::from_utf8_lossy(&line).into_owned();
-                    done.push(line.clone());
-                    inner.lines.push_back(line);
-                    while inner.lines.len() > inner.max_lines {
-                        inner.lines.pop_front();
-                    }
-                    bytes = &bytes[i + 1..];
+                    (Some(done), false) => done.push(line),
+                    (None, _) => lines.push_back(line),
                 }
-                None => {
-                    let room = MAX_LINE_BYTES.saturating_sub(inner.partial.len());
-                    inner
-                        .partial
-                        .extend_from_slice(&bytes[..bytes.len().min(room)]);
-                    bytes = &[];
+                while lines.len() > *max_lines {
+                    lines.pop_front();
                 }
             }
+            partial.clear();
         }
-        done
     }
 
     /// Read `stream` to EOF, keeping the tail and sending the bytes where `mode` says.
@@ -121,7 +138,7 @@ impl StderrTail {
                         Ok(0) | Err(_) => break,
                         Ok(n) => n,
                     };
-                    let lines = self.push(&buf[..n]);
+                    let lines = self.push_lines(&buf[..n]);
                     if mode == StderrMode::Log {
                         for line in lines {
                             tracing::info!(target: "sandpipe::plugin", plugin = %plugin, "{line}");
@@ -167,6 +184,11 @@ impl StderrTail {
             let bytes = &buf[..n];
             self.push(bytes);
             match bytes.iter().rposition(|&b| b == b'\n') {
+                // The usual case, nothing held: the complete lines go out as they were read.
+                Some(last) if held.is_empty() => {
+                    let _ = sink.write_all(&bytes[..=last]).await;
+                    held.extend_from_slice(&bytes[last + 1..]);
+                }
                 Some(last) => {
                     held.extend_from_slice(&bytes[..=last]);
                     let _ = sink.write_all(&held).await;

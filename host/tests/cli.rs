@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 use sandpipe_tests::cli::{path, text};
-use sandpipe_tests::{Target, plugin};
+use sandpipe_tests::{Target, peers, plugin};
 
 fn sandpipe(args: &[&str], stdin: &[u8]) -> Output {
     sandpipe_tests::cli::run(env!("CARGO_BIN_EXE_sandpipe"), args, stdin)
@@ -636,29 +636,21 @@ fn oracle_engine(
     invokes: &[&str],
 ) -> (Vec<String>, Option<i32>, String) {
     use std::io::{BufRead, BufReader};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sandpipe"))
-        .args(["run", "--protocol", "oracle"])
-        .args(args)
-        .arg(plugin)
-        .env_remove("SANDPIPE_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sandpipe");
+    let mut child = sandpipe_tests::cli::spawn(
+        Command::new(env!("CARGO_BIN_EXE_sandpipe"))
+            .args(["run", "--protocol", "oracle"])
+            .args(args)
+            .arg(plugin),
+    );
     let mut input = child.stdin.take().expect("stdin");
     let mut output = BufReader::new(child.stdout.take().expect("stdout"));
     let mut seen = Vec::new();
     let mut line = String::new();
     output.read_line(&mut line).expect("ready");
     seen.push(line.trim_end().to_owned());
-    writeln!(input, r#"{{"jsonrpc":"2.0","id":0,"result":{{}}}}"#).expect("engine side");
-    for (i, selector) in invokes.iter().enumerate() {
-        let id = i + 1;
-        let sent = writeln!(
-            input,
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"invoke","params":{{"selector":"{selector}","calldata":["0x1"]}}}}"#
-        );
+    writeln!(input, "{}", peers::ORACLE_READY_ACK).expect("engine side");
+    for (id, selector) in (1..).zip(invokes) {
+        let sent = writeln!(input, "{}", peers::oracle_invoke(id, selector, &["0x1"]));
         line.clear();
         if sent.is_err() || output.read_line(&mut line).unwrap_or(0) == 0 {
             break;

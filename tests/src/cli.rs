@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 use crate::{Target, plugin};
 
@@ -19,13 +19,7 @@ pub fn run(exe: impl AsRef<Path>, args: &[&str], stdin: &[u8]) -> Output {
 /// [`run`] for a command the caller set up (its environment, say): `SANDPIPE_LOG` removed,
 /// `stdin` written from a thread, the output collected.
 pub fn run_command(mut cmd: Command, stdin: &[u8]) -> Output {
-    let mut child = cmd
-        .env_remove("SANDPIPE_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sandpipe");
+    let mut child = spawn(&mut cmd);
     let mut input = child.stdin.take().expect("stdin");
     let data = stdin.to_vec();
     let writer = std::thread::spawn(move || {
@@ -34,6 +28,16 @@ pub fn run_command(mut cmd: Command, stdin: &[u8]) -> Output {
     let out = child.wait_with_output().expect("wait");
     let _ = writer.join();
     out
+}
+
+/// Start `cmd` as the CLI tests do: `SANDPIPE_LOG` removed, stdin, stdout and stderr piped.
+pub fn spawn(cmd: &mut Command) -> Child {
+    cmd.env_remove("SANDPIPE_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"))
 }
 
 /// The path of plugin `bin` built for `target`, as a command-line argument.

@@ -126,6 +126,20 @@ pub fn deno() -> PathBuf {
     )
 }
 
+/// What the Cairo executor writes to a `stdio:` oracle after reading its `ready` (request id 0):
+/// the acknowledgement, one line without its newline.
+pub const ORACLE_READY_ACK: &str = r#"{"jsonrpc":"2.0","id":0,"result":{}}"#;
+
+/// The executor's `invoke` of `selector` with `calldata` (felts as hex strings) as request `id`,
+/// one line without its newline, in the executor's key order.
+pub fn oracle_invoke(id: u64, selector: &str, calldata: &[&str]) -> String {
+    let calldata: Vec<String> = calldata.iter().map(|f| format!("\"{f}\"")).collect();
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"invoke","params":{{"selector":"{selector}","calldata":[{}]}}}}"#,
+        calldata.join(",")
+    )
+}
+
 /// The Cairo oracle in `tests/peers/cairo-oracle`, written with the real `cairo-oracle-server`
 /// SDK from crates.io, built for `target` (once per test process and target) into the plugin
 /// target directory. It is its own cargo workspace, with its own lock file.

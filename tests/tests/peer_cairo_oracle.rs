@@ -15,30 +15,23 @@ use sandpipe_tests::Target;
 use sandpipe_tests::stand_in::{Step, Tally, Transcript, play};
 use sandpipe_tests::{cli, peers};
 
-/// The executor's acknowledgement of the oracle's `ready` request (id 0, from the SDK).
-const ACK: &str = r#"{"jsonrpc":"2.0","id":0,"result":{}}"#;
 const SHUTDOWN: &str = r#"{"jsonrpc":"2.0","method":"shutdown"}"#;
 
 fn line(text: &str) -> Step {
     Step::Send(format!("{text}\n").into_bytes())
 }
 
-fn invoke(id: u64, selector: &str, calldata: &[&str]) -> String {
-    let calldata: Vec<String> = calldata.iter().map(|f| format!("\"{f}\"")).collect();
-    format!(
-        r#"{{"jsonrpc":"2.0","id":{id},"method":"invoke","params":{{"selector":"{selector}","calldata":[{}]}}}}"#,
-        calldata.join(",")
-    )
-}
-
 /// A request and the wait for its one answer.
 fn call(id: u64, selector: &str, calldata: &[&str]) -> [Step; 2] {
-    [line(&invoke(id, selector, calldata)), Step::Expect(1)]
+    [
+        line(&peers::oracle_invoke(id, selector, calldata)),
+        Step::Expect(1),
+    ]
 }
 
 /// Start-up as the executor does it: read `ready`, acknowledge it, then one call.
 fn started() -> Vec<Step> {
-    let mut steps = vec![Step::Expect(1), line(ACK)];
+    let mut steps = vec![Step::Expect(1), line(peers::ORACLE_READY_ACK)];
     steps.extend(call(1, "sqrt", &["0x10"]));
     steps
 }
@@ -48,7 +41,7 @@ fn large_echo(id: u64, n: usize) -> String {
     let mut calldata = vec![format!("{n:#x}")];
     calldata.extend((0..n).map(|i| format!("{:#x}", 0x1000_0000 + i)));
     let refs: Vec<&str> = calldata.iter().map(String::as_str).collect();
-    invoke(id, "echo", &refs)
+    peers::oracle_invoke(id, "echo", &refs)
 }
 
 /// (name, steps). Every scenario but the signals ends the session the protocol's way or by

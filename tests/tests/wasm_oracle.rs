@@ -529,13 +529,7 @@ fn call_and_inspect_work_on_the_example() {
 const READY: &str = r#"{"jsonrpc":"2.0","id":0,"method":"ready"}"#;
 
 fn invoke_line(id: u64, selector: &str, calldata: &[&str]) -> Vec<u8> {
-    let mut line = serde_json::to_vec(&json!({
-        "jsonrpc": "2.0", "id": id, "method": "invoke",
-        "params": {"selector": selector, "calldata": calldata},
-    }))
-    .expect("json");
-    line.push(b'\n');
-    line
+    format!("{}\n", peers::oracle_invoke(id, selector, calldata)).into_bytes()
 }
 
 /// The engine's side of `sandpipe run --protocol oracle BUDGET X.wasm`: the handshake, an
@@ -550,7 +544,7 @@ fn endless_loop_then_add(budget: &[&str]) -> (Vec<Value>, String, String) {
         &mut cmd,
         &[
             Step::Expect(1),
-            Step::Send(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{}}\n".to_vec()),
+            Step::Send(format!("{}\n", peers::ORACLE_READY_ACK).into_bytes()),
             Step::Send(invoke_line(1, "spin", &[])),
             Step::Expect(1),
             Step::Send(invoke_line(2, "add", &["0x28", "0x2"])),
