@@ -75,6 +75,7 @@ use crate::jsonrpc::{
     Dialect, ErrorObject, Event, INTERNAL_ERROR, INVALID_PARAMS, Id, METHOD_NOT_FOUND, Peer,
     ProtocolError,
 };
+use crate::machine::ClientMachine;
 use crate::stopped::Stopped;
 
 /// Which set of methods a provider process implements.
@@ -972,6 +973,44 @@ pub fn fuzz(data: &[u8]) {
         }
     }
 }
+
+/// A response of the wrong shape completes its request with an error; progress and the
+/// plugin's own requests are the caller's.
+impl ClientMachine for Client {
+    type Key = Id;
+    type Event = ClientEvent;
+    type Error = ProtocolError;
+
+    fn handle_frame(&mut self, frame: &[u8]) -> Result<(), ProtocolError> {
+        Client::handle_frame(self, frame)
+    }
+    fn is_fatal(error: &ProtocolError) -> bool {
+        !matches!(error, ProtocolError::BadPayload { .. })
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        Client::handle_timeout(self, now);
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        Client::poll_timeout(self)
+    }
+    fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        Client::poll_transmit(self)
+    }
+    fn poll_event(&mut self) -> Option<ClientEvent> {
+        Client::poll_event(self)
+    }
+    fn completes(event: &ClientEvent) -> Option<&Id> {
+        match event {
+            ClientEvent::Response { id, .. } => Some(id),
+            _ => None,
+        }
+    }
+    fn fail_pending(&mut self, stopped: &Stopped) {
+        Client::fail_pending(self, stopped);
+    }
+}
+
+crate::machine::server_machine!(Server => ServerEvent, ProtocolError);
 
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::jsonrpc::ErrorCode;
+use crate::jsonrpc::{ErrorCode, INTERNAL_ERROR, ProtocolError, REQUEST_CANCELLED};
 
 /// A manager and a runner wired back to back.
 type Pair = crate::testing::Pair<Client, Server>;

@@ -11,6 +11,8 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::{Dialect, ErrorObject, Id, Message, ProtocolError};
+use crate::machine::ClientMachine;
+use crate::stopped::Stopped;
 
 /// What the other side did.
 #[derive(Debug, Clone, PartialEq)]
@@ -287,6 +289,40 @@ impl Peer {
     /// The next event.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
+    }
+}
+
+/// Bare JSON-RPC (and the envelope of every JSON-RPC protocol): a response completes its
+/// request; the plugin's requests and notifications are the caller's to read.
+impl ClientMachine for Peer {
+    type Key = Id;
+    type Event = Event;
+    type Error = ProtocolError;
+
+    fn handle_frame(&mut self, frame: &[u8]) -> Result<(), ProtocolError> {
+        Peer::handle_frame(self, frame)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        Peer::handle_timeout(self, now);
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        Peer::poll_timeout(self)
+    }
+    fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        Peer::poll_transmit(self)
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        Peer::poll_event(self)
+    }
+    fn completes(event: &Event) -> Option<&Id> {
+        match event {
+            Event::Response { id, .. } => Some(id),
+            _ => None,
+        }
+    }
+    fn fail_pending(&mut self, stopped: &Stopped) {
+        let error = crate::jsonrpc::stopped_error(self.dialect(), stopped);
+        Peer::fail_pending(self, error);
     }
 }
 

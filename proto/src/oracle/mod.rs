@@ -83,6 +83,7 @@ use serde_json::{Value, json};
 pub use types::*;
 
 use crate::jsonrpc::{Dialect, ErrorObject, Event, Id, Message, Peer, ProtocolError};
+use crate::machine::ClientMachine;
 use crate::stopped::Stopped;
 
 pub mod wasm;
@@ -541,6 +542,38 @@ impl crate::supervise::SupervisedProtocol for Supervised {
         crate::supervise::jsonrpc_error_answer(key, Dialect::JsonRpc2, error)
     }
 }
+
+/// A result that is not an array of felts completes its invoke with an error; anything else
+/// refused is the plugin breaking the protocol (a first byte other than `{` included).
+impl ClientMachine for OracleClient {
+    type Key = Id;
+    type Event = ClientEvent;
+    type Error = ProtocolError;
+
+    fn handle_frame(&mut self, frame: &[u8]) -> Result<(), ProtocolError> {
+        OracleClient::handle_frame(self, frame)
+    }
+    fn is_fatal(error: &ProtocolError) -> bool {
+        !matches!(error, ProtocolError::BadPayload { .. })
+    }
+    fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        OracleClient::poll_transmit(self)
+    }
+    fn poll_event(&mut self) -> Option<ClientEvent> {
+        OracleClient::poll_event(self)
+    }
+    fn completes(event: &ClientEvent) -> Option<&Id> {
+        match event {
+            ClientEvent::Invoked { id, .. } => Some(id),
+            _ => None,
+        }
+    }
+    fn fail_pending(&mut self, stopped: &Stopped) {
+        OracleClient::fail_pending(self, stopped);
+    }
+}
+
+crate::machine::server_machine!(OracleServer => ServerEvent, ProtocolError);
 
 #[cfg(test)]
 mod tests;

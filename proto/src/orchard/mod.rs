@@ -69,6 +69,7 @@ use serde_json::{Map, json};
 pub use types::*;
 
 use crate::jsonrpc::{Dialect, ErrorCode, ErrorObject, Event, Id, Message, Peer, ProtocolError};
+use crate::machine::ClientMachine;
 use crate::stopped::Stopped;
 
 /// The only protocol version there is; a schema advertising anything else is refused.
@@ -780,6 +781,47 @@ impl crate::supervise::SupervisedProtocol for Supervised {
         crate::supervise::jsonrpc_error_answer(key, Dialect::Orchard, error)
     }
 }
+
+/// An answer that does not fit (an execute result without `outputs`, a schema of another
+/// protocol version) completes its call with `CallError::Protocol`; the provider runs on.
+impl ClientMachine for Client {
+    type Key = Id;
+    type Event = ClientEvent;
+    type Error = ProtocolError;
+
+    fn handle_frame(&mut self, frame: &[u8]) -> Result<(), ProtocolError> {
+        Client::handle_frame(self, frame)
+    }
+    fn is_fatal(error: &ProtocolError) -> bool {
+        !matches!(error, ProtocolError::BadPayload { .. })
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        Client::handle_timeout(self, now);
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        Client::poll_timeout(self)
+    }
+    fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        Client::poll_transmit(self)
+    }
+    fn poll_event(&mut self) -> Option<ClientEvent> {
+        Client::poll_event(self)
+    }
+    fn completes(event: &ClientEvent) -> Option<&Id> {
+        use ClientEvent as E;
+        match event {
+            E::Described { id, .. }
+            | E::Configured { id, .. }
+            | E::Executed { id, .. }
+            | E::ShutDown { id, .. } => Some(id),
+        }
+    }
+    fn fail_pending(&mut self, stopped: &Stopped) {
+        Client::fail_pending(self, stopped);
+    }
+}
+
+crate::machine::server_machine!(Server => ServerEvent, ProtocolError);
 
 #[cfg(test)]
 mod tests;
