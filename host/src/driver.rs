@@ -95,6 +95,15 @@ pub(crate) fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
 }
 
+/// Sleep on tokio's clock until a machine's next timeout (a time from [`now`]); never, without
+/// one.
+pub(crate) async fn sleep_until(due: Option<std::time::Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// A dropped driver never leaves a plugin running: its tasks hold the session's halves until
 /// the plugin ends, so the drop kills it (as dropping a [`Session`] does). A client ends it
 /// politely with [`Driver::shutdown`] first.
@@ -297,13 +306,7 @@ async fn read_loop<M: ClientMachine>(
     timer: Arc<Notify>,
 ) {
     let stopped = loop {
-        let due = lock(&shared).machine.poll_timeout();
-        let sleep = async {
-            match due {
-                Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
-                None => std::future::pending().await,
-            }
-        };
+        let sleep = sleep_until(lock(&shared).machine.poll_timeout());
         let frame = tokio::select! {
             r = reader.recv() => r,
             () = sleep => {

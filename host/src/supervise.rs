@@ -16,28 +16,32 @@
 //! `sandpipe-proto`. This module only spawns and stops instances, moves frames and reads the
 //! clock and the memory meter.
 //!
+//! The clock is tokio's ([`crate::driver::now`]), so a test under a paused clock drives the
+//! request timers; [`Supervisor::memory`] runs the loop over [`Session::memory`] instances
+//! (the test seam), [`Supervisor::new`] over a real plugin.
+//!
 //! The fuel budget ([`Fuel::PerRequest`]) re-arms at the guest's first step after a
 //! request is forwarded ([`SessionControl::begin_request`]). With several requests in flight it
 //! re-arms at each arrival, so each request gets at least its budget. Time the guest spends
 //! blocked on input is not billed.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use sandpipe_proto::supervise::{self as machine, Action, Cause, Ended, InstanceId};
 pub use sandpipe_proto::supervise::{Budgets, Incident, Report};
 use tokio::sync::mpsc;
 
+use crate::driver::{now, sleep_until};
 use crate::error::{HostError, SessionError};
+use crate::memory::MemoryPlugin;
 use crate::protocols::Protocol;
-use crate::session::{SessionControl, SessionOptions, SessionWriter};
+use crate::session::{Session, SessionControl, SessionOptions, SessionWriter};
 use crate::{Fuel, Host, Plugin, Policy};
 
 /// Runs one supervised session: see the module docs.
 pub struct Supervisor<'a> {
-    host: &'a Host,
-    plugin: &'a Plugin,
-    policy: Policy,
+    start: Start<'a>,
     options: SessionOptions,
     protocol: Protocol,
     budgets: Budgets,
@@ -46,6 +50,18 @@ pub struct Supervisor<'a> {
 
 /// Called for each request the supervisor fails.
 type IncidentHook<'a> = Box<dyn FnMut(&Incident) + Send + 'a>;
+
+/// How an instance starts.
+enum Start<'a> {
+    /// `host.start(plugin, policy, options)`.
+    Plugin {
+        host: &'a Host,
+        plugin: &'a Plugin,
+        policy: Policy,
+    },
+    /// A fresh in-memory plugin behind [`Session::memory`] each time.
+    Memory(Box<dyn FnMut(&SessionOptions) -> Session + Send + 'a>),
+}
 
 impl std::fmt::Debug for Supervisor<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -89,12 +105,38 @@ impl<'a> Supervisor<'a> {
             Fuel::PerRequest(f) => Some(f),
             _ => None,
         };
-        let mut options = options;
-        options.framing = Some(protocol.framing());
-        Self {
+        let start = Start::Plugin {
             host,
             plugin,
             policy,
+        };
+        Self::with_start(start, options, protocol, budgets)
+    }
+
+    /// A supervisor whose instances are in-memory plugins, a fresh one from `plugin()` each
+    /// time an instance starts, behind [`Session::memory`]: the supervisor loop without
+    /// building or starting a plugin (fuel does not apply; the memory meter reads 0).
+    pub fn memory<P: MemoryPlugin>(
+        mut plugin: impl FnMut() -> P + Send + 'a,
+        options: SessionOptions,
+        protocol: Protocol,
+        budgets: Budgets,
+    ) -> Self {
+        let start = Start::Memory(Box::new(move |options: &SessionOptions| {
+            Session::memory(plugin(), options)
+        }));
+        Self::with_start(start, options, protocol, budgets)
+    }
+
+    fn with_start(
+        start: Start<'a>,
+        mut options: SessionOptions,
+        protocol: Protocol,
+        budgets: Budgets,
+    ) -> Self {
+        options.framing = Some(protocol.framing());
+        Self {
+            start,
             options,
             protocol,
             budgets,
@@ -109,14 +151,18 @@ impl<'a> Supervisor<'a> {
     }
 
     async fn spawn(
-        &self,
+        &mut self,
         id: InstanceId,
         events: &mpsc::Sender<(InstanceId, PluginEvent)>,
     ) -> Result<Instance, HostError> {
-        let session = self
-            .host
-            .start(self.plugin, &self.policy, &self.options)
-            .await?;
+        let session = match &mut self.start {
+            Start::Plugin {
+                host,
+                plugin,
+                policy,
+            } => host.start(plugin, policy, &self.options).await?,
+            Start::Memory(make) => make(&self.options),
+        };
         let (writer, mut reader, control) = session.into_split();
         let tx = events.clone();
         tokio::spawn(async move {
@@ -162,15 +208,15 @@ impl<'a> Supervisor<'a> {
             tokio::select! {
                 frame = from_engine.recv(), if engine_open && sup.accepts_engine_frames() => {
                     match frame {
-                        Some(frame) => sup.handle_engine_frame(frame, Instant::now()),
+                        Some(frame) => sup.handle_engine_frame(frame, now()),
                         None => {
                             engine_open = false;
-                            sup.handle_engine_closed(Instant::now());
+                            sup.handle_engine_closed(now());
                         }
                     }
                 }
                 Some((id, event)) = events.recv() => match event {
-                    PluginEvent::Frame(frame) => sup.handle_plugin_frame(id, &frame, Instant::now()),
+                    PluginEvent::Frame(frame) => sup.handle_plugin_frame(id, &frame, now()),
                     PluginEvent::End(error) => {
                         // A retired or stopped instance's end is not the machine's business.
                         let Some(inst) = current.take_if(|i| i.id == id) else {
@@ -184,10 +230,10 @@ impl<'a> Supervisor<'a> {
                             stderr_tail: inst.control.stderr_tail(),
                             framing_error: error.map(|e| e.to_string()),
                         };
-                        sup.handle_plugin_stopped(id, ended, Instant::now());
+                        sup.handle_plugin_stopped(id, ended, now());
                     }
                 },
-                () = timer => sup.handle_timeout(Instant::now()),
+                () = timer => sup.handle_timeout(now()),
             }
         }
         Ok(sup.into_report())
@@ -202,7 +248,6 @@ impl<'a> Supervisor<'a> {
         events: &mpsc::Sender<(InstanceId, PluginEvent)>,
         to_engine: &mpsc::Sender<Vec<u8>>,
     ) -> Result<(), HostError> {
-        let now = Instant::now;
         match action {
             Action::Start { instance, cause } => match self.spawn(instance, events).await {
                 Ok(fresh) => *current = Some(fresh),
@@ -280,10 +325,154 @@ fn retire(inst: Instance, grace: Duration) {
     });
 }
 
-/// When the machine's next timeout is due (never, without one).
-async fn sleep_until(due: Option<Instant>) {
-    match due {
-        Some(due) => tokio::time::sleep_until(due.into()).await,
-        None => std::future::pending().await,
+#[cfg(test)]
+mod tests {
+    //! The IO loop over in-memory plugins ([`Supervisor::memory`]) under tokio's paused
+    //! clock: request timeouts fire on virtual time, so no test waits for real.
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::memory::MemoryPlugin;
+
+    /// A Cairo oracle: `ready` first; then `invoke` answered with its calldata, except a
+    /// selector `hang` (never answered) and `crash` (the plugin ends with exit 1).
+    struct Oracle;
+
+    impl MemoryPlugin for Oracle {
+        fn start(&mut self) -> Vec<Vec<u8>> {
+            vec![frame(json!({"jsonrpc": "2.0", "id": 0, "method": "ready"}))]
+        }
+        fn handle(&mut self, frame_in: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+            let v: Value = serde_json::from_slice(frame_in).map_err(|e| e.to_string())?;
+            if v["method"] != "invoke" {
+                return Ok(Vec::new());
+            }
+            match v["params"]["selector"].as_str() {
+                Some("hang") => Ok(Vec::new()),
+                Some("crash") => Err("oracle: crashing on request".into()),
+                _ => Ok(vec![frame(
+                    json!({"jsonrpc": "2.0", "id": v["id"], "result": v["params"]["calldata"]}),
+                )]),
+            }
+        }
+    }
+
+    fn frame(v: Value) -> Vec<u8> {
+        serde_json::to_vec(&v).expect("json")
+    }
+
+    fn invoke(id: i64, selector: &str) -> Vec<u8> {
+        frame(json!({"jsonrpc": "2.0", "id": id, "method": "invoke",
+            "params": {"selector": selector, "calldata": [format!("0x{id:x}")]}}))
+    }
+
+    /// An engine that acknowledges `ready` and sends `script`'s invokes one at a time, each
+    /// after the previous answer; what it read, and the report.
+    async fn engine(budgets: Budgets, script: &[(i64, &str)]) -> (Vec<Value>, Report, u64) {
+        let started = Arc::new(AtomicU64::new(0));
+        let count = started.clone();
+        let sup = Supervisor::memory(
+            move || {
+                count.fetch_add(1, Ordering::SeqCst);
+                Oracle
+            },
+            SessionOptions::default(),
+            Protocol::Oracle,
+            budgets,
+        );
+        let (to_sup, from_engine) = mpsc::channel(8);
+        let (to_engine, mut from_sup) = mpsc::channel(8);
+        let run = tokio::spawn(sup.run(from_engine, to_engine));
+        let mut seen = Vec::new();
+        let mut read = async || {
+            let f = from_sup.recv().await.expect("a frame for the engine");
+            let v: Value = serde_json::from_slice(&f).expect("json");
+            seen.push(v.clone());
+            v
+        };
+        assert_eq!(read().await["method"], "ready");
+        to_sup
+            .send(frame(json!({"jsonrpc": "2.0", "id": 0, "result": {}})))
+            .await
+            .expect("sent");
+        for (id, selector) in script {
+            to_sup.send(invoke(*id, selector)).await.expect("sent");
+            assert_eq!(read().await["id"], *id);
+        }
+        drop(to_sup);
+        let report = run.await.expect("joined").expect("supervised");
+        drop(read);
+        (seen, report, started.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_past_its_timeout_gets_the_oracle_error_and_the_next_a_fresh_instance() {
+        let budgets = Budgets {
+            request_timeout: Some(Duration::from_secs(30)),
+            restart: true,
+            ..Budgets::default()
+        };
+        let (seen, report, started) = engine(budgets, &[(1, "hang"), (2, "f")]).await;
+        // The fresh instance's `ready` is answered by the supervisor, not seen again.
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert_eq!(seen[1]["error"]["code"], -32603, "{seen:?}");
+        let message = seen[1]["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("timed out after 30s"), "{message}");
+        assert_eq!(seen[2]["result"], json!(["0x2"]));
+        assert_eq!((report.restarts, report.incidents.len()), (1, 1));
+        assert_eq!((report.requests, report.answered), (2, 1));
+        assert_eq!(started, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn recycling_after_two_requests_is_invisible_to_the_engine() {
+        let budgets = Budgets {
+            recycle_after: Some(2),
+            ..Budgets::default()
+        };
+        let script: Vec<(i64, &str)> = (1..=5).map(|id| (id, "f")).collect();
+        let (seen, report, started) = engine(budgets, &script).await;
+        for (id, answer) in (1..=5).zip(&seen[1..]) {
+            assert_eq!(answer["result"], json!([format!("0x{id:x}")]), "{seen:?}");
+        }
+        assert_eq!((report.recycles, report.restarts), (2, 0));
+        assert!(report.incidents.is_empty() && !report.stopped, "{report:?}");
+        assert_eq!(started, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_crash_without_restart_answers_the_request_and_ends_the_session() {
+        let (to_sup, from_engine) = mpsc::channel(8);
+        let (to_engine, mut from_sup) = mpsc::channel(8);
+        let sup = Supervisor::memory(
+            || Oracle,
+            SessionOptions::default(),
+            Protocol::Oracle,
+            Budgets::default(),
+        );
+        let run = tokio::spawn(sup.run(from_engine, to_engine));
+        let ready = from_sup.recv().await.expect("ready");
+        assert!(String::from_utf8_lossy(&ready).contains("ready"));
+        for f in [
+            frame(json!({"jsonrpc": "2.0", "id": 0, "result": {}})),
+            invoke(1, "crash"),
+        ] {
+            to_sup.send(f).await.expect("sent");
+        }
+        let answer: Value =
+            serde_json::from_slice(&from_sup.recv().await.expect("answer")).expect("json");
+        assert_eq!(answer["id"], 1);
+        assert_eq!(answer["error"]["code"], -32603);
+        let stderr = &answer["error"]["data"]["stderr"];
+        assert_eq!(*stderr, json!(["oracle: crashing on request"]), "{answer}");
+        // The session ends without the engine closing its side.
+        let report = run.await.expect("joined").expect("supervised");
+        assert!(report.stopped, "{report:?}");
+        assert_eq!(report.exit, crate::Exit::Exited(1));
+        drop(to_sup);
     }
 }

@@ -71,10 +71,7 @@ async fn denobridge_stopped_with_two_requests_pending_fails_both_with_json_rpc_e
         let held = sandpipe_proto::denobridge::PropsParams::new(json!({"defer": true}));
         let hog = sandpipe_proto::denobridge::PropsParams::new(json!({"hog": how}));
         // The first is held by the plugin until the second is answered; the second never is.
-        let (first, second) = tokio::join!(client.create(&held), async {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            client.create(&hog).await
-        });
+        let (first, second) = common::first_then(client.create(&held), client.create(&hog)).await;
         for (which, result) in [("held", first), ("hog", second)] {
             match result {
                 Err(RpcError::Failed { error, stopped }) if !stopped.violation => {
@@ -122,10 +119,11 @@ async fn orchard_stopped_with_two_executes_pending_fails_both_with_execute_faile
             .expect("describe");
         assert_eq!(client.schema().name, "orchard-hog");
         client.configure(json!({})).await.expect("configure");
-        let (held, hog) = tokio::join!(client.execute("ok", json!({"defer": true})), async {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            client.execute("hog", json!({"how": how})).await
-        });
+        let (held, hog) = common::first_then(
+            client.execute("ok", json!({"defer": true})),
+            client.execute("hog", json!({"how": how})),
+        )
+        .await;
         for (which, result) in [("held", held), ("hog", hog)] {
             let err = result.expect_err("stopped");
             assert_eq!(

@@ -95,3 +95,23 @@ pub fn stops() -> Vec<(Target, &'static str, Policy, &'static str)> {
         ),
     ]
 }
+
+/// Run `first` and `second` together, `first`'s request made before `second`'s: `first` is
+/// polled once on its own (every typed client makes its request on its first poll, and the
+/// driver writes requests in the order they are made), so the plugin reads `first` before
+/// `second` without a sleep to order them.
+pub async fn first_then<A: Future, B: Future>(first: A, second: B) -> (A::Output, B::Output) {
+    let mut first = std::pin::pin!(first);
+    let mut early = None;
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(out) = first.as_mut().poll(cx) {
+            early = Some(out);
+        }
+        std::task::Poll::Ready(())
+    })
+    .await;
+    match early {
+        Some(out) => (out, second.await),
+        None => tokio::join!(first, second),
+    }
+}
