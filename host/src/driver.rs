@@ -565,7 +565,10 @@ mod tests {
             .await
             .expect_err("no outputs");
         assert_eq!(err.code, "execute_failed");
-        assert!(!err.from_provider && err.stopped.is_none(), "{err:?}");
+        assert!(
+            !err.from_provider && err.stopped.is_none() && err.violation,
+            "{err:?}"
+        );
         let ok = client.execute("a", json!({})).await.expect("runs on");
         assert_eq!(ok, json!({"ok": true}));
     }

@@ -102,7 +102,7 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
                 println!("{}", serde_json::to_string(&schema)?);
                 Ok(0)
             }
-            Err(e) => Ok(report_orchard(&e)),
+            Err(e) => Ok(report_orchard(&e, None)),
         };
     }
     let session = host
@@ -132,26 +132,7 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
             let calldata = felts(params)?;
             call_oracle(session, &args.method, &calldata, args.grace).await
         }
-        Protocol::DenoBridge => {
-            let kind = denobridge_kind(&args.method);
-            let (client, health) = match DenoBridgeClient::connect(session, kind).await {
-                Ok(ok) => ok,
-                Err(e) => return Ok(report_rpc(Protocol::DenoBridge, &e)),
-            };
-            let result = if args.method == "health" {
-                serde_json::to_value(&health).map_err(|e| RpcError::BadResult {
-                    method: "health".into(),
-                    reason: e.to_string(),
-                })
-            } else {
-                client.call_value(&args.method, params).await
-            };
-            finish_rpc(
-                Protocol::DenoBridge,
-                result,
-                client.shutdown(args.grace).await,
-            )
-        }
+        Protocol::DenoBridge => call_denobridge(session, &args.method, params, args.grace).await,
         Protocol::Atp => call_atp(session, &args.method, params, args.grace).await,
         Protocol::FineCode => {
             let config: Value = serde_json::from_str(&args.config)
@@ -166,6 +147,29 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     }
 }
 
+/// denobridge: METHOD names the provider kind ([`denobridge_kind`]) and the call.
+async fn call_denobridge(
+    session: Session,
+    method: &str,
+    params: Option<Value>,
+    grace: Duration,
+) -> Result<i32> {
+    let kind = denobridge_kind(method);
+    let (client, health) = match DenoBridgeClient::connect(session, kind).await {
+        Ok(ok) => ok,
+        Err(e) => return Ok(report_rpc(Protocol::DenoBridge, &e)),
+    };
+    let result = if method == "health" {
+        serde_json::to_value(&health).map_err(|e| RpcError::BadResult {
+            method: "health".into(),
+            reason: e.to_string(),
+        })
+    } else {
+        client.call_value(method, params).await
+    };
+    finish_rpc(Protocol::DenoBridge, result, client.shutdown(grace).await)
+}
+
 async fn call_orchard(
     session: Session,
     method: &str,
@@ -176,7 +180,7 @@ async fn call_orchard(
     let client =
         match OrchardClient::connect(session, sandpipe_proto::orchard::DESCRIBE_TIMEOUT).await {
             Ok(c) => c,
-            Err(e) => return Ok(report_orchard(&e)),
+            Err(e) => return Ok(report_orchard(&e, None)),
         };
     let params = params.unwrap_or_else(|| serde_json::json!({}));
     let result = match method {
@@ -214,14 +218,7 @@ async fn call_orchard(
             println!("{}", serde_json::to_string(&v)?);
             Ok(0)
         }
-        Err(e) => {
-            let code = report_orchard(&e);
-            Ok(if e.from_provider {
-                code
-            } else {
-                Some(status_for(&exit)).filter(|s| *s != 0).unwrap_or(code)
-            })
-        }
+        Err(e) => Ok(report_orchard(&e, Some(&exit))),
     }
 }
 
@@ -232,7 +229,7 @@ async fn call_atp(
     params: Option<Value>,
     grace: Duration,
 ) -> Result<i32> {
-    use crate::protocols::atp::{AtpClient, Value as Cbor};
+    use crate::protocols::atp::{AtpClient, AtpFailure, ErrorOrigin as RunOrigin, Value as Cbor};
     let (client, _hello) = match AtpClient::connect(session).await {
         Ok(ok) => ok,
         Err(e) => {
@@ -242,9 +239,20 @@ async fn call_atp(
     };
     let config = Cbor::serialized(&params.unwrap_or(Value::Null))
         .context("converting PARAMS_JSON to CBOR")?;
+    // The error, and the status it decides by itself (else how the plugin ended decides).
     let result = match client.start("run-1", step, config).await {
-        Ok(run) => run.result().await.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
+        Ok(run) => run.result().await.map_err(|e| {
+            let status = match (e.origin, &e.stopped) {
+                (RunOrigin::Plugin, _) => Some(1),
+                (_, Some(s)) if s.violation => Some(exit_code::BAD_FRAME),
+                _ => None,
+            };
+            (e.to_string(), status)
+        }),
+        Err(AtpFailure::Stopped(s)) if s.violation => {
+            Err((s.reason.clone(), Some(exit_code::BAD_FRAME)))
+        }
+        Err(e) => Err((e.to_string(), None)),
     };
     let exit = client.done(grace).await;
     match result {
@@ -259,9 +267,9 @@ async fn call_atp(
             );
             Ok(0)
         }
-        Err(e) => {
+        Err((e, status)) => {
             eprintln!("sandpipe: atp error: {e}");
-            Ok(Some(status_for(&exit)).filter(|s| *s != 0).unwrap_or(1))
+            Ok(status.unwrap_or_else(|| ended_status(Some(&exit), 1)))
         }
     }
 }
@@ -276,8 +284,9 @@ async fn call_finecode(
     grace: Duration,
 ) -> Result<i32> {
     use crate::protocols::finecode::{
-        Call, CallForm, FineCodeClient, RunnerRequest, SyncRequests, not_served,
+        Call, CallForm, FineCodeClient, FineCodeFailure, RunnerRequest, SyncRequests, not_served,
     };
+    use sandpipe_proto::finecode::FineCodeError;
     let Some(m) = sandpipe_proto::finecode::Method::from_name(method) else {
         let _ = session.shutdown(grace).await;
         bail!("unknown FineCode call {method:?}");
@@ -310,19 +319,40 @@ async fn call_finecode(
         }
         Err(e) => {
             eprintln!("sandpipe: finecode error: {e}");
-            Ok(Some(status_for(&exit))
-                .filter(|s| *s != 0 && !exit.success())
-                .unwrap_or(1))
+            Ok(match &e {
+                // An answer that does not have the call's shape breaks the protocol.
+                FineCodeFailure::Call(FineCodeError::BadResult { .. }) => exit_code::BAD_FRAME,
+                FineCodeFailure::Stopped { stopped, .. } if stopped.violation => {
+                    exit_code::BAD_FRAME
+                }
+                _ => ended_status(Some(&exit), 1),
+            })
         }
     }
 }
 
-fn report_orchard(e: &OrchardError) -> i32 {
+/// Print the Orchard error on stderr; the exit status for it (`exit`: how the provider ended,
+/// once it has).
+fn report_orchard(e: &OrchardError, exit: Option<&Exit>) -> i32 {
     eprintln!("sandpipe: orchard error {}: {}", e.code, e.message);
     if let Some(d) = &e.detail {
         eprintln!("sandpipe: detail: {d}");
     }
-    1
+    if e.violation {
+        exit_code::BAD_FRAME
+    } else if e.from_provider {
+        1
+    } else {
+        ended_status(exit, 1)
+    }
+}
+
+/// The status of how the plugin ended when that is not 0; `otherwise` when it exited 0 or its
+/// end is unknown.
+fn ended_status(exit: Option<&Exit>, otherwise: i32) -> i32 {
+    exit.map(status_for)
+        .filter(|s| *s != 0)
+        .unwrap_or(otherwise)
 }
 
 fn felts(params: Option<Value>) -> Result<Vec<Felt>> {
@@ -349,11 +379,17 @@ async fn call_oracle(
     };
     let result = client.invoke(selector, calldata).await;
     let exit_now = client.control().try_exit();
+    let violation = client.stopped().is_some_and(|s| s.violation);
     let exit = client.shutdown(grace).await;
     match result {
         Ok(felts) => {
             println!("{}", serde_json::to_string(&felts)?);
             Ok(0)
+        }
+        // The host stopped a plugin that broke the protocol: how it ended (killed) is ours.
+        Err(e) if violation && e.origin == ErrorOrigin::Host => {
+            report_oracle(&e, None);
+            Ok(exit_code::BAD_FRAME)
         }
         Err(e) => Ok(report_oracle(&e, exit_now.or(Some(exit)))),
     }
@@ -367,11 +403,7 @@ fn report_oracle(e: &OracleError, exit: Option<Exit>) -> i32 {
     match e.origin {
         ErrorOrigin::Plugin => 1,
         ErrorOrigin::BadResult => exit_code::BAD_FRAME,
-        _ => exit
-            .as_ref()
-            .map(status_for)
-            .filter(|s| *s != 0)
-            .unwrap_or(exit_code::BAD_FRAME),
+        _ => ended_status(exit.as_ref(), exit_code::BAD_FRAME),
     }
 }
 
@@ -412,11 +444,10 @@ pub(crate) fn report_rpc(protocol: Protocol, e: &RpcError) -> i32 {
         RpcError::Refused(_) => exit_code::HOST_ERROR,
         RpcError::BadResult { .. } => exit_code::BAD_FRAME,
         RpcError::Failed { stopped, .. } if stopped.violation => exit_code::BAD_FRAME,
-        RpcError::Failed { stopped, .. } => match &stopped.exit {
-            Some(exit) if status_for(exit) != 0 => status_for(exit),
-            // Exited 0 (or unknown) with the call unanswered is a protocol failure too.
-            _ => exit_code::BAD_FRAME,
-        },
+        // Exited 0 (or unknown) with the call unanswered is a protocol failure too.
+        RpcError::Failed { stopped, .. } => {
+            ended_status(stopped.exit.as_ref(), exit_code::BAD_FRAME)
+        }
     }
 }
 
@@ -429,5 +460,174 @@ fn denobridge_kind(method: &str) -> sandpipe_proto::denobridge::ProviderKind {
         "open" | "renew" | "close" => ProviderKind::Ephemeral,
         "invoke" => ProviderKind::Action,
         _ => ProviderKind::Resource,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! `call`'s exit status for each kind of failure, per protocol, against in-memory plugins
+    //! ([`Session::memory`]): the plugin's own error is 1; an answer that breaks the protocol
+    //! is 123 (the README's table), whoever stops the plugin for it.
+
+    use sandpipe_proto::atp;
+    use serde_json::json;
+
+    use super::*;
+
+    const GRACE: Duration = Duration::from_secs(1);
+
+    fn session(protocol: Protocol, plugin: impl crate::MemoryPlugin) -> Session {
+        Session::memory(plugin, &SessionOptions::framed(protocol.framing()))
+    }
+
+    fn json(frame: &[u8]) -> Value {
+        serde_json::from_slice(frame).expect("json")
+    }
+
+    fn bytes(v: &Value) -> Vec<u8> {
+        serde_json::to_vec(v).expect("json")
+    }
+
+    /// An Orchard provider that answers `execute` with `execute_result`.
+    fn orchard(execute_result: Value) -> impl crate::MemoryPlugin {
+        move |frame: &[u8]| {
+            let v = json(frame);
+            let answer = match v["method"].as_str() {
+                Some("describe") => json!({"result": {"schema": {"name": "p", "protocol": "1"}}}),
+                Some("execute") => execute_result.clone(),
+                _ => json!({"result": {}}),
+            };
+            let mut answer = answer;
+            answer["id"] = v["id"].clone();
+            vec![bytes(&answer)]
+        }
+    }
+
+    #[tokio::test]
+    async fn an_orchard_execute_result_without_outputs_is_a_protocol_violation() {
+        for (execute_result, want) in [
+            (json!({"result": {}}), exit_code::BAD_FRAME),
+            // The provider's own error.
+            (
+                json!({"error": {"code": "validation_failed", "message": "no"}}),
+                1,
+            ),
+        ] {
+            let session = session(Protocol::Orchard, orchard(execute_result.clone()));
+            let params = Some(json!({"action": "a", "attrs": {}}));
+            let status = call_orchard(session, "execute", params, json!({}), GRACE)
+                .await
+                .expect("called");
+            assert_eq!(status, want, "{execute_result}");
+        }
+    }
+
+    /// A JSON-RPC 2.0 plugin that answers each request with `result(method)`; notifications
+    /// get nothing.
+    fn jsonrpc(result: fn(&str) -> Value) -> impl crate::MemoryPlugin {
+        move |frame: &[u8]| {
+            let v = json(frame);
+            match (v.get("id"), v["method"].as_str()) {
+                (Some(id), Some(method)) => {
+                    vec![bytes(
+                        &json!({"jsonrpc": "2.0", "id": id, "result": result(method)}),
+                    )]
+                }
+                _ => Vec::new(),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_denobridge_result_of_the_wrong_shape_is_a_protocol_violation() {
+        let plugin = jsonrpc(|method| match method {
+            "health" => json!({"ok": true}),
+            // A create result has an `id`.
+            _ => json!({"state": {}}),
+        });
+        let params = Some(json!({"props": {}}));
+        let status = call_denobridge(
+            session(Protocol::DenoBridge, plugin),
+            "create",
+            params,
+            GRACE,
+        )
+        .await
+        .expect("called");
+        assert_eq!(status, exit_code::BAD_FRAME);
+    }
+
+    #[tokio::test]
+    async fn a_finecode_reply_of_the_wrong_shape_is_a_protocol_violation() {
+        let plugin = jsonrpc(|method| match method {
+            "initialize" => json!({"capabilities": {}}),
+            "shutdown" => Value::Null,
+            // getInfo's reply is an object.
+            _ => json!(5),
+        });
+        let session = session(Protocol::FineCode, plugin);
+        let method = "finecodeRunner/getInfo";
+        let status = call_finecode(session, method, None, json!({}), GRACE)
+            .await
+            .expect("called");
+        assert_eq!(status, exit_code::BAD_FRAME);
+    }
+
+    #[tokio::test]
+    async fn an_atp_work_done_for_a_run_never_started_is_a_protocol_violation() {
+        let plugin = |frame: &[u8]| {
+            if frame == atp::START_ITEM {
+                let steps = atp::Value::Map(vec![("s".into(), atp::Value::Map(Vec::new()))]);
+                let hello = atp::Hello {
+                    version: atp::Version::V3,
+                    schema: atp::Value::Map(vec![("steps".into(), steps)]),
+                    extra: Vec::new(),
+                };
+                return vec![hello.encode()];
+            }
+            let done = atp::Message::WorkDone {
+                run_id: "never-started".into(),
+                output: atp::Output::new("success", atp::Value::Null),
+            };
+            vec![done.encode()]
+        };
+        let status = call_atp(session(Protocol::Atp, plugin), "s", None, GRACE)
+            .await
+            .expect("called");
+        assert_eq!(status, exit_code::BAD_FRAME);
+    }
+
+    /// A Cairo oracle that answers an invoke with `answer` (its id put in).
+    struct Oracle(Value);
+
+    impl crate::MemoryPlugin for Oracle {
+        fn start(&mut self) -> Vec<Vec<u8>> {
+            vec![bytes(
+                &json!({"jsonrpc": "2.0", "id": 0, "method": "ready"}),
+            )]
+        }
+        fn handle(&mut self, frame: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+            let v = json(frame);
+            if v["method"] != "invoke" {
+                return Ok(Vec::new());
+            }
+            let mut answer = self.0.clone();
+            answer["jsonrpc"] = json!("2.0");
+            answer["id"] = answer.get("id").cloned().unwrap_or(v["id"].clone());
+            Ok(vec![bytes(&answer)])
+        }
+    }
+
+    #[tokio::test]
+    async fn an_oracle_answer_to_no_invoke_is_a_protocol_violation_and_its_error_is_1() {
+        for (answer, want) in [
+            (json!({"id": 99, "result": []}), exit_code::BAD_FRAME),
+            (json!({"result": ["0xzz"]}), exit_code::BAD_FRAME),
+            (json!({"error": {"code": -32603, "message": "no"}}), 1),
+        ] {
+            let session = session(Protocol::Oracle, Oracle(answer.clone()));
+            let status = call_oracle(session, "f", &[], GRACE).await.expect("called");
+            assert_eq!(status, want, "{answer}");
+        }
     }
 }

@@ -177,13 +177,28 @@ impl DenoBridgeClient {
         self.finish(pending.wait().await)
     }
 
-    /// A completion as the caller's result. A plugin's bare `-32603` gets its stderr tail
-    /// attached ([`proto::with_stderr`]), since such a plugin writes the detail there.
+    /// A completion as the caller's result. An answer that does not fit the method is
+    /// [`RpcError::BadResult`]; a plugin's bare `-32603` gets its stderr tail attached
+    /// ([`proto::with_stderr`]), since such a plugin writes the detail there.
     fn finish(&self, c: Result<Completion<ClientEvent>, Stopped>) -> Result<Response, RpcError> {
         let c = c.map_err(stopped)?;
-        let ClientEvent::Response { result, .. } = c.event else {
+        let ClientEvent::Response {
+            result,
+            refused,
+            method,
+            ..
+        } = c.event
+        else {
             unreachable!("only responses complete requests")
         };
+        // An answer that does not fit the method's schema is the plugin breaking the
+        // protocol, not its error: the machine made the `-32603`.
+        if let Some(e) = refused {
+            return Err(RpcError::BadResult {
+                method: method.name().to_owned(),
+                reason: e.to_string(),
+            });
+        }
         RpcError::from_answer(result, c.stopped).map_err(|e| match e {
             RpcError::Remote(e) if e.code == ErrorCode::Int(INTERNAL_ERROR) => {
                 RpcError::Remote(proto::with_stderr(e, &self.control().stderr_tail()))

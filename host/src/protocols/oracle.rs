@@ -69,6 +69,12 @@ impl OracleClient {
     pub fn control(&self) -> &SessionControl {
         self.driver.control()
     }
+
+    /// Why the plugin will never answer again, once that is so: an invoke's
+    /// [`ErrorOrigin::Host`] error carries the stop only in its wire form.
+    pub fn stopped(&self) -> Option<Stopped> {
+        self.driver.stopped()
+    }
 }
 
 /// Why the driver ended; it has, once `next_event` returned `None`.

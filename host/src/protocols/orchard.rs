@@ -33,6 +33,10 @@ pub struct OrchardError {
     pub from_provider: bool,
     /// Why the provider will never answer, when that is what this error says.
     pub stopped: Option<Stopped>,
+    /// True when the provider broke the protocol: an answer that does not fit it (an execute
+    /// result without `outputs`, a schema of another protocol version), or a frame the host
+    /// refused and stopped it for.
+    pub violation: bool,
 }
 
 impl OrchardError {
@@ -42,6 +46,7 @@ impl OrchardError {
             code: p.code,
             message: p.message,
             detail: p.detail,
+            violation: stopped.as_ref().is_some_and(|s| s.violation),
             stopped,
         }
     }
@@ -53,6 +58,7 @@ impl OrchardError {
             detail: None,
             from_provider: false,
             stopped: None,
+            violation: false,
         }
     }
 
@@ -72,7 +78,10 @@ impl OrchardError {
                     humantime::format_duration(timeout)
                 ),
             ),
-            CallError::Protocol(e) => Self::host(failure_code, e.to_string()),
+            CallError::Protocol(e) => OrchardError {
+                violation: true,
+                ..Self::host(failure_code, e.to_string())
+            },
             other => Self::host(failure_code, other.to_string()),
         }
     }
@@ -230,6 +239,8 @@ pub async fn schema(
         e.detail = Some(session.stderr_tail().join("\n"));
         return Err(e);
     }
-    proto::parse_schema_output(&out)
-        .map_err(|e| OrchardError::host(codes::INTERNAL_ERROR, e.to_string()))
+    proto::parse_schema_output(&out).map_err(|e| OrchardError {
+        violation: true,
+        ..OrchardError::host(codes::INTERNAL_ERROR, e.to_string())
+    })
 }

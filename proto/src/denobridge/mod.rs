@@ -408,6 +408,10 @@ pub enum ClientEvent {
         method: Method,
         /// The typed result or the error.
         result: Result<Response, ErrorObject>,
+        /// Set when the plugin's answer does not fit the method's schema: `result` is then the
+        /// `-32603` the machine made of it, and this the violation
+        /// [`Client::handle_frame`] returns, so a caller can tell the two apart.
+        refused: Option<ProtocolError>,
     },
     /// An `invokeProgress` notification.
     Progress {
@@ -699,8 +703,12 @@ impl Client {
                         ),
                     },
                 };
-                self.events
-                    .push_back(ClientEvent::Response { id, method, result });
+                self.events.push_back(ClientEvent::Response {
+                    id,
+                    method,
+                    result,
+                    refused: err.clone(),
+                });
                 err.map_or(Ok(()), Err)
             }
             Event::Notification { method, params } if method == INVOKE_PROGRESS => {

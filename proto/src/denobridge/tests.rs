@@ -717,7 +717,8 @@ fn bad_results_complete_the_request_and_are_reported() {
     ));
     assert!(matches!(
         &client_events(&mut c)[..],
-        [ClientEvent::Response { id: got, result: Err(e), .. }] if *got == id && e.message.starts_with("invalid create result")
+        [ClientEvent::Response { id: got, result: Err(e), refused: Some(ProtocolError::BadPayload { what: "result", .. }), .. }]
+            if *got == id && e.message.starts_with("invalid create result")
     ));
     // A plugin→host request is not part of the protocol: refused with -32601.
     assert!(matches!(
