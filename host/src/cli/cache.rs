@@ -16,6 +16,13 @@ pub struct CacheCmdArgs {
     cache: CacheArgs,
 }
 
+#[cfg(test)]
+impl CacheCmdArgs {
+    pub(super) fn cache(&self) -> &CacheArgs {
+        &self.cache
+    }
+}
+
 /// What to do with the cache.
 #[derive(Debug, clap::Subcommand)]
 enum CacheAction {

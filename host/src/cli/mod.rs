@@ -108,15 +108,17 @@ pub enum Command {
     Cache(cache::CacheCmdArgs),
 }
 
-/// Cache options shared by subcommands.
+/// Cache options shared by subcommands. Global, so that a subcommand's own subcommands take
+/// them where a user types them: `sandpipe cache ls --cache-dir X` as well as
+/// `sandpipe cache --cache-dir X ls`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CacheArgs {
     /// Directory of compiled artifacts [default: $SANDPIPE_CACHE_DIR, $XDG_CACHE_HOME/sandpipe
     /// or ~/.cache/sandpipe].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", global = true)]
     pub cache_dir: Option<PathBuf>,
     /// Do not read or write the artifact cache (always compile).
-    #[arg(long, conflicts_with = "cache_dir")]
+    #[arg(long, conflicts_with = "cache_dir", global = true)]
     pub no_cache: bool,
 }
 
@@ -342,6 +344,24 @@ mod tests {
             parse_duration("1500ms"),
             Ok(std::time::Duration::from_millis(1500))
         );
+    }
+
+    #[test]
+    fn cache_options_are_taken_before_and_after_the_cache_action() {
+        for argv in [
+            ["sandpipe", "cache", "ls", "--cache-dir", "/tmp/x"],
+            ["sandpipe", "cache", "--cache-dir", "/tmp/x", "ls"],
+        ] {
+            let cli = <Cli as clap::Parser>::try_parse_from(argv).expect("parses");
+            let Command::Cache(args) = cli.command else {
+                panic!("{argv:?}: not cache");
+            };
+            assert_eq!(
+                args.cache().dir(),
+                Some(PathBuf::from("/tmp/x")),
+                "{argv:?}"
+            );
+        }
     }
 
     #[test]
