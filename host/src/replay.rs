@@ -167,17 +167,11 @@ pub async fn check(
                     });
                 }
             }
-            Direction::FromPlugin => match tokio::time::timeout(wait, session.recv())
-                .await
-                .unwrap_or_else(|_| {
-                    Err(crate::SessionError::Io(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!(
-                            "no frame from the plugin within {}",
-                            humantime::format_duration(wait)
-                        ),
-                    )))
-                }) {
+            Direction::FromPlugin => match recv_within(session, wait, |d| {
+                format!("no frame from the plugin within {d}")
+            })
+            .await
+            {
                 Ok(Some(got)) if got[..] == entry.frame[..] => {}
                 Ok(Some(got)) => {
                     return Err(Divergence {
@@ -209,17 +203,10 @@ pub async fn check(
     }
     session.close_stdin().await;
     let index = t.entries.len();
-    let last = tokio::time::timeout(wait, session.recv())
-        .await
-        .unwrap_or_else(|_| {
-            Err(crate::SessionError::Io(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "the plugin did not end within {} of its stdin closing",
-                    humantime::format_duration(wait)
-                ),
-            )))
-        });
+    let last = recv_within(session, wait, |d| {
+        format!("the plugin did not end within {d} of its stdin closing")
+    })
+    .await;
     match last {
         Ok(None) => Ok(session.wait().await),
         Ok(Some(extra)) => Err(Divergence {
@@ -257,6 +244,23 @@ pub struct ServeReport {
     pub matched: usize,
     /// Incoming frames that did not (each got the protocol's error).
     pub unexpected: usize,
+}
+
+/// The plugin's next frame (or its end), or a timed-out error whose message `what` words
+/// from `wait`.
+async fn recv_within(
+    session: &mut Session,
+    wait: Duration,
+    what: impl FnOnce(humantime::FormattedDuration) -> String,
+) -> Result<Option<bytes::Bytes>, crate::SessionError> {
+    tokio::time::timeout(wait, session.recv())
+        .await
+        .unwrap_or_else(|_| {
+            Err(crate::SessionError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                what(humantime::format_duration(wait)),
+            )))
+        })
 }
 
 /// Act as the plugin of `t` on `input`/`output` until `input` ends.

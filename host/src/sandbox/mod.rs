@@ -652,33 +652,27 @@ trait Artifact: Sized {
     fn serialize(&self) -> wasmtime::Result<Vec<u8>>;
 }
 
-#[allow(unsafe_code)]
-impl Artifact for Component {
-    unsafe fn load(engine: &Engine, path: &Path) -> wasmtime::Result<Self> {
-        // SAFETY: forwarded to the caller (see the trait).
-        unsafe { Component::deserialize_file(engine, path) }
-    }
-    fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self> {
-        Component::from_binary(engine, bytes)
-    }
-    fn serialize(&self) -> wasmtime::Result<Vec<u8>> {
-        Component::serialize(self)
-    }
+/// `Component` and `Module` have the same inherent `deserialize_file`, `from_binary` and
+/// `serialize`: the trait is those.
+macro_rules! artifact {
+    ($($t:ident),*) => {$(
+        #[allow(unsafe_code)]
+        impl Artifact for $t {
+            unsafe fn load(engine: &Engine, path: &Path) -> wasmtime::Result<Self> {
+                // SAFETY: forwarded to the caller (see the trait).
+                unsafe { $t::deserialize_file(engine, path) }
+            }
+            fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self> {
+                $t::from_binary(engine, bytes)
+            }
+            fn serialize(&self) -> wasmtime::Result<Vec<u8>> {
+                $t::serialize(self)
+            }
+        }
+    )*};
 }
 
-#[allow(unsafe_code)]
-impl Artifact for Module {
-    unsafe fn load(engine: &Engine, path: &Path) -> wasmtime::Result<Self> {
-        // SAFETY: forwarded to the caller (see the trait).
-        unsafe { Module::deserialize_file(engine, path) }
-    }
-    fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self> {
-        Module::from_binary(engine, bytes)
-    }
-    fn serialize(&self) -> wasmtime::Result<Vec<u8>> {
-        Module::serialize(self)
-    }
-}
+artifact!(Component, Module);
 
 /// The limits one store runs under.
 struct Limits {

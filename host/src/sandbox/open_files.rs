@@ -178,47 +178,32 @@ fn path_open(
         // What wiggle's own linker entry does: hand the guest's memory and the store's
         // hostcall fuel to the implementation.
         let fuel = caller.as_context_mut().hostcall_fuel();
-        let errno = match caller.get_export("memory") {
+        let export = caller.get_export("memory");
+        let (state, mut mem) = match &export {
             Some(Extern::Memory(m)) => {
                 let (mem, state) = m.data_and_store_mut(&mut caller);
-                state.wasi.set_hostcall_fuel(fuel);
-                let mut mem = wiggle::GuestMemory::Unshared(mem);
-                p1::path_open(
-                    &mut state.wasi,
-                    &mut mem,
-                    fd,
-                    dirflags,
-                    path,
-                    path_len,
-                    oflags,
-                    base,
-                    inheriting,
-                    fdflags,
-                    fd_out,
-                )
-                .await?
+                (state, wiggle::GuestMemory::Unshared(mem))
             }
             Some(Extern::SharedMemory(m)) => {
-                let state = caller.data_mut();
-                state.wasi.set_hostcall_fuel(fuel);
-                let mut mem = wiggle::GuestMemory::Shared(m.data());
-                p1::path_open(
-                    &mut state.wasi,
-                    &mut mem,
-                    fd,
-                    dirflags,
-                    path,
-                    path_len,
-                    oflags,
-                    base,
-                    inheriting,
-                    fdflags,
-                    fd_out,
-                )
-                .await?
+                (caller.data_mut(), wiggle::GuestMemory::Shared(m.data()))
             }
             _ => wasmtime::bail!("missing required memory export"),
         };
+        state.wasi.set_hostcall_fuel(fuel);
+        let errno = p1::path_open(
+            &mut state.wasi,
+            &mut mem,
+            fd,
+            dirflags,
+            path,
+            path_len,
+            oflags,
+            base,
+            inheriting,
+            fdflags,
+            fd_out,
+        )
+        .await?;
         if errno == 0
             && let Some(before) = before
         {
