@@ -248,7 +248,10 @@ pub fn js_toolchain() -> PathBuf {
 
 /// The Python of the venv holding the MCP Python SDK (PyPI `mcp`) and `mcp-server-time`.
 pub fn mcp_python() -> PathBuf {
-    installed(dir().join("mcp-venv/bin/python"), "the MCP Python SDK (PyPI mcp)")
+    installed(
+        dir().join("mcp-venv/bin/python"),
+        "the MCP Python SDK (PyPI mcp)",
+    )
 }
 
 /// `mcp-server-time` (PyPI) as a client's config names it: the venv's entry-point script.

@@ -73,7 +73,10 @@ fn server_everything_answers_the_sdk_client_the_same_behind_sandpipe() {
     );
     // Progress came as a stream, the 2 MB argument made the round trip, the tool's own error
     // is its own, and nothing had to be killed.
-    assert_eq!(direct["progress"], json!([[1.0, 3.0], [2.0, 3.0], [3.0, 3.0]]));
+    assert_eq!(
+        direct["progress"],
+        json!([[1.0, 3.0], [2.0, 3.0], [3.0, 3.0]])
+    );
     assert_eq!(direct["big"], json!({"sent": 2 << 20, "echoed": true}));
     assert_eq!(direct["own_error"]["result"]["isError"], true);
     assert_eq!(direct["shutdown_escalated"], false);
@@ -126,8 +129,14 @@ fn a_server_killed_by_its_deadline_answers_the_pending_call_with_a_tool_error() 
     let hang = &report["hang"]["result"];
     assert_eq!(hang["isError"], true, "{report}");
     let text = hang["content"][0]["text"].as_str().expect("text");
-    assert!(text.starts_with("plugin exceeded its deadline of 3s"), "{text}");
-    assert_eq!(hang["_meta"]["sandpipe"]["exit"]["kind"], "deadline_exceeded");
+    assert!(
+        text.starts_with("plugin exceeded its deadline of 3s"),
+        "{text}"
+    );
+    assert_eq!(
+        hang["_meta"]["sandpipe"]["exit"]["kind"],
+        "deadline_exceeded"
+    );
     // Without --restart the session ended with the server: the next call finds it closed.
     assert!(report["after"].get("result").is_none(), "{report}");
 }
@@ -180,12 +189,23 @@ fn server_filesystem_and_server_memory_work_with_their_documented_grants() {
 fn call_inspect_record_and_replay_speak_mcp() {
     let server = peers::mcp_npm_server("mcp-server-everything");
     let out = Command::new(peers::sandpipe())
-        .args(["call", "--protocol", "mcp", "--method", "tools/call", "--params"])
+        .args([
+            "call",
+            "--protocol",
+            "mcp",
+            "--method",
+            "tools/call",
+            "--params",
+        ])
         .arg(r#"{"name":"get-sum","arguments":{"a":1,"b":2}}"#)
         .arg(&server)
         .output()
         .expect("sandpipe call");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let result: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(result["content"][0]["text"], "The sum of 1 and 2 is 3.");
 
@@ -194,9 +214,15 @@ fn call_inspect_record_and_replay_speak_mcp() {
         .arg(&server)
         .output()
         .expect("sandpipe inspect");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let tools = report["self_description"]["tools"].as_array().expect("tools");
+    let tools = report["self_description"]["tools"]
+        .as_array()
+        .expect("tools");
     let sum = tools
         .iter()
         .find(|t| t["name"] == "get-sum")
@@ -225,11 +251,19 @@ fn call_inspect_record_and_replay_speak_mcp() {
         let mut stdin = child.stdin.take().expect("stdin");
         let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
         let mut answer = String::new();
-        for line in lines {
+        for (line, id) in lines.iter().zip([Some(0), None, Some(1)]) {
             writeln!(stdin, "{line}").expect("write");
-            if line.contains("\"id\"") {
+            // Wait for the request's answer; the server's notifications may come first.
+            while let Some(id) = id {
                 answer.clear();
-                stdout.read_line(&mut answer).expect("an answer");
+                assert!(
+                    stdout.read_line(&mut answer).expect("read") > 0,
+                    "no answer"
+                );
+                let v: Value = serde_json::from_str(&answer).expect("JSON");
+                if v["id"] == id {
+                    break;
+                }
             }
         }
         assert!(answer.contains("Echo: recorded"), "{answer}");

@@ -593,7 +593,10 @@ insecure-registries = ["registry.local:5000"]
         )
         .expect("parses");
         assert_eq!(m.protocol(), Some(Protocol::Mcp));
-        assert_eq!((m.tools.allow, m.tools.deny), (vec!["echo".to_owned()], vec!["get-env".to_owned()]));
+        assert_eq!(
+            (m.tools.allow, m.tools.deny),
+            (vec!["echo".to_owned()], vec!["get-env".to_owned()])
+        );
         assert!(Manifest::parse("[plugin]\nsource = \"s\"\n[tools]\nhide = []\n").is_err());
     }
 
