@@ -159,7 +159,7 @@ fn server_filesystem_and_server_memory_work_with_their_documented_grants() {
     let root_arg = root.to_str().expect("UTF-8");
     let direct = drive(&["filesystem", root_arg], &[&server, &root]);
     std::fs::remove_file(root.join("a.txt")).expect("the server wrote it");
-    let dir = format!("{root_arg}");
+    let dir = root_arg.to_owned();
     let sandboxed = drive(
         &["filesystem", root_arg],
         &refs(&behind(&["--dir", &dir], &server, &[&root])),
