@@ -46,6 +46,8 @@ pub struct Supervisor<'a> {
     protocol: Protocol,
     budgets: Budgets,
     on_incident: Option<IncidentHook<'a>>,
+    /// The protocol's rules when they are not its defaults (an MCP tool filter).
+    rules: Option<Box<dyn machine::SupervisedProtocol>>,
 }
 
 /// Called for each request the supervisor fails.
@@ -141,7 +143,15 @@ impl<'a> Supervisor<'a> {
             protocol,
             budgets,
             on_incident: None,
+            rules: None,
         }
+    }
+
+    /// Supervise with `rules` instead of the protocol's defaults ([`Protocol::supervised`]):
+    /// an MCP tool filter.
+    pub fn rules(mut self, rules: Box<dyn machine::SupervisedProtocol>) -> Self {
+        self.rules = Some(rules);
+        self
     }
 
     /// Call `f` for each request the supervisor fails, as it happens.
@@ -192,7 +202,11 @@ impl<'a> Supervisor<'a> {
         mut from_engine: mpsc::Receiver<Vec<u8>>,
         to_engine: mpsc::Sender<Vec<u8>>,
     ) -> Result<Report, HostError> {
-        let mut sup = machine::Supervisor::new(self.protocol.supervised(), self.budgets.clone());
+        let rules = self
+            .rules
+            .take()
+            .unwrap_or_else(|| self.protocol.supervised());
+        let mut sup = machine::Supervisor::new(rules, self.budgets.clone());
         let (events_tx, mut events) = mpsc::channel::<(InstanceId, PluginEvent)>(64);
         let mut current: Option<Instance> = None;
         let mut engine_open = true;

@@ -36,6 +36,7 @@ pub mod frame;
 pub mod fuzz;
 pub mod jsonrpc;
 pub mod machine;
+pub mod mcp;
 pub mod oracle;
 pub mod orchard;
 pub mod stopped;

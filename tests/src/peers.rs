@@ -243,3 +243,31 @@ pub fn js_toolchain() -> PathBuf {
     );
     dir
 }
+
+// --- mcp (issue 23): the official MCP Python SDK client and real MCP servers ----------------
+
+/// The Python of the venv holding the MCP Python SDK (PyPI `mcp`) and `mcp-server-time`.
+pub fn mcp_python() -> PathBuf {
+    installed(
+        dir().join("mcp-venv/bin/python"),
+        "the MCP Python SDK (PyPI mcp)",
+    )
+}
+
+/// `mcp-server-time` (PyPI) as a client's config names it: the venv's entry-point script.
+pub fn mcp_server_time() -> PathBuf {
+    installed(
+        dir().join("mcp-venv/bin/mcp-server-time"),
+        "mcp-server-time (PyPI)",
+    )
+}
+
+/// An npm MCP server's bin link (`mcp-server-everything`, `mcp-server-filesystem`,
+/// `mcp-server-memory`) in the project `.ci/setup` installs from
+/// `tests/peers/mcp/package-lock.json`: a symlink to the package's script (`#!/usr/bin/env node`).
+pub fn mcp_npm_server(name: &str) -> PathBuf {
+    installed(
+        dir().join("mcp-npm/node_modules/.bin").join(name),
+        &format!("{name} (npm @modelcontextprotocol)"),
+    )
+}

@@ -144,6 +144,7 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
                 .with_context(|| format!("--config is not JSON: {}", args.config))?;
             call_orchard(session, &args.method, params, config, args.grace).await
         }
+        Protocol::Mcp => call_mcp(session, &args.method, params, args.grace).await,
     }
 }
 
@@ -168,6 +169,29 @@ async fn call_denobridge(
         client.call_value(method, params).await
     };
     finish_rpc(Protocol::DenoBridge, result, client.shutdown(grace).await)
+}
+
+/// MCP: the handshake, METHOD (`tools/call`, `tools/list`, `resources/read`, …) with PARAMS,
+/// then the spec's shutdown. A tool's own failure (`isError: true`) is printed as the result
+/// and exits 1.
+async fn call_mcp(
+    session: Session,
+    method: &str,
+    params: Option<Value>,
+    grace: Duration,
+) -> Result<i32> {
+    use crate::protocols::mcp::McpClient;
+    let info = serde_json::json!({"name": "sandpipe", "version": env!("CARGO_PKG_VERSION")});
+    let (client, _init) = match McpClient::connect(session, info).await {
+        Ok(ok) => ok,
+        Err(e) => return Ok(report_rpc(Protocol::Mcp, &e)),
+    };
+    let result = client.call(method, params).await;
+    let tool_failed = result
+        .as_ref()
+        .is_ok_and(|v| method == "tools/call" && v.get("isError") == Some(&Value::Bool(true)));
+    let code = finish_rpc(Protocol::Mcp, result, client.shutdown(grace).await)?;
+    Ok(if tool_failed { 1 } else { code })
 }
 
 async fn call_orchard(

@@ -21,7 +21,8 @@ use crate::{
 pub struct InspectArgs {
     /// Also start the plugin and show its self-description: the Orchard schema (plan mode),
     /// the oracle's `ready` (a `wasm:` oracle component: its selectors with WIT signatures),
-    /// or denobridge's `health`.
+    /// denobridge's `health`, or an MCP server's `initialize` result and its tools with their
+    /// input schemas.
     #[arg(long, value_enum, value_name = "PROTOCOL")]
     protocol: Option<Protocol>,
     /// Print one JSON object instead of text.
@@ -181,6 +182,22 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
                         meta.map_err(|e| e.to_string())
                             .and_then(|m| serde_json::to_value(m).map_err(|e| e.to_string()))
                             .map(|m| json!({"initialize": init, "resolveActionMeta": m}))
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            Protocol::Mcp => {
+                use crate::protocols::mcp::McpClient;
+                let session = host.start(&plugin, &policy, &options).await?;
+                let info = json!({"name": "sandpipe", "version": env!("CARGO_PKG_VERSION")});
+                match McpClient::connect(session, info).await {
+                    Ok((client, init)) => {
+                        let tools = client.list_tools().await;
+                        let _ = client.shutdown(grace).await;
+                        tools
+                            .map_err(|e| e.to_string())
+                            .and_then(|t| serde_json::to_value(t).map_err(|e| e.to_string()))
+                            .map(|tools| json!({"initialize": init, "tools": tools}))
                     }
                     Err(e) => Err(e.to_string()),
                 }

@@ -8,7 +8,7 @@
 //!
 //! Merging, decided here and documented in the README:
 //! - a flag given on the command line overrides the file's value for that key;
-//! - lists (`dirs`, `env`, `allow-imports`, `trusted-keys`, `insecure-registries`) are the
+//! - lists (`dirs`, `env`, `allow-imports`, `trusted-keys`, `insecure-registries`, `tools.allow`, `tools.deny`) are the
 //!   file's followed by the command line's;
 //! - a switch (`restart`, `locked`, ...) is on when either turns it on;
 //! - `--framing` or `--protocol` on the command line replaces whichever of the two the file
@@ -55,8 +55,21 @@ pub(crate) struct Manifest {
     grants: Grants,
     #[serde(default)]
     requests: Requests,
+    /// MCP tool filters (`run --protocol mcp`).
+    #[serde(default)]
+    tools: Tools,
     #[serde(default)]
     trust: Trust,
+}
+
+/// `[tools]`: `allow` and `deny` lists, as `--allow-tool` and `--deny-tool`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct Tools {
+    #[serde(default)]
+    allow: Vec<String>,
+    #[serde(default)]
+    deny: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -237,6 +250,9 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 args.protocol = m.protocol();
             }
             merge_budgets(&mut args.budgets, &m, sub)?;
+            // Lists: the file's, then the command line's.
+            prepend(&mut args.budgets.allow_tools, &m.tools.allow);
+            prepend(&mut args.budgets.deny_tools, &m.tools.deny);
             if args.protocol.is_none() && !m.requests.is_empty() {
                 bail!(
                     "{}: [requests] budgets need a protocol (`protocol = ...` or --protocol)",
@@ -569,6 +585,20 @@ locked = true
 offline = true
 insecure-registries = ["registry.local:5000"]
 "#;
+
+    #[test]
+    fn an_mcp_policy_names_its_tool_filter() {
+        let m = Manifest::parse(
+            "protocol = \"mcp\"\n[plugin]\nsource = \"s.js\"\n[tools]\nallow = [\"echo\"]\ndeny = [\"get-env\"]\n",
+        )
+        .expect("parses");
+        assert_eq!(m.protocol(), Some(Protocol::Mcp));
+        assert_eq!(
+            (m.tools.allow, m.tools.deny),
+            (vec!["echo".to_owned()], vec!["get-env".to_owned()])
+        );
+        assert!(Manifest::parse("[plugin]\nsource = \"s\"\n[tools]\nhide = []\n").is_err());
+    }
 
     #[test]
     fn the_full_example_parses() {

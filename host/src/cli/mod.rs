@@ -156,6 +156,7 @@ impl clap::ValueEnum for Protocol {
             Protocol::DenoBridge,
             Protocol::Atp,
             Protocol::FineCode,
+            Protocol::Mcp,
         ]
     }
 
@@ -167,6 +168,7 @@ impl clap::ValueEnum for Protocol {
             Protocol::DenoBridge => "terraform-provider-denobridge",
             Protocol::Atp => "Arcaflow ATP v1/v3 (CBOR)",
             Protocol::FineCode => "FineCode WM-ER (LSP Content-Length)",
+            Protocol::Mcp => "Model Context Protocol servers (stdio)",
         };
         Some(clap::builder::PossibleValue::new(self.name()).help(help))
     }

@@ -44,6 +44,13 @@ pub struct BudgetArgs {
     /// How long a recycled instance gets to exit after its stdin closes.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
     pub(crate) recycle_grace: Duration,
+    /// MCP: only this tool is listed and callable (repeat for more; default: every tool).
+    #[arg(long = "allow-tool", value_name = "NAME")]
+    pub(crate) allow_tools: Vec<String>,
+    /// MCP: this tool is taken out of tools/list and a tools/call of it is refused (-32602
+    /// unknown tool), as if the server did not have it (repeatable).
+    #[arg(long = "deny-tool", value_name = "NAME")]
+    pub(crate) deny_tools: Vec<String>,
 }
 
 impl BudgetArgs {
@@ -59,6 +66,8 @@ impl BudgetArgs {
             Some("--recycle-after")
         } else if matches!(self.recycle_memory, RecycleMemory::Above(_)) {
             Some("--recycle-memory")
+        } else if !self.allow_tools.is_empty() || !self.deny_tools.is_empty() {
+            Some("--allow-tool/--deny-tool")
         } else {
             None
         }
@@ -141,8 +150,19 @@ pub(crate) async fn run_proxy(
     let input = tokio::spawn(read_engine(in_tx, framing, limits));
     let output = tokio::spawn(write_engine(out_rx, framing, limits));
     let budgets = args.budgets(plugin, &policy);
-    let supervisor = Supervisor::new(host, plugin, policy, options, protocol, budgets)
+    let filter = sandpipe_proto::mcp::ToolFilter {
+        allow: args.allow_tools.clone(),
+        deny: args.deny_tools.clone(),
+    };
+    if !filter.is_open() && protocol != Protocol::Mcp {
+        eprintln!("sandpipe: --allow-tool and --deny-tool need --protocol mcp");
+        return Ok(2);
+    }
+    let mut supervisor = Supervisor::new(host, plugin, policy, options, protocol, budgets)
         .on_incident(print_incident);
+    if protocol == Protocol::Mcp {
+        supervisor = supervisor.rules(Box::new(sandpipe_proto::mcp::Supervised { filter }));
+    }
     let supervised = supervisor.run(in_rx, out_tx);
     let report = match super::signals::serve_until_done(
         supervised,

@@ -32,7 +32,7 @@ pub struct RunArgs {
     /// cannot answer gets the protocol's error. With `oracle`, a component that exports
     /// functions instead of wasi:cli/run (a Cairo wasm: oracle) is served as a stdio: oracle:
     /// each invoke calls its export.
-    #[arg(long, value_enum, value_name = "P", conflicts_with_all = ["framing", "record"])]
+    #[arg(long, value_enum, value_name = "P", conflicts_with = "framing")]
     pub(super) protocol: Option<crate::protocols::Protocol>,
     /// Read the plugin, its limits, grants and budgets from a policy file (TOML; see the
     /// README's "Policy files"); flags given here override it. `sandpipe run FILE.toml` is
@@ -53,7 +53,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
     grace: Duration,
     /// Record the session (every frame both ways, the policy, the outcome) as a transcript;
-    /// needs --framing.
+    /// needs --framing or --protocol (under --protocol, what each instance sees: a fresh
+    /// instance's replayed handshake is recorded too).
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
     /// The plugin: a .wasm component or p1 module (sandboxed), an
@@ -150,9 +151,16 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         .await;
     }
     if let Some(protocol) = args.protocol {
-        let options = SessionOptions::default()
+        let mut options = SessionOptions::default()
             .frame_limits(args.sandbox.frame_limits())
             .stderr(StderrMode::Inherit);
+        options.record = super::sandbox_args::recorder(
+            args.record.as_deref(),
+            &plugin,
+            &policy,
+            protocol.framing(),
+            Some(protocol.name()),
+        )?;
         return super::proxy::run_proxy(
             &host,
             &plugin,

@@ -14,6 +14,10 @@
 //! venv              V, when an executable was named as V/bin/NAME and V/pyvenv.cfg exists,
 //!                   plus the prefix of the interpreter its `home =` line names
 //! script            every argument that names an existing regular file (plugin.py, main.ts)
+//! package tree      N, when the program or a script resolves to a path under N, the outermost
+//!                   `node_modules` directory on it (a Node package's imports resolve from
+//!                   the project's node_modules: an npm-installed MCP server); and V, when it
+//!                   lies inside a venv V (V/pyvenv.cfg exists: a pip or uv-installed server)
 //! ```
 //!
 //! Nothing here is writable, and nothing outside these paths is added: a compiled plugin in
@@ -28,7 +32,8 @@ use std::path::{Path, PathBuf};
 pub struct StartupGrant {
     /// The host path (a file or a directory).
     pub path: PathBuf,
-    /// Why it is granted: `program`, `interpreter`, `install prefix`, `venv` or `script`.
+    /// Why it is granted: `program`, `interpreter`, `install prefix`, `venv`, `script` or
+    /// `package tree`.
     pub reason: &'static str,
 }
 
@@ -48,6 +53,7 @@ pub fn startup_grants(program: &Path, args: &[String]) -> Vec<StartupGrant> {
         if path.is_file()
             && let Ok(real) = path.canonicalize()
         {
+            grants.package_tree(&real);
             grants.add(real, "script");
         }
     }
@@ -82,7 +88,30 @@ impl Grants {
             self.add(venv, "venv");
         }
         self.prefix_of(&real);
+        self.package_tree(&real);
         self.add(real, reason);
+    }
+
+    /// The package tree a file resolved to lies in: the outermost `node_modules` on its path,
+    /// or the venv holding it.
+    fn package_tree(&mut self, real: &Path) {
+        let mut outermost = None;
+        for dir in real.ancestors().skip(1) {
+            if dir.file_name().is_some_and(|n| n == "node_modules") {
+                outermost = Some(dir);
+            }
+        }
+        if let Some(dir) = outermost {
+            self.add(dir.to_owned(), "package tree");
+            return;
+        }
+        if let Some(venv) = real
+            .ancestors()
+            .skip(1)
+            .find(|d| d.join("pyvenv.cfg").is_file())
+        {
+            self.add(venv.to_owned(), "venv");
+        }
     }
 
     /// `P` for an executable at `P/bin/NAME` when `P/lib` exists.
@@ -213,6 +242,47 @@ mod tests {
             paths(&grants, &root),
             [("app/compiled".to_owned(), "program")]
         );
+    }
+
+    #[test]
+    fn a_script_in_node_modules_gets_the_projects_node_modules() {
+        let dir = tree();
+        let root = dir.path().canonicalize().expect("canonical");
+        let pkg = root.join("proj/node_modules/@scope/server/dist");
+        std::fs::create_dir_all(&pkg).expect("mkdir");
+        std::fs::create_dir_all(root.join("proj/node_modules/.bin")).expect("mkdir");
+        std::fs::write(pkg.join("index.js"), b"#!/usr/bin/env node\n").expect("write");
+        std::os::unix::fs::symlink(
+            pkg.join("index.js"),
+            root.join("proj/node_modules/.bin/server"),
+        )
+        .expect("symlink");
+        let script = pkg.join("index.js").display().to_string();
+        let grants = startup_grants(Path::new("/usr/bin/node"), &[script]);
+        assert_eq!(
+            paths(&grants, &root),
+            [("proj/node_modules".to_owned(), "package tree")]
+        );
+        // The package's bin link run as the program: the same tree.
+        let grants = startup_grants(&root.join("proj/node_modules/.bin/server"), &[]);
+        assert_eq!(
+            paths(&grants, &root),
+            [("proj/node_modules".to_owned(), "package tree")]
+        );
+    }
+
+    #[test]
+    fn a_script_inside_a_venv_gets_the_venv() {
+        let dir = tree();
+        let root = dir.path().canonicalize().expect("canonical");
+        let site = root.join("venv/lib/python3.11/site-packages/server");
+        std::fs::create_dir_all(&site).expect("mkdir");
+        std::fs::write(site.join("main.py"), b"").expect("write");
+        let grants = startup_grants(
+            Path::new("/usr/bin/python3"),
+            &[site.join("main.py").display().to_string()],
+        );
+        assert_eq!(paths(&grants, &root), [("venv".to_owned(), "venv")]);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 pub mod atp;
 pub mod denobridge;
 pub mod finecode;
+pub mod mcp;
 pub mod oracle;
 pub mod orchard;
 
@@ -27,6 +28,8 @@ pub enum Protocol {
     Atp,
     /// FineCode WM↔ER (LSP `Content-Length`).
     FineCode,
+    /// Model Context Protocol servers (stdio: JSON-RPC 2.0 in JSON Lines).
+    Mcp,
 }
 
 impl Protocol {
@@ -59,7 +62,7 @@ impl Protocol {
     /// The protocol's rules for the supervisor ([`crate::supervise`]), from its module in
     /// `sandpipe-proto`.
     pub fn supervised(self) -> Box<dyn sandpipe_proto::supervise::SupervisedProtocol> {
-        use sandpipe_proto::{atp, denobridge, finecode, jsonrpc, oracle, orchard};
+        use sandpipe_proto::{atp, denobridge, finecode, jsonrpc, mcp, oracle, orchard};
         match self {
             Protocol::JsonRpc => Box::new(jsonrpc::Supervised),
             Protocol::Oracle => Box::new(oracle::Supervised),
@@ -67,6 +70,7 @@ impl Protocol {
             Protocol::DenoBridge => Box::new(denobridge::Supervised),
             Protocol::Atp => Box::new(atp::Supervised),
             Protocol::FineCode => Box::new(finecode::Supervised),
+            Protocol::Mcp => Box::new(mcp::Supervised::default()),
         }
     }
 
@@ -79,6 +83,7 @@ impl Protocol {
             Protocol::DenoBridge => "denobridge",
             Protocol::Atp => "atp",
             Protocol::FineCode => "finecode",
+            Protocol::Mcp => "mcp",
         }
     }
 }
@@ -93,8 +98,9 @@ impl std::str::FromStr for Protocol {
             "denobridge" => Ok(Protocol::DenoBridge),
             "atp" => Ok(Protocol::Atp),
             "finecode" => Ok(Protocol::FineCode),
+            "mcp" => Ok(Protocol::Mcp),
             other => Err(format!(
-                "unknown protocol {other:?} (expected jsonrpc, oracle, orchard, denobridge, atp or finecode)"
+                "unknown protocol {other:?} (expected jsonrpc, oracle, orchard, denobridge, atp, finecode or mcp)"
             )),
         }
     }

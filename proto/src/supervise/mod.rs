@@ -15,7 +15,8 @@
 //! memory; every decision is made here. Each protocol's rules (what is a request, what is
 //! handshake, its error answer) live next to that protocol, as a [`SupervisedProtocol`]:
 //! `jsonrpc::Supervised`, `oracle::Supervised`, `orchard::Supervised`,
-//! `denobridge::Supervised`, `atp::Supervised`, `finecode::Supervised`.
+//! `denobridge::Supervised`, `atp::Supervised`, `finecode::Supervised`, `mcp::Supervised` (which
+//! also answers some engine frames itself and rewrites some answers: its tool filter).
 //!
 //! What counts as a request (its budget runs from when it is forwarded to its response):
 //!
@@ -26,6 +27,7 @@
 //! | denobridge | any request but `health` | `health` |
 //! | orchard | any request but `describe`, `configure` | `describe`, `configure` |
 //! | finecode | any request but `initialize` | `initialize`, `initialized` |
+//! | mcp | any request but `initialize` (a cancelled one stops counting) | `initialize`, `notifications/initialized` |
 //! | atp (v3) | a run: work start to its work done or error | the start item; the new hello is swallowed |
 //!
 //! Decisions, written down:
@@ -187,6 +189,12 @@ pub enum FromEngine {
         /// The key of the plugin's request.
         key: String,
     },
+    /// The engine gave up on its request `key` (MCP `notifications/cancelled`): forwarded, and
+    /// the request is no longer budgeted (the plugin need not answer it).
+    Cancelled {
+        /// The request's key.
+        key: String,
+    },
     /// Anything else: forwarded.
     Other,
 }
@@ -223,6 +231,16 @@ pub trait SupervisedProtocol: Debug + Send + Sync {
     /// The protocol's error answer to the request `key` (with `method`), which the plugin will
     /// never answer: built by the protocol's own `stopped_error`.
     fn stopped_answer(&self, key: &str, method: Option<&str>, stopped: &Stopped) -> Vec<u8>;
+    /// The answer to an engine frame that the rules give themselves instead of forwarding it
+    /// (MCP: a `tools/call` of a tool the filter hides). Default: none, every frame goes on.
+    fn answer_engine(&self, _frame: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+    /// The plugin's answer to a request of `method`, changed before it reaches the engine
+    /// (MCP: hidden tools taken out of `tools/list`). Default: none, it goes on as written.
+    fn rewrite_answer(&self, _method: Option<&str>, _frame: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// The two members the supervisor reads from a JSON-RPC frame. Params, results and errors
@@ -285,15 +303,19 @@ pub fn classify_jsonrpc_plugin(frame: &[u8], handshake: &[&str]) -> FromPlugin {
 
 /// The error response to the request `key` (an id's JSON text) in `dialect`.
 pub fn jsonrpc_error_answer(key: &str, dialect: Dialect, error: ErrorObject) -> Vec<u8> {
-    let id = serde_json::from_str::<Value>(key)
+    Message::response(id_of(key), Err(error)).encode(dialect)
+}
+
+/// The request id whose JSON text is `key` (`null` for one that is not a number or string).
+pub fn id_of(key: &str) -> Id {
+    serde_json::from_str::<Value>(key)
         .ok()
         .and_then(|v| match v {
             Value::Number(n) => n.as_i64().map(Id::Num),
             Value::String(s) => Some(Id::Str(s)),
             _ => None,
         })
-        .unwrap_or(Id::Null);
-    Message::response(id, Err(error)).encode(dialect)
+        .unwrap_or(Id::Null)
 }
 
 /// Names one instance of the plugin; frames and ends are fed back tagged with it.
@@ -525,6 +547,10 @@ impl Supervisor {
         if self.done {
             return;
         }
+        if let Some(answer) = self.rules.answer_engine(&frame) {
+            self.actions.push_back(Action::ToEngine(answer));
+            return;
+        }
         if let Some(r) = &mut self.restoring {
             r.held.push_back(frame);
             return;
@@ -585,6 +611,7 @@ impl Supervisor {
         }
         let mut answered = false;
         let mut mine = false;
+        let mut rewritten = None;
         match self.rules.classify_plugin(frame) {
             FromPlugin::Answer { key } if self.swallow.remove(&key) => {
                 if let Some(r) = self
@@ -597,11 +624,12 @@ impl Supervisor {
                 mine = true;
             }
             FromPlugin::Answer { key } => {
-                if self.pending.remove(&key).is_some() {
+                if let Some(p) = self.pending.remove(&key) {
                     let inst = self.instance.as_mut().expect("current");
                     inst.answered += 1;
                     self.report.answered += 1;
                     answered = true;
+                    rewritten = self.rules.rewrite_answer(p.method.as_deref(), frame);
                 }
             }
             FromPlugin::HandshakeRequest { id, method } => {
@@ -637,7 +665,8 @@ impl Supervisor {
             self.advance(now);
             return;
         }
-        self.actions.push_back(Action::ToEngine(frame.to_vec()));
+        let frame = rewritten.unwrap_or_else(|| frame.to_vec());
+        self.actions.push_back(Action::ToEngine(frame));
         if !answered {
             return;
         }
@@ -863,6 +892,9 @@ impl Supervisor {
                 }
                 None => {}
             },
+            FromEngine::Cancelled { key } => {
+                self.pending.remove(&key);
+            }
             FromEngine::Other => {}
         }
         self.actions.push_back(Action::ToPlugin { instance, frame });

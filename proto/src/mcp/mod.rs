@@ -1,0 +1,1091 @@
+//! The Model Context Protocol (MCP) over stdio: a client (the host, an agent or editor: [`Client`])
+//! and a server (the plugin: [`Server`]) speaking JSON-RPC 2.0, one message per line.
+//!
+//! Both machines are built on [`Peer`]; they add MCP's rules on top:
+//! - **Lifecycle.** `initialize {protocolVersion, capabilities, clientInfo}` → `{protocolVersion,
+//!   capabilities, serverInfo}`, then the `notifications/initialized` notification, then
+//!   anything. Revisions [`SUPPORTED_VERSIONS`] (2025-11-25 and 2025-06-18) are spoken: a server
+//!   answers the revision the client asked for when it supports it, else its latest; a client
+//!   whose server answers a revision it does not speak completes `initialize` with an error
+//!   ([`ClientEvent::Initialized`]). Shutdown has no message: the client closes the server's
+//!   stdin, then SIGTERM, then SIGKILL (the host's business).
+//! - **Requests** (`tools/list`, `tools/call`, `resources/list`, `resources/read`,
+//!   `resources/templates/list`, `prompts/list`, `prompts/get`, `completion/complete`, …) are
+//!   JSON-RPC requests with their params and results kept as JSON ([`Client::request`]);
+//!   [`Client::list_tools`] and [`Client::call_tool`] name the common two, and [`Tool`] types
+//!   a listed tool.
+//! - **Progress** (`notifications/progress {progressToken, progress, total?, message?}`) for a
+//!   request made with `_meta.progressToken` comes out as [`ClientEvent::Progress`];
+//!   **cancellation** is `notifications/cancelled {requestId, reason?}` ([`Client::cancel`]
+//!   completes the request locally with `-32800` and tells the server; the server's late
+//!   answer is dropped); **`ping`** is answered `{}` by either machine by itself.
+//! - **Requests from the server** (`sampling/createMessage`, `elicitation/create`,
+//!   `roots/list`, anything else) reach the client as [`ClientEvent::Request`], untouched,
+//!   for the caller to answer with [`Client::respond`].
+//! - [`Client::fail_pending`] completes every request in flight with [`stopped_error`]:
+//!   `-32603`, message = the reason, `data: {"reason", "exit", "stderr"}`, the form every
+//!   JSON-RPC protocol here uses.
+//!
+//! Under the supervisor ([`Supervised`]): `initialize` and `notifications/initialized` are the
+//! handshake replayed to a fresh instance; every other request is budgeted, and a cancelled
+//! one stops being. A [`ToolFilter`] hides tools: `tools/list` answers lose them, and a
+//! `tools/call` of one is answered by the supervisor, never forwarded.
+//!
+//! Decision, written down: **a `tools/call` the server will never answer** (its instance ran
+//! out of its per-request budget, died, or could not be restarted) **gets a tool result with
+//! `isError: true`**, not a JSON-RPC error ([`stopped_tool_result`]): the revisions spoken here
+//! say a tool's failure is reported in its result so that the model sees it and can adapt (a
+//! client SDK raises on a JSON-RPC error and hides it from the model), and a request that ran
+//! over its budget is the tool failing, not the protocol. The text is the reason and the
+//! server's last stderr lines; `_meta.sandpipe` carries [`Stopped::to_json`]. Every other
+//! request gets [`stopped_error`]. **A filtered tool is absent**: a `tools/call` of it gets
+//! `-32602` "unknown tool: NAME", what the spec's servers answer for a tool they do not have,
+//! so a server behind a filter looks like a server without the tool.
+//!
+//! ```text
+//!   client (host)                                        server (plugin)
+//!   initialize(params)  ── initialize ───────────────►   Initialize → respond_initialize
+//!   Initialized ◄─────────── {protocolVersion, …} ─────
+//!   initialized()       ── notifications/initialized ►   Initialized
+//!   call_tool(…, token) ── tools/call {_meta} ───────►   Request → progress(token, …)
+//!   Progress ◄────────────── notifications/progress ───
+//!   Request ◄─────────────── sampling/createMessage ───   request(…)
+//!   respond(id, …)      ── result ───────────────────►   Response
+//!   Response ◄────────────── {content, isError} ───────   respond(id, …)
+//!   cancel(id)          ── notifications/cancelled ──►   Cancelled
+//! ```
+//!
+//! What it does not do: IO, framing (the caller's JSON Lines framer adds the newline), clocks,
+//! the Streamable HTTP transport, JSON-RPC batches (removed in 2025-06-18), or checking tool
+//! arguments against their input schemas (the server's business).
+//!
+//! ```
+//! use sandpipe_proto::mcp::*;
+//! use serde_json::json;
+//!
+//! let mut client = Client::new();
+//! let mut server = Server::new();
+//! fn pump(from: &mut Client, to: &mut Server) {
+//!     while let Some(f) = from.poll_transmit() { to.handle_frame(&f).unwrap(); }
+//! }
+//! client.initialize(json!({"name": "agent", "version": "1"}), json!({})).unwrap();
+//! pump(&mut client, &mut server);
+//! let Some(ServerEvent::Initialize { id, .. }) = server.poll_event() else { panic!() };
+//! server.respond_initialize(id, json!({"tools": {}}), json!({"name": "s", "version": "1"})).unwrap();
+//! client.handle_frame(&server.poll_transmit().unwrap()).unwrap();
+//! let Some(ClientEvent::Initialized { result: Ok(init), .. }) = client.poll_event() else { panic!() };
+//! assert_eq!(init["protocolVersion"], LATEST_VERSION);
+//! client.initialized().unwrap();
+//! let call = client.call_tool("add", json!({"a": 1, "b": 2}), None).unwrap();
+//! pump(&mut client, &mut server);
+//! assert_eq!(server.poll_event(), Some(ServerEvent::Initialized));
+//! let Some(ServerEvent::Request { id, method, .. }) = server.poll_event() else { panic!() };
+//! assert_eq!(method, "tools/call");
+//! server.respond(id, Ok(json!({"content": [{"type": "text", "text": "3"}]}))).unwrap();
+//! client.handle_frame(&server.poll_transmit().unwrap()).unwrap();
+//! let Some(ClientEvent::Response { id, result: Ok(r), .. }) = client.poll_event() else { panic!() };
+//! assert_eq!((id, r["content"][0]["text"].as_str()), (call, Some("3")));
+//! ```
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::jsonrpc::{
+    Dialect, ErrorObject, Event, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, Id, Message,
+    Peer, ProtocolError,
+};
+use crate::machine::{ClientMachine, ServerMachine};
+use crate::stopped::Stopped;
+use crate::supervise::{FromEngine, FromPlugin, SupervisedProtocol};
+
+#[cfg(test)]
+mod tests;
+
+/// The newest revision spoken, and what a client asks for.
+pub const LATEST_VERSION: &str = "2025-11-25";
+
+/// Every revision spoken, newest first.
+pub const SUPPORTED_VERSIONS: [&str; 2] = ["2025-11-25", "2025-06-18"];
+
+/// The request that starts a session.
+pub const INITIALIZE: &str = "initialize";
+/// The notification that ends the handshake.
+pub const INITIALIZED: &str = "notifications/initialized";
+/// `tools/list`.
+pub const TOOLS_LIST: &str = "tools/list";
+/// `tools/call`.
+pub const TOOLS_CALL: &str = "tools/call";
+/// Either side's liveness check, answered `{}`.
+pub const PING: &str = "ping";
+/// A request the sender gave up on.
+pub const CANCELLED: &str = "notifications/cancelled";
+/// Progress of a request made with `_meta.progressToken`.
+pub const PROGRESS: &str = "notifications/progress";
+
+/// A listed tool: its name and input schema typed, the rest (`title`, `outputSchema`,
+/// `annotations`, …) kept as sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tool {
+    /// The name `tools/call` takes.
+    pub name: String,
+    /// What it does, for the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// A JSON Schema of its arguments.
+    #[serde(rename = "inputSchema")]
+    pub input_schema: Value,
+    /// Every other member.
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, Value>,
+}
+
+/// One page of `tools/list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListToolsResult {
+    /// The tools.
+    pub tools: Vec<Tool>,
+    /// The cursor of the next page.
+    #[serde(
+        rename = "nextCursor",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub next_cursor: Option<String>,
+}
+
+/// A progress notification, as sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// The request's `_meta.progressToken` (a string or a number).
+    pub token: Value,
+    /// How far (increases with each notification).
+    pub progress: f64,
+    /// Out of how much, if known.
+    pub total: Option<f64>,
+    /// A line for a person.
+    pub message: Option<String>,
+}
+
+/// The answer to a request the server will never answer: `-32603`, the reason as message,
+/// `data: {"reason", "exit", "stderr"}` ([`jsonrpc::stopped_error`](crate::jsonrpc::stopped_error)).
+pub fn stopped_error(stopped: &Stopped) -> ErrorObject {
+    crate::jsonrpc::stopped_error(Dialect::JsonRpc2, stopped)
+}
+
+/// The result a `tools/call` the server will never answer gets (see the module docs for why a
+/// result and not an error): one text item with the reason and the stderr tail, `isError: true`,
+/// and [`Stopped::to_json`] under `_meta.sandpipe`.
+pub fn stopped_tool_result(stopped: &Stopped) -> Value {
+    json!({
+        "content": [{"type": "text", "text": stopped.message_with_tail()}],
+        "isError": true,
+        "_meta": {"sandpipe": stopped.to_json()},
+    })
+}
+
+/// The `-32602` a `tools/call` of a tool the filter hides gets.
+pub fn unknown_tool(name: &str) -> ErrorObject {
+    ErrorObject::new(INVALID_PARAMS, format!("unknown tool: {name}"))
+}
+
+/// Which tools an engine may see and call: every tool, unless `allow` names some (then only
+/// those), minus those `deny` names. Names match exactly.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolFilter {
+    /// When not empty, only these.
+    pub allow: Vec<String>,
+    /// Never these.
+    pub deny: Vec<String>,
+}
+
+impl ToolFilter {
+    /// Whether the filter lets `name` through.
+    pub fn permits(&self, name: &str) -> bool {
+        (self.allow.is_empty() || self.allow.iter().any(|a| a == name))
+            && !self.deny.iter().any(|d| d == name)
+    }
+
+    /// True when it hides nothing.
+    pub fn is_open(&self) -> bool {
+        self.allow.is_empty() && self.deny.is_empty()
+    }
+
+    /// A `tools/list` result with the hidden tools removed; `None` when nothing was removed
+    /// (or the result is not a tool list), so the server's bytes pass on unchanged.
+    pub fn filter_list(&self, result: &mut Value) -> bool {
+        let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) else {
+            return false;
+        };
+        let before = tools.len();
+        tools.retain(|t| {
+            t.get("name")
+                .and_then(Value::as_str)
+                .is_some_and(|n| self.permits(n))
+        });
+        tools.len() != before
+    }
+}
+
+/// MCP under the supervisor (`crate::supervise`): `initialize` and `notifications/initialized`
+/// are the handshake replayed to a fresh instance; every other request is budgeted (a
+/// cancelled one is no longer pending); `filter` hides tools.
+#[derive(Debug, Clone, Default)]
+pub struct Supervised {
+    /// The tools the engine may see and call.
+    pub filter: ToolFilter,
+}
+
+/// The members of an engine frame the filter and the cancellation need.
+#[derive(Deserialize)]
+struct EngineHead {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<EngineParams>,
+}
+
+#[derive(Deserialize)]
+struct EngineParams {
+    #[serde(default)]
+    name: Option<Value>,
+    #[serde(default, rename = "requestId")]
+    request_id: Option<Value>,
+}
+
+impl SupervisedProtocol for Supervised {
+    fn classify_engine(&self, frame: &[u8]) -> FromEngine {
+        let class = crate::supervise::classify_jsonrpc_engine(frame, &[INITIALIZE, INITIALIZED]);
+        if class == FromEngine::Other
+            && let Ok(head) = serde_json::from_slice::<EngineHead>(frame)
+            && head.method.as_deref() == Some(CANCELLED)
+            && let Some(id) = head.params.and_then(|p| p.request_id)
+        {
+            return FromEngine::Cancelled {
+                key: crate::supervise::key_of(&id),
+            };
+        }
+        class
+    }
+    fn classify_plugin(&self, frame: &[u8]) -> FromPlugin {
+        crate::supervise::classify_jsonrpc_plugin(frame, &[])
+    }
+    fn stopped_answer(&self, key: &str, method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
+        if method == Some(TOOLS_CALL) {
+            let id = crate::supervise::id_of(key);
+            return Message::response(id, Ok(stopped_tool_result(stopped)))
+                .encode(Dialect::JsonRpc2);
+        }
+        crate::supervise::jsonrpc_error_answer(key, Dialect::JsonRpc2, stopped_error(stopped))
+    }
+    fn answer_engine(&self, frame: &[u8]) -> Option<Vec<u8>> {
+        if self.filter.is_open() {
+            return None;
+        }
+        let head: EngineHead = serde_json::from_slice(frame).ok()?;
+        let id = head.id?;
+        if head.method.as_deref() != Some(TOOLS_CALL) {
+            return None;
+        }
+        // A call without a string name is the server's to refuse.
+        let name = head.params?.name?;
+        let name = name.as_str()?;
+        if self.filter.permits(name) {
+            return None;
+        }
+        let id = crate::supervise::id_of(&crate::supervise::key_of(&id));
+        Some(Message::response(id, Err(unknown_tool(name))).encode(Dialect::JsonRpc2))
+    }
+    fn rewrite_answer(&self, method: Option<&str>, frame: &[u8]) -> Option<Vec<u8>> {
+        if self.filter.is_open() || method != Some(TOOLS_LIST) {
+            return None;
+        }
+        let mut v: Value = serde_json::from_slice(frame).ok()?;
+        if !self.filter.filter_list(v.get_mut("result")?) {
+            return None;
+        }
+        serde_json::to_vec(&v).ok()
+    }
+}
+
+/// Where the client's side of the lifecycle is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ClientState {
+    /// Nothing sent yet (or `initialize` failed).
+    Start,
+    /// `initialize` sent, not answered.
+    Initializing,
+    /// `initialize` answered; send `notifications/initialized` next.
+    Initialized,
+    /// Requests may be made.
+    Ready,
+    /// The server is gone ([`Client::fail_pending`]).
+    Closed,
+}
+
+impl ClientState {
+    fn name(self) -> &'static str {
+        match self {
+            ClientState::Start => "not initialized",
+            ClientState::Initializing => "waiting for the initialize result",
+            ClientState::Initialized => "initialized but not yet notified",
+            ClientState::Ready => "ready",
+            ClientState::Closed => "closed",
+        }
+    }
+}
+
+/// What the client learns.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ClientEvent {
+    /// `initialize` was answered: the server's result (its `protocolVersion` one the client
+    /// speaks), or the error.
+    Initialized {
+        /// The request's id.
+        id: Id,
+        /// `{protocolVersion, capabilities, serverInfo, instructions?}` as sent.
+        result: Result<Value, ErrorObject>,
+    },
+    /// A request completed.
+    Response {
+        /// Its id.
+        id: Id,
+        /// Its method.
+        method: String,
+        /// The result as sent, or the error.
+        result: Result<Value, ErrorObject>,
+    },
+    /// Progress of a request in flight.
+    Progress {
+        /// The request the token belongs to, when it is one of ours.
+        id: Option<Id>,
+        /// The notification.
+        progress: Progress,
+    },
+    /// The server asks something (sampling, elicitation, roots, …): answer with
+    /// [`Client::respond`].
+    Request {
+        /// Its id.
+        id: Id,
+        /// The method.
+        method: String,
+        /// Its params, as sent.
+        params: Option<Value>,
+    },
+    /// Any other notification (logging, list changed, resource updated, …).
+    Notification {
+        /// The method.
+        method: String,
+        /// Its params.
+        params: Option<Value>,
+    },
+}
+
+/// The client's (host's) side.
+#[derive(Debug)]
+pub struct Client {
+    peer: Peer,
+    state: ClientState,
+    initialize_id: Option<Id>,
+    /// Progress tokens of requests in flight (their JSON text), by request.
+    tokens: BTreeMap<String, Id>,
+    events: VecDeque<ClientEvent>,
+}
+
+impl Default for Client {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Client {
+    /// A client whose request ids count from 0.
+    pub fn new() -> Self {
+        Self {
+            peer: Peer::new(Dialect::JsonRpc2),
+            state: ClientState::Start,
+            initialize_id: None,
+            tokens: BTreeMap::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The lifecycle state.
+    pub fn state(&self) -> ClientState {
+        self.state
+    }
+
+    fn expect(&self, ok: &[ClientState], got: &str) -> Result<(), ProtocolError> {
+        if ok.contains(&self.state) {
+            return Ok(());
+        }
+        Err(ProtocolError::Unexpected {
+            state: self.state.name(),
+            got: got.to_owned(),
+        })
+    }
+
+    /// Send `initialize` asking for [`LATEST_VERSION`], as `client_info` (`{name, version}`)
+    /// with `capabilities`.
+    pub fn initialize(
+        &mut self,
+        client_info: Value,
+        capabilities: Value,
+    ) -> Result<Id, ProtocolError> {
+        self.expect(&[ClientState::Start], INITIALIZE)?;
+        let params = json!({
+            "protocolVersion": LATEST_VERSION,
+            "capabilities": capabilities,
+            "clientInfo": client_info,
+        });
+        let id = self.peer.request(INITIALIZE, Some(params));
+        self.initialize_id = Some(id.clone());
+        self.state = ClientState::Initializing;
+        Ok(id)
+    }
+
+    /// Send `notifications/initialized` once `initialize` was answered.
+    pub fn initialized(&mut self) -> Result<(), ProtocolError> {
+        self.expect(&[ClientState::Initialized], INITIALIZED)?;
+        self.peer.notify(INITIALIZED, None);
+        self.state = ClientState::Ready;
+        Ok(())
+    }
+
+    /// Make any request (`resources/read`, `prompts/get`, …) once ready; `ping` at any time.
+    /// A `_meta.progressToken` in `params` routes the server's progress to this request.
+    pub fn request(&mut self, method: &str, params: Option<Value>) -> Result<Id, ProtocolError> {
+        if method != PING {
+            self.expect(&[ClientState::Ready], method)?;
+        } else if self.state == ClientState::Closed {
+            return Err(ProtocolError::Unexpected {
+                state: self.state.name(),
+                got: method.to_owned(),
+            });
+        }
+        let token = params
+            .as_ref()
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("progressToken"))
+            .map(Value::to_string);
+        if let Some(t) = &token
+            && self.tokens.contains_key(t)
+        {
+            return Err(ProtocolError::BadPayload {
+                what: "progressToken",
+                reason: format!("token {t} is already used by a request in flight"),
+            });
+        }
+        let id = self.peer.request(method, params);
+        if let Some(t) = token {
+            self.tokens.insert(t, id.clone());
+        }
+        Ok(id)
+    }
+
+    /// `tools/list`, from `cursor` (`None`: the first page).
+    pub fn list_tools(&mut self, cursor: Option<&str>) -> Result<Id, ProtocolError> {
+        let params = cursor.map(|c| json!({"cursor": c}));
+        self.request(TOOLS_LIST, params)
+    }
+
+    /// `tools/call` of `name` with `arguments`; with `progress_token`, the server may report
+    /// progress ([`ClientEvent::Progress`]).
+    pub fn call_tool(
+        &mut self,
+        name: &str,
+        arguments: Value,
+        progress_token: Option<Value>,
+    ) -> Result<Id, ProtocolError> {
+        let mut params = json!({"name": name, "arguments": arguments});
+        if let Some(t) = progress_token {
+            params["_meta"] = json!({"progressToken": t});
+        }
+        self.request(TOOLS_CALL, Some(params))
+    }
+
+    /// Give up on request `id`: it completes at once with `-32800`, the server is told with
+    /// `notifications/cancelled`, and its late answer is dropped. False if `id` is not in
+    /// flight (`initialize` cannot be cancelled).
+    pub fn cancel(&mut self, id: &Id, reason: Option<&str>) -> bool {
+        if self.initialize_id.as_ref() == Some(id) || !self.peer.cancel(id) {
+            return false;
+        }
+        let mut params = json!({"requestId": id_value(id)});
+        if let Some(r) = reason {
+            params["reason"] = Value::from(r);
+        }
+        self.peer.notify(CANCELLED, Some(params));
+        self.drain_local();
+        true
+    }
+
+    /// Answer a [`ClientEvent::Request`] from the server.
+    pub fn respond(
+        &mut self,
+        id: Id,
+        result: Result<Value, ErrorObject>,
+    ) -> Result<(), ProtocolError> {
+        self.peer.respond(id, result)
+    }
+
+    /// Send a notification (`notifications/roots/list_changed`, …) once ready.
+    pub fn notify(&mut self, method: &str, params: Option<Value>) -> Result<(), ProtocolError> {
+        self.expect(&[ClientState::Ready, ClientState::Initialized], method)?;
+        self.peer.notify(method, params);
+        Ok(())
+    }
+
+    /// Feed one frame (one line, without its newline).
+    pub fn handle_frame(&mut self, frame: &[u8]) -> Result<(), ProtocolError> {
+        self.peer.handle_frame(frame)?;
+        let mut first_error = None;
+        while let Some(ev) = self.peer.poll_event() {
+            if let Err(e) = self.on_event(ev) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// The server is gone: every request in flight completes with [`stopped_error`].
+    pub fn fail_pending(&mut self, stopped: &Stopped) {
+        self.peer.fail_pending(stopped_error(stopped));
+        self.drain_local();
+        self.state = ClientState::Closed;
+    }
+
+    /// Route completions the machine made itself (a cancel, a stop): they are responses to
+    /// our own requests, so routing them cannot fail.
+    fn drain_local(&mut self) {
+        while let Some(ev) = self.peer.poll_event() {
+            let _ = self.on_event(ev);
+        }
+    }
+
+    /// The next frame to send.
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.peer.poll_transmit()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<ClientEvent> {
+        self.events.pop_front()
+    }
+
+    fn on_event(&mut self, ev: Event) -> Result<(), ProtocolError> {
+        match ev {
+            Event::Response { id, method, result } => {
+                self.tokens.retain(|_, v| *v != id);
+                if self.initialize_id.as_ref() == Some(&id) {
+                    self.initialize_id = None;
+                    let result = result.and_then(check_version);
+                    if self.state == ClientState::Initializing {
+                        self.state = if result.is_ok() {
+                            ClientState::Initialized
+                        } else {
+                            ClientState::Start
+                        };
+                    }
+                    self.events
+                        .push_back(ClientEvent::Initialized { id, result });
+                } else {
+                    self.events
+                        .push_back(ClientEvent::Response { id, method, result });
+                }
+            }
+            Event::Request { id, method, .. } if method == PING => {
+                self.peer.respond(id, Ok(json!({})))?;
+            }
+            Event::Request { id, method, params } => {
+                self.events
+                    .push_back(ClientEvent::Request { id, method, params });
+            }
+            Event::Notification { method, params } if method == PROGRESS => {
+                let progress = parse_progress(params.as_ref())?;
+                let id = self.tokens.get(&progress.token.to_string()).cloned();
+                self.events
+                    .push_back(ClientEvent::Progress { id, progress });
+            }
+            Event::Notification { method, params } => {
+                self.events
+                    .push_back(ClientEvent::Notification { method, params });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An `initialize` result whose `protocolVersion` the client speaks.
+fn check_version(result: Value) -> Result<Value, ErrorObject> {
+    match result.get("protocolVersion").and_then(Value::as_str) {
+        Some(v) if SUPPORTED_VERSIONS.contains(&v) => Ok(result),
+        Some(v) => Err(ErrorObject::new(
+            INTERNAL_ERROR,
+            format!(
+                "the server speaks MCP revision {v}; this client speaks {}",
+                SUPPORTED_VERSIONS.join(" and ")
+            ),
+        )),
+        None => Err(ErrorObject::new(
+            INTERNAL_ERROR,
+            "bad initialize result: no protocolVersion",
+        )),
+    }
+}
+
+fn parse_progress(params: Option<&Value>) -> Result<Progress, ProtocolError> {
+    let bad = |reason: &str| ProtocolError::BadPayload {
+        what: PROGRESS,
+        reason: reason.to_owned(),
+    };
+    let p = params.ok_or_else(|| bad("no params"))?;
+    let token = p
+        .get("progressToken")
+        .filter(|t| t.is_string() || t.is_i64() || t.is_u64())
+        .cloned()
+        .ok_or_else(|| bad("progressToken is not a string or an integer"))?;
+    let progress = p
+        .get("progress")
+        .and_then(Value::as_f64)
+        .ok_or_else(|| bad("progress is not a number"))?;
+    Ok(Progress {
+        token,
+        progress,
+        total: p.get("total").and_then(Value::as_f64),
+        message: p.get("message").and_then(Value::as_str).map(str::to_owned),
+    })
+}
+
+fn id_value(id: &Id) -> Value {
+    match id {
+        Id::Num(n) => json!(n),
+        Id::Str(s) => json!(s),
+        Id::Null => Value::Null,
+    }
+}
+
+fn id_from_value(v: &Value) -> Option<Id> {
+    match v {
+        Value::Number(n) => n.as_i64().map(Id::Num),
+        Value::String(s) => Some(Id::Str(s.clone())),
+        _ => None,
+    }
+}
+
+/// A request completes at its response (or `initialize`'s); progress, the server's requests
+/// and notifications are the caller's. A progress notification for no request in flight may
+/// have crossed a cancellation: not fatal.
+impl ClientMachine for Client {
+    type Key = Id;
+    type Event = ClientEvent;
+    type Error = ProtocolError;
+
+    fn handle_frame(&mut self, frame: &[u8]) -> Result<(), ProtocolError> {
+        Client::handle_frame(self, frame)
+    }
+    fn is_fatal(error: &ProtocolError) -> bool {
+        !matches!(error, ProtocolError::BadPayload { .. })
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        self.peer.handle_timeout(now);
+        self.drain_local();
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.peer.poll_timeout()
+    }
+    fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        Client::poll_transmit(self)
+    }
+    fn poll_event(&mut self) -> Option<ClientEvent> {
+        Client::poll_event(self)
+    }
+    fn completes(event: &ClientEvent) -> Option<&Id> {
+        match event {
+            ClientEvent::Initialized { id, .. } | ClientEvent::Response { id, .. } => Some(id),
+            _ => None,
+        }
+    }
+    fn fail_pending(&mut self, stopped: &Stopped) {
+        Client::fail_pending(self, stopped);
+    }
+}
+
+/// Where the server's side of the lifecycle is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ServerState {
+    /// Waiting for `initialize`.
+    Start,
+    /// `initialize` received, not yet answered.
+    Initializing,
+    /// Serving.
+    Running,
+}
+
+/// What the server is asked or told.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ServerEvent {
+    /// `initialize`: answer with [`Server::respond_initialize`].
+    Initialize {
+        /// The request's id.
+        id: Id,
+        /// Its params, as sent.
+        params: Value,
+    },
+    /// `notifications/initialized`.
+    Initialized,
+    /// A request (`tools/call`, `resources/read`, …): answer with [`Server::respond`].
+    Request {
+        /// Its id.
+        id: Id,
+        /// The method.
+        method: String,
+        /// Its params, as sent.
+        params: Option<Value>,
+    },
+    /// `notifications/cancelled` for a request not yet answered: do not answer it.
+    Cancelled {
+        /// The request.
+        id: Id,
+    },
+    /// Any other notification.
+    Notification {
+        /// The method.
+        method: String,
+        /// Its params.
+        params: Option<Value>,
+    },
+    /// The client answered one of the server's requests (sampling, elicitation, roots).
+    Response {
+        /// The request's id.
+        id: Id,
+        /// Its method.
+        method: String,
+        /// The answer.
+        result: Result<Value, ErrorObject>,
+    },
+}
+
+/// The server's (plugin's) side.
+#[derive(Debug)]
+pub struct Server {
+    peer: Peer,
+    state: ServerState,
+    initialize: Option<(Id, String)>,
+    /// Requests received and not yet answered, with their progress tokens.
+    open: BTreeMap<Id, Option<Value>>,
+    events: VecDeque<ServerEvent>,
+    /// Frames sent outside the peer (a parse error to id `null`), in order.
+    raw: VecDeque<Vec<u8>>,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Server {
+    /// A server waiting for `initialize`.
+    pub fn new() -> Self {
+        Self {
+            peer: Peer::new(Dialect::JsonRpc2),
+            state: ServerState::Start,
+            initialize: None,
+            open: BTreeMap::new(),
+            events: VecDeque::new(),
+            raw: VecDeque::new(),
+        }
+    }
+
+    /// The lifecycle state.
+    pub fn state(&self) -> ServerState {
+        self.state
+    }
+
+    /// Feed one frame. `ping` is answered here, a request before `initialize` is refused
+    /// with `-32600` (and [`ProtocolError::Unexpected`]), a line that is not a message gets
+    /// JSON-RPC's `-32700` to id `null`.
+    pub fn handle_frame(&mut self, frame: &[u8]) -> Result<(), ProtocolError> {
+        if let Err(e) = self.peer.handle_frame(frame) {
+            if matches!(
+                e,
+                ProtocolError::NotJson { .. } | ProtocolError::Invalid { .. }
+            ) {
+                // Keep send order: whatever the peer queued first goes first.
+                while let Some(frame) = self.peer.poll_transmit() {
+                    self.raw.push_back(frame);
+                }
+                let error = ErrorObject::new(crate::jsonrpc::PARSE_ERROR, "parse error");
+                self.raw
+                    .push_back(Message::response(Id::Null, Err(error)).encode(Dialect::JsonRpc2));
+            }
+            return Err(e);
+        }
+        let mut first_error = None;
+        while let Some(ev) = self.peer.poll_event() {
+            if let Err(e) = self.on_event(ev) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn on_event(&mut self, ev: Event) -> Result<(), ProtocolError> {
+        match ev {
+            Event::Request { id, method, .. } if method == PING => {
+                self.peer.respond(id, Ok(json!({})))
+            }
+            Event::Request { id, method, params } if method == INITIALIZE => {
+                if self.state != ServerState::Start {
+                    let error =
+                        ErrorObject::new(INVALID_REQUEST, "initialize was already received");
+                    self.peer.respond(id, Err(error))?;
+                    return Err(ProtocolError::Unexpected {
+                        state: "initialized",
+                        got: "request \"initialize\"".into(),
+                    });
+                }
+                let asked = params
+                    .as_ref()
+                    .and_then(|p| p.get("protocolVersion"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let version = SUPPORTED_VERSIONS
+                    .into_iter()
+                    .find(|v| *v == asked)
+                    .unwrap_or(LATEST_VERSION);
+                self.state = ServerState::Initializing;
+                self.initialize = Some((id.clone(), version.to_owned()));
+                self.events.push_back(ServerEvent::Initialize {
+                    id,
+                    params: params.unwrap_or(Value::Null),
+                });
+                Ok(())
+            }
+            Event::Request { id, method, .. } if self.state == ServerState::Start => {
+                let error = ErrorObject::new(INVALID_REQUEST, "server not initialized");
+                self.peer.respond(id, Err(error))?;
+                Err(ProtocolError::Unexpected {
+                    state: "not initialized",
+                    got: format!("request {method:?}"),
+                })
+            }
+            Event::Request { id, method, params } => {
+                let token = params
+                    .as_ref()
+                    .and_then(|p| p.get("_meta"))
+                    .and_then(|m| m.get("progressToken"))
+                    .cloned();
+                self.open.insert(id.clone(), token);
+                self.events
+                    .push_back(ServerEvent::Request { id, method, params });
+                Ok(())
+            }
+            Event::Notification { method, .. } if method == INITIALIZED => {
+                self.events.push_back(ServerEvent::Initialized);
+                Ok(())
+            }
+            Event::Notification { method, params } if method == CANCELLED => {
+                let id = params
+                    .as_ref()
+                    .and_then(|p| p.get("requestId"))
+                    .and_then(id_from_value);
+                // A cancel for a request already answered crossed the answer on the wire.
+                if let Some(id) = id
+                    && self.open.remove(&id).is_some()
+                {
+                    self.events.push_back(ServerEvent::Cancelled { id });
+                }
+                Ok(())
+            }
+            Event::Notification { method, params } => {
+                self.events
+                    .push_back(ServerEvent::Notification { method, params });
+                Ok(())
+            }
+            Event::Response { id, method, result } => {
+                self.events
+                    .push_back(ServerEvent::Response { id, method, result });
+                Ok(())
+            }
+        }
+    }
+
+    /// Answer `initialize` with the negotiated revision, `capabilities` and `server_info`.
+    pub fn respond_initialize(
+        &mut self,
+        id: Id,
+        capabilities: Value,
+        server_info: Value,
+    ) -> Result<(), ProtocolError> {
+        let Some((_, version)) = self.initialize.take_if(|(i, _)| *i == id) else {
+            return Err(ProtocolError::NotAwaitingResponse { id: id.to_string() });
+        };
+        let result = json!({
+            "protocolVersion": version,
+            "capabilities": capabilities,
+            "serverInfo": server_info,
+        });
+        self.peer.respond(id, Ok(result))?;
+        self.state = ServerState::Running;
+        Ok(())
+    }
+
+    /// Answer request `id` (not one that was cancelled).
+    pub fn respond(
+        &mut self,
+        id: Id,
+        result: Result<Value, ErrorObject>,
+    ) -> Result<(), ProtocolError> {
+        if self.open.remove(&id).is_none() {
+            return Err(ProtocolError::NotAwaitingResponse { id: id.to_string() });
+        }
+        self.peer.respond(id, result)
+    }
+
+    /// Report progress on request `id`; false (nothing sent) when it gave no progress token.
+    pub fn progress(
+        &mut self,
+        id: &Id,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) -> Result<bool, ProtocolError> {
+        let Some(token) = self.open.get(id) else {
+            return Err(ProtocolError::NotAwaitingResponse { id: id.to_string() });
+        };
+        let Some(token) = token.clone() else {
+            return Ok(false);
+        };
+        let mut params = json!({"progressToken": token, "progress": progress});
+        if let Some(t) = total {
+            params["total"] = json!(t);
+        }
+        if let Some(m) = message {
+            params["message"] = json!(m);
+        }
+        self.peer.notify(PROGRESS, Some(params));
+        Ok(true)
+    }
+
+    /// Ask the client something (`sampling/createMessage`, `roots/list`, …); the answer
+    /// arrives as [`ServerEvent::Response`].
+    pub fn request(&mut self, method: &str, params: Option<Value>) -> Result<Id, ProtocolError> {
+        if self.state != ServerState::Running {
+            return Err(ProtocolError::Unexpected {
+                state: "not initialized",
+                got: format!("server request {method:?}"),
+            });
+        }
+        Ok(self.peer.request(method, params))
+    }
+
+    /// Send a notification (logging, list changed, …).
+    pub fn notify(&mut self, method: &str, params: Option<Value>) {
+        self.peer.notify(method, params);
+    }
+
+    /// The next frame to send.
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.raw.pop_front().or_else(|| self.peer.poll_transmit())
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<ServerEvent> {
+        self.events.pop_front()
+    }
+}
+
+impl ServerMachine for Server {
+    type Event = ServerEvent;
+    type Error = ProtocolError;
+
+    fn handle_frame(&mut self, frame: &[u8]) -> Result<(), ProtocolError> {
+        Server::handle_frame(self, frame)
+    }
+    fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        Server::poll_transmit(self)
+    }
+    fn poll_event(&mut self) -> Option<ServerEvent> {
+        Server::poll_event(self)
+    }
+}
+
+/// Fuzz body: feed each line of `data` to a client (ready, with a tool call in flight that
+/// asked for progress), to a server that answers everything it is asked, and to the
+/// supervisor's rules with a filter. Panics only if a machine panics, emits a frame that is
+/// not a JSON-RPC 2.0 message, or the filter lets a hidden tool through.
+pub fn fuzz(data: &[u8]) {
+    let mut client = Client::new();
+    let _ = client.initialize(json!({"name": "fuzz", "version": "0"}), json!({}));
+    let _ = client.handle_frame(
+        br#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{}}}"#,
+    );
+    let _ = client.initialized();
+    let _ = client.call_tool("t", json!({}), Some(json!(1)));
+    let _ = client.list_tools(None);
+    let mut server = Server::new();
+    let rules = Supervised {
+        filter: ToolFilter {
+            allow: Vec::new(),
+            deny: vec!["hidden".into()],
+        },
+    };
+    for line in data.split(|b| *b == b'\n') {
+        let _ = client.handle_frame(line);
+        let _ = server.handle_frame(line);
+        let _ = rules.classify_engine(line);
+        let _ = rules.classify_plugin(line);
+        if let Some(answer) = rules.answer_engine(line) {
+            assert!(Message::decode(&answer, Dialect::JsonRpc2).is_ok());
+        }
+        if let Some(rewritten) = rules.rewrite_answer(Some(TOOLS_LIST), line) {
+            let v: Value = serde_json::from_slice(&rewritten).expect("the rewrite is JSON");
+            let hidden = v["result"]["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|t| t["name"] == "hidden");
+            assert!(!hidden, "a hidden tool was listed");
+        }
+        while let Some(ev) = server.poll_event() {
+            let _ = match ev {
+                ServerEvent::Initialize { id, .. } => {
+                    server.respond_initialize(id, json!({}), json!({"name": "s"}))
+                }
+                ServerEvent::Request { id, .. } => {
+                    let _ = server.progress(&id, 1.0, Some(2.0), Some("half"));
+                    let _ = server.request("roots/list", None);
+                    server.respond(id, Ok(json!({})))
+                }
+                _ => Ok(()),
+            };
+        }
+        while let Some(ev) = client.poll_event() {
+            if let ClientEvent::Request { id, .. } = ev {
+                let _ = client.respond(id, Ok(json!({})));
+            }
+        }
+        let _ = client.cancel(&Id::Num(1), Some("fuzz"));
+    }
+    client.fail_pending(&Stopped::by_host("fuzz", Vec::new()));
+    while client.poll_event().is_some() {}
+    for frame in std::iter::from_fn(|| client.poll_transmit())
+        .chain(std::iter::from_fn(|| server.poll_transmit()))
+    {
+        assert!(
+            Message::decode(&frame, Dialect::JsonRpc2).is_ok(),
+            "emitted an invalid frame: {}",
+            String::from_utf8_lossy(&frame)
+        );
+    }
+}
