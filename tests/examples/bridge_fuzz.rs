@@ -31,7 +31,9 @@ fn main() {
             "--seed" => seed = value(),
             "--jobs" => jobs = value() as usize,
             "--cases" => cases = value(),
-            other => panic!("unknown argument {other} (--seconds N, --seed S, --jobs J, --cases N)"),
+            other => {
+                panic!("unknown argument {other} (--seconds N, --seed S, --jobs J, --cases N)")
+            }
         }
     }
     let cache = std::env::temp_dir().join(format!("sandpipe-bridge-fuzz-{}", std::process::id()));
@@ -42,12 +44,9 @@ fn main() {
     println!("bridge fuzz: seeds from {seed}, {jobs} jobs, {seconds} s");
     let started = Instant::now();
     let until = started + Duration::from_secs(seconds);
-    let tally = run_many(
-        &bins,
-        seed..seed.saturating_add(cases),
-        jobs,
-        &|| Instant::now() < until,
-    );
+    let tally = run_many(&bins, seed..seed.saturating_add(cases), jobs, &|| {
+        Instant::now() < until
+    });
     let took = started.elapsed().as_secs_f64();
     println!(
         "{} cases in {:.1} min ({:.2} cases/s), {} failures",

@@ -694,7 +694,11 @@ pub fn run_many(
                     let mut t = tally.lock().expect("tally");
                     t.cases += 1;
                     match result {
-                        Ok(o) => *t.statuses.entry((case.ending.kind(), o.status)).or_default() += 1,
+                        Ok(o) => {
+                            *t.statuses
+                                .entry((case.ending.kind(), o.status))
+                                .or_default() += 1
+                        }
                         Err(e) => {
                             let line = format!("{case}: {e}");
                             eprintln!("FAIL {line}");

@@ -72,7 +72,10 @@ pub fn children(pid: u32) -> Vec<u32> {
     let mut kids = Vec::new();
     for task in tasks.flatten() {
         if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
-            kids.extend(list.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            kids.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
         }
     }
     kids
@@ -101,7 +104,8 @@ pub fn soak(
     cmd.arg("run").arg("--cache-dir").arg(cache_dir);
     let oracle = match what {
         Soak::Lines(t) => {
-            cmd.args(["--framing", "lines"]).arg(crate::plugin("cat", t));
+            cmd.args(["--framing", "lines"])
+                .arg(crate::plugin("cat", t));
             false
         }
         Soak::Oracle(t) => {
@@ -136,9 +140,16 @@ pub fn soak(
         let sent = if !oracle {
             writeln!(input, "{{\"n\":{i}}}")
         } else if fails {
-            writeln!(input, r#"{{"jsonrpc":"2.0","id":{i},"method":"nope","params":{{}}}}"#)
+            writeln!(
+                input,
+                r#"{{"jsonrpc":"2.0","id":{i},"method":"nope","params":{{}}}}"#
+            )
         } else {
-            writeln!(input, "{}", crate::peers::oracle_invoke(i, "echo", &["0x1"]))
+            writeln!(
+                input,
+                "{}",
+                crate::peers::oracle_invoke(i, "echo", &["0x1"])
+            )
         };
         sent.and_then(|()| input.flush())
             .map_err(|e| format!("round trip {i}: writing: {e}"))?;

@@ -36,7 +36,9 @@ struct Counts {
 }
 
 fn fd_count() -> usize {
-    std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd").count()
+    std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .count()
 }
 
 #[allow(unsafe_code)]
@@ -69,9 +71,16 @@ fn session(n: u64, cache: &std::path::Path, counts: &Mutex<Counts>) -> Result<()
     let native = rng.u8(..10) < 3;
     let target = if native { Target::Native } else { Target::Wasm };
     let mut cmd = Command::new(sandpipe());
-    cmd.args(["run", "--protocol", "oracle", "--restart", "--max-memory", "64MiB"])
-        .arg("--cache-dir")
-        .arg(cache);
+    cmd.args([
+        "run",
+        "--protocol",
+        "oracle",
+        "--restart",
+        "--max-memory",
+        "64MiB",
+    ])
+    .arg("--cache-dir")
+    .arg(cache);
     if native {
         cmd.args(["--request-timeout", "3s"]);
     } else {
@@ -115,7 +124,11 @@ fn session(n: u64, cache: &std::path::Path, counts: &Mutex<Counts>) -> Result<()
                 3 if native => "kill",
                 _ => "echo",
             };
-            let invoke = if selector == "kill" { "sleep" } else { selector };
+            let invoke = if selector == "kill" {
+                "sleep"
+            } else {
+                selector
+            };
             writeln!(input, "{}", oracle_invoke(id, invoke, &["0x1"]))
                 .map_err(|e| format!("request {id}: {e}"))?;
             if selector == "kill" {
@@ -141,8 +154,8 @@ fn session(n: u64, cache: &std::path::Path, counts: &Mutex<Counts>) -> Result<()
             if output.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
                 return Err(format!("request {id} ({selector}): no answer"));
             }
-            let v: serde_json::Value = serde_json::from_str(&line)
-                .map_err(|e| format!("request {id}: {e}: {line:?}"))?;
+            let v: serde_json::Value =
+                serde_json::from_str(&line).map_err(|e| format!("request {id}: {e}: {line:?}"))?;
             if v["id"] != id {
                 return Err(format!("request {id}: answer for another id: {line}"));
             }
@@ -175,8 +188,10 @@ fn session(n: u64, cache: &std::path::Path, counts: &Mutex<Counts>) -> Result<()
     let mut c = counts.lock().expect("counts");
     c.sessions += 1;
     c.closed_early += u64::from(early);
-    let status_text = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status))
-    {
+    let status_text = match (
+        status.code(),
+        std::os::unix::process::ExitStatusExt::signal(&status),
+    ) {
         (Some(code), _) => format!("exit {code}"),
         (_, Some(sig)) => format!("signal {sig}"),
         _ => format!("{status:?}"),

@@ -29,13 +29,21 @@ fn sandpipe_never_ends_by_a_sigkill_it_sent() {
     let (status, stdout, stderr) = run(&["--framing", "lines", "/bin/sh", "-c", script], b"");
     assert_eq!(status, Status::Code(123), "{stderr}");
     assert_eq!(stdout, b"{\"a\":1}\n");
-    assert!(stderr.contains("sandpipe: bad frame from plugin"), "{stderr}");
+    assert!(
+        stderr.contains("sandpipe: bad frame from plugin"),
+        "{stderr}"
+    );
     // The same with the plugin's stdin held open: nothing changes.
     let mut cmd = Command::new(sandpipe());
     cmd.args(["run", "--framing", "lines", "/bin/sh", "-c", script]);
     let mut child = sandpipe_tests::cli::spawn(&mut cmd);
     let mut out = Vec::new();
-    child.stdout.take().expect("stdout").read_to_end(&mut out).expect("read");
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_end(&mut out)
+        .expect("read");
     let status = Status::of(child.wait().expect("wait"));
     assert_eq!(status, Status::Code(123));
 }
@@ -92,7 +100,12 @@ fn pty() -> (OwnedFd, OwnedFd) {
     };
     assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
     // SAFETY: both descriptors were just opened and are owned by nothing else.
-    unsafe { (OwnedFd::from_raw_fd(terminal), OwnedFd::from_raw_fd(controller)) }
+    unsafe {
+        (
+            OwnedFd::from_raw_fd(terminal),
+            OwnedFd::from_raw_fd(controller),
+        )
+    }
 }
 
 /// `sandpipe -v run cat.wasm` with stderr on a terminal, `NO_COLOR` as given: what it wrote.
@@ -127,11 +140,17 @@ fn log_lines_are_coloured_only_on_a_terminal_without_no_color() {
     assert!(!piped.contains('\x1b'), "colour on a pipe: {piped:?}");
     let coloured = logged_on_a_terminal(None);
     assert!(coloured.contains("INFO"), "{coloured:?}");
-    assert!(coloured.contains('\x1b'), "no colour on a terminal: {coloured:?}");
+    assert!(
+        coloured.contains('\x1b'),
+        "no colour on a terminal: {coloured:?}"
+    );
     for no_color in ["1", "true"] {
         let plain = logged_on_a_terminal(Some(no_color));
         assert!(plain.contains("INFO"), "{plain:?}");
-        assert!(!plain.contains('\x1b'), "colour with NO_COLOR={no_color}: {plain:?}");
+        assert!(
+            !plain.contains('\x1b'),
+            "colour with NO_COLOR={no_color}: {plain:?}"
+        );
     }
 }
 
@@ -157,7 +176,10 @@ fn engine_vanishes(args: &[&str]) -> (Status, String) {
     // Go on as an engine that has not noticed: the plugin answers into the broken pipe.
     let writer = std::thread::spawn(move || {
         for n in 1.. {
-            if stdin.write_all(format!("{{\"n\":{n}}}\n").as_bytes()).is_err() {
+            if stdin
+                .write_all(format!("{{\"n\":{n}}}\n").as_bytes())
+                .is_err()
+            {
                 return;
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
@@ -188,6 +210,10 @@ fn an_engine_that_vanishes_passes_the_broken_pipe_on() {
     for framing in [&[][..], &["--framing", "lines"][..]] {
         let args = [framing, &["/bin/cat"]].concat();
         let (status, stderr) = engine_vanishes(&args);
-        assert_eq!(status, Status::Signal(libc::SIGPIPE), "{framing:?}: {stderr}");
+        assert_eq!(
+            status,
+            Status::Signal(libc::SIGPIPE),
+            "{framing:?}: {stderr}"
+        );
     }
 }

@@ -33,7 +33,11 @@ fn main() {
         };
         if let Err(e) = stdout.write_all(&buf[..got]).and_then(|()| stdout.flush()) {
             eprintln!("cat: writing stdout: {e}");
-            sandpipe_guest::exit(if e.kind() == ErrorKind::BrokenPipe { 3 } else { 4 });
+            sandpipe_guest::exit(if e.kind() == ErrorKind::BrokenPipe {
+                3
+            } else {
+                4
+            });
         }
         echoed += got as u64;
     }
