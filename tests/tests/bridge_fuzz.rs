@@ -14,7 +14,7 @@ const SEED: u64 = 0x5a9d_0025;
 fn fixed_seed_sessions_keep_the_invariants() {
     let cache = tempfile::tempdir().expect("cache dir");
     let bins = Bins::build(cache.path());
-    // Two cases at a time on a two-core machine: each is two processes, mostly waiting.
+    // Three cases at a time on a two-core machine: each is two processes, mostly waiting.
     let tally = run_many(&bins, SEED..SEED + CASES, 3, &|| true);
     eprintln!("{} cases:\n{}", tally.cases, tally.summary());
     assert_eq!(tally.cases as u64, CASES);
