@@ -474,7 +474,7 @@ pub fn run_case(bins: &Bins, case: &Case) -> Result<Outcome, String> {
         let (at_cut, signalled) = (at_cut.clone(), signalled.clone());
         std::thread::spawn(move || {
             let mut at = 0;
-            let mut wait_at_cut = |at: usize| {
+            let wait_at_cut = |at: usize| {
                 if cut == Some(at) {
                     at_cut.store(true, Ordering::SeqCst);
                     while !signalled.load(Ordering::SeqCst) && started.elapsed() < HANG_BOUND {

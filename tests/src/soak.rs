@@ -121,7 +121,7 @@ pub fn soak(
     // Drain stderr so a chatty plugin can never block on it.
     std::thread::spawn(move || std::io::copy(&mut { stderr }, &mut std::io::sink()));
     let mut line = String::new();
-    let mut read = |output: &mut BufReader<_>, line: &mut String| -> Result<(), String> {
+    let read = |output: &mut BufReader<_>, line: &mut String| -> Result<(), String> {
         line.clear();
         match output.read_line(line) {
             Ok(0) => Err("sandpipe closed its stdout".to_owned()),
