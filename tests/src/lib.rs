@@ -14,9 +14,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+pub mod bridge_fuzz;
 pub mod cli;
 pub mod guests;
 pub mod peers;
+pub mod soak;
 pub mod stand_in;
 
 /// Which build of a plugin.

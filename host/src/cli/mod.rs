@@ -59,7 +59,11 @@ Exit status:
   125  sandpipe could not load or start the plugin
   1    (call) the plugin answered with the protocol's error
   134  the plugin trapped (wasm trap, or a native crash signal)
-  128+N  the plugin was killed by signal N (137 when sandpipe killed it)
+  128+N  the plugin was killed by signal N (137 when sandpipe killed it); sandpipe then
+       ends by the same signal, except by a SIGKILL it sent itself
+  engine gone: when the engine closes its end of sandpipe's stdout, the plugin's next
+       write fails as without sandpipe (EPIPE for wasm, SIGPIPE or EPIPE natively) and
+       sandpipe exits as the plugin then does (by SIGPIPE if it died of it)
 Each sandpipe-made status prints one line starting with `sandpipe:` on stderr.";
 
 /// Run untrusted stdio plugins as sandboxed WASI components.
@@ -209,7 +213,8 @@ const TERMINATING: [i32; 8] = [
     libc::SIGTERM,
 ];
 
-/// `run`'s plugin was killed by `signal` (not by sandpipe): [`exit`] re-raises it.
+/// `run`'s plugin was killed by `signal` (not by sandpipe: a SIGKILL sandpipe sent arrives
+/// here as [`crate::Exit::Killed`] without a signal): [`exit`] re-raises it.
 pub(crate) fn end_by_signal_like_the_plugin(signal: i32) {
     if TERMINATING.contains(&signal) {
         PLUGIN_SIGNAL.store(signal, Ordering::SeqCst);
@@ -304,8 +309,18 @@ fn init_logging(verbose: u8) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(log_colour(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .with_target(false)
         .init();
+}
+
+/// Colour in sandpipe's own log lines only on a terminal, and not when `NO_COLOR` is set to a
+/// non-empty value (no-color.org): an engine that pipes stderr to a log gets plain text.
+fn log_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// A memory cap in bytes, or none. (A newtype: clap reads a bare `Option` field as
@@ -364,6 +379,15 @@ mod tests {
                 "{argv:?}"
             );
         }
+    }
+
+    #[test]
+    fn log_colour_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(log_colour(true, None));
+        assert!(log_colour(true, Some(OsStr::new(""))));
+        assert!(!log_colour(true, Some(OsStr::new("1"))));
+        assert!(!log_colour(false, None));
     }
 
     #[test]

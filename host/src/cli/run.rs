@@ -203,14 +203,19 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     if inherit {
         let close_input = watch::channel(false).0;
         let mut stopping = Stopping::default();
+        let mut killed = false;
         let exit = loop {
             tokio::select! {
                 exit = control.wait() => break exit,
                 sig = signals.recv() => stopping.on_signal(sig, on_signal, &control, &close_input),
-                () = stopping.expired() => control.kill(),
+                () = stopping.expired() => {
+                    killed = true;
+                    control.kill();
+                }
             }
         };
         drop((writer, reader));
+        let exit = own_kill(exit, killed);
         if failed_by_itself(&exit) {
             // Its output went straight to the engine: whether it wrote any is unknown here.
             super::sandbox_args::explain_failed_start(&plugin, &policy, false);
@@ -237,6 +242,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     tokio::pin!(output);
     let mut end: Option<BridgeEnd> = None;
     let mut stopping = Stopping::default();
+    // Whether sandpipe threw the kill switch itself: the plugin's death by that SIGKILL is then
+    // sandpipe's doing, to report with sandpipe's status, never to mirror (see `own_kill`).
+    let mut killed = false;
     loop {
         tokio::select! {
             out = &mut output => {
@@ -244,10 +252,17 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
                 break;
             }
             sig = signals.recv() => stopping.on_signal(sig, on_signal, &control, &close_input),
-            () = stopping.expired() => control.kill(),
+            () = stopping.expired() => {
+                killed = true;
+                control.kill();
+            }
         }
     }
-    if matches!(end, Some(BridgeEnd::BadOutput(_) | BridgeEnd::StdoutClosed)) {
+    // The engine closed its end of our stdout: the plugin's stdout reader is gone with
+    // `output`, so its next write fails as it would without sandpipe (EPIPE for a wasm guest,
+    // SIGPIPE or EPIPE natively), and it decides. Only a bad frame is sandpipe's to end.
+    if matches!(end, Some(BridgeEnd::BadOutput(_))) {
+        killed = true;
         control.kill();
     }
     // The plugin closed its stdout; it may still be running, and signals still reach it.
@@ -255,15 +270,32 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         tokio::select! {
             exit = control.wait() => break exit,
             sig = signals.recv() => stopping.on_signal(sig, on_signal, &control, &close_input),
-            () = stopping.expired() => control.kill(),
+            () = stopping.expired() => {
+                killed = true;
+                control.kill();
+            }
         }
     };
     input.abort();
+    let exit = own_kill(exit, killed);
     // A plugin that dies by itself before its first byte may have been refused a file it needs.
     if failed_by_itself(&exit) && written.get() == 0 && end.is_none() && bad_input.get().is_none() {
         super::sandbox_args::explain_failed_start(&plugin, &policy, true);
     }
     Ok(report(end, bad_input.get(), &exit))
+}
+
+/// `exit`, with a death by sandpipe's own kill (`killed`: sandpipe threw the kill switch, and
+/// the plugin died of SIGKILL) made [`Exit::Killed`] without a signal, as for a wasm plugin: status
+/// 137 (or the bad frame's 123), never mirrored onto sandpipe, which would otherwise end itself
+/// by a SIGKILL it sent. A SIGKILL from anyone else is the plugin's end, mirrored.
+fn own_kill(exit: Exit, killed: bool) -> Exit {
+    match exit {
+        Exit::Killed {
+            signal: Some(libc::SIGKILL),
+        } if killed => Exit::Killed { signal: None },
+        exit => exit,
+    }
 }
 
 /// A crash or a non-zero exit, not a limit or a kill.

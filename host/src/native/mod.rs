@@ -196,8 +196,12 @@ pub(crate) fn spawn(
             }
             () = killed(&mut kill_rx) => {
                 group.signal(libc::SIGKILL);
-                let _ = (&mut waited).await;
-                Exit::Killed { signal: Some(libc::SIGKILL) }
+                match (&mut waited).await {
+                    // It had already ended (a forwarded SIGTERM, its own exit) and was not yet
+                    // reaped when the kill came: that end is the truth, not the kill.
+                    Ok(Ok(w)) if w.status.signal() != Some(libc::SIGKILL) => from_status(&w, peak.load(std::sync::atomic::Ordering::Relaxed), cpu_limit, memory_limit, &tail),
+                    _ => Exit::Killed { signal: Some(libc::SIGKILL) },
+                }
             }
         };
         finish(exit, stderr_task, &tail, exit_tx).await;

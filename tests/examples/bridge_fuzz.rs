@@ -1,0 +1,64 @@
+//! The bridge fuzzer's long mode: generated sessions through the built `sandpipe run` for a
+//! given time, reporting cases per second and every failure with its seed.
+//!
+//! ```text
+//! cargo run -p sandpipe-tests --example bridge_fuzz -- --seconds 1800 [--seed S] [--jobs J]
+//! cargo run -p sandpipe-tests --example bridge_fuzz -- --seed S --cases 1   # replay one case
+//! ```
+//!
+//! Exits 1 if any case failed.
+
+use std::time::{Duration, Instant};
+
+use sandpipe_tests::bridge_fuzz::{Bins, generate, run_many};
+
+fn main() {
+    let mut seconds = 60u64;
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut jobs = 2usize;
+    let mut cases = u64::MAX;
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let mut value = || {
+            args.next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("{flag} needs a number"))
+        };
+        match flag.as_str() {
+            "--seconds" => seconds = value(),
+            "--seed" => seed = value(),
+            "--jobs" => jobs = value() as usize,
+            "--cases" => cases = value(),
+            other => {
+                panic!("unknown argument {other} (--seconds N, --seed S, --jobs J, --cases N)")
+            }
+        }
+    }
+    let cache = std::env::temp_dir().join(format!("sandpipe-bridge-fuzz-{}", std::process::id()));
+    let bins = Bins::build(&cache);
+    if cases == 1 {
+        println!("{}", generate(seed));
+    }
+    println!("bridge fuzz: seeds from {seed}, {jobs} jobs, {seconds} s");
+    let started = Instant::now();
+    let until = started + Duration::from_secs(seconds);
+    let tally = run_many(&bins, seed..seed.saturating_add(cases), jobs, &|| {
+        Instant::now() < until
+    });
+    let took = started.elapsed().as_secs_f64();
+    println!(
+        "{} cases in {:.1} min ({:.2} cases/s), {} failures",
+        tally.cases,
+        took / 60.0,
+        tally.cases as f64 / took,
+        tally.failures.len()
+    );
+    print!("{}", tally.summary());
+    for f in &tally.failures {
+        println!("FAIL {f}");
+    }
+    let _ = std::fs::remove_dir_all(&cache);
+    std::process::exit(i32::from(!tally.failures.is_empty()));
+}
