@@ -162,9 +162,6 @@ impl StderrTail {
     /// write; an unterminated last line is written once no more bytes come for
     /// [`PARTIAL_LINE_WAIT`] (a prompt or a progress line still shows), at [`MAX_HELD_BYTES`],
     /// or at EOF.
-    ///
-    /// A read's lines are written after one yield to the runtime: the plugin's answer, often
-    /// written right after its log line, reaches the engine first.
     async fn forward(&self, mut stream: impl AsyncRead + Unpin, mut sink: impl AsyncWrite + Unpin) {
         let mut buf = vec![0u8; 8 * 1024];
         let mut held: Vec<u8> = Vec::new();
@@ -188,7 +185,6 @@ impl StderrTail {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            tokio::task::yield_now().await;
             let bytes = &buf[..n];
             self.push(bytes);
             match bytes.iter().rposition(|&b| b == b'\n') {
