@@ -86,14 +86,16 @@ impl Phase {
 struct Args {
     quick: bool,
     process_only: bool,
+    static_build: bool,
     phase: Option<Phase>,
     wasm: Option<PathBuf>,
     native: Option<PathBuf>,
     profile: Option<String>,
 }
 
-const USAGE: &str = "usage: sandpipe-bench [--quick] [--process-only]\n\
+const USAGE: &str = "usage: sandpipe-bench [--quick] [--process-only] [--static]\n\
     \x20      --process-only: only the process-level section (`sandpipe run` over pipes), printed, not written\n\
+    \x20      --static: also build the static non-PIE sandpipe and measure its start (a full build of its own)\n\
     \x20      (internal) sandpipe-bench --phase pinned|unpinned --wasm PATH --native PATH [--quick]\n\
     \x20      (profiling) ... --phase pinned --wasm PATH --native PATH --profile start|start-pooled|start-warm|rt100|rt64k|native100|native64k\n\
     \x20                  loops one scenario for 10 s under `perf record`, measuring nothing";
@@ -109,6 +111,7 @@ fn parse_args() -> anyhow::Result<Args> {
         match arg.as_str() {
             "--quick" => args.quick = true,
             "--process-only" => args.process_only = true,
+            "--static" => args.static_build = true,
             "--phase" => {
                 args.phase = Some(match value()?.as_str() {
                     "pinned" => Phase::Pinned,
@@ -161,7 +164,14 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
     let sandpipe = process::build_sandpipe()?;
     let python = process::python_plugins(args.quick);
     let oracle = process::oracle_plugins();
+    let static_sandpipe = if args.static_build {
+        eprintln!("sandpipe-bench: building the static non-PIE sandpipe binary");
+        Some(process::build_static_sandpipe()?)
+    } else {
+        None
+    };
     let inputs = process::Inputs {
+        static_sandpipe,
         sandpipe,
         wasm: wasm.clone(),
         native: native.clone(),

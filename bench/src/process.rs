@@ -55,6 +55,13 @@ const MODES: [(&str, Framing, &str); 4] = [
 /// Where the parent tells a driver the Cairo oracle's two builds.
 const ORACLE_WASM_ENV: &str = "SANDPIPE_BENCH_ORACLE_WASM";
 const ORACLE_NATIVE_ENV: &str = "SANDPIPE_BENCH_ORACLE_NATIVE";
+/// Where the parent tells a driver the static build of `sandpipe`, if there is one.
+const STATIC_ENV: &str = "SANDPIPE_BENCH_STATIC";
+
+/// The static build agreed for the container images: glibc, statically linked, not
+/// position-independent (no relocation pass at start). Its own `--target`, so these flags do
+/// not reach build scripts and the default build keeps its artifacts.
+pub const STATIC_RUSTFLAGS: &str = "-C target-feature=+crt-static -C relocation-model=static";
 
 /// Contenders of the oracle comparison, in figure-id order: the oracle run directly, behind
 /// `run --protocol oracle` (the supervisor) as wasm and natively, and behind the transparent
@@ -77,6 +84,8 @@ pub struct Inputs {
     /// The Cairo oracle written with the real SDK (`tests/peers/cairo-oracle`), built for
     /// wasm32-wasip2 and natively, or why there is none.
     pub oracle: Result<(PathBuf, PathBuf), String>,
+    /// The static non-PIE build of `sandpipe` (`--static`), a start contender.
+    pub static_sandpipe: Option<PathBuf>,
 }
 
 /// One driver's figures by key, with the load average before it and other processes' CPU
@@ -122,6 +131,46 @@ pub fn build_sandpipe() -> anyhow::Result<PathBuf> {
     let status = cmd.status().context("running cargo to build sandpipe")?;
     ensure!(status.success(), "building the sandpipe binary failed");
     let bin = profile_dir.join("sandpipe");
+    ensure!(bin.is_file(), "{} was not built", bin.display());
+    Ok(bin)
+}
+
+/// Build the static non-PIE `sandpipe` (see [`STATIC_RUSTFLAGS`]) with this bench's profile,
+/// into `<target>/x86_64-unknown-linux-gnu/<profile>/sandpipe`. The first build is a full one
+/// (every crate again, with these flags): minutes.
+pub fn build_static_sandpipe() -> anyhow::Result<PathBuf> {
+    const TRIPLE: &str = "x86_64-unknown-linux-gnu";
+    let exe = std::env::current_exe().context("finding the bench binary")?;
+    let profile_dir = exe.parent().context("the bench binary's directory")?;
+    let target = profile_dir.parent().context("the target directory")?;
+    let profile = profile_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("the profile directory's name")?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(sandpipe_tests::workspace_root())
+        .env("RUSTFLAGS", STATIC_RUSTFLAGS)
+        .args(["build", "--quiet", "-p", "sandpipe", "--bin", "sandpipe"])
+        .args(["--target", TRIPLE, "--target-dir"])
+        .arg(target);
+    match profile {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        other => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    let status = cmd
+        .status()
+        .context("running cargo to build the static sandpipe")?;
+    ensure!(
+        status.success(),
+        "building the static sandpipe binary failed"
+    );
+    let bin = target.join(TRIPLE).join(profile).join("sandpipe");
     ensure!(bin.is_file(), "{} was not built", bin.display());
     Ok(bin)
 }
@@ -199,6 +248,9 @@ pub fn run(exe: &Path, inputs: &Inputs, quick: bool) -> anyhow::Result<Results> 
         if let Ok((wasm, native)) = &inputs.oracle {
             cmd.env(ORACLE_WASM_ENV, wasm)
                 .env(ORACLE_NATIVE_ENV, native);
+        }
+        if let Some(bin) = &inputs.static_sandpipe {
+            cmd.env(STATIC_ENV, bin);
         }
         let out = cmd.output().context("running a process-level driver")?;
         let after = crate::machine::CpuTicks::now();
@@ -719,6 +771,54 @@ fn starts(
     for (who, s) in WHO.into_iter().zip(stats) {
         put_stats(&format!("start.{who}"), s);
     }
+    let static_bin = std::env::var_os(STATIC_ENV).map(PathBuf::from);
+    if let Some(bin) = &static_bin {
+        let [s] = starts_in_blocks(
+            &plan,
+            10,
+            vec![Box::new(|| {
+                first_response(
+                    run_cmd(bin, "lines", wasm),
+                    framing,
+                    wire,
+                    frame.len(),
+                    cache,
+                )
+            })],
+        )?
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("one contender, one figure"))?;
+        put_stats("start.run-wasm-static", s);
+    }
+    // The process alone: `sandpipe --version` against a small native program's whole life
+    // (the native echo plugin, which reads EOF at once and exits).
+    let version = |cmd: &mut Command| -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        let status = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?;
+        let took = t.elapsed();
+        ensure!(status.success(), "{cmd:?} ended with {status}");
+        Ok(took)
+    };
+    let mut contenders: Vec<Box<dyn FnMut() -> anyhow::Result<Duration> + '_>> = vec![
+        Box::new(|| version(&mut Command::new(native))),
+        Box::new(|| version(Command::new(sandpipe).arg("--version"))),
+    ];
+    if let Some(bin) = &static_bin {
+        contenders.push(Box::new(move || {
+            version(Command::new(bin).arg("--version"))
+        }));
+    }
+    let stats = starts_in_blocks(&plan, 10, contenders)?;
+    for (who, s) in ["small-native", "sandpipe", "static"]
+        .into_iter()
+        .zip(stats)
+    {
+        put_stats(&format!("version.{who}"), s);
+    }
     Ok(())
 }
 
@@ -970,6 +1070,41 @@ pub fn render(r: &Results) -> String {
             fmt_ratio(ratio(n, d))
         );
     }
+    let static_measured = r
+        .phases
+        .iter()
+        .any(|(_, f, _, _)| f.contains_key("version.static"));
+    let _ = writeln!(
+        o,
+        "\nThe process alone: `sandpipe --version` against a small native program's whole life (the native `echo-lines`, stdin empty), spawn to exit{}.\n\n| placement | small native program p50 / p99 | `sandpipe --version` p50 / p99 | ratio | static non-PIE `--version` p50 / p99 | ratio | static `run` wasm to first response p50 / p99 | vs native spawn |\n|---|---:|---:|---:|---:|---:|---:|---:|",
+        if static_measured {
+            format!(
+                "; \"static\" is the build made with `RUSTFLAGS='{STATIC_RUSTFLAGS}' --target x86_64-unknown-linux-gnu`"
+            )
+        } else {
+            "; the static build was not measured (`--static` builds it)".to_owned()
+        }
+    );
+    for (phase, f, _, _) in &r.phases {
+        let (n, v, st, sr) = (
+            stats(f, "version.small-native"),
+            stats(f, "version.sandpipe"),
+            stats(f, "version.static"),
+            stats(f, "start.run-wasm-static"),
+        );
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            phase.name(),
+            cell(n),
+            cell(v),
+            fmt_ratio(ratio(v, n)),
+            cell(st),
+            fmt_ratio(ratio(st, n)),
+            cell(sr),
+            fmt_ratio(ratio(sr, stats(f, "start.direct"))),
+        );
+    }
     match &r.oracle_skipped {
         Some(why) => {
             let _ = writeln!(o, "\nOracle rows **not measured**: {why}.");
@@ -1101,6 +1236,42 @@ pub fn render(r: &Results) -> String {
             ratio(stats(f, "start.run-wasm"), stats(f, "start.direct")),
             2.0,
         );
+        target(
+            "`sandpipe --version` vs a small native program".to_owned(),
+            p,
+            ratio(
+                stats(f, "version.sandpipe"),
+                stats(f, "version.small-native"),
+            ),
+            1.3,
+        );
+        if f.contains_key("version.static") {
+            target(
+                "static non-PIE `sandpipe --version` vs a small native program".to_owned(),
+                p,
+                ratio(stats(f, "version.static"), stats(f, "version.small-native")),
+                1.3,
+            );
+            target(
+                "spawn to first response, static `run` wasm (cached) vs native spawn".to_owned(),
+                p,
+                ratio(stats(f, "start.run-wasm-static"), stats(f, "start.direct")),
+                2.0,
+            );
+        }
+        if r.oracle_skipped.is_none() {
+            for (who, what) in [("proto-wasm", "wasm"), ("proto-native", "native")] {
+                target(
+                    format!("real Cairo oracle behind `run --protocol oracle`, {what}, vs direct"),
+                    p,
+                    ratio(
+                        stats(f, &format!("oracle.{who}")),
+                        stats(f, "oracle.direct"),
+                    ),
+                    1.3,
+                );
+            }
+        }
         if r.python_skipped.is_none() {
             target(
                 "Python component, cached start vs CPython".to_owned(),

@@ -41,6 +41,8 @@ fn quick_mode_runs_every_figure_and_prints_the_tables() {
         "epoch checks off",
         "fuel overhead",
         "spawn to first response, `run` wasm (cached) vs native spawn",
+        "`sandpipe --version` vs a small native program",
+        "real Cairo oracle behind `run --protocol oracle`, wasm, vs direct",
         "Python rows **not measured**: skipped in --quick",
     ] {
         assert!(

@@ -118,7 +118,15 @@ impl EngineStdin {
         match self {
             EngineStdin::Reactor(fd) => loop {
                 let mut ready = fd.readable().await?;
+                let room = buf.capacity() - buf.len();
                 match ready.try_io(|fd| fd.get_ref().read(buf)) {
+                    // A short read emptied the pipe: the next read would only say EAGAIN, so
+                    // wait for the reactor's next event instead of asking (tokio's own
+                    // readers do the same; an event that came meanwhile is kept).
+                    Ok(Ok(n)) if n > 0 && n < room => {
+                        ready.clear_ready();
+                        return Ok(n);
+                    }
                     Ok(result) => return result,
                     Err(_would_block) => continue,
                 }
