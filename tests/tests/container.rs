@@ -290,7 +290,7 @@ fn arcaflow_engine_runs_the_image_with_real_podman_like_the_native_plugin() {
     let native = plugin("example-atp", Target::Native);
     let stand_in_dir = tempfile::tempdir().expect("tempdir");
     let stand_in = fake_podman(stand_in_dir.path(), &native);
-    let podman = peers::debian("podman");
+    let real_podman = peers::debian("podman");
     let large = "y".repeat(256 << 10);
     let cases: [(&str, fn(&str) -> String, String, &str); 5] = [
         ("hello", one_step, "name: Arca Lot\n".into(), "message: Hello, Arca Lot!"),
@@ -312,7 +312,7 @@ fn arcaflow_engine_runs_the_image_with_real_podman_like_the_native_plugin() {
     let mut failures = Vec::new();
     for (case, workflow, input, expect) in &cases {
         let want = run_workflow(&stand_in, &workflow("localhost/native"), input);
-        let got = run_workflow(&podman, &workflow(&image.tag), input);
+        let got = run_workflow(&real_podman, &workflow(&image.tag), input);
         if !want.0.contains(expect) {
             failures.push(format!("{case}: the native run lacks {expect:?}:\n{}", want.0));
         }

@@ -252,10 +252,10 @@ pub fn main() -> i32 {
     if let Command::Run(run::RunArgs {
         stderr: Some(path), ..
     }) = &cli.command
-        && !path.as_os_str().is_empty()
-        && let Err(e) = image::redirect_stderr(path)
+        && !path.is_empty()
+        && let Err(e) = image::redirect_stderr(std::path::Path::new(path))
     {
-        eprintln!("sandpipe: --stderr {}: {e}", path.display());
+        eprintln!("sandpipe: --stderr {path}: {e}");
         return exit_code::HOST_ERROR;
     }
     init_logging(cli.verbose);

@@ -55,8 +55,9 @@ pub struct RunArgs {
     /// Write sandpipe's own messages and the plugin's stderr to FILE (appended) instead of
     /// stderr: under a deployer that takes any stderr for a broken stream (Arcaflow's Docker
     /// deployer), SANDPIPE_STDERR=/dev/null or a file on a volume.
+    /// An empty FILE keeps stderr (`-e SANDPIPE_STDERR=` over an image's default).
     #[arg(long, value_name = "FILE")]
-    pub(super) stderr: Option<PathBuf>,
+    pub(super) stderr: Option<String>,
     /// Record the session (every frame both ways, the policy, the outcome) as a transcript;
     /// needs --framing.
     #[arg(long, value_name = "FILE")]
