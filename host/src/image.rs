@@ -54,7 +54,9 @@ pub enum ImageError {
         path: String,
     },
     /// A path cannot be stored in a ustar header.
-    #[error("path {path:?} is too long for a tar header (100 bytes, or 155 + 100 split at a slash)")]
+    #[error(
+        "path {path:?} is too long for a tar header (100 bytes, or 155 + 100 split at a slash)"
+    )]
     PathTooLong {
         /// The path.
         path: String,
@@ -179,7 +181,9 @@ impl Image {
         let config = serde_json::to_vec(&config).unwrap_or_default();
         let layer_descriptors: Vec<_> = layers
             .iter()
-            .map(|l| json!({"mediaType": LAYER_MEDIA_TYPE, "digest": l.digest, "size": l.tar.len()}))
+            .map(
+                |l| json!({"mediaType": LAYER_MEDIA_TYPE, "digest": l.digest, "size": l.tar.len()}),
+            )
             .collect();
         let manifest = json!({
             "schemaVersion": 2,
@@ -255,8 +259,11 @@ fn tar(files: &[ImageFile]) -> Result<Vec<u8>, ImageError> {
         if f.path.ends_with('/') {
             out.extend_from_slice(&header(&f.path, f.mode, 0, b'5')?);
         } else {
-            write_entry(&mut out, &f.path, f.mode, &f.bytes)
-                .map_err(|_| ImageError::PathTooLong { path: f.path.clone() })?;
+            write_entry(&mut out, &f.path, f.mode, &f.bytes).map_err(|_| {
+                ImageError::PathTooLong {
+                    path: f.path.clone(),
+                }
+            })?;
         }
     }
     out.extend_from_slice(&[0u8; 1024]);
@@ -376,7 +383,9 @@ pub fn cgroup_memory_limit() -> Option<u64> {
         if controllers.is_empty() {
             candidates.push(format!("/sys/fs/cgroup/{path}/memory.max"));
         } else if controllers.split(',').any(|c| c == "memory") {
-            candidates.push(format!("/sys/fs/cgroup/memory/{path}/memory.limit_in_bytes"));
+            candidates.push(format!(
+                "/sys/fs/cgroup/memory/{path}/memory.limit_in_bytes"
+            ));
         }
     }
     // In a container the cgroup's own files are mounted at the root of the hierarchy, while
@@ -411,7 +420,11 @@ mod tests {
                     ImageFile::file("plugin.wasm", 0o644, b"\0asm".to_vec()),
                     ImageFile::dir("cache"),
                     ImageFile::file(
-                        format!("cache/wasmtime-48.0.8/{}-{}.cwasm", "a".repeat(64), "b".repeat(16)),
+                        format!(
+                            "cache/wasmtime-48.0.8/{}-{}.cwasm",
+                            "a".repeat(64),
+                            "b".repeat(16)
+                        ),
                         0o644,
                         vec![1; 600],
                     ),
@@ -458,7 +471,13 @@ mod tests {
         let sum: u32 = h
             .iter()
             .enumerate()
-            .map(|(i, &b)| if (148..156).contains(&i) { 32 } else { u32::from(b) })
+            .map(|(i, &b)| {
+                if (148..156).contains(&i) {
+                    32
+                } else {
+                    u32::from(b)
+                }
+            })
             .sum();
         let stored = std::str::from_utf8(&h[148..154]).expect("octal");
         assert_eq!(u32::from_str_radix(stored, 8), Ok(sum));

@@ -39,7 +39,10 @@ impl Image {
     /// `sandpipe image --tag T [extra] -o DIR/image.tar PLUGIN`, then `podman load`.
     fn build(plugin: &Path, name: &str, extra: &[&str]) -> Image {
         let dir = tempfile::tempdir().expect("tempdir");
-        let tag = format!("localhost/sandpipe-test/{name}-{}:latest", std::process::id());
+        let tag = format!(
+            "localhost/sandpipe-test/{name}-{}:latest",
+            std::process::id()
+        );
         let archive = dir.path().join("image.tar");
         let digest = build_archive(plugin, &tag, extra, &archive);
         let load = podman(&["load", "--quiet", "-i", &archive.to_string_lossy()]);
@@ -110,15 +113,27 @@ fn member<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
 fn podman_run_speaks_atp_and_the_container_ends_with_the_plugin() {
     let image = Image::build(&example_atp(), "atp", &[]);
     let mut cmd = peers::podman();
-    cmd.args(["run", "-i", "--rm", "-e", "SANDPIPE_LOG=info", "-e", "SANDPIPE_STDERR="])
-        .args([image.tag.as_str(), "--atp"]);
+    cmd.args([
+        "run",
+        "-i",
+        "--rm",
+        "-e",
+        "SANDPIPE_LOG=info",
+        "-e",
+        "SANDPIPE_STDERR=",
+    ])
+    .args([image.tag.as_str(), "--atp"]);
     let mut s = Session::spawn(cmd, Framing::CborSeq, Way::Behind(Some(Framing::CborSeq)));
     let hello = stand_in::atp::hello(&mut s);
     assert_eq!(
         hello.step_ids().into_iter().collect::<Vec<_>>(),
         ["greet", "wait"]
     );
-    s.send(&work_start("r1", "greet", map(&[("name", text("Arca Lot"))])));
+    s.send(&work_start(
+        "r1",
+        "greet",
+        map(&[("name", text("Arca Lot"))]),
+    ));
     let frame = s.await_frame("the result", |f| {
         matches!(Message::decode(f), Ok(Message::WorkDone { .. }))
     });
@@ -293,15 +308,30 @@ fn arcaflow_engine_runs_the_image_with_real_podman_like_the_native_plugin() {
     let real_podman = peers::debian("podman");
     let large = "y".repeat(256 << 10);
     let cases: [(&str, fn(&str) -> String, String, &str); 5] = [
-        ("hello", one_step, "name: Arca Lot\n".into(), "message: Hello, Arca Lot!"),
-        ("error output", one_step, "name: ''\n".into(), "name must not be empty"),
+        (
+            "hello",
+            one_step,
+            "name: Arca Lot\n".into(),
+            "message: Hello, Arca Lot!",
+        ),
+        (
+            "error output",
+            one_step,
+            "name: ''\n".into(),
+            "name must not be empty",
+        ),
         (
             "unicode",
             one_step,
             "name: \"Zoë 🦀 Ωμέγα 日本語\"\n".into(),
             "Hello, Zoë 🦀 Ωμέγα 日本語!",
         ),
-        ("large input", one_step, format!("name: {large}\n"), "Hello, yyyy"),
+        (
+            "large input",
+            one_step,
+            format!("name: {large}\n"),
+            "Hello, yyyy",
+        ),
         (
             "chain",
             chain,
@@ -314,7 +344,10 @@ fn arcaflow_engine_runs_the_image_with_real_podman_like_the_native_plugin() {
         let want = run_workflow(&stand_in, &workflow("localhost/native"), input);
         let got = run_workflow(&real_podman, &workflow(&image.tag), input);
         if !want.0.contains(expect) {
-            failures.push(format!("{case}: the native run lacks {expect:?}:\n{}", want.0));
+            failures.push(format!(
+                "{case}: the native run lacks {expect:?}:\n{}",
+                want.0
+            ));
         }
         if got != want {
             failures.push(format!(
@@ -333,7 +366,11 @@ fn arcaflow_engine_runs_the_image_with_real_podman_like_the_native_plugin() {
         "--format",
         "{{.Names}}",
     ]);
-    assert_eq!(String::from_utf8_lossy(&left.stdout).trim(), "", "containers left");
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout).trim(),
+        "",
+        "containers left"
+    );
 }
 
 // --- signals, memory, reproducibility ------------------------------------------------------
@@ -343,7 +380,14 @@ fn podman_rm_force_ends_the_plugin_by_sigterm_and_leaves_no_container() {
     let image = Image::build(&example_atp(), "rm", &[]);
     let name = format!("sandpipe-test-rm-{}", std::process::id());
     let mut cmd = peers::podman();
-    cmd.args(["run", "-i", "--name", name.as_str(), image.tag.as_str(), "--atp"]);
+    cmd.args([
+        "run",
+        "-i",
+        "--name",
+        name.as_str(),
+        image.tag.as_str(),
+        "--atp",
+    ]);
     let mut s = Session::spawn(cmd, Framing::CborSeq, Way::Behind(Some(Framing::CborSeq)));
     stand_in::atp::hello(&mut s);
     // What the deployer does at the end of a step: SIGTERM to PID 1 (sandpipe), SIGKILL after
@@ -351,8 +395,19 @@ fn podman_rm_force_ends_the_plugin_by_sigterm_and_leaves_no_container() {
     // itself with 0; a PID 1 that ignored SIGTERM would end by the SIGKILL, 137.
     let rm = podman(&["rm", "--force", &name]);
     assert!(rm.status.success(), "podman rm --force: {}", text_of(&rm));
-    let inspect_gone = podman(&["ps", "-a", "--filter", &format!("name=^{name}$"), "--format", "{{.Names}}"]);
-    assert_eq!(String::from_utf8_lossy(&inspect_gone.stdout).trim(), "", "containers left");
+    let inspect_gone = podman(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("name=^{name}$"),
+        "--format",
+        "{{.Names}}",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&inspect_gone.stdout).trim(),
+        "",
+        "containers left"
+    );
     let stderr = s.stderr();
     let (t, _) = s.finish();
     assert_eq!(t.status, "exit 0", "podman run's stderr:\n{stderr}");
@@ -372,7 +427,10 @@ fn a_memory_cap_from_the_environment_or_the_cgroup_stops_the_guest_with_122() {
         let out = podman(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(122), "{limit:?}: {}", text_of(&out));
-        assert!(stderr.contains("sandpipe: ") && stderr.contains("memory"), "{stderr}");
+        assert!(
+            stderr.contains("sandpipe: ") && stderr.contains("memory"),
+            "{stderr}"
+        );
     }
 }
 
@@ -390,9 +448,7 @@ fn the_same_inputs_give_the_same_image_and_podman_names_it_by_its_config() {
     let id = podman(&["image", "inspect", "--format", "{{.Id}}", &image.tag]);
     let manifest: serde_json::Value = {
         let hex = image.digest.trim_start_matches("sha256:");
-        let blob = image
-            .archive
-            .with_file_name("unpacked");
+        let blob = image.archive.with_file_name("unpacked");
         std::fs::create_dir_all(&blob).expect("mkdir");
         let status = Command::new("tar")
             .arg("-xf")
@@ -402,10 +458,14 @@ fn the_same_inputs_give_the_same_image_and_podman_names_it_by_its_config() {
             .status()
             .expect("tar");
         assert!(status.success());
-        serde_json::from_slice(&std::fs::read(blob.join("blobs/sha256").join(hex)).expect("manifest"))
-            .expect("manifest json")
+        serde_json::from_slice(
+            &std::fs::read(blob.join("blobs/sha256").join(hex)).expect("manifest"),
+        )
+        .expect("manifest json")
     };
-    let config = manifest["config"]["digest"].as_str().expect("config digest");
+    let config = manifest["config"]["digest"]
+        .as_str()
+        .expect("config digest");
     assert_eq!(
         String::from_utf8_lossy(&id.stdout).trim(),
         config.trim_start_matches("sha256:"),

@@ -266,7 +266,11 @@ fn collect_cache(root: &Path) -> Result<Vec<ImageFile>> {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            files.push(ImageFile::file(format!("cache/{name}/{file}"), 0o644, bytes));
+            files.push(ImageFile::file(
+                format!("cache/{name}/{file}"),
+                0o644,
+                bytes,
+            ));
         }
     }
     if files.len() < 3 {
@@ -282,7 +286,10 @@ fn collect_cache(root: &Path) -> Result<Vec<ImageFile>> {
 /// that limit, a bit under it: a guest that keeps growing then meets sandpipe's cap (exit
 /// status 122, one line saying so) before the kernel's OOM killer ends the whole container with
 /// no word. A cap from the command line, `SANDPIPE_MAX_MEMORY` or a policy file still wins.
-pub(crate) fn follow_cgroup_memory(sandbox: &mut super::sandbox_args::SandboxArgs, run: &clap::ArgMatches) {
+pub(crate) fn follow_cgroup_memory(
+    sandbox: &mut super::sandbox_args::SandboxArgs,
+    run: &clap::ArgMatches,
+) {
     if run.value_source("max_memory") != Some(clap::parser::ValueSource::DefaultValue) {
         return;
     }
