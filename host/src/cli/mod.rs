@@ -316,7 +316,9 @@ pub fn main() -> i32 {
 fn with_env_names(cli: clap::Command) -> clap::Command {
     cli.mut_subcommand("run", |run| {
         run.mut_args(|arg| match arg.get_long() {
-            Some(long) if long != "help" => {
+            // SANDPIPE_CACHE_DIR already means the cache root (default_cache_dir); as the
+            // flag's variable it would also conflict with --no-cache.
+            Some(long) if long != "help" && long != "cache-dir" => {
                 let name = format!("SANDPIPE_{}", long.to_uppercase().replace('-', "_"));
                 arg.env(name)
             }
