@@ -299,6 +299,9 @@ fn run_workflow(podman_path: &Path, workflow: &str, input: &str) -> (String, Str
     )
 }
 
+/// A workflow case: its name, the workflow for an image, the input, what the output holds.
+type Case = (&'static str, fn(&str) -> String, String, &'static str);
+
 #[test]
 fn arcaflow_engine_runs_the_image_with_real_podman_like_the_native_plugin() {
     let image = Image::build(&example_atp(), "arcaflow", &[]);
@@ -307,7 +310,7 @@ fn arcaflow_engine_runs_the_image_with_real_podman_like_the_native_plugin() {
     let stand_in = fake_podman(stand_in_dir.path(), &native);
     let real_podman = peers::debian("podman");
     let large = "y".repeat(256 << 10);
-    let cases: [(&str, fn(&str) -> String, String, &str); 5] = [
+    let cases: [Case; 5] = [
         (
             "hello",
             one_step,
