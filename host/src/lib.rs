@@ -52,6 +52,7 @@ mod cbor_note;
 pub mod driver;
 mod error;
 mod hash_index;
+pub mod image;
 pub mod lock;
 mod memory;
 mod native;

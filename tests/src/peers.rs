@@ -115,6 +115,51 @@ pub fn sandpipe() -> PathBuf {
         .clone()
 }
 
+/// A static `sandpipe` (`scripts/build-static static-test`: glibc, non-PIE, no debug info),
+/// built once per test process into the target directory this test binary runs from, for
+/// container images FROM scratch (`sandpipe image`).
+pub fn sandpipe_static() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("the test binary's path");
+            // <target>/<profile>/deps/<test binary>
+            let target = exe
+                .ancestors()
+                .nth(3)
+                .expect("the test binary lives in <target>/<profile>/deps");
+            let out = Command::new(super::workspace_root().join("scripts/build-static"))
+                .arg("static-test")
+                .env("CARGO_TARGET_DIR", target)
+                .output()
+                .expect("running scripts/build-static");
+            assert!(
+                out.status.success(),
+                "scripts/build-static failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            assert!(bin.exists(), "{} was not built", bin.display());
+            bin
+        })
+        .clone()
+}
+
+// --- issue 22 (container): real Podman -------------------------------------------------------
+
+/// `podman` from Debian (`.ci/setup`), with the `containers.conf` `.ci/setup` writes selected
+/// by `CONTAINERS_CONF` (runc, the machine's open-file limit, no network namespace).
+pub fn podman() -> Command {
+    let mut cmd = Command::new(debian("podman"));
+    cmd.env("CONTAINERS_CONF", containers_conf());
+    cmd
+}
+
+/// The `containers.conf` `.ci/setup` writes for podman on these machines.
+pub fn containers_conf() -> PathBuf {
+    installed(dir().join("containers.conf"), "containers.conf")
+}
+
 // --- issue 12 (peers-rs-deno): the Cairo oracle on the real SDK, and Deno from npm ----------
 
 /// `deno` from the npm package `deno` (pinned in `.ci/setup`), as an engine's configuration

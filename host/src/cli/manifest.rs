@@ -326,9 +326,19 @@ fn manifest_path(policy: Option<&Path>, plugin: &Path) -> Option<PathBuf> {
     }
 }
 
-/// Whether the command line itself set `id` (not its default).
+/// Whether the command line (or its `SANDPIPE_*` environment variable) set `id`: both win
+/// over the file.
 fn given(m: &ArgMatches, id: &str) -> bool {
-    matches!(m.value_source(id), Some(ValueSource::CommandLine))
+    matches!(
+        m.value_source(id),
+        Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+    )
+}
+
+/// The plugin a policy file names (`sandpipe image --policy FILE` without PLUGIN).
+pub(crate) fn plugin_of(policy: &Path) -> Result<PathBuf> {
+    let m = Manifest::load(policy)?;
+    Ok(m.source(&base_dir(policy)))
 }
 
 impl Requests {

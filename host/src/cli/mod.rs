@@ -5,6 +5,7 @@ mod cache;
 mod call;
 mod compile;
 mod dist;
+mod image;
 mod inspect;
 mod manifest;
 mod proxy;
@@ -105,6 +106,11 @@ pub enum Command {
     /// write it out.
     #[cfg(feature = "registry")]
     Pull(pull::PullArgs),
+    /// Build a container image FROM scratch: a static sandpipe, the plugin, the plugin
+    /// compiled, and its policy; entrypoint `sandpipe run /plugin.wasm` (the container's
+    /// arguments go to the plugin). Written as an archive for `podman load` / `docker load`, or
+    /// pushed; the same inputs give the same digest, printed on stdout.
+    Image(image::ImageArgs),
     /// Compile a plugin (path or reference) ahead of time into the artifact cache.
     Compile(compile::CompileArgs),
     /// List, trim (least recently used first) or empty the store of plugins and compiled
@@ -249,9 +255,23 @@ pub fn exit(code: i32) -> ! {
 
 /// Parse the command line, run it, and return the process exit code (pass it to [`exit`]).
 pub fn main() -> i32 {
-    let matches = Cli::command().get_matches();
+    let matches = with_env_names(Cli::command()).get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // An empty --stderr (`-e SANDPIPE_STDERR=` over an image's default) keeps stderr.
+    if let Command::Run(run::RunArgs {
+        stderr: Some(path), ..
+    }) = &cli.command
+        && !path.is_empty()
+        && let Err(e) = image::redirect_stderr(std::path::Path::new(path))
+    {
+        eprintln!("sandpipe: --stderr {path}: {e}");
+        return exit_code::HOST_ERROR;
+    }
     init_logging(cli.verbose);
+    // Before the policy file: a file's max-memory still wins over the container's default.
+    if let (Command::Run(args), Some(("run", sub))) = (&mut cli.command, matches.subcommand()) {
+        image::follow_cgroup_memory(&mut args.sandbox, sub);
+    }
     // A policy file fills in what the command line left unsaid (see `manifest`).
     if let Err(e) = manifest::apply(&mut cli.command, &matches) {
         eprintln!("sandpipe: {e:#}");
@@ -283,6 +303,7 @@ pub fn main() -> i32 {
             Command::Push(args) => push::push(args).await,
             #[cfg(feature = "registry")]
             Command::Pull(args) => pull::pull(args).await,
+            Command::Image(args) => image::image(args).await,
             Command::Compile(args) => compile::compile(args).await,
             Command::Cache(args) => cache::cache(args),
         }
@@ -296,6 +317,23 @@ pub fn main() -> i32 {
             exit_code::HOST_ERROR
         }
     }
+}
+
+/// Every `run` option can also be set as `SANDPIPE_<OPTION>` (`--max-memory` as
+/// `SANDPIPE_MAX_MEMORY`): `-e NAME=VALUE` is the one knob every container deployer passes. The
+/// command line wins over the variable, and the variable over a policy file (see `manifest`).
+fn with_env_names(cli: clap::Command) -> clap::Command {
+    cli.mut_subcommand("run", |run| {
+        run.mut_args(|arg| match arg.get_long() {
+            // SANDPIPE_CACHE_DIR already means the cache root (default_cache_dir); as the
+            // flag's variable it would also conflict with --no-cache.
+            Some(long) if long != "help" && long != "cache-dir" => {
+                let name = format!("SANDPIPE_{}", long.to_uppercase().replace('-', "_"));
+                arg.env(name)
+            }
+            _ => arg,
+        })
+    })
 }
 
 fn init_logging(verbose: u8) {
@@ -393,6 +431,6 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         use clap::CommandFactory;
-        Cli::command().debug_assert();
+        with_env_names(Cli::command()).debug_assert();
     }
 }

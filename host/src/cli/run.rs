@@ -52,6 +52,12 @@ pub struct RunArgs {
     /// How long a wasm plugin has to exit after a SIGTERM closed its stdin.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
     grace: Duration,
+    /// Write sandpipe's own messages and the plugin's stderr to FILE (appended) instead of
+    /// stderr: under a deployer that takes any stderr for a broken stream (Arcaflow's Docker
+    /// deployer), SANDPIPE_STDERR=/dev/null or a file on a volume.
+    /// An empty FILE keeps stderr (`-e SANDPIPE_STDERR=` over an image's default).
+    #[arg(long, value_name = "FILE")]
+    pub(super) stderr: Option<String>,
     /// Record the session (every frame both ways, the policy, the outcome) as a transcript;
     /// needs --framing or --protocol (under --protocol, what each instance sees: a fresh
     /// instance's replayed handshake is recorded too).

@@ -315,22 +315,7 @@ pub fn push(
     let digest = client.push_manifest(r, target, &artifact.manifest, OCI_MANIFEST_MEDIA_TYPE)?;
     let mut signer = None;
     if let Some((minisig, id)) = signature {
-        let subject = Descriptor {
-            media_type: OCI_MANIFEST_MEDIA_TYPE.to_owned(),
-            digest: digest.clone(),
-            size: artifact.manifest.len() as u64,
-            artifact_type: None,
-        };
-        let sig = Artifact::signature(subject, minisig.as_bytes());
-        client.push_blob(r, minisig.as_bytes())?;
-        client.push_blob(r, &sig.config)?;
-        // A registry with the referrers API indexes it by its subject; the tag is the fallback.
-        client.push_manifest(
-            r,
-            &signature_tag(&digest),
-            &sig.manifest,
-            OCI_MANIFEST_MEDIA_TYPE,
-        )?;
+        push_signature(client, r, &digest, artifact.manifest.len(), &minisig)?;
         signer = Some(id);
     }
     Ok(Pushed {
@@ -338,6 +323,70 @@ pub fn push(
         manifest_digest: digest,
         signer,
     })
+}
+
+/// Push a container image (`sandpipe image --push`) to `r`: its layers, config and manifest,
+/// and, with `sign_with`, its signature exactly as [`push`] signs a plugin.
+pub fn push_image(
+    client: &Client,
+    r: &Reference,
+    image: &crate::image::Image,
+    sign_with: Option<&Path>,
+) -> Result<Pushed, PushError> {
+    let signature = sign_with
+        .map(|key| {
+            crate::signing::sign(
+                key,
+                &image.manifest,
+                &format!("sandpipe image manifest {}", image.manifest_digest),
+            )
+        })
+        .transpose()?;
+    for layer in &image.layers {
+        client.push_blob(r, &layer.tar)?;
+    }
+    client.push_blob(r, &image.config)?;
+    let tag = r.tag.clone().unwrap_or_else(|| "latest".to_owned());
+    let digest = client.push_manifest(r, &tag, &image.manifest, OCI_MANIFEST_MEDIA_TYPE)?;
+    let signer = match signature {
+        Some((minisig, id)) => {
+            push_signature(client, r, &digest, image.manifest.len(), &minisig)?;
+            Some(id)
+        }
+        None => None,
+    };
+    Ok(Pushed {
+        reference: r.pinned(&digest),
+        manifest_digest: digest,
+        signer,
+    })
+}
+
+/// Push the signature artifact of the manifest `digest` (`len` bytes).
+fn push_signature(
+    client: &Client,
+    r: &Reference,
+    digest: &str,
+    len: usize,
+    minisig: &str,
+) -> Result<(), RegistryError> {
+    let subject = Descriptor {
+        media_type: OCI_MANIFEST_MEDIA_TYPE.to_owned(),
+        digest: digest.to_owned(),
+        size: len as u64,
+        artifact_type: None,
+    };
+    let sig = Artifact::signature(subject, minisig.as_bytes());
+    client.push_blob(r, minisig.as_bytes())?;
+    client.push_blob(r, &sig.config)?;
+    // A registry with the referrers API indexes it by its subject; the tag is the fallback.
+    client.push_manifest(
+        r,
+        &signature_tag(digest),
+        &sig.manifest,
+        OCI_MANIFEST_MEDIA_TYPE,
+    )?;
+    Ok(())
 }
 
 /// Why a push failed.

@@ -1,0 +1,320 @@
+//! `sandpipe image`: a container image `FROM scratch` around one plugin, for engines that run
+//! plugins as containers (Arcaflow's Podman, Docker and Kubernetes deployers).
+//!
+//! ```text
+//!   layer 1  /sandpipe                  the static sandpipe (this executable, or --sandpipe)
+//!   layer 2  /plugin.wasm               the plugin
+//!            /cache/wasmtime-*/*.cwasm  the plugin compiled by that same sandpipe
+//!            /policy.toml               with --policy
+//!   entrypoint  /sandpipe run [--policy /policy.toml] /plugin.wasm   (+ the container's args)
+//!   env         SANDPIPE_CACHE_DIR=/cache, SANDPIPE_STDERR=/dev/null, and --container-env
+//! ```
+//!
+//! The image's sandpipe compiles the plugin itself (`sandpipe compile`, run as a child), so the
+//! artifact's key matches what that binary looks up at start: no container start compiles
+//! unless its CPU lacks a feature the build machine had.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::image::{Image, ImageFile, ImageSpec, check_static_elf};
+
+/// Where the image holds the plugin's compiled artifacts.
+const CACHE_DIR: &str = "/cache";
+
+/// Arguments of `sandpipe image`.
+#[derive(Debug, clap::Args)]
+pub struct ImageArgs {
+    /// Write the image as an archive that `podman load` and `docker load` accept.
+    #[arg(short, long, value_name = "FILE.tar", required_unless_present = "push")]
+    output: Option<PathBuf>,
+    /// Push the image to oci://HOST[:PORT]/REPO[:TAG] instead (a registry's plain-HTTP rules
+    /// are those of `sandpipe push`).
+    #[arg(long, value_name = "REF", conflicts_with = "output")]
+    push: Option<String>,
+    /// The image's name in the archive (what `podman load` tags it) [default:
+    /// localhost/sandpipe/<plugin file stem>:latest].
+    #[arg(long, value_name = "NAME")]
+    tag: Option<String>,
+    /// A policy file to put in the image (/policy.toml, passed to `run --policy`): the plugin's
+    /// framing or protocol, limits and grants. Its paths are the container's.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// The sandpipe executable to put in the image; it must be static [default: this one].
+    #[arg(long, value_name = "BIN")]
+    sandpipe: Option<PathBuf>,
+    /// An environment variable of the image, e.g. SANDPIPE_FRAMING=cbor or
+    /// SANDPIPE_MAX_MEMORY=64MiB (every `run` option has one; `-e` at `podman run` overrides).
+    #[arg(long = "container-env", value_name = "NAME=VALUE")]
+    container_env: Vec<String>,
+    /// Sign the manifest with this minisign secret key, as `sandpipe push` signs a plugin:
+    /// pushed as its signature artifact, or written to FILE.tar.minisig beside the archive.
+    #[arg(long, value_name = "KEY")]
+    sign: Option<PathBuf>,
+    /// Speak plain HTTP to this registry (HOST[:PORT]; repeatable; loopback always is).
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    insecure_registries: Vec<String>,
+    /// The plugin: a .wasm component or p1 module [default: the one --policy names].
+    #[arg(required_unless_present = "policy")]
+    plugin: Option<PathBuf>,
+}
+
+pub(crate) async fn image(args: ImageArgs) -> Result<i32> {
+    let plugin_path = match (&args.plugin, &args.policy) {
+        (Some(p), _) => p.clone(),
+        (None, Some(policy)) => super::manifest::plugin_of(policy)?,
+        (None, None) => bail!("image needs PLUGIN or --policy"),
+    };
+    if plugin_path.to_string_lossy().starts_with("oci://") {
+        bail!(
+            "image takes a plugin file; `sandpipe pull {}` first",
+            plugin_path.display()
+        );
+    }
+    let plugin = std::fs::read(&plugin_path)
+        .with_context(|| format!("reading the plugin {}", plugin_path.display()))?;
+    if !plugin.starts_with(b"\0asm") {
+        bail!(
+            "{} is not wasm: an image holds a sandboxed plugin only",
+            plugin_path.display()
+        );
+    }
+    let sandpipe_path = match &args.sandpipe {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().context("finding sandpipe's own executable")?,
+    };
+    let sandpipe = std::fs::read(&sandpipe_path)
+        .with_context(|| format!("reading {}", sandpipe_path.display()))?;
+    check_static_elf(&sandpipe_path.display().to_string(), &sandpipe)?;
+    let cache = precompile(&sandpipe_path, &plugin_path)?;
+    let compiled: u64 = cache.iter().map(|f| f.bytes.len() as u64).sum();
+
+    let mut layer = vec![ImageFile::file("plugin.wasm", 0o644, plugin.clone())];
+    layer.extend(cache);
+    let mut entrypoint: Vec<String> = vec!["/sandpipe".into(), "run".into()];
+    if let Some(policy) = &args.policy {
+        let text = std::fs::read(policy)
+            .with_context(|| format!("reading the policy {}", policy.display()))?;
+        layer.push(ImageFile::file("policy.toml", 0o644, text));
+        entrypoint.extend(["--policy".into(), "/policy.toml".into()]);
+    }
+    entrypoint.push("/plugin.wasm".into());
+    // stderr is no use to an engine, and Arcaflow's Docker deployer takes any byte on it for a
+    // broken stream: by default the image discards it (`-e SANDPIPE_STDERR=` brings it back).
+    let mut env = vec![
+        format!("SANDPIPE_CACHE_DIR={CACHE_DIR}"),
+        "SANDPIPE_STDERR=/dev/null".to_owned(),
+    ];
+    for e in &args.container_env {
+        if !e.contains('=') {
+            bail!("--container-env {e:?}: expected NAME=VALUE");
+        }
+        env.push(e.clone());
+    }
+    let stem = plugin_path
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_lowercase())
+        .unwrap_or_else(|| "plugin".into());
+    let tag = args
+        .tag
+        .clone()
+        .unwrap_or_else(|| format!("localhost/sandpipe/{stem}:latest"));
+    let spec = ImageSpec {
+        layers: vec![
+            vec![ImageFile::file("sandpipe", 0o755, sandpipe.clone())],
+            layer,
+        ],
+        entrypoint,
+        env,
+        tag,
+    };
+    let image = Image::build(&spec)?;
+    let mb = |n: u64| n as f64 / 1e6;
+    eprintln!(
+        "sandpipe: image {} (sandpipe {:.1} MB, plugin {:.1} MB, compiled {:.1} MB; {:.1} MB in all)",
+        image.tag,
+        mb(sandpipe.len() as u64),
+        mb(plugin.len() as u64),
+        mb(compiled),
+        mb(image.size())
+    );
+    if let Some(out) = &args.output {
+        write_archive(&image, out)?;
+        if let Some(key) = &args.sign {
+            let (minisig, id) = crate::signing::sign(
+                key,
+                &image.manifest,
+                &format!("sandpipe image manifest {}", image.manifest_digest),
+            )?;
+            let sig_path = PathBuf::from(format!("{}.minisig", out.display()));
+            std::fs::write(&sig_path, minisig)
+                .with_context(|| format!("writing {}", sig_path.display()))?;
+            eprintln!("sandpipe: signed by key {id} ({})", sig_path.display());
+        }
+        println!("{}", image.manifest_digest);
+        return Ok(0);
+    }
+    push(image, &args)
+}
+
+#[cfg(feature = "registry")]
+fn push(image: Image, args: &ImageArgs) -> Result<i32> {
+    use crate::registry::{Client, ClientOptions, Credentials, Reference};
+    let Some(reference) = &args.push else {
+        bail!("image needs -o FILE.tar or --push REF");
+    };
+    let reference: Reference = reference.parse()?;
+    let mut options = ClientOptions::new(Credentials::from_default_config()?);
+    options.insecure_registries = args.insecure_registries.clone();
+    let client = Client::new(options);
+    let pushed =
+        crate::registry::fetch::push_image(&client, &reference, &image, args.sign.as_deref())?;
+    if let Some(id) = &pushed.signer {
+        eprintln!("sandpipe: signed by key {id}");
+    }
+    println!("{}", pushed.reference);
+    Ok(0)
+}
+
+#[cfg(not(feature = "registry"))]
+fn push(_image: Image, _args: &ImageArgs) -> Result<i32> {
+    bail!("--push needs sandpipe built with the `registry` feature")
+}
+
+/// Write the archive next to its final name, then rename it: an interrupted build never leaves
+/// a truncated archive under the name a `podman load` would read.
+fn write_archive(image: &Image, out: &Path) -> Result<()> {
+    let tmp = PathBuf::from(format!("{}.{}.tmp", out.display(), std::process::id()));
+    let mut file = std::io::BufWriter::new(
+        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?,
+    );
+    image
+        .write_archive(&mut file)
+        .and_then(|()| std::io::Write::flush(&mut file))
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    drop(file);
+    std::fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display()))?;
+    Ok(())
+}
+
+/// Compile `plugin` with `sandpipe` (`sandpipe compile --cache-dir TMP`) and return the cache's
+/// compiled artifacts as image files under /cache, in sorted order.
+fn precompile(sandpipe: &Path, plugin: &Path) -> Result<Vec<ImageFile>> {
+    let tmp = std::env::temp_dir().join(format!(
+        "sandpipe-image-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    ));
+    let out = Command::new(sandpipe)
+        .arg("compile")
+        .arg("--cache-dir")
+        .arg(&tmp)
+        .arg(plugin)
+        .env_remove("SANDPIPE_CACHE_DIR")
+        .output()
+        .with_context(|| format!("running {} compile", sandpipe.display()));
+    let files = out.and_then(|out| {
+        if !out.status.success() {
+            bail!(
+                "{} compile {} failed ({}): {}",
+                sandpipe.display(),
+                plugin.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        collect_cache(&tmp)
+    });
+    let _ = std::fs::remove_dir_all(&tmp);
+    files
+}
+
+/// The `wasmtime-*` directories of the cache root `root`, as files under `cache/`.
+fn collect_cache(root: &Path) -> Result<Vec<ImageFile>> {
+    let mut files = vec![ImageFile::dir(CACHE_DIR.trim_start_matches('/'))];
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
+        .with_context(|| format!("reading {}", root.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("wasmtime-"))
+        })
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        files.push(ImageFile::dir(format!("cache/{name}")));
+        let mut artifacts: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+            .collect();
+        artifacts.sort();
+        for a in artifacts {
+            let bytes = std::fs::read(&a).with_context(|| format!("reading {}", a.display()))?;
+            let file = a
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            files.push(ImageFile::file(
+                format!("cache/{name}/{file}"),
+                0o644,
+                bytes,
+            ));
+        }
+    }
+    if files.len() < 3 {
+        bail!(
+            "compiling left no artifact in {} (is the sandpipe given a different build?)",
+            root.display()
+        );
+    }
+    Ok(files)
+}
+
+/// In a container with a memory limit (its cgroup's), `run`'s default `--max-memory` follows
+/// that limit, a bit under it: a guest that keeps growing then meets sandpipe's cap (exit
+/// status 122, one line saying so) before the kernel's OOM killer ends the whole container with
+/// no word. A cap from the command line, `SANDPIPE_MAX_MEMORY` or a policy file still wins.
+pub(crate) fn follow_cgroup_memory(
+    sandbox: &mut super::sandbox_args::SandboxArgs,
+    run: &clap::ArgMatches,
+) {
+    if run.value_source("max_memory") != Some(clap::parser::ValueSource::DefaultValue) {
+        return;
+    }
+    let Some(limit) = crate::image::cgroup_memory_limit() else {
+        return;
+    };
+    let cap = crate::image::memory_cap_under(limit);
+    tracing::info!("the cgroup's memory limit is {limit} bytes: --max-memory defaults to {cap}");
+    sandbox.max_memory = super::MemoryCap(Some(cap));
+}
+
+/// `run --stderr FILE`: descriptor 2 becomes FILE (appended to), so sandpipe's own messages and
+/// the plugin's stderr (forwarded from a wasm guest, inherited by a native plugin) go there.
+pub(crate) fn redirect_stderr(path: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)?;
+    // SAFETY: dup2 of a descriptor this function owns onto descriptor 2, before any thread is
+    // started; no Rust value owns descriptor 2 (std's Stderr only writes to it by number).
+    #[allow(unsafe_code)]
+    let done = unsafe { libc::dup2(file.as_raw_fd(), 2) };
+    if done < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
