@@ -320,7 +320,8 @@ fn every_method_round_trips_with_exact_frames() {
             [ClientEvent::Response {
                 id,
                 method: response.method(),
-                result: Ok(response)
+                result: Ok(response),
+                refused: None,
             }],
             "{response_frame}"
         );
@@ -383,7 +384,8 @@ fn shutdown_both_forms() {
         [ClientEvent::Response {
             id,
             method: Method::Shutdown,
-            result: Ok(Response::Shutdown(json!({})))
+            result: Ok(Response::Shutdown(json!({}))),
+            refused: None,
         }]
     );
     assert!(p.client.is_closed());
@@ -560,6 +562,7 @@ fn out_of_order_answers_are_matched_by_id() {
                 id,
                 method,
                 result: Ok(_),
+                refused: None,
             } => (id, method),
             other => panic!("{other:?}"),
         })
@@ -634,6 +637,7 @@ fn cancel_completes_locally_and_drops_the_late_answer() {
                 id: got,
                 method: Method::Create,
                 result: Err(e),
+                refused: None,
             },
         ] => {
             assert_eq!(got, &id);
