@@ -115,6 +115,26 @@ pub fn soak(
         }
     };
     let mut child = crate::cli::spawn(&mut cmd);
+    // The child is waited on in every path, a failed round trip included (after a kill), so a
+    // failing soak leaves no process behind.
+    let samples = round_trips_through(&mut child, oracle, round_trips);
+    if samples.is_err() {
+        let _ = child.kill();
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let samples = samples?;
+    if !status.success() {
+        return Err(format!("sandpipe ended with {status}"));
+    }
+    Ok(samples)
+}
+
+/// The round trips of [`soak`] on a started `sandpipe`; ends its input (EOF) when done.
+fn round_trips_through(
+    child: &mut std::process::Child,
+    oracle: bool,
+    round_trips: u64,
+) -> Result<Vec<Sample>, String> {
     let mut input = std::io::BufWriter::new(child.stdin.take().expect("stdin"));
     let mut output = BufReader::new(child.stdout.take().expect("stdout"));
     let stderr = child.stderr.take().expect("stderr");
@@ -165,14 +185,10 @@ pub fn soak(
             return Err(format!("round trip {i}: unexpected answer {line:?}"));
         }
         if i % step == 0 {
-            samples.push(sample(&child, i)?);
+            samples.push(sample(child, i)?);
         }
     }
     drop(input);
-    let status = child.wait().map_err(|e| e.to_string())?;
-    if !status.success() {
-        return Err(format!("sandpipe ended with {status}"));
-    }
     Ok(samples)
 }
 
