@@ -419,7 +419,6 @@ mod tests {
         }
         drop(to_sup);
         let report = run.await.expect("joined").expect("supervised");
-        drop(read);
         (seen, report, started.load(Ordering::SeqCst))
     }
 
