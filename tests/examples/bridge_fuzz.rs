@@ -7,6 +7,10 @@
 //! ```
 //!
 //! Exits 1 if any case failed.
+//!
+//! The fixed-seed run is `--seed 1520238629 --cases 320 --jobs 3 --seconds 3600`. It is not in `cargo test`
+//! yet: its first run found 4 of 320 cases (native, a forwarded signal) where sandpipe exited 0
+//! instead of the signal's status (issue 25's notes).
 
 use std::time::{Duration, Instant};
 
