@@ -103,9 +103,13 @@ pub struct Results {
     oracle_skipped: Option<String>,
 }
 
-/// Build the release `sandpipe` binary next to this one (`<target>/<profile>/sandpipe`): the
-/// process-level rows measure the binary an engine would run.
-pub fn build_sandpipe() -> anyhow::Result<PathBuf> {
+/// `cargo build -p sandpipe --bin sandpipe` into this bench binary's own target directory,
+/// with its profile, `extra` adding the flags that differ; returns the target directory and the
+/// profile's name. `what` names the build in errors.
+fn cargo_build_sandpipe(
+    what: &str,
+    extra: impl FnOnce(&mut Command),
+) -> anyhow::Result<(PathBuf, String)> {
     let exe = std::env::current_exe().context("finding the bench binary")?;
     let profile_dir = exe.parent().context("the bench binary's directory")?;
     let target = profile_dir.parent().context("the target directory")?;
@@ -128,9 +132,19 @@ pub fn build_sandpipe() -> anyhow::Result<PathBuf> {
             cmd.args(["--profile", other]);
         }
     }
-    let status = cmd.status().context("running cargo to build sandpipe")?;
-    ensure!(status.success(), "building the sandpipe binary failed");
-    let bin = profile_dir.join("sandpipe");
+    extra(&mut cmd);
+    let status = cmd
+        .status()
+        .with_context(|| format!("running cargo to build {what}"))?;
+    ensure!(status.success(), "building {what} failed");
+    Ok((target.to_path_buf(), profile.to_owned()))
+}
+
+/// Build the release `sandpipe` binary next to this one (`<target>/<profile>/sandpipe`): the
+/// process-level rows measure the binary an engine would run.
+pub fn build_sandpipe() -> anyhow::Result<PathBuf> {
+    let (target, profile) = cargo_build_sandpipe("the sandpipe binary", |_| {})?;
+    let bin = target.join(profile).join("sandpipe");
     ensure!(bin.is_file(), "{} was not built", bin.display());
     Ok(bin)
 }
@@ -140,36 +154,10 @@ pub fn build_sandpipe() -> anyhow::Result<PathBuf> {
 /// (every crate again, with these flags): minutes.
 pub fn build_static_sandpipe() -> anyhow::Result<PathBuf> {
     const TRIPLE: &str = "x86_64-unknown-linux-gnu";
-    let exe = std::env::current_exe().context("finding the bench binary")?;
-    let profile_dir = exe.parent().context("the bench binary's directory")?;
-    let target = profile_dir.parent().context("the target directory")?;
-    let profile = profile_dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .context("the profile directory's name")?;
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(sandpipe_tests::workspace_root())
-        .env("RUSTFLAGS", STATIC_RUSTFLAGS)
-        .args(["build", "--quiet", "-p", "sandpipe", "--bin", "sandpipe"])
-        .args(["--target", TRIPLE, "--target-dir"])
-        .arg(target);
-    match profile {
-        "debug" => {}
-        "release" => {
-            cmd.arg("--release");
-        }
-        other => {
-            cmd.args(["--profile", other]);
-        }
-    }
-    let status = cmd
-        .status()
-        .context("running cargo to build the static sandpipe")?;
-    ensure!(
-        status.success(),
-        "building the static sandpipe binary failed"
-    );
+    let (target, profile) = cargo_build_sandpipe("the static sandpipe binary", |cmd| {
+        cmd.env("RUSTFLAGS", STATIC_RUSTFLAGS)
+            .args(["--target", TRIPLE]);
+    })?;
     let bin = target.join(TRIPLE).join(profile).join("sandpipe");
     ensure!(bin.is_file(), "{} was not built", bin.display());
     Ok(bin)
