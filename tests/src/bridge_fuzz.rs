@@ -32,6 +32,9 @@ use crate::Target;
 /// A case still running after this is a hang (the only use of time here: a bound, never a
 /// measure).
 pub const HANG_BOUND: Duration = Duration::from_secs(120);
+/// How long a signal forwarded to a native plugin may take to end it (see `run_case`): a
+/// bound for a loaded machine, not a speed.
+const FORWARD_BOUND: Duration = Duration::from_secs(20);
 
 /// The signals `sandpipe run` forwards or emulates (the `HANDLED` list of `cli::signals`).
 pub const SIGNALS: [i32; 6] = [
@@ -468,16 +471,31 @@ pub fn run_case(bins: &Bins, case: &Case) -> Result<Outcome, String> {
     };
     let at_cut = Arc::new(AtomicBool::new(false));
     let signalled = Arc::new(AtomicBool::new(false));
+    let ended = Arc::new(AtomicBool::new(false));
+    // A signal forwarded to a native plugin lands a moment after sandpipe gets it; if the rest of
+    // the input and its EOF went on at once, `cat` could end at that EOF first, and the signal,
+    // forwarded to a process that is gone, would change nothing (as under tini or dumb-init). An
+    // engine that signals and then keeps writing cannot expect the plugin to die first, so the
+    // writer holds the rest back until sandpipe has ended, or FORWARD_BOUND has passed (then
+    // the signal was not forwarded, and the case fails).
+    let hold_after_signal = case.target == Target::Native;
     let writer = {
         let input = case.input.clone();
         let chunks = case.chunks.clone();
-        let (at_cut, signalled) = (at_cut.clone(), signalled.clone());
+        let (at_cut, signalled, ended) = (at_cut.clone(), signalled.clone(), ended.clone());
         std::thread::spawn(move || {
             let mut at = 0;
             let wait_at_cut = |at: usize| {
                 if cut == Some(at) {
                     at_cut.store(true, Ordering::SeqCst);
                     while !signalled.load(Ordering::SeqCst) && started.elapsed() < HANG_BOUND {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    let held = Instant::now();
+                    while hold_after_signal
+                        && !ended.load(Ordering::SeqCst)
+                        && held.elapsed() < FORWARD_BOUND
+                    {
                         std::thread::sleep(Duration::from_millis(1));
                     }
                 }
@@ -517,6 +535,7 @@ pub fn run_case(bins: &Bins, case: &Case) -> Result<Outcome, String> {
         loop {
             if let Ok(Some(s)) = child.try_wait() {
                 status = Some(s);
+                ended.store(true, Ordering::SeqCst);
                 break;
             }
             if at_cut.load(Ordering::SeqCst) && seen.load(Ordering::SeqCst) > 0 {
@@ -533,7 +552,10 @@ pub fn run_case(bins: &Bins, case: &Case) -> Result<Outcome, String> {
     }
     while status.is_none() && hung.is_none() {
         match child.try_wait() {
-            Ok(Some(s)) => status = Some(s),
+            Ok(Some(s)) => {
+                status = Some(s);
+                ended.store(true, Ordering::SeqCst);
+            }
             Ok(None) if started.elapsed() > HANG_BOUND => hung = Some("waiting for sandpipe"),
             Ok(None) => std::thread::sleep(Duration::from_millis(2)),
             Err(e) => return Err(format!("waiting for sandpipe: {e}")),

@@ -41,7 +41,10 @@
 //!   that dies at start-up is not restarted in a loop. The handshake is replayed one frame at a
 //!   time, each after the previous one's answer; those answers, the fresh instance's oracle
 //!   `ready` and its ATP hello are the supervisor's, never the engine's. A fresh instance that
-//!   dies during the handshake replay ends the session.
+//!   dies during the handshake replay fails the frames held for it, and the next request gets
+//!   another one (a kill from outside is not the plugin's fault); after
+//!   [`MAX_FAILED_RESTORES`] in a row the plugin is taken to be unable to start, and the
+//!   session ends.
 //! - Recycling ([`Budgets::recycle_after`], [`Budgets::recycle_memory`],
 //!   [`Budgets::recycle_before_cap`]) happens only between requests, with none pending, right
 //!   after an answer: the old instance is retired (stdin closed, `grace` to exit) and a fresh
@@ -435,6 +438,11 @@ struct Pending {
     since: Instant,
 }
 
+/// Fresh instances in a row that may die during the handshake replay before the session ends
+/// (as a service manager's start limit: systemd's `StartLimitBurst`). A restore that completes
+/// resets the count.
+pub const MAX_FAILED_RESTORES: u32 = 3;
+
 /// Engine answers kept for plugin requests not seen yet (a scripted engine answers `ready`
 /// before it reaches it); a few, so an engine cannot grow it.
 const MAX_EARLY: usize = 16;
@@ -450,6 +458,8 @@ pub struct Supervisor {
     engine_open: bool,
     /// The engine closed while a fresh instance was being restored: close its stdin after.
     close_when_restored: bool,
+    /// Fresh instances in a row that died during the handshake replay.
+    failed_restores: u32,
     done: bool,
     /// Budgeted requests in flight on the current instance, by key.
     pending: HashMap<String, Pending>,
@@ -481,6 +491,7 @@ impl Supervisor {
             restoring: None,
             engine_open: true,
             close_when_restored: false,
+            failed_restores: 0,
             done: false,
             pending: HashMap::new(),
             replay: Vec::new(),
@@ -737,12 +748,25 @@ impl Supervisor {
             self.fail(incident, &stderr_tail);
         }
         if let Some(r) = was_restoring {
-            let why = format!("the restarted plugin stopped during the handshake: {reason}");
+            self.failed_restores += 1;
+            let again = self.budgets.restart
+                && self.engine_open
+                && self.failed_restores < MAX_FAILED_RESTORES;
+            let why = if again {
+                format!("the restarted plugin stopped during the handshake: {reason}")
+            } else {
+                format!(
+                    "the restarted plugin stopped during the handshake ({} times in a row): {reason}",
+                    self.failed_restores
+                )
+            };
             for held in r.held {
-                self.fail_frame(&held, &why, Some(&exit), &stderr_tail);
+                self.fail_frame(&held, &why, Some(&exit), &stderr_tail, again);
             }
-            self.report.stopped = true;
-            self.done = true;
+            if !again {
+                self.report.stopped = true;
+                self.done = true;
+            }
             return;
         }
         if !self.engine_open {
@@ -785,7 +809,7 @@ impl Supervisor {
         }
         if let Some(r) = self.restoring.take() {
             for held in r.held {
-                self.fail_frame(&held, &why, None, &[]);
+                self.fail_frame(&held, &why, None, &[], false);
             }
         }
         self.report.stopped = true;
@@ -862,6 +886,7 @@ impl Supervisor {
         }
         let held = std::mem::take(&mut r.held);
         self.restoring = None;
+        self.failed_restores = 0;
         for frame in held {
             self.forward(frame, now);
         }
@@ -939,7 +964,14 @@ impl Supervisor {
     }
 
     /// Fail one engine frame that never reached a plugin (if it is a request).
-    fn fail_frame(&mut self, frame: &[u8], reason: &str, exit: Option<&Exit>, tail: &[String]) {
+    fn fail_frame(
+        &mut self,
+        frame: &[u8],
+        reason: &str,
+        exit: Option<&Exit>,
+        tail: &[String],
+        restarting: bool,
+    ) {
         if let FromEngine::Request { key, method } = self.rules.classify_engine(frame) {
             self.report.requests += 1;
             let incident = Incident {
@@ -947,7 +979,7 @@ impl Supervisor {
                 method,
                 reason: reason.to_owned(),
                 exit: exit.cloned(),
-                restarting: false,
+                restarting,
             };
             self.fail(incident, tail);
         }

@@ -797,7 +797,7 @@ fn without_restart_a_stop_ends_the_session_with_its_limit() {
 }
 
 #[test]
-fn a_fresh_instance_that_dies_during_the_handshake_ends_the_session() {
+fn a_fresh_instance_that_dies_during_the_handshake_fails_what_it_held_and_the_next_gets_another() {
     let fake = Fake {
         start: silent,
         answer: |_| Vec::new(),
@@ -810,14 +810,62 @@ fn a_fresh_instance_that_dies_during_the_handshake_ends_the_session() {
     );
     h.stop(InstanceId(0), Exit::Exited(3), &[]);
     h.take_engine();
+    // Killed from outside while its handshake is replayed: the held request fails, the session
+    // goes on.
     h.engine(jsonrpc_request("actions/run")(2, false));
-    h.stop(InstanceId(1), Exit::Exited(4), &["bad"]);
+    h.stop(InstanceId(1), Exit::Killed { signal: Some(9) }, &["bad"]);
     let err = json_of(&h.take_engine()[0]);
     assert_eq!(err["id"], json!(2));
     assert_eq!(
         err["error"]["message"],
-        "the restarted plugin stopped during the handshake: plugin exited with status 4 before answering"
+        "the restarted plugin stopped during the handshake: plugin was killed by signal 9"
     );
+    assert!(!h.sup.is_done());
+    assert!(h.report().incidents.last().expect("incident").restarting);
+    // The next request gets a third instance, which is restored and answers.
+    h.engine(jsonrpc_request("actions/run")(3, false));
+    h.plugin(
+        InstanceId(2),
+        to_vec(json!({"jsonrpc":"2.0","id":1,"result":{}})),
+    );
+    h.plugin(
+        InstanceId(2),
+        to_vec(json!({"jsonrpc":"2.0","id":3,"result":"ok"})),
+    );
+    let out: Vec<Value> = h.take_engine().iter().map(|f| json_of(f)).collect();
+    assert_eq!(out, vec![json!({"jsonrpc":"2.0","id":3,"result":"ok"})]);
+    assert_eq!(h.report().restarts, 2);
+}
+
+#[test]
+fn fresh_instances_that_keep_dying_during_the_handshake_end_the_session() {
+    let fake = Fake {
+        start: silent,
+        answer: |_| Vec::new(),
+    };
+    let mut h = Harness::new(Box::new(finecode::Supervised), fake, restarting(5));
+    h.engine_json(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}));
+    h.plugin(
+        InstanceId(0),
+        to_vec(json!({"jsonrpc":"2.0","id":1,"result":{}})),
+    );
+    h.stop(InstanceId(0), Exit::Exited(3), &[]);
+    h.take_engine();
+    for n in 1..=MAX_FAILED_RESTORES {
+        assert!(!h.sup.is_done());
+        h.engine(jsonrpc_request("actions/run")(i64::from(n) + 1, false));
+        h.stop(InstanceId(u64::from(n)), Exit::Exited(4), &["bad"]);
+        let err = json_of(&h.take_engine()[0]);
+        assert_eq!(err["id"], json!(n + 1));
+    }
+    let last = h.report().incidents.last().expect("incident").clone();
+    assert_eq!(
+        last.reason,
+        format!(
+            "the restarted plugin stopped during the handshake ({MAX_FAILED_RESTORES} times in a row): plugin exited with status 4 before answering"
+        )
+    );
+    assert!(!last.restarting);
     assert!(h.sup.is_done());
     assert!(h.report().stopped);
 }
