@@ -218,6 +218,74 @@ pub fn framer_chunked(framing: Framing, data: &[u8]) {
     );
 }
 
+/// Split `data` as `sandpipe run --framing F` splits what its engine writes
+/// ([`EngineSplitter`](crate::frame::EngineSplitter)), whole and in chunks. Both give the same
+/// frames and end the same way; the frames are the ones [`Framing::splitter`] finds; and the
+/// plugin gets the engine's bytes exactly: all of them, or (after a frame over the cap) a
+/// prefix.
+///
+/// Byte 0 picks the framing, byte 1 seeds the chunk sizes and byte 2 the limits (as for
+/// [`framer_chunked`]).
+pub fn engine_split(data: &[u8]) {
+    use crate::frame::{EngineSplitter, Piece};
+    let [pick, seed, knobs, stream @ ..] = data else {
+        return;
+    };
+    let framing =
+        [Framing::JsonLines, Framing::CborSeq, Framing::ContentLength][usize::from(*pick) % 3];
+    let limits = limits_from(*knobs);
+    let run = |chunks: &mut dyn Iterator<Item = &[u8]>| {
+        let mut split = EngineSplitter::new(framing, limits);
+        let mut buf = BytesMut::new();
+        let (mut frames, mut too_large, mut lost, mut out) =
+            (Vec::new(), false, false, BytesMut::new());
+        let mut take = |split: &mut EngineSplitter, buf: &mut BytesMut, eof: bool| {
+            while let Some(piece) = split.next(buf, eof) {
+                match piece {
+                    Piece::Frame { frame, wire } => {
+                        out.extend_from_slice(&wire);
+                        frames.push(frame);
+                    }
+                    Piece::Raw(bytes) => out.extend_from_slice(&bytes),
+                    Piece::TooLarge(_) => too_large = true,
+                    Piece::LostFraming(_) => lost = true,
+                }
+            }
+        };
+        for chunk in chunks {
+            buf.extend_from_slice(chunk);
+            take(&mut split, &mut buf, false);
+        }
+        take(&mut split, &mut buf, true);
+        (frames, too_large, lost, out)
+    };
+    let whole = run(&mut std::iter::once(stream));
+    let chunked = run(&mut Chunks::new(stream, *seed));
+    assert_eq!(whole.0, chunked.0, "{framing:?}: chunked frames differ");
+    assert_eq!(
+        (whole.1, whole.2),
+        (chunked.1, chunked.2),
+        "{framing:?}: whole and chunked end differently (too large, lost framing)"
+    );
+    assert_eq!(chunked.3, whole.3, "{framing:?}: chunked bytes differ");
+    let (frames, too_large, _, out) = whole;
+    if too_large {
+        assert!(
+            stream.starts_with(&out),
+            "{framing:?}: what the plugin got is not a prefix of the engine's stream"
+        );
+    } else {
+        assert_eq!(&out[..], stream, "{framing:?}: bytes changed or lost");
+    }
+    let (framed, _) = decode_pieces(framing.splitter(limits), [stream]);
+    let n = frames.len().min(framed.len());
+    assert_eq!(
+        frames[..n],
+        framed[..n],
+        "{framing:?}: frames differ from the splitter's"
+    );
+}
+
 /// Check [`crate::frame::json_check`] against the validator it replaced in JSON Lines:
 /// `serde_json::from_str::<IgnoredAny>` after `std::str::from_utf8`. They must accept and
 /// reject the same inputs, and a rejection must point inside the input (or just past it).
@@ -366,6 +434,24 @@ mod tests {
                 }
                 framer_chunked(framing, seed);
             }
+        }
+    }
+
+    #[test]
+    fn engine_split_keeps_the_engines_bytes() {
+        let controls: &[[u8; 2]] = &[[0, 0], [1, 0], [7, 1], [200, 2], [9, 3], [13, 0x15]];
+        for pick in 0..3u8 {
+            for seed in SEEDS {
+                for [chunks, knobs] in controls {
+                    engine_split(&[&[pick, *chunks, *knobs][..], seed].concat());
+                }
+            }
+        }
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..900 {
+            let len = (rng.next() % 200) as usize;
+            let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            engine_split(&data);
         }
     }
 

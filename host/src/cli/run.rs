@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bytes::BytesMut;
-use sandpipe_proto::frame::{FrameError, FrameLimits, Framer, Framing};
+use sandpipe_proto::frame::{EngineSplitter, FrameError, FrameLimits, Framer, Framing, Piece};
 use tokio::sync::watch;
 
 use super::sandbox_args::{SandboxArgs, warn_if_native};
@@ -408,10 +408,10 @@ pub(crate) fn status_for(exit: &Exit) -> i32 {
     }
 }
 
-/// Engine → plugin. What the engine writes is passed on, never judged: frames are split (so
-/// they can be recorded and tracked) and capped by `--max-frame`, a JSON Lines line is not
-/// parsed, and a CBOR or `Content-Length` stream that loses its framing is passed through as
-/// bytes from there on. Only a frame over the cap ends the input, like EOF (the plugin still
+/// Engine → plugin. What the engine writes is passed on byte for byte, never judged (see
+/// [`EngineSplitter`]): frames are split (so they can be recorded and tracked) and capped by
+/// `--max-frame`, a JSON Lines line is not parsed, and a CBOR or `Content-Length` stream that
+/// loses its framing is passed through as bytes from there on. Only a frame over the cap ends the input, like EOF (the plugin still
 /// answers what came before), and is kept in `bad_input` before the plugin's stdin closes.
 async fn pump_in(
     mut writer: SessionWriter,
@@ -421,53 +421,31 @@ async fn pump_in(
     mut close: watch::Receiver<bool>,
 ) {
     let mut stdin = EngineStdin::open();
-    let mut splitter = framing.map(|f| f.splitter(limits));
+    let mut splitter = framing.map(|f| EngineSplitter::new(f, limits));
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut eof = false;
     loop {
-        if let Some(framer) = &mut splitter {
-            loop {
-                let next = if eof {
-                    framer.decode_eof(&mut buf)
-                } else {
-                    framer.decode(&mut buf)
-                };
-                match next {
-                    Ok(Some(frame)) => {
-                        let sent = match framer.last_headers() {
-                            // The engine's own header block (Content-Type included).
-                            Some(headers) => {
-                                let mut wire = Vec::with_capacity(headers.len() + frame.len());
-                                wire.extend_from_slice(headers);
-                                wire.extend_from_slice(&frame);
-                                writer.send_wire(&frame, &wire).await
-                            }
-                            None => writer.send(&frame).await,
-                        };
-                        if let Err(e) = sent {
-                            tracing::debug!("plugin stopped reading stdin: {e}");
-                            return;
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e @ FrameError::TooLarge { .. }) => {
-                        let _ = bad_input.set(e);
-                        writer.close().await;
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::warn!(
-                            "the engine's stream lost its framing ({e}); passing it on unframed"
-                        );
-                        splitter = None;
-                        break;
-                    }
+        while let Some(piece) = match &mut splitter {
+            Some(split) => split.next(&mut buf, eof),
+            None => (!buf.is_empty()).then(|| Piece::Raw(buf.split().freeze())),
+        } {
+            let sent = match piece {
+                // What the engine wrote, byte for byte; the frame is what is recorded.
+                Piece::Frame { frame, wire } => writer.send_wire(&frame, &wire).await,
+                Piece::Raw(bytes) => writer.send_raw(&bytes).await,
+                Piece::TooLarge(e) => {
+                    let _ = bad_input.set(e);
+                    writer.close().await;
+                    return;
                 }
-            }
-        }
-        if splitter.is_none() && !buf.is_empty() {
-            let chunk = buf.split();
-            if let Err(e) = writer.send_raw(&chunk).await {
+                Piece::LostFraming(e) => {
+                    tracing::warn!(
+                        "the engine's stream lost its framing ({e}); passing it on unframed"
+                    );
+                    continue;
+                }
+            };
+            if let Err(e) = sent {
                 tracing::debug!("plugin stopped reading stdin: {e}");
                 return;
             }

@@ -16,6 +16,7 @@ mod cbor_seq;
 #[cfg(test)]
 mod cbor_seq_reference;
 mod content_length;
+mod engine_split;
 mod error;
 pub(crate) mod json_check;
 mod json_lines;
@@ -23,6 +24,7 @@ mod json_lines;
 pub use bytes::{Bytes, BytesMut};
 pub use cbor_seq::CborSeq;
 pub use content_length::ContentLength;
+pub use engine_split::{EngineSplitter, Piece};
 pub use error::FrameError;
 pub use json_lines::JsonLines;
 
