@@ -51,6 +51,14 @@ pub enum HostError {
         /// Why it failed.
         message: String,
     },
+    /// [`Policy::max_disk_write`](crate::Policy::max_disk_write) with a read-write preopen, for
+    /// a core module (WASI p1): its file writes happen inside wasmtime-wasi's p1 code, where
+    /// they cannot be counted.
+    #[error(
+        "a disk-write quota needs a component (WASI 0.2): this plugin is a core module (WASI p1), \
+         whose writes cannot be counted; drop --max-disk-write or make every --dir read-only (:ro)"
+    )]
+    DiskQuotaNeedsComponent,
     /// The engine could not be configured.
     #[error("configuring wasmtime: {message}")]
     Engine {

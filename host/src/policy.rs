@@ -146,6 +146,14 @@ pub struct Policy {
     ///   to sandpipe's own hard limit when that is smaller. A dynamically linked program needs
     ///   a few to start (at least 16 is safe). `None` keeps sandpipe's own limit.
     pub max_open_files: Option<u64>,
+    /// Bytes a wasm component may write to files through its preopens, in all, for the
+    /// session: every write counts, whatever its offset (an overwrite counts again; a file
+    /// grown by `set-size` does not). Past it a write fails with `insufficient-space`
+    /// (`ENOSPC`), writes nothing, and the plugin runs on. `None` (the default): no quota.
+    /// Core modules (WASI p1) cannot be counted: one with a quota and a read-write preopen is
+    /// refused at start. Native plugins ignore it (`RLIMIT_FSIZE` caps the size of each file,
+    /// not the total; see SECURITY.md).
+    pub max_disk_write: Option<u64>,
     /// Native only: grant, read-only, what the plugin needs to start (its resolved executable,
     /// a script's interpreter, the interpreter's install prefix, a venv, script files named in
     /// the arguments; see [`crate::startup_grants`]). On by default: without it a pyenv, venv or
@@ -175,6 +183,7 @@ impl Default for Policy {
             deterministic: None,
             max_cpu_time: None,
             max_open_files: Some(DEFAULT_MAX_OPEN_FILES),
+            max_disk_write: None,
             startup_grants: true,
         }
     }
@@ -201,6 +210,12 @@ impl Policy {
     /// [`Policy::max_open_files`]).
     pub fn max_open_files(mut self, limit: Option<u64>) -> Self {
         self.max_open_files = limit;
+        self
+    }
+
+    /// Set the disk-write quota of a wasm component (see [`Policy::max_disk_write`]).
+    pub fn max_disk_write(mut self, limit: Option<u64>) -> Self {
+        self.max_disk_write = limit;
         self
     }
 

@@ -1,7 +1,8 @@
 //! The native fallback's limits: CPU time (`RLIMIT_CPU`), open files (`RLIMIT_NOFILE`) and
 //! Landlock filesystem and network confinement, each biting on a real child process, and the
 //! stated fallback where the kernel has no Landlock. Beside the native open-file limit, the
-//! same cap on wasm sessions (p2 and p1), where it is the host's own count.
+//! same cap on wasm sessions (p2 and p1), where it is the host's own count, and the wasm
+//! disk-write quota.
 
 use std::path::Path;
 use std::time::Duration;
@@ -376,5 +377,79 @@ async fn landlock_refuses_tcp_where_the_kernel_can() {
     assert_eq!(frames[0]["ok"], !refused, "{support:?} {frames:?}");
     if refused {
         assert_eq!(frames[0]["kind"], "PermissionDenied", "{frames:?}");
+    }
+}
+
+/// The fs plugin (wasm) answering `op` with `dir` granted read-write at `/data`, under a
+/// disk-write quota of `quota` bytes.
+async fn under_quota(
+    target: Target,
+    quota: u64,
+    op: &str,
+) -> Result<(Vec<Value>, Exit), HostError> {
+    let host = host();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policy = Policy::default()
+        .max_disk_write(Some(quota))
+        .preopen(dir.path(), "/data", Access::ReadWrite)
+        .arg(op);
+    let p = host.load(plugin("fs", target)).expect("load");
+    let opts = SessionOptions::framed(Framing::JsonLines).stderr(StderrMode::Discard);
+    let mut s = host.start(&p, &policy, &opts).await?;
+    Ok(replies(&mut s).await)
+}
+
+/// An I/O error, as wasi-libc reports any failed stream write.
+const EIO: i64 = 29;
+
+#[tokio::test]
+async fn a_wasm_plugin_that_fills_its_quota_gets_enospc_and_runs_on() {
+    const QUOTA: u64 = 1 << 20;
+    let (frames, exit) = under_quota(Target::Wasm, QUOTA, "fill:/data/big")
+        .await
+        .expect("start");
+    // It ran on after the failure: it answered, looked at its file, and exited by itself.
+    assert_eq!(exit, Exit::Exited(0), "{frames:?}");
+    let r = &frames[0]["result"];
+    // The host's code is `insufficient-space` (the next test reads it), but wasi-libc's
+    // `write`, under Rust's std, reports every failed stream write as EIO.
+    assert_eq!(r["errno"], EIO, "{frames:?}");
+    // A refused write writes nothing: the file holds at most the quota, and std's 64 KiB
+    // writes filled all but the last one.
+    let size = r["size"].as_u64().expect("size");
+    assert!(size <= QUOTA && size + (64 << 10) > QUOTA, "{frames:?}");
+}
+
+#[tokio::test]
+async fn a_positioned_write_over_the_quota_is_insufficient_space() {
+    let (frames, exit) = under_quota(Target::Wasm, 10_000, "pwrite:/data/p")
+        .await
+        .expect("start");
+    assert_eq!(exit, Exit::Exited(0), "{frames:?}");
+    assert_eq!(frames[0]["result"]["written"], 8192, "{frames:?}");
+    assert_eq!(
+        frames[0]["result"]["error"], "insufficient-space",
+        "{frames:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_write_over_the_quota_is_insufficient_space() {
+    let (frames, exit) = under_quota(Target::Wasm, 10_000, "stream-fill:/data/s")
+        .await
+        .expect("start");
+    assert_eq!(exit, Exit::Exited(0), "{frames:?}");
+    assert_eq!(frames[0]["result"]["written"], 8192, "{frames:?}");
+    assert_eq!(
+        frames[0]["result"]["error"], "insufficient-space",
+        "{frames:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_quota_with_a_read_write_dir_refuses_a_core_module() {
+    match under_quota(Target::WasmP1, 1 << 20, "fill:/data/big").await {
+        Err(HostError::DiskQuotaNeedsComponent) => {}
+        other => panic!("expected DiskQuotaNeedsComponent, got {other:?}"),
     }
 }

@@ -92,6 +92,7 @@ struct Limits {
     timeout: Option<String>,
     max_cpu_time: Option<String>,
     max_open_files: Option<Quantity>,
+    max_disk_write: Option<Quantity>,
     max_frame: Option<Quantity>,
 }
 
@@ -389,6 +390,15 @@ fn merge_sandbox(s: &mut SandboxArgs, m: &Manifest, base: &Path, cli: &ArgMatche
         |q| parse_open_files(&text(q)),
     )? {
         s.max_open_files = v;
+    }
+    if let Some(v) = from_file(
+        cli,
+        "max_disk_write",
+        "limits.max-disk-write",
+        l.max_disk_write.as_ref(),
+        |q| parse_size(&text(q)),
+    )? {
+        s.max_disk_write = Some(v);
     }
     if let Some(v) = from_file(
         cli,

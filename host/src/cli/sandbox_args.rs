@@ -40,6 +40,11 @@ pub struct SandboxArgs {
     /// RLIMIT_NOFILE, stdio included (EMFILE).
     #[arg(long, value_name = "N", default_value = "1024", value_parser = parse_open_files)]
     pub(crate) max_open_files: FileCap,
+    /// Bytes a wasm component may write to files through its --dir grants, in all (e.g.
+    /// 100MiB); every write counts, an overwrite again. Past it a write fails with ENOSPC
+    /// (insufficient-space) and the plugin runs on [default: none]. Not for native plugins.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub(crate) max_disk_write: Option<u64>,
     /// Largest frame accepted in either direction (e.g. 16MiB).
     #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size)]
     pub(crate) max_frame: u64,
@@ -74,6 +79,7 @@ impl SandboxArgs {
         policy = policy
             .max_cpu_time(self.max_cpu_time)
             .max_open_files(self.max_open_files.0)
+            .max_disk_write(self.max_disk_write)
             .startup_grants(!self.no_startup_grants);
         for spec in &self.dirs {
             let (host, guest, access) = parse_dir(spec).map_err(anyhow::Error::msg)?;
@@ -163,6 +169,11 @@ pub(crate) fn warn_if_native(plugin: &Plugin, policy: &Policy) {
         );
         if let Some(warning) = support.warning() {
             eprintln!("{warning}");
+        }
+        if policy.max_disk_write.is_some() {
+            eprintln!(
+                "sandpipe: note: --max-disk-write has no effect on a native plugin (see SECURITY.md, \"disk writes\")"
+            );
         }
     }
 }

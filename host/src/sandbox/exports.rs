@@ -339,6 +339,7 @@ impl ExportsRunner {
             table: ResourceTable::new(),
             limiter: Limiter::new(policy, denied.clone(), meter.clone()),
             open_files: OpenFiles::new(policy.max_open_files, policy.preopens.len()),
+            disk: super::disk_quota::DiskQuota::new(policy.max_disk_write),
         };
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|s| &mut s.limiter);

@@ -11,6 +11,7 @@
 
 mod cache;
 mod determinism;
+mod disk_quota;
 pub(crate) mod exports;
 mod open_files;
 mod pool;
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use cache::ArtifactCache;
 pub use cache::default_cache_dir;
+use disk_quota::DiskQuota;
 pub use exports::ExportedFunc;
 use open_files::OpenFiles;
 pub use pool::{InstanceAllocator, PoolNeeds, Pooling};
@@ -138,6 +140,7 @@ pub(crate) struct State2 {
     table: ResourceTable,
     limiter: Limiter,
     open_files: OpenFiles,
+    disk: std::sync::Arc<DiskQuota>,
 }
 
 impl WasiView for State2 {
@@ -360,6 +363,7 @@ impl Sandbox {
         let mut linker = wasmtime::component::Linker::new(&self.engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_err)?;
         open_files::link_p2(&mut linker).map_err(engine_err)?;
+        disk_quota::link_p2(&mut linker).map_err(engine_err)?;
         Ok(self.linker2.get_or_init(|| linker))
     }
 
@@ -578,6 +582,7 @@ impl Sandbox {
                     table: ResourceTable::new(),
                     limiter,
                     open_files: OpenFiles::new(policy.max_open_files, policy.preopens.len()),
+                    disk: DiskQuota::new(policy.max_disk_write),
                 };
                 let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);
@@ -601,6 +606,14 @@ impl Sandbox {
                 });
             }
             Compiled::Module { pre, .. } => {
+                if policy.max_disk_write.is_some()
+                    && policy
+                        .preopens
+                        .iter()
+                        .any(|p| p.access == Access::ReadWrite)
+                {
+                    return Err(HostError::DiskQuotaNeedsComponent);
+                }
                 let mut b = builder;
                 let state = State1 {
                     wasi: b.build_p1(),

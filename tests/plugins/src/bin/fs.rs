@@ -8,7 +8,14 @@
 //! number, e.g. 24 for EMFILE, and `reopened` whether the open after the close succeeded) or
 //! `open-streams:PATH` (wasm32-wasip2 only: opens PATH, which must lie in a preopen, takes a
 //! `read-via-stream` of it and drops the descriptor, keeping only the stream, until an open
-//! fails; reports `"result": {"opened": COUNT, "error": WASI-ERROR-CODE-NAME}`),
+//! fails; reports `"result": {"opened": COUNT, "error": WASI-ERROR-CODE-NAME}`) or
+//! `fill:PATH` (creates PATH and writes 64 KiB at a time with std's `write_all` until a write
+//! fails or 1 GiB is written; reports `"result": {"written": BYTES, "errno": ERRNO, "kind": KIND,
+//! "size": PATH's size after}`) or `pwrite:PATH` (wasm32-wasip2 only: creates PATH in a preopen
+//! and writes 4 KiB at a time at growing offsets with `descriptor.write` until it fails;
+//! reports `"result": {"written": BYTES, "error": WASI-ERROR-CODE-NAME}`) or `stream-fill:PATH`
+//! (wasm32-wasip2 only: the same through `write-via-stream` and `blocking-write-and-flush`; the
+//! error is the stream error's `filesystem-error-code`),
 //! answered in order by one JSON Lines frame, `{"op","path","ok":true,…}` or
 //! `{"op","path","ok":false,"error","kind"}`. Failures are data: it never panics on them.
 //!
@@ -88,6 +95,35 @@ fn run(op: &str, path: &str) -> io::Result<Option<(&'static str, Value)>> {
             Ok(Some(("result", report)))
         }
         "open-streams" => open_streams(path).map(|report| Some(("result", report))),
+        "fill" => {
+            use std::io::Write as _;
+            let chunk = vec![0x5a; 64 << 10];
+            let mut file = fs::File::create(path)?;
+            let mut written = 0u64;
+            let stopped = loop {
+                if written >= 1 << 30 {
+                    break None;
+                }
+                match file.write_all(&chunk) {
+                    Ok(()) => written += chunk.len() as u64,
+                    Err(e) => break Some(e),
+                }
+            };
+            drop(file);
+            // The plugin runs on after the failure: the file is still there to look at.
+            let size = fs::metadata(path)?.len();
+            Ok(Some((
+                "result",
+                json!({
+                    "written": written,
+                    "errno": stopped.as_ref().and_then(io::Error::raw_os_error),
+                    "kind": stopped.map(|e| format!("{:?}", e.kind())),
+                    "size": size,
+                }),
+            )))
+        }
+        "pwrite" => pwrite(path, false).map(|report| Some(("result", report))),
+        "stream-fill" => pwrite(path, true).map(|report| Some(("result", report))),
         "list" => {
             let entries = fs::read_dir(path)?.collect::<io::Result<Vec<_>>>()?;
             Ok(Some(("entries", entries.len().into())))
@@ -95,7 +131,7 @@ fn run(op: &str, path: &str) -> io::Result<Option<(&'static str, Value)>> {
         _ => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
-                "unknown operation {op:?} (expected read, write, mkdir, list, env, connect, open-many or open-streams)"
+                "unknown operation {op:?} (expected read, write, mkdir, list, env, connect, open-many, open-streams, fill or pwrite)"
             ),
         )),
     }
@@ -142,5 +178,67 @@ fn open_streams(_path: &str) -> io::Result<Value> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "open-streams needs WASI p2",
+    ))
+}
+
+/// Write 4 KiB at a time at growing offsets with p2's `descriptor.write` (a positioned write,
+/// no stream), or through one `write-via-stream` (`stream`), until it fails.
+#[cfg(all(target_os = "wasi", target_env = "p2"))]
+fn pwrite(path: &str, stream: bool) -> io::Result<Value> {
+    use wasip2::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags, filesystem_error_code};
+    use wasip2::io::streams::StreamError;
+
+    let (dir, rel) = wasip2::filesystem::preopens::get_directories()
+        .into_iter()
+        .find_map(|(dir, guest)| {
+            let rel = path.strip_prefix(guest.as_str())?.trim_start_matches('/');
+            Some((dir, rel.to_owned()))
+        })
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not in a preopen"))?;
+    let file = dir
+        .open_at(
+            PathFlags::empty(),
+            &rel,
+            OpenFlags::CREATE,
+            DescriptorFlags::WRITE,
+        )
+        .map_err(|code| io::Error::other(format!("open-at: {code:?}")))?;
+    let chunk = [0x5a; 4096];
+    let mut written = 0u64;
+    if stream {
+        let out = file
+            .write_via_stream(0)
+            .map_err(|code| io::Error::other(format!("write-via-stream: {code:?}")))?;
+        let error = loop {
+            if written >= 1 << 30 {
+                break None;
+            }
+            match out.blocking_write_and_flush(&chunk) {
+                Ok(()) => written += chunk.len() as u64,
+                Err(StreamError::LastOperationFailed(e)) => {
+                    break Some(filesystem_error_code(&e).map_or("none", |c| c.name()));
+                }
+                Err(StreamError::Closed) => break Some("closed"),
+            }
+        };
+        return Ok(json!({"written": written, "error": error}));
+    }
+    let error = loop {
+        if written >= 1 << 30 {
+            break None;
+        }
+        match file.write(&chunk, written) {
+            Ok(n) => written += n,
+            Err(code) => break Some(code),
+        }
+    };
+    Ok(json!({"written": written, "error": error.map(|e| e.name())}))
+}
+
+#[cfg(not(all(target_os = "wasi", target_env = "p2")))]
+fn pwrite(_path: &str, _stream: bool) -> io::Result<Value> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "pwrite needs WASI p2",
     ))
 }
