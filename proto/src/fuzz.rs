@@ -396,6 +396,7 @@ mod tests {
         b"Content-Length: 2\r\nContent-Type: a; charset=latin1\r\n\r\n{}",
         b"Content-Length: 99999999999999999999\r\n\r\n",
         b"Content-Length: 2\r\n\r\n{}garbage\r\n\r\n",
+        b"Content-Length: 2\r\n\r\n{}Content-Length: 9\r\n\r\n{\"a\"",
     ];
 
     /// A tiny deterministic generator, so the pseudo-random corpus is the same on every run.

@@ -44,8 +44,10 @@ pub enum Piece {
 enum State {
     /// JSON Lines, split here (never parsed): `scanned` bytes of the buffer hold no `\n`.
     Lines { max: usize, scanned: usize },
-    /// CBOR items or `Content-Length` frames, split by their framer.
-    Framed(AnyFramer),
+    /// CBOR items or `Content-Length` frames, split by their framer. `held`: the framer took
+    /// a frame's header block off the buffer and holds it (see [`AnyFramer::last_headers`])
+    /// until the body is complete.
+    Framed { framer: AnyFramer, held: bool },
     /// The framing was lost: bytes pass through.
     Raw,
     /// A frame over the cap ended the input.
@@ -67,7 +69,10 @@ impl EngineSplitter {
                 max: limits.max_frame_bytes,
                 scanned: 0,
             },
-            other => State::Framed(other.splitter(limits)),
+            other => State::Framed {
+                framer: other.splitter(limits),
+                held: false,
+            },
         };
         Self { state }
     }
@@ -79,7 +84,8 @@ impl EngineSplitter {
             State::Ended => return None,
             State::Raw => return (!buf.is_empty()).then(|| Piece::Raw(buf.split().freeze())),
             State::Lines { max, scanned } => next_line(*max, scanned, buf, eof)?,
-            State::Framed(framer) => {
+            State::Framed { framer, held } => {
+                let before = buf.len();
                 let next = if eof {
                     framer.decode_eof(buf)
                 } else {
@@ -87,17 +93,32 @@ impl EngineSplitter {
                 };
                 match next {
                     Ok(Some(frame)) => {
+                        *held = false;
                         let wire = match framer.last_headers() {
                             Some(headers) => [headers, &frame[..]].concat().into(),
                             None => frame.clone(),
                         };
                         Piece::Frame { frame, wire }
                     }
-                    Ok(None) => return None,
-                    Err(e) => match e {
-                        FrameError::TooLarge { .. } => Piece::TooLarge(e),
-                        _ => Piece::LostFraming(e),
-                    },
+                    Ok(None) => {
+                        // Only a `Content-Length` header block is ever taken without a frame.
+                        *held |= buf.len() < before;
+                        return None;
+                    }
+                    Err(e) => {
+                        // The bytes the framer holds go back in front of the rest, which is
+                        // passed on as it is.
+                        if *held && let Some(headers) = framer.last_headers() {
+                            let mut whole = BytesMut::with_capacity(headers.len() + buf.len());
+                            whole.extend_from_slice(headers);
+                            whole.extend_from_slice(buf);
+                            *buf = whole;
+                        }
+                        match e {
+                            FrameError::TooLarge { .. } => Piece::TooLarge(e),
+                            _ => Piece::LostFraming(e),
+                        }
+                    }
                 }
             }
         };
@@ -227,6 +248,24 @@ mod tests {
         assert!(matches!(&pieces[0], Piece::Frame { frame, .. } if &frame[..] == b"ok"));
         assert!(matches!(pieces[1], Piece::TooLarge(_)));
         assert_eq!(pieces.len(), 2);
+    }
+
+    #[test]
+    fn a_content_length_body_cut_by_eof_goes_on_with_its_headers() {
+        let mut s = EngineSplitter::new(Framing::ContentLength, FrameLimits::default());
+        let mut buf = BytesMut::from(&b"Content-Length: 9\r\n\r\n{\"a\""[..]);
+        assert_eq!(s.next(&mut buf, false), None);
+        assert!(matches!(
+            s.next(&mut buf, true),
+            Some(Piece::LostFraming(_))
+        ));
+        assert_eq!(
+            s.next(&mut buf, true),
+            Some(Piece::Raw(Bytes::from_static(
+                b"Content-Length: 9\r\n\r\n{\"a\""
+            )))
+        );
+        assert_eq!(s.next(&mut buf, true), None);
     }
 
     #[test]
