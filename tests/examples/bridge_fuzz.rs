@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run -p sandpipe-tests --example bridge_fuzz -- --seconds 1800 [--seed S] [--jobs J]
 //! cargo run -p sandpipe-tests --example bridge_fuzz -- --seed S --cases 1   # replay one case
+//! ... --sandpipe PATH   # fuzz this sandpipe binary (e.g. a copy, while the tree is rebuilt)
 //! ```
 //!
 //! Exits 1 if any case failed.
@@ -22,6 +23,7 @@ fn main() {
         .map_or(0, |d| d.as_secs());
     let mut jobs = 2usize;
     let mut cases = u64::MAX;
+    let mut sandpipe = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || {
@@ -30,17 +32,28 @@ fn main() {
                 .unwrap_or_else(|| panic!("{flag} needs a number"))
         };
         match flag.as_str() {
+            "--sandpipe" => {
+                sandpipe = Some(std::path::PathBuf::from(
+                    args.next().expect("--sandpipe needs a path"),
+                ));
+            }
             "--seconds" => seconds = value(),
             "--seed" => seed = value(),
             "--jobs" => jobs = value() as usize,
             "--cases" => cases = value(),
             other => {
-                panic!("unknown argument {other} (--seconds N, --seed S, --jobs J, --cases N)")
+                panic!(
+                    "unknown argument {other} (--seconds N, --seed S, --jobs J, --cases N, --sandpipe PATH)"
+                )
             }
         }
     }
     let cache = std::env::temp_dir().join(format!("sandpipe-bridge-fuzz-{}", std::process::id()));
-    let bins = Bins::build(&cache);
+    let mut bins = Bins::build(&cache);
+    // A copy of the binary, for a long run that must not test a binary rebuilt under it.
+    if let Some(path) = sandpipe {
+        bins.sandpipe = path;
+    }
     if cases == 1 {
         println!("{}", generate(seed));
     }
