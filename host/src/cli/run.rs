@@ -99,6 +99,7 @@ impl FramingArg {
 }
 
 /// Why the bridge stopped early.
+#[derive(Debug)]
 enum BridgeEnd {
     /// The plugin wrote a bad frame.
     BadOutput(FrameError),
@@ -361,28 +362,68 @@ impl Stopping {
     }
 }
 
+/// How `run` ends: its exit status, and the plugin's signal to end by instead (mirrored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ending {
+    status: i32,
+    by_signal: Option<i32>,
+}
+
+/// The README's exit-status table for `run`, as a pure function of how the bridge and the
+/// plugin ended (`exit` already through [`own_kill`]).
+fn ending(end: Option<&BridgeEnd>, bad_input: bool, exit: &Exit) -> Ending {
+    let bad_frame = Ending {
+        status: exit_code::BAD_FRAME,
+        by_signal: None,
+    };
+    if bad_input {
+        return bad_frame;
+    }
+    if let Some(BridgeEnd::BadOutput(e)) = end
+        && !cut_by_a_crash(e, exit)
+    {
+        return bad_frame;
+    }
+    let by_signal = match exit {
+        Exit::Killed { signal: Some(sig) } if super::TERMINATING.contains(sig) => Some(*sig),
+        _ => None,
+    };
+    Ending {
+        status: status_for(exit),
+        by_signal,
+    }
+}
+
+/// A frame cut off by the plugin's crash is a casualty of the crash: the crash is reported.
+fn cut_by_a_crash(e: &FrameError, exit: &Exit) -> bool {
+    let abnormal = !matches!(exit, Exit::Exited(_) | Exit::Killed { signal: None });
+    matches!(e, FrameError::Truncated { .. }) && abnormal
+}
+
 /// Print the one-line reason and choose the exit status.
 fn report(end: Option<BridgeEnd>, bad_input: Option<&FrameError>, exit: &Exit) -> i32 {
-    let abnormal = !matches!(exit, Exit::Exited(_) | Exit::Killed { signal: None });
+    let decided = ending(end.as_ref(), bad_input.is_some(), exit);
     if let Some(e) = bad_input {
         eprintln!("sandpipe: bad frame on stdin: {e}");
-        return exit_code::BAD_FRAME;
+        return decided.status;
     }
-    match end {
-        // A frame cut off by the plugin's crash is a casualty of the crash: report the crash.
-        Some(BridgeEnd::BadOutput(FrameError::Truncated { got, .. })) if abnormal => {
+    match &end {
+        Some(BridgeEnd::BadOutput(e @ FrameError::Truncated { got, .. }))
+            if cut_by_a_crash(e, exit) =>
+        {
             eprintln!("sandpipe: dropped an incomplete frame of {got} bytes");
         }
         Some(BridgeEnd::BadOutput(e)) => {
             eprintln!("sandpipe: bad frame from plugin: {e}");
-            return exit_code::BAD_FRAME;
+            return decided.status;
         }
         Some(BridgeEnd::StdoutClosed) | None => {}
     }
-    if let Exit::Killed { signal: Some(sig) } = exit {
-        super::end_by_signal_like_the_plugin(*sig);
+    if let Some(sig) = decided.by_signal {
+        super::end_by_signal_like_the_plugin(sig);
     }
-    exit_status(exit)
+    exit_status(exit);
+    decided.status
 }
 
 /// The exit status for `exit`, printing the one-line reason for sandpipe-made ones.
@@ -516,5 +557,110 @@ async fn pump_out(
         if stdout.write_all(bytes).await.is_err() {
             return Err(BridgeEnd::StdoutClosed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every way a plugin can end, with every signal number Linux has.
+    fn exits() -> Vec<Exit> {
+        let mut all = vec![
+            Exit::OutOfFuel { limit: 1 },
+            Exit::MemoryLimit { limit: 1 },
+            Exit::CpuTimeLimit {
+                limit: Duration::from_secs(1),
+            },
+            Exit::DeadlineExceeded {
+                limit: Duration::from_secs(1),
+            },
+            Exit::Trap {
+                message: "trap".into(),
+                stderr_tail: Vec::new(),
+            },
+            Exit::Killed { signal: None },
+        ];
+        all.extend([0, 1, 2, 3, 100, 121, 123, 137, 255, 256, 257, -1].map(Exit::Exited));
+        all.extend((1..=64).map(|s| Exit::Killed { signal: Some(s) }));
+        all
+    }
+
+    fn ends() -> Vec<Option<BridgeEnd>> {
+        vec![
+            None,
+            Some(BridgeEnd::StdoutClosed),
+            Some(BridgeEnd::BadOutput(FrameError::Truncated {
+                got: 3,
+                snippet: String::new(),
+            })),
+            Some(BridgeEnd::BadOutput(FrameError::TooLarge {
+                limit: 1,
+                got: 2,
+            })),
+        ]
+    }
+
+    /// The README's table: the plugin's own code, a sandpipe code, or 128 + a signal.
+    fn documented(status: i32, exit: &Exit) -> bool {
+        match exit {
+            Exit::Exited(code) if status == code & 0xff => true,
+            _ => [121, 122, 123, 124, 134, 137].contains(&status) || (129..=192).contains(&status),
+        }
+    }
+
+    /// Exhaustive over the whole input space (a few thousand cases): the exit mapping has
+    /// no input a fuzzer could find beyond these.
+    #[test]
+    fn every_ending_is_documented_and_sandpipe_never_ends_by_its_own_kill() {
+        for exit in exits() {
+            for killed in [false, true] {
+                let exit = own_kill(exit.clone(), killed);
+                for end in ends() {
+                    for bad_input in [false, true] {
+                        let e = ending(end.as_ref(), bad_input, &exit);
+                        let case =
+                            format!("{exit:?} killed={killed} {end:?} bad_input={bad_input}");
+                        assert!(documented(e.status, &exit), "{case}: status {}", e.status);
+                        assert!((0..=255).contains(&e.status), "{case}");
+                        if killed {
+                            assert_ne!(e.by_signal, Some(libc::SIGKILL), "{case}: its own kill");
+                        }
+                        if let Some(sig) = e.by_signal {
+                            assert_eq!(e.status, 128 + sig, "{case}");
+                            assert_eq!(exit, Exit::Killed { signal: Some(sig) }, "{case}");
+                            assert!(super::super::TERMINATING.contains(&sig), "{case}");
+                        }
+                        let bad_output = matches!(&end, Some(BridgeEnd::BadOutput(f)) if !cut_by_a_crash(f, &exit));
+                        if bad_input || bad_output {
+                            assert_eq!(e.status, exit_code::BAD_FRAME, "{case}");
+                            assert_eq!(e.by_signal, None, "{case}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn its_own_kill_is_137_or_the_bad_frames_123() {
+        let killed = own_kill(
+            Exit::Killed {
+                signal: Some(libc::SIGKILL),
+            },
+            true,
+        );
+        let plain = ending(None, false, &killed);
+        assert_eq!((plain.status, plain.by_signal), (137, None));
+        let bad = BridgeEnd::BadOutput(FrameError::Truncated {
+            got: 1,
+            snippet: String::new(),
+        });
+        assert_eq!(ending(Some(&bad), false, &killed).status, 123);
+        // A SIGKILL from anyone else is the plugin's end, mirrored.
+        let foreign = Exit::Killed {
+            signal: Some(libc::SIGKILL),
+        };
+        assert_eq!(ending(None, false, &foreign).by_signal, Some(libc::SIGKILL));
     }
 }
