@@ -59,7 +59,7 @@ enum Start<'a> {
     Plugin {
         host: &'a Host,
         plugin: &'a Plugin,
-        policy: Policy,
+        policy: Box<Policy>,
     },
     /// A fresh in-memory plugin behind [`Session::memory`] each time.
     Memory(Box<dyn FnMut(&SessionOptions) -> Session + Send + 'a>),
@@ -110,7 +110,7 @@ impl<'a> Supervisor<'a> {
         let start = Start::Plugin {
             host,
             plugin,
-            policy,
+            policy: Box::new(policy),
         };
         Self::with_start(start, options, protocol, budgets)
     }

@@ -273,7 +273,7 @@ mod tests {
         let wire = b"Content-Length: 2\r\nContent-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n{}";
         let pieces = split_all(Framing::ContentLength, FrameLimits::default(), wire);
         assert!(
-            matches!(&pieces[..], [Piece::Frame { frame, wire: w }] if &frame[..] == b"{}" && &w[..] == &wire[..])
+            matches!(&pieces[..], [Piece::Frame { frame, wire: w }] if &frame[..] == b"{}" && w[..] == wire[..])
         );
     }
 }
