@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use bytes::BytesMut;
-use sandpipe_proto::frame::{FrameError, FrameLimits, Framer, Framing};
+use sandpipe_proto::frame::{EngineSplitter, FrameError, FrameLimits, Framer, Framing, Piece};
 use tokio::sync::mpsc;
 
 use super::run::{SignalPolicy, exit_status};
@@ -210,8 +210,8 @@ fn print_incident(i: &Incident) {
     eprintln!("sandpipe: {what} failed: {}; {next}", i.reason);
 }
 
-/// Frames from sandpipe's stdin, split but not judged (a malformed JSON line reaches the plugin,
-/// which answers it). A frame over the cap, or a CBOR or `Content-Length` stream that loses its
+/// Frames from sandpipe's stdin, split as `run` splits them ([`EngineSplitter`]) but not
+/// judged (a malformed JSON line reaches the plugin, which answers it). A frame over the cap, or a CBOR or `Content-Length` stream that loses its
 /// framing (the supervisor tracks requests, so it needs frames), ends the input like EOF
 /// (requests before it are still answered) and is returned.
 pub(crate) async fn read_engine(
@@ -220,23 +220,20 @@ pub(crate) async fn read_engine(
     limits: FrameLimits,
 ) -> Result<(), FrameError> {
     let mut stdin = EngineStdin::open();
-    let mut framer = framing.splitter(limits);
+    let mut split = EngineSplitter::new(framing, limits);
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut eof = false;
     loop {
-        loop {
-            let next = if eof {
-                framer.decode_eof(&mut buf)?
-            } else {
-                framer.decode(&mut buf)?
-            };
-            match next {
-                Some(frame) => {
+        while let Some(piece) = split.next(&mut buf, eof) {
+            match piece {
+                Piece::Frame { frame, .. } => {
                     if tx.send(frame.to_vec()).await.is_err() {
                         return Ok(());
                     }
                 }
-                None => break,
+                // A blank JSON Lines line: no frame, nothing to track.
+                Piece::Raw(_) => {}
+                Piece::LostFraming(e) | Piece::TooLarge(e) => return Err(e),
             }
         }
         if eof {
