@@ -84,7 +84,26 @@ impl fmt::Display for JsonError {
 }
 
 /// Check that `input` is one JSON value with optional whitespace around it.
+///
+/// On x86_64 the SSE2 block validator ([`super::json_blocks`]) decides, and only an input it
+/// rejects is walked again here, byte by byte, to say where and why. Elsewhere (wasm32 guests
+/// among them) the byte walk decides alone.
 pub(crate) fn validate(input: &[u8]) -> Result<(), JsonError> {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    {
+        #[allow(unsafe_code)]
+        // SAFETY: `is_valid` only needs SSE2, which this code is compiled for (the cfg above;
+        // every x86_64 CPU has it, and Rust's x86_64 targets enable it).
+        let valid = unsafe { super::json_blocks::is_valid(input) };
+        if valid {
+            return Ok(());
+        }
+    }
+    validate_bytes(input)
+}
+
+/// The byte walk: [`validate`] without the block validator.
+pub(crate) fn validate_bytes(input: &[u8]) -> Result<(), JsonError> {
     let mut nesting = Nesting::default();
     let mut outer = Vec::new();
     let mut pos = 0;
@@ -194,6 +213,19 @@ fn literal(input: &[u8], pos: usize, word: &'static str) -> Result<usize, JsonEr
             .count();
         Err(error(input, pos + same, ErrorKind::ExpectedLiteral(word)))
     }
+}
+
+/// The end of the number starting at `pos`, if one does.
+#[inline(always)]
+pub(crate) fn number_end(input: &[u8], pos: usize) -> Option<usize> {
+    number(input, pos).ok()
+}
+
+/// The end of `word` if `input` holds it at `pos`.
+#[inline(always)]
+pub(crate) fn literal_end(input: &[u8], pos: usize, word: &str) -> Option<usize> {
+    let end = pos + word.len();
+    (input.get(pos..end) == Some(word.as_bytes())).then_some(end)
 }
 
 /// A number starting at `pos` (a `-` or a digit); returns the position after it.
@@ -333,7 +365,12 @@ fn string(input: &[u8], mut pos: usize) -> Result<usize, JsonError> {
 
 #[cold]
 fn check_utf8(input: &[u8], start: usize, end: usize) -> Result<(), JsonError> {
-    match std::str::from_utf8(&input[start..end]) {
+    let stretch = &input[start..end];
+    if simdutf8::basic::from_utf8(stretch).is_ok() {
+        return Ok(());
+    }
+    // Only a rejected stretch is walked again, to say where it goes wrong.
+    match std::str::from_utf8(stretch) {
         Ok(_) => Ok(()),
         Err(e) => Err(error(
             input,
@@ -364,14 +401,14 @@ fn escape(input: &[u8], pos: usize) -> Result<usize, JsonError> {
 /// bit innermost, and full words of outer levels in a `Vec` kept apart (so that this struct
 /// stays in registers).
 #[derive(Debug, Default)]
-struct Nesting {
+pub(crate) struct Nesting {
     depth: usize,
     inner: u64,
 }
 
 impl Nesting {
     #[inline(always)]
-    fn push(&mut self, container: Container, outer: &mut Vec<u64>) {
+    pub(crate) fn push(&mut self, container: Container, outer: &mut Vec<u64>) {
         if self.depth > 0 && self.depth.is_multiple_of(64) {
             spill(outer, self.inner);
             self.inner = 0;
@@ -382,7 +419,7 @@ impl Nesting {
 
     /// Close the innermost container; only called when `top` returned one.
     #[inline(always)]
-    fn pop(&mut self, outer: &mut Vec<u64>) {
+    pub(crate) fn pop(&mut self, outer: &mut Vec<u64>) {
         self.depth -= 1;
         self.inner >>= 1;
         if self.depth > 0 && self.depth.is_multiple_of(64) {
@@ -391,7 +428,7 @@ impl Nesting {
     }
 
     #[inline(always)]
-    fn top(&self) -> Option<Container> {
+    pub(crate) fn top(&self) -> Option<Container> {
         match (self.depth, self.inner & 1) {
             (0, _) => None,
             (_, 0) => Some(Container::Array),
