@@ -13,9 +13,17 @@
 //!   Nesting costs one bit per level here, in a `u64` for the innermost 64 levels and a `Vec`
 //!   beyond, so only input nested over 64 deep allocates.
 //!
-//! It is one loop over the bytes, without recursion. Strings are scanned 8 bytes at a time
-//! with word arithmetic (no SIMD and no `unsafe`, so wasm32 runs the same code), and only a
-//! stretch of a string that holds a byte over 0x7f is given to `std::str::from_utf8`.
+//! It is one loop over the bytes, without recursion. UTF-8 is checked first, for the whole
+//! input, by `simdutf8` (SIMD chosen at run time on x86_64 and aarch64, the std check on
+//! wasm32); strings are then scanned 8 bytes at a time with word arithmetic (no `unsafe`, so
+//! wasm32 runs the same code). Only input that is not UTF-8 is walked checking each string's
+//! bytes over 0x7f with `std::str::from_utf8`, to say where it goes wrong.
+//!
+//! A simdjson-style block validator (SSE2 bit masks of quotes, escapes, strings and controls
+//! per 64 bytes, then only the marked tokens through the grammar) was measured against this
+//! walk and dropped: it won only on long strings, and lost on the dense frames JSON-RPC sends
+//! (17.5 against 13.2 instructions a byte, and many more mispredicted branches, for one token
+//! per 2.4 bytes); BENCHMARKS.md has the comparison.
 
 use std::fmt;
 
@@ -85,25 +93,19 @@ impl fmt::Display for JsonError {
 
 /// Check that `input` is one JSON value with optional whitespace around it.
 ///
-/// On x86_64 the SSE2 block validator ([`super::json_blocks`]) decides, and only an input it
-/// rejects is walked again here, byte by byte, to say where and why. Elsewhere (wasm32 guests
-/// among them) the byte walk decides alone.
+/// UTF-8 is checked first, for the whole input, by `simdutf8` (outside strings only ASCII can
+/// be valid anyway, so that is the same as checking the strings); the walk then skips the
+/// check. Only an input that fails it is walked checking each string, to find where.
 pub(crate) fn validate(input: &[u8]) -> Result<(), JsonError> {
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-    {
-        #[allow(unsafe_code)]
-        // SAFETY: `is_valid` only needs SSE2, which this code is compiled for (the cfg above;
-        // every x86_64 CPU has it, and Rust's x86_64 targets enable it).
-        let valid = unsafe { super::json_blocks::is_valid(input) };
-        if valid {
-            return Ok(());
-        }
+    if simdutf8::basic::from_utf8(input).is_ok() {
+        walk::<false>(input)
+    } else {
+        walk::<true>(input)
     }
-    validate_bytes(input)
 }
 
-/// The byte walk: [`validate`] without the block validator.
-pub(crate) fn validate_bytes(input: &[u8]) -> Result<(), JsonError> {
+/// The byte walk; `CHECK_UTF8` says whether strings still need their UTF-8 checked.
+pub(crate) fn walk<const CHECK_UTF8: bool>(input: &[u8]) -> Result<(), JsonError> {
     let mut nesting = Nesting::default();
     let mut outer = Vec::new();
     let mut pos = 0;
@@ -116,7 +118,7 @@ pub(crate) fn validate_bytes(input: &[u8]) -> Result<(), JsonError> {
                     pos += 1;
                 } else {
                     nesting.push(Container::Object, &mut outer);
-                    pos = key(input, pos, ErrorKind::ExpectedKeyOrEnd)?;
+                    pos = key::<CHECK_UTF8>(input, pos, ErrorKind::ExpectedKeyOrEnd)?;
                     continue 'value;
                 }
             }
@@ -129,7 +131,7 @@ pub(crate) fn validate_bytes(input: &[u8]) -> Result<(), JsonError> {
                     continue 'value;
                 }
             }
-            Some(b'"') => pos = string(input, pos + 1)?,
+            Some(b'"') => pos = string::<CHECK_UTF8>(input, pos + 1)?,
             Some(b'-' | b'0'..=b'9') => pos = number(input, pos)?,
             Some(b't') => pos = literal(input, pos, "true")?,
             Some(b'f') => pos = literal(input, pos, "false")?,
@@ -151,7 +153,7 @@ pub(crate) fn validate_bytes(input: &[u8]) -> Result<(), JsonError> {
                     continue 'value;
                 }
                 (Some(b','), Container::Object) => {
-                    pos = key(
+                    pos = key::<CHECK_UTF8>(
                         input,
                         skip_whitespace(input, pos + 1),
                         ErrorKind::ExpectedKey,
@@ -188,11 +190,11 @@ fn skip_whitespace(input: &[u8], mut pos: usize) -> usize {
 /// An object key and its `:`, from `pos` (past any whitespace); returns the position after
 /// the `:`. `missing` says what was expected if no key starts at `pos`.
 #[inline(always)]
-fn key(input: &[u8], pos: usize, missing: ErrorKind) -> Result<usize, JsonError> {
+fn key<const CHECK_UTF8: bool>(input: &[u8], pos: usize, missing: ErrorKind) -> Result<usize, JsonError> {
     if input.get(pos) != Some(&b'"') {
         return Err(error(input, pos, missing));
     }
-    let pos = skip_whitespace(input, string(input, pos + 1)?);
+    let pos = skip_whitespace(input, string::<CHECK_UTF8>(input, pos + 1)?);
     if input.get(pos) != Some(&b':') {
         return Err(error(input, pos, ErrorKind::ExpectedColon));
     }
@@ -213,19 +215,6 @@ fn literal(input: &[u8], pos: usize, word: &'static str) -> Result<usize, JsonEr
             .count();
         Err(error(input, pos + same, ErrorKind::ExpectedLiteral(word)))
     }
-}
-
-/// The end of the number starting at `pos`, if one does.
-#[inline(always)]
-pub(crate) fn number_end(input: &[u8], pos: usize) -> Option<usize> {
-    number(input, pos).ok()
-}
-
-/// The end of `word` if `input` holds it at `pos`.
-#[inline(always)]
-pub(crate) fn literal_end(input: &[u8], pos: usize, word: &str) -> Option<usize> {
-    let end = pos + word.len();
-    (input.get(pos..end) == Some(word.as_bytes())).then_some(end)
 }
 
 /// A number starting at `pos` (a `-` or a digit); returns the position after it.
@@ -309,7 +298,7 @@ fn control_bytes(word: u64) -> u64 {
 /// A string's contents from `pos` (just past the opening `"`); returns the position after
 /// the closing `"`.
 #[inline(always)]
-fn string(input: &[u8], mut pos: usize) -> Result<usize, JsonError> {
+fn string<const CHECK_UTF8: bool>(input: &[u8], mut pos: usize) -> Result<usize, JsonError> {
     // Bytes from `unchecked` to `pos` have not been checked as UTF-8; `high` collects their
     // bits, so a stretch of ASCII skips the check.
     let mut unchecked = pos;
@@ -323,16 +312,20 @@ fn string(input: &[u8], mut pos: usize) -> Result<usize, JsonError> {
             let stops =
                 quotes | zero_bytes(word ^ (LOW_BITS * u64::from(b'\\'))) | control_bytes(word);
             if stops == 0 {
-                high |= word;
+                if CHECK_UTF8 {
+                    high |= word;
+                }
                 pos += 8;
                 continue;
             }
             let first = stops & stops.wrapping_neg();
-            high |= word & (first - 1);
+            if CHECK_UTF8 {
+                high |= word & (first - 1);
+            }
             pos += (first.trailing_zeros() / 8) as usize;
             // The lowest quote flag is right too, so it marks a real `"` if it is the first stop.
             if first & quotes != 0 {
-                if high & HIGH_BITS != 0 {
+                if CHECK_UTF8 && high & HIGH_BITS != 0 {
                     check_utf8(input, unchecked, pos)?;
                 }
                 return Ok(pos + 1);
@@ -344,7 +337,7 @@ fn string(input: &[u8], mut pos: usize) -> Result<usize, JsonError> {
         };
         match byte {
             b'"' | b'\\' => {
-                if high & HIGH_BITS != 0 {
+                if CHECK_UTF8 && high & HIGH_BITS != 0 {
                     check_utf8(input, unchecked, pos)?;
                     high = 0;
                 }
@@ -356,7 +349,9 @@ fn string(input: &[u8], mut pos: usize) -> Result<usize, JsonError> {
             }
             0..0x20 => return Err(error(input, pos, ErrorKind::ControlCharacter)),
             _ => {
-                high |= u64::from(byte);
+                if CHECK_UTF8 {
+                    high |= u64::from(byte);
+                }
                 pos += 1;
             }
         }
@@ -365,12 +360,7 @@ fn string(input: &[u8], mut pos: usize) -> Result<usize, JsonError> {
 
 #[cold]
 fn check_utf8(input: &[u8], start: usize, end: usize) -> Result<(), JsonError> {
-    let stretch = &input[start..end];
-    if simdutf8::basic::from_utf8(stretch).is_ok() {
-        return Ok(());
-    }
-    // Only a rejected stretch is walked again, to say where it goes wrong.
-    match std::str::from_utf8(stretch) {
+    match std::str::from_utf8(&input[start..end]) {
         Ok(_) => Ok(()),
         Err(e) => Err(error(
             input,
@@ -401,14 +391,14 @@ fn escape(input: &[u8], pos: usize) -> Result<usize, JsonError> {
 /// bit innermost, and full words of outer levels in a `Vec` kept apart (so that this struct
 /// stays in registers).
 #[derive(Debug, Default)]
-pub(crate) struct Nesting {
+struct Nesting {
     depth: usize,
     inner: u64,
 }
 
 impl Nesting {
     #[inline(always)]
-    pub(crate) fn push(&mut self, container: Container, outer: &mut Vec<u64>) {
+    fn push(&mut self, container: Container, outer: &mut Vec<u64>) {
         if self.depth > 0 && self.depth.is_multiple_of(64) {
             spill(outer, self.inner);
             self.inner = 0;
@@ -419,7 +409,7 @@ impl Nesting {
 
     /// Close the innermost container; only called when `top` returned one.
     #[inline(always)]
-    pub(crate) fn pop(&mut self, outer: &mut Vec<u64>) {
+    fn pop(&mut self, outer: &mut Vec<u64>) {
         self.depth -= 1;
         self.inner >>= 1;
         if self.depth > 0 && self.depth.is_multiple_of(64) {
@@ -428,7 +418,7 @@ impl Nesting {
     }
 
     #[inline(always)]
-    pub(crate) fn top(&self) -> Option<Container> {
+    fn top(&self) -> Option<Container> {
         match (self.depth, self.inner & 1) {
             (0, _) => None,
             (_, 0) => Some(Container::Array),

@@ -17,8 +17,6 @@ mod cbor_seq;
 mod cbor_seq_reference;
 mod content_length;
 mod error;
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-pub(crate) mod json_blocks;
 pub(crate) mod json_check;
 mod json_lines;
 
