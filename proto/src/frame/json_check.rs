@@ -190,7 +190,11 @@ fn skip_whitespace(input: &[u8], mut pos: usize) -> usize {
 /// An object key and its `:`, from `pos` (past any whitespace); returns the position after
 /// the `:`. `missing` says what was expected if no key starts at `pos`.
 #[inline(always)]
-fn key<const CHECK_UTF8: bool>(input: &[u8], pos: usize, missing: ErrorKind) -> Result<usize, JsonError> {
+fn key<const CHECK_UTF8: bool>(
+    input: &[u8],
+    pos: usize,
+    missing: ErrorKind,
+) -> Result<usize, JsonError> {
     if input.get(pos) != Some(&b'"') {
         return Err(error(input, pos, missing));
     }
