@@ -6,6 +6,7 @@
 //! ```sh
 //! cd bench/json-validators
 //! cargo run --release                  # GB/s, best of 5 runs per cell
+//! cargo run --release -- semantics     # edge cases each validator accepts or refuses
 //! cargo build --release && valgrind --tool=callgrind --toggle-collect='json_validators::v_proto*' \
 //!     target/release/json-validators once "rpc 64 KiB" proto 10   # instructions per byte
 //! ```
@@ -141,6 +142,30 @@ fn main() {
         for f in frames.iter().take(3) {
             assert!(v_serde(f), "{name} invalid");
         }
+    }
+    if args.get(1).map(String::as_str) == Some("semantics") {
+        // Inputs serde_json accepts (and so JSON Lines must), or rejects, that a validator
+        // might judge otherwise.
+        let cases: &[&[u8]] = &[
+            b"\"\\ud800\"",
+            b"\"\\udc00\\ud800\"",
+            b"1e999999999999",
+            b"123456789012345678901234567890",
+            b"-0.0000000000000000000000000000001e-400",
+            b"[1,2] ",
+            b"\"\x7f\"",
+            b"\"\x1f\"",
+            b"[1,]",
+            b"01",
+        ];
+        for case in cases {
+            let verdicts: Vec<String> = VALIDATORS[..4]
+                .iter()
+                .map(|(n, v)| format!("{n}={}", v(case)))
+                .collect();
+            println!("{:<45} {}", case.escape_ascii().to_string(), verdicts.join(" "));
+        }
+        return;
     }
     if args.get(1).map(String::as_str) == Some("once") {
         // For callgrind: one validator over one shape, `reps` passes.
