@@ -231,9 +231,9 @@ pub fn json_check(data: &[u8]) {
         "json_check says {ours:?}, serde_json says ok={reference} for {:?}",
         data.escape_ascii().to_string()
     );
-    // Both walks must say what `validate` says: the one checking each string's UTF-8 (short
-    // input, and input that is not UTF-8) always, and the one that skips it (long input that
-    // `simdutf8` passed) whenever the input is UTF-8.
+    // Both walks must say what `validate` says: the one checking each string's UTF-8 (what
+    // input that is not UTF-8 gets) always, and the one that skips it whenever the input is
+    // UTF-8.
     let checking = crate::frame::json_check::walk::<true>(data);
     assert_eq!(
         checking,
