@@ -163,7 +163,11 @@ fn main() {
                 .iter()
                 .map(|(n, v)| format!("{n}={}", v(case)))
                 .collect();
-            println!("{:<45} {}", case.escape_ascii().to_string(), verdicts.join(" "));
+            println!(
+                "{:<45} {}",
+                case.escape_ascii().to_string(),
+                verdicts.join(" ")
+            );
         }
         return;
     }
