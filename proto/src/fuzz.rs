@@ -299,6 +299,25 @@ pub fn json_check(data: &[u8]) {
         "json_check says {ours:?}, serde_json says ok={reference} for {:?}",
         data.escape_ascii().to_string()
     );
+    // Both walks must say what `validate` says: the one checking each string's UTF-8 (what
+    // input that is not UTF-8 gets) always, and the one that skips it whenever the input is
+    // UTF-8.
+    let checking = crate::frame::json_check::walk::<true>(data);
+    assert_eq!(
+        checking,
+        ours,
+        "the walk checking UTF-8 says {checking:?} for {:?}",
+        data.escape_ascii().to_string()
+    );
+    if std::str::from_utf8(data).is_ok() {
+        let trusting = crate::frame::json_check::walk::<false>(data);
+        assert_eq!(
+            trusting,
+            ours,
+            "the walk after simdutf8 says {trusting:?} for {:?}",
+            data.escape_ascii().to_string()
+        );
+    }
     if let Err(err) = ours {
         assert!(err.offset <= data.len(), "{err:?} is past the end");
     }
