@@ -554,6 +554,43 @@ fn compile_ahead_of_time_then_run_is_a_cache_hit() {
     );
 }
 
+/// The cache holds an artifact of the plugin compiled for another engine: here with fuel
+/// metering off, which changes the generated code as a CPU feature of the build machine does
+/// (an image's /cache built elsewhere). wasmtime's own check refuses it; sandpipe compiles and
+/// says so in one `sandpipe: note:` line with wasmtime's reason; the next start loads the
+/// artifact it kept, silently.
+#[test]
+fn a_cached_artifact_that_does_not_fit_is_said_once_then_replaced() {
+    let sp = Sandpipe::new();
+    let echo = wasm("echo-lines");
+    let other = sandpipe::Host::with_options(
+        &sandpipe::HostOptions::default()
+            .cache_dir(Some(sp.cache.path().to_owned()))
+            .metering(sandpipe::Metering::all().fuel(false)),
+    )
+    .expect("host");
+    other.load(&echo).expect("compile with fuel off");
+    let path = echo.display().to_string();
+    let out = sp.run(&["run", "--framing", "lines", &path], FRAME);
+    assert_eq!(out.stdout, FRAME, "{}", stderr(&out));
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    assert!(
+        lines[0].starts_with("sandpipe: note: compiled ")
+            && lines[0].contains("does not fit this machine")
+            && lines[0].contains("fuel"),
+        "{err}"
+    );
+    let out = sp.run(&["run", "-v", "--framing", "lines", &path], FRAME);
+    assert_eq!(out.stdout, FRAME, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("loaded from the disk cache") && !stderr(&out).contains("note"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn the_cache_stays_under_its_cap_when_filled_past_it() {
     let sp = Sandpipe::new();
