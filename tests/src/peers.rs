@@ -158,7 +158,10 @@ pub fn podman() -> Command {
 /// Debian's Docker daemon (`docker.io`, `.ci/setup`); the tests start their own on a private
 /// socket. Its client is `debian("docker")`.
 pub fn dockerd() -> PathBuf {
-    installed(PathBuf::from("/usr/sbin/dockerd"), "Debian's dockerd (docker.io)")
+    installed(
+        PathBuf::from("/usr/sbin/dockerd"),
+        "Debian's dockerd (docker.io)",
+    )
 }
 
 /// The `containers.conf` `.ci/setup` writes for podman on these machines.

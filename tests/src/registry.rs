@@ -145,4 +145,3 @@ pub fn minisign_keypair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     );
     (sk, pk)
 }
-

@@ -1,12 +1,15 @@
 //! Plugins as container images (issue 22): `sandpipe image` builds an image FROM scratch around
 //! a static sandpipe (`scripts/build-static static-test`) and the plugin, compiled; real Podman
 //! (Debian's, with the `containers.conf` `.ci/setup` writes) loads and runs it, and the real
-//! Arcaflow engine (PyPI `arcaflow` 0.21.0) runs it with its real Podman deployer.
+//! Arcaflow engine (PyPI `arcaflow` 0.21.0) runs it with its real Podman and Docker deployers.
 //!
 //! | test | checks |
 //! |---|---|
 //! | `podman run -i` | ATP with a driver here: hello, a greeting, client done; the container ends by itself while its stdin stays open; the plugin was loaded from the image's cache, not compiled |
 //! | Arcaflow + Podman | hello, error output, unicode, a large input, a chain of two steps: the engine's output and exit status equal those of the same plugin run natively (by a podman stand-in) |
+//! | Arcaflow + Docker | Debian's dockerd 20.10 started here (private socket, no iptables, vfs), `docker load` of the same archive: the same five workflows equal the native plugin's; an image with stderr back fails the deployer's multiplexed stream ("unexpected stderr stream frame"); no container left after the engine or after `docker rm --force` |
+//! | push and sign | `image --push --sign` to Debian's docker-registry: the digest equals `-o`'s and skopeo's; podman pulls and runs it; the pushed and the `-o` signatures verify (sandpipe's check, minisign), another key is refused |
+//! | `podman kube play` | the README's pod manifest: its memory limit reaches sandpipe's default cap, the plugin loads from the cache, `kube down` leaves nothing |
 //! | `podman rm --force` | SIGTERM to sandpipe as PID 1 ends the plugin by the SIGTERM emulation: exit 0, not the SIGKILL after 10 s; no container left |
 //! | memory | `-e SANDPIPE_MAX_MEMORY=32MiB`, and a `--memory` limit with no cap given: exit 122, not the OOM killer |
 //! | reproducible | two builds give the same digest and the same archive bytes; podman's image id is the config digest |
@@ -625,7 +628,11 @@ fn an_image_pushed_and_signed_is_pulled_by_podman_and_its_signature_verifies() {
         .env("DOCKER_CONFIG", keys.path())
         .output()
         .expect("sandpipe image --push");
-    assert!(out.status.success(), "sandpipe image --push: {}", text_of(&out));
+    assert!(
+        out.status.success(),
+        "sandpipe image --push: {}",
+        text_of(&out)
+    );
     let printed = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     let digest = printed
         .strip_prefix(&format!("{reference}@"))
@@ -701,7 +708,10 @@ fn an_image_pushed_and_signed_is_pulled_by_podman_and_its_signature_verifies() {
         .arg(&archive)
         .arg("-C")
         .arg(dir.path())
-        .arg(format!("blobs/sha256/{}", digest.trim_start_matches("sha256:")))
+        .arg(format!(
+            "blobs/sha256/{}",
+            digest.trim_start_matches("sha256:")
+        ))
         .status()
         .expect("tar");
     assert!(status.success());
@@ -709,7 +719,10 @@ fn an_image_pushed_and_signed_is_pulled_by_podman_and_its_signature_verifies() {
         .path()
         .join("blobs/sha256")
         .join(digest.trim_start_matches("sha256:"));
-    assert_eq!(std::fs::read(&archived).expect("archived manifest"), manifest);
+    assert_eq!(
+        std::fs::read(&archived).expect("archived manifest"),
+        manifest
+    );
     for sig in [&pushed_sig, &archive_sig] {
         let out = Command::new(peers::debian("minisign"))
             .arg("-V")
@@ -721,7 +734,12 @@ fn an_image_pushed_and_signed_is_pulled_by_podman_and_its_signature_verifies() {
             .arg(sig)
             .output()
             .expect("minisign -V");
-        assert!(out.status.success(), "minisign -V {}: {}", sig.display(), text_of(&out));
+        assert!(
+            out.status.success(),
+            "minisign -V {}: {}",
+            sig.display(),
+            text_of(&out)
+        );
     }
 
     // podman pulls it from the registry, and it runs.
@@ -742,6 +760,76 @@ fn an_image_pushed_and_signed_is_pulled_by_podman_and_its_signature_verifies() {
         ["greet", "wait"]
     );
     assert_eq!(t.status, "exit 0", "{stderr}");
+}
+
+// --- Kubernetes on paper: the pod manifest under `podman kube play` --------------------------
+
+/// The README's pod shape (args `--atp`, env, `resources.limits.memory`) played by `podman kube
+/// play`: the memory limit reaches sandpipe's default cap, the plugin is loaded from the
+/// image's cache, and `kube down` leaves nothing. podman 4.3 does not keep a played
+/// container's stdin open (`stdin: true` is not honoured), so the plugin sees EOF at once and
+/// ends with 0: this checks the manifest, not an attached ATP session.
+#[test]
+fn podman_kube_play_runs_the_pod_manifest_with_its_memory_limit() {
+    let image = Image::build(&example_atp(), "kube", &[]);
+    let pod = format!("sandpipe-test-kube-{}", std::process::id());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = dir.path().join("pod.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {pod}\nspec:\n  restartPolicy: Never\n  \
+             containers:\n    - name: plugin\n      image: {}\n      args: [\"--atp\"]\n      \
+             stdin: true\n      env:\n        - {{name: SANDPIPE_STDERR, value: \"\"}}\n        \
+             - {{name: SANDPIPE_LOG, value: info}}\n      resources:\n        limits: {{memory: 128Mi}}\n",
+            image.tag
+        ),
+    )
+    .expect("pod.yaml");
+    let manifest = manifest.to_string_lossy().into_owned();
+    let play = podman(&["kube", "play", &manifest]);
+    let container = format!("{pod}-plugin");
+    let wait = podman(&["wait", &container]);
+    let logs = podman(&["logs", &container]);
+    let down = podman(&["kube", "down", &manifest]);
+    assert!(
+        play.status.success(),
+        "podman kube play: {}",
+        text_of(&play)
+    );
+    assert!(
+        down.status.success(),
+        "podman kube down: {}",
+        text_of(&down)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&wait.stdout).trim(),
+        "0",
+        "{}",
+        text_of(&logs)
+    );
+    let log =
+        String::from_utf8_lossy(&logs.stderr).into_owned() + &String::from_utf8_lossy(&logs.stdout);
+    // 128 MiB less max(24 MiB, a quarter): 96 MiB.
+    assert!(
+        log.contains(
+            "the cgroup's memory limit is 134217728 bytes: --max-memory defaults to 100663296"
+        ) && log.contains("loaded from the disk cache"),
+        "{log}"
+    );
+    let left = podman(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("name={pod}"),
+        "--format",
+        "{{.Names}}",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout).trim(),
+        "",
+        "containers left"
+    );
 }
 
 // --- signals, memory, reproducibility ------------------------------------------------------

@@ -516,7 +516,9 @@ impl Sandbox {
         // One message for the whole story: the artifact that did not fit, and whether the
         // compiled one could be kept (in a read-only image it cannot: every start compiles).
         let note = mismatch.map(|m| match stored {
-            Err(e) => format!("{m}; and the cache cannot keep the compiled one ({e}), so every start compiles"),
+            Err(e) => format!(
+                "{m}; and the cache cannot keep the compiled one ({e}), so every start compiles"
+            ),
             Ok(()) => m,
         });
         Ok(Some((artifact, LoadSource::Compiled, note)))
