@@ -188,6 +188,7 @@ pub struct Plugin {
     load_source: Option<LoadSource>,
     load_time: Duration,
     compiled: Option<Compiled>,
+    cache_mismatch: Option<String>,
 }
 
 impl Plugin {
@@ -206,6 +207,7 @@ impl Plugin {
             load_source: None,
             load_time: Duration::ZERO,
             compiled: None,
+            cache_mismatch: None,
         })
     }
 
@@ -232,6 +234,13 @@ impl Plugin {
     /// How long loading took (compile, cache read, or in-memory lookup).
     pub fn load_time(&self) -> Duration {
         self.load_time
+    }
+    /// Why the plugin was compiled although the disk cache held an artifact of it compiled
+    /// elsewhere: wasmtime's reason that artifact does not fit this machine or engine (a CPU
+    /// feature the build machine had, other codegen settings), and whether the compiled one
+    /// could be kept. `None` when nothing was in the way.
+    pub fn cache_mismatch(&self) -> Option<&str> {
+        self.cache_mismatch.as_deref()
     }
     /// Imports: component interface names (`wasi:cli/stdin@0.2.6`) or `module#name` for a core
     /// module. Empty for native plugins.
@@ -428,7 +437,9 @@ impl Host {
         let Some(wasm_kind) = sandbox::detect(&header) else {
             return Ok(None);
         };
-        let Some((compiled, source)) = self.sandbox.load(path, None, &sha256, wasm_kind)? else {
+        let Some((compiled, source, cache_mismatch)) =
+            self.sandbox.load(path, None, &sha256, wasm_kind)?
+        else {
             return Ok(None);
         };
         let load_time = started.elapsed();
@@ -444,6 +455,7 @@ impl Host {
             load_source: Some(source),
             load_time,
             compiled: Some(compiled),
+            cache_mismatch,
         }))
     }
 
@@ -469,9 +481,10 @@ impl Host {
                 load_source: None,
                 load_time: started.elapsed(),
                 compiled: None,
+                cache_mismatch: None,
             });
         };
-        let (compiled, source) = self
+        let (compiled, source, cache_mismatch) = self
             .sandbox
             .load(&path, Some(&bytes), &sha256, wasm_kind)?
             .ok_or_else(|| HostError::Compile {
@@ -491,6 +504,7 @@ impl Host {
             load_source: Some(source),
             load_time,
             compiled: Some(compiled),
+            cache_mismatch,
         })
     }
 

@@ -3,109 +3,11 @@
 //! and with htpasswd. Cross-checked with clients nobody here wrote: skopeo, oras (PyPI) and
 //! minisign.
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::{Command, Output, Stdio};
 
+use sandpipe_tests::registry::{PASSWORD, Registry, minisign_keypair};
 use sandpipe_tests::{Target, peers, plugin};
-
-/// A registry process on a free loopback port, killed on drop.
-struct Registry {
-    child: Option<Child>,
-    port: u16,
-    storage: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Registry {
-    /// Start one; with `user`, htpasswd auth with that user and password.
-    fn start(user: Option<(&str, &str)>) -> Registry {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let storage = dir.path().join("storage");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let mut config = format!(
-            "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: sandpipe-test\n",
-            storage.display()
-        );
-        if let Some((u, p)) = user {
-            let out = Command::new(peers::debian("htpasswd"))
-                .args(["-Bbn", u, p])
-                .output()
-                .expect("htpasswd");
-            assert!(out.status.success(), "htpasswd failed");
-            let htpasswd = dir.path().join("htpasswd");
-            std::fs::write(&htpasswd, &out.stdout).expect("write htpasswd");
-            config.push_str(&format!(
-                "auth:\n  htpasswd:\n    realm: sandpipe-test\n    path: {}\n",
-                htpasswd.display()
-            ));
-        }
-        let config_path = dir.path().join("config.yml");
-        std::fs::write(&config_path, config).expect("write config");
-        let mut child = Command::new(peers::debian("docker-registry"))
-            .arg("serve")
-            .arg(&config_path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start docker-registry");
-        // Ready when it logs "listening on"; keep draining its log afterwards.
-        let (tx, rx) = mpsc::channel();
-        let stderr = child.stderr.take().expect("stderr");
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("listening on") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("docker-registry did not start listening");
-        Registry {
-            child: Some(child),
-            port,
-            storage,
-            _dir: dir,
-        }
-    }
-
-    fn host(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn reference(&self, repo_tag: &str) -> String {
-        format!("oci://{}/{repo_tag}", self.host())
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// The registry's file for blob `digest` (distribution's filesystem layout).
-    fn blob_file(&self, digest: &str) -> PathBuf {
-        let hex = digest.trim_start_matches("sha256:");
-        self.storage
-            .join("docker/registry/v2/blobs/sha256")
-            .join(&hex[..2])
-            .join(hex)
-            .join("data")
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 /// A sandpipe command with its own cache dir and Docker config dir.
 struct Sandpipe {
@@ -284,33 +186,6 @@ fn a_component_pushed_by_oras_runs() {
     );
     assert_eq!(out.stdout, FRAME, "{}", stderr(&out));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-}
-
-const PASSWORD: &str = "correct horse";
-
-fn minisign_keypair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let sk = dir.join(format!("{name}.key"));
-    let pk = dir.join(format!("{name}.pub"));
-    // minisign reads the new key's password (twice) from stdin when it is not a terminal.
-    let mut child = Command::new(peers::debian("minisign"))
-        .args(["-G", "-p"])
-        .arg(&pk)
-        .arg("-s")
-        .arg(&sk)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("minisign -G");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(format!("{PASSWORD}\n{PASSWORD}\n").as_bytes())
-        .expect("password");
-    let out = child.wait_with_output().expect("minisign -G");
-    assert!(out.status.success(), "minisign -G: {}", stderr(&out));
-    (sk, pk)
 }
 
 #[test]
@@ -674,6 +549,43 @@ fn compile_ahead_of_time_then_run_is_a_cache_hit() {
     assert_eq!(out.stdout, FRAME, "{}", stderr(&out));
     assert!(
         stderr(&out).contains("loaded from the disk cache"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// The cache holds an artifact of the plugin compiled for another engine: here with fuel
+/// metering off, which changes the generated code as a CPU feature of the build machine does
+/// (an image's /cache built elsewhere). wasmtime's own check refuses it; sandpipe compiles and
+/// says so in one `sandpipe: note:` line with wasmtime's reason; the next start loads the
+/// artifact it kept, silently.
+#[test]
+fn a_cached_artifact_that_does_not_fit_is_said_once_then_replaced() {
+    let sp = Sandpipe::new();
+    let echo = wasm("echo-lines");
+    let other = sandpipe::Host::with_options(
+        &sandpipe::HostOptions::default()
+            .cache_dir(Some(sp.cache.path().to_owned()))
+            .metering(sandpipe::Metering::all().fuel(false)),
+    )
+    .expect("host");
+    other.load(&echo).expect("compile with fuel off");
+    let path = echo.display().to_string();
+    let out = sp.run(&["run", "--framing", "lines", &path], FRAME);
+    assert_eq!(out.stdout, FRAME, "{}", stderr(&out));
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    assert!(
+        lines[0].starts_with("sandpipe: note: compiled ")
+            && lines[0].contains("does not fit this machine")
+            && lines[0].contains("fuel"),
+        "{err}"
+    );
+    let out = sp.run(&["run", "-v", "--framing", "lines", &path], FRAME);
+    assert_eq!(out.stdout, FRAME, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("loaded from the disk cache") && !stderr(&out).contains("note"),
         "{}",
         stderr(&out)
     );

@@ -18,6 +18,7 @@ pub mod bridge_fuzz;
 pub mod cli;
 pub mod guests;
 pub mod peers;
+pub mod registry;
 pub mod soak;
 pub mod stand_in;
 

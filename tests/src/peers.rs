@@ -155,6 +155,15 @@ pub fn podman() -> Command {
     cmd
 }
 
+/// Debian's Docker daemon (`docker.io`, `.ci/setup`); the tests start their own on a private
+/// socket. Its client is `debian("docker")`.
+pub fn dockerd() -> PathBuf {
+    installed(
+        PathBuf::from("/usr/sbin/dockerd"),
+        "Debian's dockerd (docker.io)",
+    )
+}
+
 /// The `containers.conf` `.ci/setup` writes for podman on these machines.
 pub fn containers_conf() -> PathBuf {
     installed(dir().join("containers.conf"), "containers.conf")

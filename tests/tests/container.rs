@@ -1,12 +1,15 @@
 //! Plugins as container images (issue 22): `sandpipe image` builds an image FROM scratch around
 //! a static sandpipe (`scripts/build-static static-test`) and the plugin, compiled; real Podman
 //! (Debian's, with the `containers.conf` `.ci/setup` writes) loads and runs it, and the real
-//! Arcaflow engine (PyPI `arcaflow` 0.21.0) runs it with its real Podman deployer.
+//! Arcaflow engine (PyPI `arcaflow` 0.21.0) runs it with its real Podman and Docker deployers.
 //!
 //! | test | checks |
 //! |---|---|
 //! | `podman run -i` | ATP with a driver here: hello, a greeting, client done; the container ends by itself while its stdin stays open; the plugin was loaded from the image's cache, not compiled |
 //! | Arcaflow + Podman | hello, error output, unicode, a large input, a chain of two steps: the engine's output and exit status equal those of the same plugin run natively (by a podman stand-in) |
+//! | Arcaflow + Docker | Debian's dockerd 20.10 started here (private socket, no iptables, vfs), `docker load` of the same archive: the same five workflows equal the native plugin's; an image with stderr back fails the deployer's multiplexed stream ("unexpected stderr stream frame"); no container left after the engine or after `docker rm --force` |
+//! | push and sign | `image --push --sign` to Debian's docker-registry: the digest equals `-o`'s and skopeo's; podman pulls and runs it; the pushed and the `-o` signatures verify (sandpipe's check, minisign), another key is refused |
+//! | `podman kube play` | the README's pod manifest: its memory limit reaches sandpipe's default cap, the plugin loads from the cache, `kube down` leaves nothing |
 //! | `podman rm --force` | SIGTERM to sandpipe as PID 1 ends the plugin by the SIGTERM emulation: exit 0, not the SIGKILL after 10 s; no container left |
 //! | memory | `-e SANDPIPE_MAX_MEMORY=32MiB`, and a `--memory` limit with no cap given: exit 122, not the OOM killer |
 //! | reproducible | two builds give the same digest and the same archive bytes; podman's image id is the config digest |
@@ -19,9 +22,11 @@ mod stand_in;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
 
 use sandpipe_proto::atp::{Message, Value};
 use sandpipe_proto::frame::Framing;
+use sandpipe_tests::registry::{PASSWORD, Registry, minisign_keypair};
 use sandpipe_tests::{Target, peers, plugin};
 use stand_in::atp::{map, text, work_start};
 use stand_in::{Session, Way};
@@ -263,22 +268,23 @@ esac
     path
 }
 
-/// Run `workflow` on `input` with the engine's podman deployer using `podman_path`; the
-/// engine's stdout (the workflow's output) and exit status.
-fn run_workflow(podman_path: &Path, workflow: &str, input: &str) -> (String, String) {
+/// The engine's configuration for its Podman deployer running `podman_path`.
+fn podman_deployer(podman_path: &Path) -> String {
+    format!(
+        "deployers:\n  image:\n    deployer_name: podman\n    podman:\n      path: {}\n    \
+         deployment:\n      imagePullPolicy: Never\nlog:\n  level: info\n",
+        podman_path.display()
+    )
+}
+
+/// Run `workflow` on `input` with the engine configuration `config`; the engine's stdout (the
+/// workflow's output), its exit status, and its stderr (its log).
+fn run_workflow(config: &str, workflow: &str, input: &str) -> (String, String, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     std::fs::write(d.join("workflow.yaml"), workflow).expect("workflow");
     std::fs::write(d.join("input.yaml"), input).expect("input");
-    std::fs::write(
-        d.join("config.yaml"),
-        format!(
-            "deployers:\n  image:\n    deployer_name: podman\n    podman:\n      path: {}\n    \
-             deployment:\n      imagePullPolicy: Never\nlog:\n  level: info\n",
-            podman_path.display()
-        ),
-    )
-    .expect("config");
+    std::fs::write(d.join("config.yaml"), config).expect("config");
     let out = Command::new(peers::arcaflow_engine())
         .arg("-config")
         .arg(d.join("config.yaml"))
@@ -296,21 +302,17 @@ fn run_workflow(podman_path: &Path, workflow: &str, input: &str) -> (String, Str
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         format!("{}", out.status),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
 
 /// A workflow case: its name, the workflow for an image, the input, what the output holds.
 type Case = (&'static str, fn(&str) -> String, String, &'static str);
 
-#[test]
-fn arcaflow_engine_runs_the_image_with_real_podman_like_the_native_plugin() {
-    let image = Image::build(&example_atp(), "arcaflow", &[]);
-    let native = plugin("example-atp", Target::Native);
-    let stand_in_dir = tempfile::tempdir().expect("tempdir");
-    let stand_in = fake_podman(stand_in_dir.path(), &native);
-    let real_podman = peers::debian("podman");
+/// hello, error output, unicode, a large input, a chain of two steps.
+fn cases() -> Vec<Case> {
     let large = "y".repeat(256 << 10);
-    let cases: [Case; 5] = [
+    vec![
         (
             "hello",
             one_step,
@@ -342,24 +344,57 @@ fn arcaflow_engine_runs_the_image_with_real_podman_like_the_native_plugin() {
             "name: Arca Lot\n".into(),
             "message: Hello, Hello, Arca Lot!!",
         ),
-    ];
+    ]
+}
+
+/// The engine's output and exit status for each of [`cases`] with the native plugin behind the
+/// podman stand-in: run once, shared by the Podman and Docker tests.
+fn native_outputs() -> &'static [(String, String)] {
+    static NATIVE: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    NATIVE.get_or_init(|| {
+        let native = plugin("example-atp", Target::Native);
+        let stand_in_dir = tempfile::tempdir().expect("tempdir");
+        let stand_in = fake_podman(stand_in_dir.path(), &native);
+        cases()
+            .iter()
+            .map(|(case, workflow, input, expect)| {
+                let (out, status, log) = run_workflow(
+                    &podman_deployer(&stand_in),
+                    &workflow("localhost/native"),
+                    input,
+                );
+                assert!(
+                    out.contains(expect),
+                    "{case}: the native run lacks {expect:?}:\n{out}\n{log}"
+                );
+                (out, status)
+            })
+            .collect()
+    })
+}
+
+/// Run every case on `image` with the engine configuration `config`; the differences from the
+/// native plugin's outputs.
+fn compare_with_native(deployer: &str, config: &str, image: &str) -> Vec<String> {
+    let native = native_outputs();
     let mut failures = Vec::new();
-    for (case, workflow, input, expect) in &cases {
-        let want = run_workflow(&stand_in, &workflow("localhost/native"), input);
-        let got = run_workflow(&real_podman, &workflow(&image.tag), input);
-        if !want.0.contains(expect) {
+    for ((case, workflow, input, _), want) in cases().iter().zip(native) {
+        let (out, status, log) = run_workflow(config, &workflow(image), input);
+        if (&out, &status) != (&want.0, &want.1) {
             failures.push(format!(
-                "{case}: the native run lacks {expect:?}:\n{}",
-                want.0
-            ));
-        }
-        if got != want {
-            failures.push(format!(
-                "{case}: the image under podman differs from the native plugin\nnative ({}):\n{}\nimage ({}):\n{}",
-                want.1, want.0, got.1, got.0
+                "{case}: the image under {deployer} differs from the native plugin\nnative ({}):\n{}\nimage ({status}):\n{out}\nthe engine's log:\n{log}",
+                want.1, want.0
             ));
         }
     }
+    failures
+}
+
+#[test]
+fn arcaflow_engine_runs_the_image_with_real_podman_like_the_native_plugin() {
+    let image = Image::build(&example_atp(), "arcaflow", &[]);
+    let real_podman = peers::debian("podman");
+    let failures = compare_with_native("podman", &podman_deployer(&real_podman), &image.tag);
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     // The deployer removes its containers; none of this image is left.
     let left = podman(&[
@@ -367,6 +402,426 @@ fn arcaflow_engine_runs_the_image_with_real_podman_like_the_native_plugin() {
         "-a",
         "--filter",
         &format!("ancestor={}", image.tag),
+        "--format",
+        "{{.Names}}",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout).trim(),
+        "",
+        "containers left"
+    );
+}
+
+// --- the real Arcaflow engine with its real Docker deployer ---------------------------------
+
+/// Debian's Docker daemon (`docker.io` 20.10), this test's own: no iptables, no bridge, vfs
+/// storage, its data root, exec root (with the containerd it starts) and socket in a private
+/// directory. Dropped: every container removed, the daemon stopped and waited for, the
+/// directory removed.
+struct Dockerd {
+    child: std::process::Child,
+    dir: PathBuf,
+}
+
+impl Dockerd {
+    fn start() -> Dockerd {
+        // The engine's connection.host must match ^[a-z0-9./:_-]+$: no upper-case letters,
+        // which a random temp dir name has.
+        let dir = std::env::temp_dir().join(format!(
+            "sandpipe-dockerd-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        ));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let log = std::fs::File::create(dir.join("dockerd.log")).expect("dockerd.log");
+        let child = Command::new(peers::dockerd())
+            .args([
+                "--iptables=false",
+                "--ip-masq=false",
+                "--bridge=none",
+                "--storage-driver=vfs",
+            ])
+            .arg("--data-root")
+            .arg(dir.join("data"))
+            .arg("--exec-root")
+            .arg(dir.join("exec"))
+            .arg("--pidfile")
+            .arg(dir.join("dockerd.pid"))
+            .arg("-H")
+            .arg(format!("unix://{}", dir.join("docker.sock").display()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start dockerd");
+        let d = Dockerd { child, dir };
+        // Ready when the API answers; the bound only turns a daemon that never comes up into
+        // a failure with its log.
+        let mut tries = 0;
+        while !d.docker(&["version"]).status.success() {
+            tries += 1;
+            assert!(
+                tries < 240,
+                "dockerd did not answer:\n{}",
+                std::fs::read_to_string(d.dir.join("dockerd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        d
+    }
+
+    /// `unix://SOCKET`: the engine's `connection.host`, the client's `-H`.
+    fn host(&self) -> String {
+        format!("unix://{}", self.dir.join("docker.sock").display())
+    }
+
+    /// Debian's docker client on this daemon.
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(peers::debian("docker"));
+        cmd.arg("-H").arg(self.host());
+        cmd
+    }
+
+    fn docker(&self, args: &[&str]) -> Output {
+        self.command()
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running docker")
+    }
+
+    /// The names of every container the daemon has, running or not.
+    fn containers(&self) -> String {
+        let out = self.docker(&["ps", "-a", "--format", "{{.Names}}"]);
+        assert!(out.status.success(), "docker ps: {}", text_of(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for Dockerd {
+    fn drop(&mut self) {
+        let all = self.docker(&["ps", "-aq"]);
+        for id in String::from_utf8_lossy(&all.stdout).split_whitespace() {
+            let _ = self.docker(&["rm", "--force", id]);
+        }
+        // SIGTERM: dockerd stops its containerd and exits (about 3 s here); a daemon that
+        // does not within its own shutdown timeout gets SIGKILL.
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: kill(2) on our own child's pid, which it keeps until we wait for it.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+        for _ in 0..120 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The engine's configuration for its Docker deployer on `dockerd`. Engine 0.21.0 refuses any
+/// `deployment.container.Env` (a map fails its conversion to Docker's list, a list fails its
+/// schema), so the image's own environment (`--container-env`) is the only knob here.
+fn docker_deployer(dockerd: &Dockerd) -> String {
+    format!(
+        "deployers:\n  image:\n    deployer_name: docker\n    connection:\n      host: {}\n    \
+         deployment:\n      imagePullPolicy: Never\n      host:\n        NetworkMode: none\n\
+         log:\n  level: info\n",
+        dockerd.host()
+    )
+}
+
+/// `sandpipe image -o`, then `docker load`; the image's tag.
+fn docker_load(dockerd: &Dockerd, dir: &Path, name: &str, extra: &[&str]) -> String {
+    let tag = format!("localhost/sandpipe-test/{name}:latest");
+    let archive = dir.join(format!("{name}.tar"));
+    build_archive(&example_atp(), &tag, extra, &archive);
+    let load = dockerd.docker(&["load", "-i", &archive.to_string_lossy()]);
+    assert!(load.status.success(), "docker load: {}", text_of(&load));
+    tag
+}
+
+/// One daemon for every Docker case (it takes a few seconds to start and stop): the workflows
+/// equal the native plugin's; a plugin writing to stderr breaks the deployer's stream (what
+/// the image's `SANDPIPE_STDERR=/dev/null` prevents); `docker rm --force` leaves nothing.
+#[test]
+fn arcaflow_engine_runs_the_image_with_real_docker_like_the_native_plugin() {
+    let dockerd = Dockerd::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tag = docker_load(&dockerd, dir.path(), "docker", &[]);
+    let config = docker_deployer(&dockerd);
+
+    let mut failures = compare_with_native("docker", &config, &tag);
+    // The deployer removes its containers itself (ContainerRemove with force).
+    let left = dockerd.containers();
+    if !left.is_empty() {
+        failures.push(format!("containers left by the engine: {left}"));
+    }
+
+    // The same image with stderr back and sandpipe's log on: Docker multiplexes stderr into
+    // the attach stream, and the deployer fails on the first stderr frame.
+    let noisy = docker_load(
+        &dockerd,
+        dir.path(),
+        "docker-stderr",
+        &[
+            "--container-env",
+            "SANDPIPE_STDERR=",
+            "--container-env",
+            "SANDPIPE_LOG=info",
+        ],
+    );
+    let (out, status, log) = run_workflow(&config, &one_step(&noisy), "name: Arca Lot\n");
+    if status == "exit status: 0" || !log.contains("unexpected stderr stream frame") {
+        failures.push(format!(
+            "with stderr on, the deployer was expected to fail on the stderr frame ({status}):\n{out}\n{log}"
+        ));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+
+    // What the deployer does at the end of a step, by hand: remove the container with force
+    // (Docker kills it with no grace); nothing is left.
+    let name = format!("sandpipe-test-rm-{}", std::process::id());
+    let mut cmd = dockerd.command();
+    cmd.args(["run", "-i", "--network", "none", "--name", name.as_str()])
+        .args([tag.as_str(), "--atp"]);
+    let mut s = Session::spawn(cmd, Framing::CborSeq, Way::Behind(Some(Framing::CborSeq)));
+    stand_in::atp::hello(&mut s);
+    let rm = dockerd.docker(&["rm", "--force", &name]);
+    assert!(rm.status.success(), "docker rm --force: {}", text_of(&rm));
+    assert_eq!(dockerd.containers(), "", "containers left");
+    let stderr = s.stderr();
+    let (t, _) = s.finish();
+    // SIGKILL, as docker reports it: 128 + 9.
+    assert_eq!(t.status, "exit 137", "docker run's stderr:\n{stderr}");
+}
+
+// --- push and sign ---------------------------------------------------------------------------
+
+/// `sandpipe image --push` to a real registry (Debian's docker-registry), signed: the pushed
+/// manifest is the one `-o` writes (same digest); skopeo reads that digest back; podman pulls
+/// the image from the registry and it speaks ATP; the signature pushed beside it verifies with
+/// sandpipe's own check and with minisign over the registry's manifest bytes, and is refused
+/// under another key; `-o --sign` writes a `.minisig` that minisign verifies over the
+/// archive's manifest.
+#[test]
+fn an_image_pushed_and_signed_is_pulled_by_podman_and_its_signature_verifies() {
+    let registry = Registry::start(None);
+    let keys = tempfile::tempdir().expect("tempdir");
+    let (sk, pk) = minisign_keypair(keys.path(), "image");
+    let (_, other_pk) = minisign_keypair(keys.path(), "other");
+    let sk_s = sk.display().to_string();
+    let repo = format!("sandpipe-test/pushed-{}", std::process::id());
+    let reference = registry.reference(&format!("{repo}:1"));
+    let out = Command::new(peers::sandpipe_static())
+        .args(["image", "--push", &reference, "--sign", &sk_s])
+        .arg(example_atp())
+        .env("SANDPIPE_MINISIGN_PASSWORD", PASSWORD)
+        .env("DOCKER_CONFIG", keys.path())
+        .output()
+        .expect("sandpipe image --push");
+    assert!(
+        out.status.success(),
+        "sandpipe image --push: {}",
+        text_of(&out)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let digest = printed
+        .strip_prefix(&format!("{reference}@"))
+        .unwrap_or_else(|| panic!("--push prints REF@sha256:…, got {printed}"))
+        .to_owned();
+
+    // The same image as -o builds, signed the same way.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let archive = dir.path().join("image.tar");
+    let out = Command::new(peers::sandpipe_static())
+        .args(["image", "--sign", &sk_s, "-o"])
+        .arg(&archive)
+        .arg(example_atp())
+        .env("SANDPIPE_MINISIGN_PASSWORD", PASSWORD)
+        .output()
+        .expect("sandpipe image -o --sign");
+    assert!(out.status.success(), "sandpipe image -o: {}", text_of(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), digest);
+
+    let skopeo = |args: &[&str]| {
+        let out = Command::new(peers::debian("skopeo"))
+            .args(args)
+            .output()
+            .expect("skopeo");
+        assert!(out.status.success(), "skopeo {args:?}: {}", text_of(&out));
+        out.stdout
+    };
+    let remote = format!("docker://{}/{repo}", registry.host());
+    let inspected = skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        "--format",
+        "{{.Digest}}",
+        &format!("{remote}:1"),
+    ]);
+    assert_eq!(String::from_utf8_lossy(&inspected).trim(), digest);
+
+    // The signature artifact, under the cosign-style tag `sandpipe push` uses; its one layer is
+    // the .minisig. Both it and the manifest are read from the registry's own storage.
+    let sig_manifest: serde_json::Value = serde_json::from_slice(&skopeo(&[
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("{remote}:{}.sig", digest.replacen(':', "-", 1)),
+    ]))
+    .expect("signature manifest json");
+    assert_eq!(sig_manifest["subject"]["digest"], digest.as_str());
+    let sig_layer = sig_manifest["layers"][0]["digest"]
+        .as_str()
+        .expect("signature layer");
+    let minisig = std::fs::read_to_string(registry.blob_file(sig_layer)).expect("signature");
+    let manifest = std::fs::read(registry.blob_file(&digest)).expect("manifest");
+    let trusted = |pk: &Path| [sandpipe::signing::TrustedKey::from_file(pk).expect("key")];
+    let signer = sandpipe::signing::verify(&trusted(&pk), &minisig, &manifest)
+        .expect("the pushed signature verifies");
+    assert!(matches!(
+        sandpipe::signing::verify(&trusted(&other_pk), &minisig, &manifest),
+        Err(sandpipe::signing::SignError::UntrustedKey { .. })
+    ));
+    let pushed_sig = dir.path().join("pushed.minisig");
+    let manifest_file = dir.path().join("manifest.json");
+    std::fs::write(&pushed_sig, &minisig).expect("write");
+    std::fs::write(&manifest_file, &manifest).expect("write");
+    let archive_sig = PathBuf::from(format!("{}.minisig", archive.display()));
+    assert_eq!(
+        sandpipe::signing::signer(&std::fs::read_to_string(&archive_sig).expect("-o's .minisig"))
+            .expect("signer"),
+        signer
+    );
+    // The archive's manifest is the registry's, byte for byte.
+    let status = Command::new("tar")
+        .arg("-xf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(dir.path())
+        .arg(format!(
+            "blobs/sha256/{}",
+            digest.trim_start_matches("sha256:")
+        ))
+        .status()
+        .expect("tar");
+    assert!(status.success());
+    let archived = dir
+        .path()
+        .join("blobs/sha256")
+        .join(digest.trim_start_matches("sha256:"));
+    assert_eq!(
+        std::fs::read(&archived).expect("archived manifest"),
+        manifest
+    );
+    for sig in [&pushed_sig, &archive_sig] {
+        let out = Command::new(peers::debian("minisign"))
+            .arg("-V")
+            .arg("-p")
+            .arg(&pk)
+            .arg("-m")
+            .arg(&manifest_file)
+            .arg("-x")
+            .arg(sig)
+            .output()
+            .expect("minisign -V");
+        assert!(
+            out.status.success(),
+            "minisign -V {}: {}",
+            sig.display(),
+            text_of(&out)
+        );
+    }
+
+    // podman pulls it from the registry, and it runs.
+    let pulled = format!("{}/{repo}:1", registry.host());
+    let pull = podman(&["pull", "--quiet", "--tls-verify=false", &pulled]);
+    assert!(pull.status.success(), "podman pull: {}", text_of(&pull));
+    let mut cmd = peers::podman();
+    cmd.args(["run", "-i", "--rm", pulled.as_str(), "--atp"]);
+    let mut s = Session::spawn(cmd, Framing::CborSeq, Way::Behind(Some(Framing::CborSeq)));
+    let hello = stand_in::atp::hello(&mut s);
+    s.send(&Message::ClientDone.encode());
+    assert_eq!(s.next_frame(), None, "stdout after client done");
+    let stderr = s.stderr();
+    let (t, _) = s.finish();
+    let _ = podman(&["rmi", "--force", &pulled]);
+    assert_eq!(
+        hello.step_ids().into_iter().collect::<Vec<_>>(),
+        ["greet", "wait"]
+    );
+    assert_eq!(t.status, "exit 0", "{stderr}");
+}
+
+// --- Kubernetes on paper: the pod manifest under `podman kube play` --------------------------
+
+/// The README's pod shape (args `--atp`, env, `resources.limits.memory`) played by `podman kube
+/// play`: the memory limit reaches sandpipe's default cap, the plugin is loaded from the
+/// image's cache, and `kube down` leaves nothing. podman 4.3 does not keep a played
+/// container's stdin open (`stdin: true` is not honoured), so the plugin sees EOF at once and
+/// ends with 0: this checks the manifest, not an attached ATP session.
+#[test]
+fn podman_kube_play_runs_the_pod_manifest_with_its_memory_limit() {
+    let image = Image::build(&example_atp(), "kube", &[]);
+    let pod = format!("sandpipe-test-kube-{}", std::process::id());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = dir.path().join("pod.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {pod}\nspec:\n  restartPolicy: Never\n  \
+             containers:\n    - name: plugin\n      image: {}\n      args: [\"--atp\"]\n      \
+             stdin: true\n      env:\n        - {{name: SANDPIPE_STDERR, value: \"\"}}\n        \
+             - {{name: SANDPIPE_LOG, value: info}}\n      resources:\n        limits: {{memory: 128Mi}}\n",
+            image.tag
+        ),
+    )
+    .expect("pod.yaml");
+    let manifest = manifest.to_string_lossy().into_owned();
+    let play = podman(&["kube", "play", &manifest]);
+    let container = format!("{pod}-plugin");
+    let wait = podman(&["wait", &container]);
+    let logs = podman(&["logs", &container]);
+    let down = podman(&["kube", "down", &manifest]);
+    assert!(
+        play.status.success(),
+        "podman kube play: {}",
+        text_of(&play)
+    );
+    assert!(
+        down.status.success(),
+        "podman kube down: {}",
+        text_of(&down)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&wait.stdout).trim(),
+        "0",
+        "{}",
+        text_of(&logs)
+    );
+    let log =
+        String::from_utf8_lossy(&logs.stderr).into_owned() + &String::from_utf8_lossy(&logs.stdout);
+    // 128 MiB less max(24 MiB, a quarter): 96 MiB.
+    assert!(
+        log.contains(
+            "the cgroup's memory limit is 134217728 bytes: --max-memory defaults to 100663296"
+        ) && log.contains("loaded from the disk cache"),
+        "{log}"
+    );
+    let left = podman(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("name={pod}"),
         "--format",
         "{{.Names}}",
     ]);

@@ -191,8 +191,20 @@ const SLOW_COMPILE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// After `run` or `call` compiled a plugin at start-up for longer than [`SLOW_COMPILE`]: one
 /// note saying how long, and that `sandpipe compile` does it ahead of time. (wasmtime's CLI
-/// says nothing; an engine whose first call took ten seconds deserves to know why.)
+/// says nothing; an engine whose first call took ten seconds deserves to know why.) Or, when
+/// the cache held an artifact of the plugin that does not fit this machine (an image built on
+/// another CPU), one note saying so and why, whatever the compile took.
 pub(crate) fn note_slow_compile(plugin: &Plugin, spec: &Path) {
+    // One line either way: an artifact that did not fit says why the compile happened.
+    if let Some(why) = plugin.cache_mismatch() {
+        eprintln!(
+            "sandpipe: note: compiled {} ({:.1} MB) in {:.1?}: the cached artifact {why}",
+            spec.display(),
+            plugin.size() as f64 / 1e6,
+            plugin.load_time(),
+        );
+        return;
+    }
     if plugin.load_source() == Some(crate::LoadSource::Compiled)
         && plugin.load_time() > SLOW_COMPILE
     {

@@ -47,6 +47,8 @@ pub struct ImageArgs {
     sandpipe: Option<PathBuf>,
     /// An environment variable of the image, e.g. SANDPIPE_FRAMING=cbor or
     /// SANDPIPE_MAX_MEMORY=64MiB (every `run` option has one; `-e` at `podman run` overrides).
+    /// It replaces the image's own setting of the same name (SANDPIPE_STDERR= brings stderr
+    /// back). The only knob under Arcaflow's Docker deployer, which cannot pass one.
     #[arg(long = "container-env", value_name = "NAME=VALUE")]
     container_env: Vec<String>,
     /// Sign the manifest with this minisign secret key, as `sandpipe push` signs a plugin:
@@ -108,9 +110,13 @@ pub(crate) async fn image(args: ImageArgs) -> Result<i32> {
         "SANDPIPE_STDERR=/dev/null".to_owned(),
     ];
     for e in &args.container_env {
-        if !e.contains('=') {
+        let Some((name, _)) = e.split_once('=') else {
             bail!("--container-env {e:?}: expected NAME=VALUE");
-        }
+        };
+        // A name given twice would be in the environment twice, and which one a process sees
+        // is up to its libc (glibc's getenv takes the first): the later one replaces it, so
+        // `--container-env SANDPIPE_STDERR=` does bring stderr back.
+        env.retain(|old| old.split_once('=').map(|(n, _)| n) != Some(name));
         env.push(e.clone());
     }
     let stem = plugin_path

@@ -35,6 +35,27 @@ impl ArtifactCache {
             .join(format!("{sha256_hex}-{:016x}.cwasm", self.engine_key))
     }
 
+    /// Artifacts of the plugin `sha256_hex` compiled under other engine keys (another CPU's
+    /// features, other codegen settings), in name order.
+    pub(crate) fn others_for(&self, sha256_hex: &str) -> Vec<PathBuf> {
+        let mine = self.path_for(sha256_hex);
+        let prefix = format!("{sha256_hex}-");
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".cwasm"))
+                    && *p != mine
+            })
+            .collect();
+        found.sort();
+        found
+    }
+
     /// Write `bytes` atomically: a reader never sees a half-written artifact.
     pub(crate) fn store(&self, sha256_hex: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
         create_private_dir(&self.dir)?;

@@ -388,22 +388,22 @@ impl Sandbox {
         bytes: Option<&[u8]>,
         sha_hex: &str,
         kind: WasmKind,
-    ) -> Result<Option<(Compiled, LoadSource)>, HostError> {
+    ) -> Result<Option<(Compiled, LoadSource, Option<String>)>, HostError> {
         if let Some(c) = self
             .loaded
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(sha_hex)
         {
-            return Ok(Some((c.clone(), LoadSource::Memory)));
+            return Ok(Some((c.clone(), LoadSource::Memory, None)));
         }
         let compile_err = |e: wasmtime::Error| HostError::Compile {
             path: path.to_owned(),
             message: format!("{e:#}"),
         };
-        let (compiled, source) = match kind {
+        let (compiled, source, note) = match kind {
             WasmKind::Component => {
-                let Some((component, source)) = self
+                let Some((component, source, note)) = self
                     .cached::<Component>(bytes, sha_hex)
                     .map_err(compile_err)?
                 else {
@@ -434,10 +434,11 @@ impl Sandbox {
                         exports,
                     },
                     source,
+                    note,
                 )
             }
             WasmKind::CoreModule => {
-                let Some((module, source)) =
+                let Some((module, source, note)) =
                     self.cached::<Module>(bytes, sha_hex).map_err(compile_err)?
                 else {
                     return Ok(None);
@@ -458,6 +459,7 @@ impl Sandbox {
                         exports,
                     },
                     source,
+                    note,
                 )
             }
         };
@@ -465,7 +467,7 @@ impl Sandbox {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(sha_hex.to_owned(), compiled.clone());
-        Ok(Some((compiled, source)))
+        Ok(Some((compiled, source, note)))
     }
 
     /// Load the artifact the disk cache holds for `sha_hex` (mapped, not read: wasmtime's
@@ -474,17 +476,36 @@ impl Sandbox {
         &self,
         bytes: Option<&[u8]>,
         sha_hex: &str,
-    ) -> wasmtime::Result<Option<(A, LoadSource)>> {
+    ) -> wasmtime::Result<Option<(A, LoadSource, Option<String>)>> {
+        let mut mismatch = None;
         if let Some(cache) = &self.cache {
             let path = cache.path_for(sha_hex);
-            if path.exists() {
+            if !path.exists() {
+                // No artifact under this engine's key, but perhaps one compiled by another
+                // machine or with other settings (an image's /cache built elsewhere):
+                // wasmtime checks its header against this engine and this CPU, so it is used
+                // if it fits, and if none does, why not is said once, by the caller.
+                for other in cache.others_for(sha_hex) {
+                    // SAFETY: as below; wasmtime refuses an artifact whose settings or CPU
+                    // features this engine and machine do not have before using its code.
+                    #[allow(unsafe_code)]
+                    match unsafe { A::load(&self.engine, &other) } {
+                        Ok(a) => return Ok(Some((a, LoadSource::DiskCache, None))),
+                        Err(e) => {
+                            mismatch.get_or_insert_with(|| {
+                                format!("{} does not fit this machine: {e:#}", other.display())
+                            });
+                        }
+                    }
+                }
+            } else {
                 // SAFETY: the artifact is one this process family wrote itself (atomically, into
                 // a 0700 directory keyed by content hash and engine settings), and wasmtime checks
                 // its header against this engine's version and settings before using it.
                 #[allow(unsafe_code)]
                 let loaded = unsafe { A::load(&self.engine, &path) };
                 match loaded {
-                    Ok(a) => return Ok(Some((a, LoadSource::DiskCache))),
+                    Ok(a) => return Ok(Some((a, LoadSource::DiskCache, None))),
                     Err(e) => {
                         tracing::warn!(path = %path.display(), "discarding unusable cached artifact: {e}")
                     }
@@ -495,19 +516,40 @@ impl Sandbox {
             return Ok(None);
         };
         let artifact = A::compile(&self.engine, bytes)?;
-        self.store_artifact(sha_hex, artifact.serialize());
-        Ok(Some((artifact, LoadSource::Compiled)))
+        let stored = self.store_artifact(sha_hex, artifact.serialize());
+        // One message for the whole story: the artifact that did not fit, and whether the
+        // compiled one could be kept (in a read-only image it cannot: every start compiles).
+        let note = mismatch.map(|m| match stored {
+            Err(e) => format!(
+                "{m}; and the cache cannot keep the compiled one ({e}), so every start compiles"
+            ),
+            Ok(()) => m,
+        });
+        Ok(Some((artifact, LoadSource::Compiled, note)))
     }
 
-    /// A cache that cannot be written costs a recompile next time, never a failed load.
-    fn store_artifact(&self, sha_hex: &str, artifact: wasmtime::Result<Vec<u8>>) {
-        let Some(cache) = &self.cache else { return };
+    /// A cache that cannot be written costs a recompile next time, never a failed load: the
+    /// error is logged, and returned for the caller's message.
+    fn store_artifact(
+        &self,
+        sha_hex: &str,
+        artifact: wasmtime::Result<Vec<u8>>,
+    ) -> Result<(), String> {
+        let Some(cache) = &self.cache else {
+            return Ok(());
+        };
         match artifact
             .map_err(|e| e.to_string())
             .and_then(|b| cache.store(sha_hex, &b).map_err(|e| e.to_string()))
         {
-            Ok(path) => tracing::debug!(path = %path.display(), "cached compiled artifact"),
-            Err(e) => tracing::warn!("could not cache compiled artifact: {e}"),
+            Ok(path) => {
+                tracing::debug!(path = %path.display(), "cached compiled artifact");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!("could not cache compiled artifact: {e}");
+                Err(e)
+            }
         }
     }
 
