@@ -101,6 +101,7 @@ use crate::machine::{ClientMachine, ServerMachine};
 use crate::stopped::Stopped;
 use crate::supervise::{FromEngine, FromPlugin, SupervisedProtocol};
 
+pub mod exports;
 #[cfg(test)]
 mod tests;
 
