@@ -423,3 +423,26 @@ fn a_components_exported_functions_are_tools_with_per_call_limits() {
         "{report}"
     );
 }
+
+#[test]
+fn a_server_that_dies_before_initialize_answers_it_with_the_stopped_error() {
+    // A server that cannot start: it writes why on stderr and exits before reading anything.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = dir.path().join("broken-server");
+    std::fs::write(
+        &server,
+        "#!/bin/sh\necho 'cannot start: missing config' >&2\nexit 3\n",
+    )
+    .expect("write the server");
+    std::fs::set_permissions(&server, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    for flags in [&[][..], &["--restart"][..]] {
+        let report = drive(&["time"], &refs(&behind(flags, &server, &[])));
+        // The client's initialize is answered with the reason, not left to a closed pipe.
+        assert_eq!(
+            report["initialize_error"],
+            json!({"code": -32603, "message": "plugin exited with status 3 before answering"}),
+            "{flags:?}: {report}"
+        );
+    }
+}

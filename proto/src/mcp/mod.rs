@@ -275,6 +275,9 @@ impl SupervisedProtocol for Supervised {
     fn classify_plugin(&self, frame: &[u8]) -> FromPlugin {
         crate::supervise::classify_jsonrpc_plugin(frame, &[])
     }
+    fn engine_speaks_first(&self) -> bool {
+        true
+    }
     fn stopped_answer(&self, key: &str, method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
         if method == Some(TOOLS_CALL) {
             let id = crate::supervise::id_of(key);
