@@ -446,3 +446,19 @@ fn a_server_that_dies_before_initialize_answers_it_with_the_stopped_error() {
         );
     }
 }
+
+#[test]
+fn an_mcp_server_on_the_python_guest_sdk_answers_the_same_as_a_component_and_natively() {
+    use sandpipe_tests::{Target, guests};
+    let source = "examples/python/example_mcp.py";
+    let native = guests::python(source, Target::Native);
+    let wasm = guests::python(source, Target::Wasm);
+    let direct = drive(&["guest"], &[&native]);
+    let sandboxed = drive(&["guest"], &refs(&behind(&[], &wasm, &[])));
+    assert_eq!(text(&direct["add"]), "42", "{direct}");
+    assert_eq!(text(&direct["words"]), r#"["one", "two"]"#);
+    assert_eq!(direct["fail"]["result"]["isError"], true);
+    assert_eq!(direct["unknown"]["error"]["code"], -32602);
+    assert_eq!(direct["shutdown_escalated"], false);
+    assert_eq!(direct, sandboxed);
+}

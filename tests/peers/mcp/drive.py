@@ -11,7 +11,7 @@ of the server run directly with the one behind sandpipe. Nothing here knows abou
 NAME=VALUE pairs go to the server's environment (on top of the SDK's default one).
 Scenarios: everything, time, filesystem DIR, memory, hang (one call that never ends, then
 another), exports and exports-poisoned (examples/mcp-tools, a component's exported functions
-served as tools), bench N (timings only: start to initialize answer, and N tools/call round trips).
+served as tools), guest (examples/python/example_mcp.py), bench N (timings only: start to initialize answer, and N tools/call round trips).
 """
 
 import json
@@ -116,6 +116,16 @@ async def exports(s, report):
     report["ping"] = (await s.send_ping()).model_dump(mode="json", exclude_none=True)
 
 
+async def guest(s, report):
+    # examples/python/example_mcp.py, a server on sandpipe's Python guest SDK.
+    report["add"] = await call(s, "add", {"a": 2, "b": 40})
+    report["reverse"] = await call(s, "reverse", {"text": "sandpipe"})
+    report["words"] = await call(s, "words", {"text": "one two three", "limit": 2})
+    report["fail"] = await call(s, "fail", {"reason": "asked to"})
+    report["unknown"] = await call(s, "nope", {})
+    report["ping"] = (await s.send_ping()).model_dump(mode="json", exclude_none=True)
+
+
 async def exports_poisoned(s, report):
     report["crash"] = await call(s, "crash", {"msg": "boom"})
     report["after_crash"] = await call(s, "add", {"a": 1, "b": 1})
@@ -158,6 +168,8 @@ async def main():
                 await hang(s, report)
             elif scenario == "exports":
                 await exports(s, report)
+            elif scenario == "guest":
+                await guest(s, report)
             elif scenario == "exports-poisoned":
                 await exports_poisoned(s, report)
             elif scenario == "bench":
