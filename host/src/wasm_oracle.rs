@@ -38,7 +38,8 @@ use std::time::Duration;
 
 use sandpipe_proto::oracle::Felt;
 use sandpipe_proto::oracle::wasm::{
-    CodecError, DEFAULT_MAX_RESULT_FELTS, SelectorError, Selectors, decode_args, encode_results,
+    CodecError, DEFAULT_MAX_RESULT_FELTS, SelectorError, Selectors, Value, check_supported,
+    decode_args, encode_results,
 };
 use serde_json::{Value as Json, json};
 use thiserror::Error;
@@ -271,15 +272,33 @@ impl WasmOracle {
         let func = &self.functions[index];
         let params = func.params.clone()?;
         let results = func.results.clone()?;
+        check_supported(params.iter().chain(&results))?;
         let args = decode_args(&params, calldata)?;
+        let values = self.call(index, &args).await?;
+        Ok(encode_results(&values, self.options.max_result_felts)?)
+    }
+
+    /// Call function `index` (of [`WasmOracle::functions`]) with `args`, already checked
+    /// against its parameter types, under the same per-call limits, poisoning and restart as
+    /// [`WasmOracle::invoke`]; the values it returned. MCP tools
+    /// ([`crate::protocols::mcp::ExportTools`]) call through here.
+    pub async fn call(&mut self, index: usize, args: &[Value]) -> Result<Vec<Value>, InvokeError> {
+        let results = match self.functions.get(index).map(|f| f.results.clone()) {
+            Some(r) => r?.len(),
+            None => {
+                return Err(InvokeError::Restart {
+                    message: format!("no function {index}"),
+                });
+            }
+        };
         let timeout = self.options.call_timeout.or(self.policy.deadline);
         let instance = self.live().await?;
-        let outcome = instance.call(index, &args, results.len(), timeout).await;
+        let outcome = instance.call(index, args, results, timeout).await;
         self.calls_on_instance += 1;
         match outcome {
             Ok(values) => {
                 self.recycle_if_due().await;
-                Ok(encode_results(&values, self.options.max_result_felts)?)
+                Ok(values)
             }
             Err(CallFailure::Results(e)) => Err(e.into()),
             Err(CallFailure::Stopped(exit)) => {

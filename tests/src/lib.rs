@@ -101,25 +101,39 @@ pub fn plugin(bin: &str, target: Target) -> PathBuf {
 /// built with `wit-bindgen`, for `wasm32-wasip2` only (it is a library component, not a
 /// program, so there is no p1 or native build of it to run).
 pub fn wasm_oracle() -> PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .current_dir(workspace_root())
-            .args(["build", "--release", "--quiet", "--target", "wasm32-wasip2"])
-            .args(["-p", "sandpipe-example-wasm-oracle", "--target-dir"])
-            .arg(plugin_target_dir())
-            .status()
-            .expect("running cargo to build the wasm: oracle example");
-        assert!(
-            status.success(),
-            "building examples/wasm-oracle failed; run `rustup target add wasm32-wasip2`"
-        );
-    });
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| component_example("sandpipe-example-wasm-oracle"))
+        .clone()
+}
+
+/// The example MCP tools component (`examples/mcp-tools`): exported functions that
+/// `sandpipe run --protocol mcp` serves as tools; built like [`wasm_oracle`].
+pub fn mcp_tools() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| component_example("sandpipe-example-mcp-tools"))
+        .clone()
+}
+
+/// Build the library component `package` for `wasm32-wasip2`; its `.wasm`.
+fn component_example(package: &str) -> PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(workspace_root())
+        .args(["build", "--release", "--quiet", "--target", "wasm32-wasip2"])
+        .args(["-p", package, "--target-dir"])
+        .arg(plugin_target_dir())
+        .status()
+        .unwrap_or_else(|e| panic!("running cargo to build {package}: {e}"));
+    assert!(
+        status.success(),
+        "building {package} failed; run `rustup target add wasm32-wasip2`"
+    );
     plugin_target_dir()
         .join("wasm32-wasip2")
         .join("release")
-        .join("sandpipe_example_wasm_oracle.wasm")
+        .join(format!("{}.wasm", package.replace('-', "_")))
 }
 
 fn build(target: Target) {

@@ -285,3 +285,180 @@ fn call_inspect_record_and_replay_speak_mcp() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A tool result's text.
+fn text(r: &Value) -> &str {
+    r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_components_exported_functions_are_tools_with_per_call_limits() {
+    let tools = sandpipe_tests::mcp_tools();
+    let report = drive(
+        &["exports"],
+        &refs(&behind(
+            &[
+                "--fuel-per-request",
+                "100000000",
+                "--request-timeout",
+                "2s",
+                "--restart",
+            ],
+            &tools,
+            &[],
+        )),
+    );
+    // Every export is a tool whose input schema comes from its WIT signature.
+    let listed = report["tools"].as_array().expect("tools");
+    let names: Vec<&str> = listed.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "add", "greet", "distance", "convert", "divide", "count", "crash", "spin", "sleep"
+        ]
+    );
+    let schema = |name: &str| {
+        listed
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t["inputSchema"].clone())
+            .expect("listed")
+    };
+    assert_eq!(schema("add")["properties"]["a"]["type"], "integer");
+    assert_eq!(schema("greet")["required"], json!(["name"]));
+    assert_eq!(
+        schema("distance")["properties"]["b"]["required"],
+        json!(["x", "y"])
+    );
+    assert_eq!(
+        schema("convert")["properties"]["from"]["enum"],
+        json!(["celsius", "fahrenheit", "kelvin"])
+    );
+    // Calls, with structured content the SDK checked against each output schema.
+    assert_eq!(
+        report["add"]["result"]["structuredContent"],
+        json!({"result": 42})
+    );
+    assert_eq!(text(&report["greet"]), "Hello, Countess Ada!");
+    assert_eq!(text(&report["distance"]), "5.0");
+    assert_eq!(text(&report["convert"]), "212.0");
+    // The function's own error value and arguments that do not fit are tool errors.
+    assert_eq!(report["divide_by_zero"]["result"]["isError"], true);
+    assert_eq!(text(&report["divide_by_zero"]), "cannot divide 1 by zero");
+    assert_eq!(
+        text(&report["bad_arguments"]),
+        "invalid arguments: argument a: expected an integer (s64)"
+    );
+    // State lives as long as the instance; a trap is a tool error with the guest's stderr and
+    // the next call gets a fresh instance (its counter starts over).
+    assert_eq!(text(&report["count"][1]), "2");
+    let crash = &report["crash"]["result"];
+    assert_eq!(crash["isError"], true, "{report}");
+    assert_eq!(crash["_meta"]["sandpipe"]["exit"]["kind"], "trap");
+    assert!(text(&report["crash"]).contains("about to crash: boom"));
+    assert_eq!(text(&report["after_crash"]), "1");
+    // Per-call budgets: an endless loop runs out of its fuel, a sleep out of its time, and
+    // the next call is answered.
+    assert_eq!(
+        report["spin"]["result"]["_meta"]["sandpipe"]["exit"]["kind"],
+        "out_of_fuel"
+    );
+    assert_eq!(
+        report["sleep"]["result"]["_meta"]["sandpipe"]["exit"]["kind"],
+        "deadline_exceeded"
+    );
+    assert_eq!(text(&report["after_limits"]), "2");
+    assert_eq!(
+        report["unknown"],
+        json!({"error": {"code": -32602, "message": "unknown tool: nope"}})
+    );
+    assert_eq!(report["shutdown_escalated"], false);
+
+    // Without --restart a trap poisons the instance, as for a wasm: oracle; a filtered tool is
+    // gone.
+    let report = drive(
+        &["exports-poisoned"],
+        &refs(&behind(&["--deny-tool", "spin"], &tools, &[])),
+    );
+    assert_eq!(report["crash"]["result"]["isError"], true, "{report}");
+    assert!(
+        text(&report["after_crash"]).starts_with("the oracle instance is poisoned"),
+        "{report}"
+    );
+    let listed = report["tools"].as_array().expect("tools");
+    assert!(!listed.iter().any(|t| t["name"] == "spin"), "{report}");
+
+    // `inspect` and `call` serve the same tools.
+    let out = Command::new(peers::sandpipe())
+        .args([
+            "call",
+            "--protocol",
+            "mcp",
+            "--method",
+            "tools/call",
+            "--params",
+        ])
+        .arg(r#"{"name":"add","arguments":{"a":1,"b":2}}"#)
+        .arg(&tools)
+        .output()
+        .expect("sandpipe call");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(result["structuredContent"], json!({"result": 3}));
+    let out = Command::new(peers::sandpipe())
+        .args(["inspect", "--json", "--protocol", "mcp"])
+        .arg(&tools)
+        .output()
+        .expect("sandpipe inspect");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        report["self_description"]["tools"].as_array().map(Vec::len),
+        Some(9),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_server_that_dies_before_initialize_answers_it_with_the_stopped_error() {
+    // A server that cannot start: it writes why on stderr and exits before reading anything.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = dir.path().join("broken-server");
+    std::fs::write(
+        &server,
+        "#!/bin/sh\necho 'cannot start: missing config' >&2\nexit 3\n",
+    )
+    .expect("write the server");
+    std::fs::set_permissions(&server, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    for flags in [&[][..], &["--restart"][..]] {
+        let report = drive(&["time"], &refs(&behind(flags, &server, &[])));
+        // The client's initialize is answered with the reason, not left to a closed pipe.
+        assert_eq!(
+            report["initialize_error"],
+            json!({"code": -32603, "message": "plugin exited with status 3 before answering"}),
+            "{flags:?}: {report}"
+        );
+    }
+}
+
+#[test]
+fn an_mcp_server_on_the_python_guest_sdk_answers_the_same_as_a_component_and_natively() {
+    use sandpipe_tests::{Target, guests};
+    let source = "examples/python/example_mcp.py";
+    let native = guests::python(source, Target::Native);
+    let wasm = guests::python(source, Target::Wasm);
+    let direct = drive(&["guest"], &[&native]);
+    let sandboxed = drive(&["guest"], &refs(&behind(&[], &wasm, &[])));
+    assert_eq!(text(&direct["add"]), "42", "{direct}");
+    assert_eq!(text(&direct["words"]), r#"["one", "two"]"#);
+    assert_eq!(direct["fail"]["result"]["isError"], true);
+    assert_eq!(direct["unknown"]["error"]["code"], -32602);
+    assert_eq!(direct["shutdown_escalated"], false);
+    assert_eq!(direct, sandboxed);
+}

@@ -8,7 +8,7 @@ same natively and inside sandpipe's sandbox.
     stdout ◄── framing ◄── protocol loop ◄──────────────────────────────────┘
 
 Modules: :mod:`.framing` (the three framers), :mod:`.cbor`, :mod:`.stdio` (``Framed``),
-:mod:`.jsonrpc`, :mod:`.atp` (Arcaflow ATP v1/v3), :mod:`.oracle` (Cairo oracles),
+:mod:`.jsonrpc`, :mod:`.atp` (Arcaflow ATP v1/v3), :mod:`.oracle` (Cairo oracles), :mod:`.mcp` (MCP servers),
 :mod:`.build` (the component build), :mod:`.wasi` (arguments and exit codes either way).
 """
 

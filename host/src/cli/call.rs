@@ -86,6 +86,19 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
         let calldata = felts(params)?;
         return super::wasm_oracle::call(&host, &plugin, &policy, &args.method, &calldata).await;
     }
+    if protocol == Protocol::Mcp && plugin.exports_functions() {
+        if args.record.is_some() {
+            bail!("--record records stdio sessions; a component exporting functions has none");
+        }
+        return super::wasm_oracle::call_tool(
+            &host,
+            &plugin,
+            &policy,
+            &args.method,
+            params.as_ref(),
+        )
+        .await;
+    }
     let mut options =
         SessionOptions::framed(protocol.framing()).frame_limits(args.sandbox.frame_limits());
     options.stderr = StderrMode::Inherit;

@@ -186,6 +186,9 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
                     Err(e) => Err(e.to_string()),
                 }
             }
+            Protocol::Mcp if plugin.exports_functions() => {
+                super::wasm_oracle::describe_tools(&host, &plugin, &policy).await
+            }
             Protocol::Mcp => {
                 use crate::protocols::mcp::McpClient;
                 let session = host.start(&plugin, &policy, &options).await?;

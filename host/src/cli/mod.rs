@@ -178,7 +178,9 @@ impl clap::ValueEnum for Protocol {
             Protocol::DenoBridge => "terraform-provider-denobridge",
             Protocol::Atp => "Arcaflow ATP v1/v3 (CBOR)",
             Protocol::FineCode => "FineCode WM-ER (LSP Content-Length)",
-            Protocol::Mcp => "Model Context Protocol servers (stdio)",
+            Protocol::Mcp => {
+                "Model Context Protocol servers (stdio), or a component's exported functions as tools"
+            }
         };
         Some(clap::builder::PossibleValue::new(self.name()).help(help))
     }

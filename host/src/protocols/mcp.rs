@@ -149,3 +149,184 @@ fn refused(r: Refused<jsonrpc::ProtocolError>) -> RpcError {
         Refused::Machine(e) => RpcError::Refused(e),
     }
 }
+
+/// A component's exported functions served as MCP tools (`run --protocol mcp X.wasm` for a
+/// component without `wasi:cli/run`): sandpipe is the MCP server, and each `tools/call` is one
+/// call of the export on a [`WasmOracle`](crate::wasm_oracle::WasmOracle), with its per-call
+/// fuel, deadline and memory cap, and its poisoning or restart after a stop. Names, schemas and
+/// the JSON mapping are `sandpipe_proto::mcp::exports`'s.
+///
+/// ```text
+///  tools/list ──► Tools::list(filter)               (functions whose types cannot be called,
+///                                                     a resource or a stream, are left out)
+///  tools/call {name, arguments} ──► Tools::find ──► ExportTool::arguments ──► WasmOracle::call
+///     unknown or filtered name: -32602 "unknown tool: NAME"
+///     arguments that do not fit: isError "invalid arguments: …" (the guest is not entered)
+///     a stop (trap, fuel, deadline, memory): isError with the reason and stderr tail, as
+///       `stopped_tool_result` gives a stdio server's; poisoned afterwards unless restarting
+/// ```
+#[derive(Debug)]
+pub struct ExportTools {
+    oracle: crate::wasm_oracle::WasmOracle,
+    tools: proto::exports::Tools,
+    filter: proto::ToolFilter,
+    server_info: Value,
+}
+
+impl ExportTools {
+    /// Offer `oracle`'s functions as tools, those `filter` permits; `name` is the server's
+    /// `serverInfo.name`.
+    pub fn new(
+        oracle: crate::wasm_oracle::WasmOracle,
+        filter: proto::ToolFilter,
+        name: &str,
+    ) -> Self {
+        let sources = oracle
+            .functions()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| {
+                let (Ok(params), Ok(results)) = (&f.params, &f.results) else {
+                    tracing::info!("{}: not a tool ({})", f.name, f.signature);
+                    return None;
+                };
+                Some(proto::exports::ToolSource {
+                    function: i,
+                    full_name: f.name.clone(),
+                    signature: f.signature.clone(),
+                    params: f.param_names.iter().cloned().zip(params.clone()).collect(),
+                    results: results.clone(),
+                })
+            })
+            .collect();
+        ExportTools {
+            oracle,
+            tools: proto::exports::Tools::new(sources),
+            filter,
+            server_info: json!({"name": name, "version": env!("CARGO_PKG_VERSION")}),
+        }
+    }
+
+    /// The `tools/list` result.
+    pub fn list(&self) -> Value {
+        self.tools.list(&self.filter)
+    }
+
+    /// Answer a `tools/call` with these params: a tool result (an `isError` one when the tool
+    /// failed), or `-32602` for a tool it does not have. A failed call is also returned as its
+    /// [`InvokeError`](crate::wasm_oracle::InvokeError), for the caller's log.
+    pub async fn call(
+        &mut self,
+        params: Option<&Value>,
+    ) -> (
+        Result<Value, ErrorObject>,
+        Option<(String, crate::wasm_oracle::InvokeError)>,
+    ) {
+        let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+            let e = ErrorObject::new(jsonrpc::INVALID_PARAMS, "tools/call needs a tool name");
+            return (Err(e), None);
+        };
+        let tool = match self.tools.find(name) {
+            Some(t) if self.filter.permits(&t.name) => t.clone(),
+            _ => return (Err(proto::unknown_tool(name)), None),
+        };
+        let args = match tool.arguments(params.and_then(|p| p.get("arguments"))) {
+            Ok(a) => a,
+            Err(e) => {
+                let text = format!("invalid arguments: {e}");
+                return (Ok(proto::exports::tool_error(&text)), None);
+            }
+        };
+        match self.oracle.call(tool.source.function, &args).await {
+            Ok(values) => (Ok(tool.result(values)), None),
+            Err(error) => {
+                let result = match &error {
+                    crate::wasm_oracle::InvokeError::Stopped {
+                        exit, stderr_tail, ..
+                    } => proto::stopped_tool_result(&Stopped::ended(
+                        exit.clone(),
+                        stderr_tail.clone(),
+                    )),
+                    other => proto::exports::tool_error(&other.to_string()),
+                };
+                (Ok(result), Some((tool.name, error)))
+            }
+        }
+    }
+
+    /// Drop the instance, letting its output drain.
+    pub async fn close(self) {
+        self.oracle.close().await;
+    }
+}
+
+/// Serve MCP to a client (frames in `from_engine`, frames out to `to_engine`) with `tools`
+/// behind it: `initialize` (capabilities: tools), `ping`, `tools/list`, `tools/call`; any other
+/// request gets `-32601`. Calls run one at a time, in order; a `notifications/cancelled` for a
+/// call is too late by the time it is read. Ends when the client's input ends (MCP's shutdown).
+/// `on_incident` hears of each call that failed.
+pub async fn serve_exports(
+    tools: &mut ExportTools,
+    mut from_engine: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    to_engine: tokio::sync::mpsc::Sender<Vec<u8>>,
+    mut on_incident: impl FnMut(&crate::protocols::oracle::InvokeIncident),
+) -> crate::protocols::oracle::ServeReport {
+    use proto::ServerEvent;
+    let mut server = proto::Server::new();
+    let mut report = crate::protocols::oracle::ServeReport {
+        invokes: 0,
+        failed: 0,
+        shut_down: false,
+    };
+    'frames: loop {
+        while let Some(frame) = server.poll_transmit() {
+            if to_engine.send(frame).await.is_err() {
+                break 'frames;
+            }
+        }
+        let Some(frame) = from_engine.recv().await else {
+            break;
+        };
+        if let Err(e) = server.handle_frame(&frame) {
+            // The machine has queued the client's error answer, if the frame deserves one.
+            tracing::warn!("mcp: a frame from the client: {e}");
+        }
+        while let Some(event) = server.poll_event() {
+            let (id, answer) = match event {
+                ServerEvent::Initialize { id, .. } => {
+                    let info = tools.server_info.clone();
+                    if let Err(e) = server.respond_initialize(id, json!({"tools": {}}), info) {
+                        tracing::warn!("mcp: could not answer initialize: {e}");
+                    }
+                    continue;
+                }
+                ServerEvent::Request { id, method, .. } if method == proto::TOOLS_LIST => {
+                    (id, Ok(tools.list()))
+                }
+                ServerEvent::Request { id, method, params } if method == proto::TOOLS_CALL => {
+                    report.invokes += 1;
+                    let (answer, failed) = tools.call(params.as_ref()).await;
+                    if let Some((tool, error)) = failed {
+                        report.failed += 1;
+                        on_incident(&crate::protocols::oracle::InvokeIncident {
+                            request: id.to_string(),
+                            selector: tool,
+                            error,
+                        });
+                    }
+                    (id, answer)
+                }
+                ServerEvent::Request { id, method, .. } => {
+                    let e =
+                        ErrorObject::new(METHOD_NOT_FOUND, format!("method not found: {method}"));
+                    (id, Err(e))
+                }
+                _ => continue,
+            };
+            if let Err(e) = server.respond(id, answer) {
+                tracing::warn!("mcp: could not answer a request: {e}");
+            }
+        }
+    }
+    report
+}

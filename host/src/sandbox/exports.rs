@@ -41,7 +41,10 @@ pub struct ExportedFunc {
     pub name: String,
     /// Its WIT signature, e.g. `func(a: u64, b: u64) -> u64`.
     pub signature: String,
-    /// Parameter types, or why the codec cannot carry one.
+    /// Parameter names, in order.
+    pub param_names: Vec<String>,
+    /// Parameter types, or why one cannot be called with (a resource, a stream, …). The Cairo
+    /// codec carries fewer ([`check_supported`](sandpipe_proto::oracle::wasm::check_supported)).
     pub params: Result<Vec<Ty>, CodecError>,
     /// Result types, or why the codec cannot carry one.
     pub results: Result<Vec<Ty>, CodecError>,
@@ -91,6 +94,7 @@ pub(crate) fn functions(
                 funcs.push(ExportedFunc {
                     name: path.join("/"),
                     signature,
+                    param_names: params.iter().map(|(n, _)| n.clone()).collect(),
                     params: params.iter().map(|(_, t)| ty_of(t, 1)).collect(),
                     results: results.iter().map(|t| ty_of(t, 1)).collect(),
                 });
@@ -147,12 +151,25 @@ fn ty_of(t: &Type, depth: usize) -> Result<Ty, CodecError> {
             ok: r.ok().map(|t| inner(&t)).transpose()?,
             err: r.err().map(|t| inner(&t)).transpose()?,
         },
-        Type::Float32 => return Err(unsupported("float32")),
-        Type::Float64 => return Err(unsupported("float64")),
-        Type::Record(_) => return Err(unsupported("record")),
-        Type::Variant(_) => return Err(unsupported("variant")),
-        Type::Enum(_) => return Err(unsupported("enum")),
-        Type::Flags(_) => return Err(unsupported("flags")),
+        Type::Float32 => Ty::F32,
+        Type::Float64 => Ty::F64,
+        Type::Record(r) => Ty::Record(
+            r.fields()
+                .map(|f| Ok((f.name.to_owned(), ty_of(&f.ty, depth + 1)?)))
+                .collect::<Result<_, CodecError>>()?,
+        ),
+        Type::Variant(v) => Ty::Variant(
+            v.cases()
+                .map(|c| {
+                    Ok((
+                        c.name.to_owned(),
+                        c.ty.map(|t| ty_of(&t, depth + 1)).transpose()?,
+                    ))
+                })
+                .collect::<Result<_, CodecError>>()?,
+        ),
+        Type::Enum(e) => Ty::Enum(e.names().map(str::to_owned).collect()),
+        Type::Flags(f) => Ty::Flags(f.names().map(str::to_owned).collect()),
         Type::Own(_) => return Err(unsupported("own")),
         Type::Borrow(_) => return Err(unsupported("borrow")),
         Type::Future(_) => return Err(unsupported("future")),
@@ -233,6 +250,16 @@ fn to_val(v: &Value) -> Val {
             Ok(p) => Ok(p.as_ref().map(|v| Box::new(to_val(v)))),
             Err(p) => Err(p.as_ref().map(|v| Box::new(to_val(v)))),
         }),
+        Value::F32(f) => Val::Float32(*f),
+        Value::F64(f) => Val::Float64(*f),
+        Value::Record(fields) => {
+            Val::Record(fields.iter().map(|(n, v)| (n.clone(), to_val(v))).collect())
+        }
+        Value::Enum(name) => Val::Enum(name.clone()),
+        Value::Variant(name, p) => {
+            Val::Variant(name.clone(), p.as_ref().map(|v| Box::new(to_val(v))))
+        }
+        Value::Flags(names) => Val::Flags(names.clone()),
     }
 }
 
@@ -257,12 +284,17 @@ fn of_val(v: Val) -> Result<Value, CodecError> {
         Val::Option(o) => Value::Option(boxed(o)?),
         Val::Result(Ok(p)) => Value::Result(Ok(boxed(p)?)),
         Val::Result(Err(p)) => Value::Result(Err(boxed(p)?)),
-        Val::Float32(_) => return Err(unsupported("float32")),
-        Val::Float64(_) => return Err(unsupported("float64")),
-        Val::Record(_) => return Err(unsupported("record")),
-        Val::Variant(..) => return Err(unsupported("variant")),
-        Val::Enum(_) => return Err(unsupported("enum")),
-        Val::Flags(_) => return Err(unsupported("flags")),
+        Val::Float32(f) => Value::F32(f),
+        Val::Float64(f) => Value::F64(f),
+        Val::Record(fields) => Value::Record(
+            fields
+                .into_iter()
+                .map(|(n, v)| Ok((n, of_val(v)?)))
+                .collect::<Result<_, CodecError>>()?,
+        ),
+        Val::Variant(name, p) => Value::Variant(name, boxed(p)?),
+        Val::Enum(name) => Value::Enum(name),
+        Val::Flags(names) => Value::Flags(names),
         Val::Resource(_) => return Err(unsupported("own/borrow")),
         _ => return Err(unsupported("this component-model value")),
     })

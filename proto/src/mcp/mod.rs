@@ -101,6 +101,7 @@ use crate::machine::{ClientMachine, ServerMachine};
 use crate::stopped::Stopped;
 use crate::supervise::{FromEngine, FromPlugin, SupervisedProtocol};
 
+pub mod exports;
 #[cfg(test)]
 mod tests;
 
@@ -273,6 +274,9 @@ impl SupervisedProtocol for Supervised {
     }
     fn classify_plugin(&self, frame: &[u8]) -> FromPlugin {
         crate::supervise::classify_jsonrpc_plugin(frame, &[])
+    }
+    fn engine_speaks_first(&self) -> bool {
+        true
     }
     fn stopped_answer(&self, key: &str, method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
         if method == Some(TOOLS_CALL) {

@@ -427,6 +427,73 @@ fn a_tools_call_over_its_timeout_gets_an_is_error_result_and_the_handshake_is_re
 }
 
 #[test]
+fn a_server_that_dies_before_answering_initialize_gets_it_the_stopped_answer() {
+    let t0 = Instant::now();
+    let i0 = InstanceId(0);
+    let ended = || Ended {
+        exit: Exit::Exited(3),
+        stderr_tail: vec!["cannot start: missing config".into()],
+        framing_error: None,
+    };
+    // Died with initialize forwarded to it, --restart or not: the stopped answer, and the
+    // session ends (the engine's handshake failed; there is nothing to restore).
+    for restart in [false, true] {
+        let budgets = Budgets {
+            restart,
+            ..Budgets::default()
+        };
+        let mut sup = Supervisor::new(Box::new(Supervised::default()), budgets);
+        drain(&mut sup);
+        sup.handle_engine_frame(INIT.into(), t0);
+        drain(&mut sup);
+        sup.handle_plugin_stopped(i0, ended(), t0);
+        let seen = to_engine(&drain(&mut sup));
+        assert_eq!(seen.len(), 1, "restart {restart}");
+        assert_eq!(seen[0]["id"], 0);
+        assert_eq!(seen[0]["error"]["code"], INTERNAL_ERROR);
+        assert_eq!(
+            seen[0]["error"]["data"]["stderr"],
+            json!(["cannot start: missing config"])
+        );
+        assert!(sup.is_done());
+        assert_eq!(sup.report().exit, Exit::Exited(3));
+    }
+    // Died before the engine's initialize reached it: the session waits for it (the engine
+    // speaks first in MCP), answers it, and ends.
+    let mut sup = Supervisor::new(Box::new(Supervised::default()), Budgets::default());
+    drain(&mut sup);
+    sup.handle_plugin_stopped(i0, ended(), t0);
+    drain(&mut sup);
+    assert!(!sup.is_done());
+    assert!(sup.accepts_engine_frames());
+    sup.handle_engine_frame(INIT.into(), t0);
+    let actions = drain(&mut sup);
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::Start { .. })),
+        "no restart: {actions:?}"
+    );
+    let seen = to_engine(&actions);
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0]["id"], 0);
+    assert_eq!(
+        seen[0]["error"]["message"],
+        "plugin exited with status 3 before answering"
+    );
+    assert_eq!(
+        seen[0]["error"]["data"]["stderr"],
+        json!(["cannot start: missing config"])
+    );
+    assert!(sup.is_done());
+    // An engine that closes instead ends the session too.
+    let mut sup = Supervisor::new(Box::new(Supervised::default()), Budgets::default());
+    drain(&mut sup);
+    sup.handle_plugin_stopped(i0, ended(), t0);
+    sup.handle_engine_closed(t0);
+    drain(&mut sup);
+    assert!(sup.is_done());
+}
+
+#[test]
 fn a_cancelled_request_is_no_longer_timed() {
     let t0 = Instant::now();
     let budgets = Budgets {

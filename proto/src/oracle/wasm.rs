@@ -66,7 +66,10 @@ pub const MAX_TYPE_DEPTH: usize = 32;
 /// The default cap on the felts one call's results may encode to.
 pub const DEFAULT_MAX_RESULT_FELTS: usize = 1 << 20;
 
-/// A component-model type the codec can carry.
+/// A component-model type, as the host reads it from a component's exports. The Cairo codec
+/// carries the scalars, `char`, `string`, lists, tuples, options and results; floats, records,
+/// enums, variants and flags are for other callers of exports (MCP tools:
+/// [`crate::mcp::exports`]) and are an unsupported type to the codec ([`check_supported`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ty {
     /// `bool`
@@ -104,6 +107,18 @@ pub enum Ty {
         /// The `err` payload type.
         err: Option<Box<Ty>>,
     },
+    /// `f32`
+    F32,
+    /// `f64`
+    F64,
+    /// A `record`: its fields, in order.
+    Record(Vec<(String, Ty)>),
+    /// An `enum`: its case names.
+    Enum(Vec<String>),
+    /// A `variant`: its cases, each with its payload type if it has one.
+    Variant(Vec<(String, Option<Ty>)>),
+    /// `flags`: the flag names.
+    Flags(Vec<String>),
 }
 
 impl Ty {
@@ -117,6 +132,14 @@ impl Ty {
                     .iter()
                     .chain(err.iter())
                     .map(|t| t.depth())
+                    .max()
+                    .unwrap_or(0)
+            }
+            Ty::Record(fields) => 1 + fields.iter().map(|(_, t)| t.depth()).max().unwrap_or(0),
+            Ty::Variant(cases) => {
+                1 + cases
+                    .iter()
+                    .filter_map(|(_, t)| t.as_ref().map(Ty::depth))
                     .max()
                     .unwrap_or(0)
             }
@@ -167,13 +190,76 @@ impl fmt::Display for Ty {
                 (None, Some(e)) => write!(f, "result<_, {e}>"),
                 (Some(o), Some(e)) => write!(f, "result<{o}, {e}>"),
             },
+            Ty::F32 => f.write_str("f32"),
+            Ty::F64 => f.write_str("f64"),
+            Ty::Record(fields) => {
+                f.write_str("record { ")?;
+                for (i, (n, t)) in fields.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{n}: {t}")?;
+                }
+                f.write_str(" }")
+            }
+            Ty::Enum(names) => write!(f, "enum {{ {} }}", names.join(", ")),
+            Ty::Flags(names) => write!(f, "flags {{ {} }}", names.join(", ")),
+            Ty::Variant(cases) => {
+                f.write_str("variant { ")?;
+                for (i, (n, t)) in cases.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    match t {
+                        Some(t) => write!(f, "{n}({t})")?,
+                        None => f.write_str(n)?,
+                    }
+                }
+                f.write_str(" }")
+            }
         }
     }
 }
 
+impl Ty {
+    /// The name the Cairo codec gives this type when it cannot carry it (as Scarb's does).
+    fn unsupported_name(&self) -> Option<&'static str> {
+        match self {
+            Ty::F32 => Some("float32"),
+            Ty::F64 => Some("float64"),
+            Ty::Record(_) => Some("record"),
+            Ty::Enum(_) => Some("enum"),
+            Ty::Variant(_) => Some("variant"),
+            Ty::Flags(_) => Some("flags"),
+            _ => None,
+        }
+    }
+}
+
+/// Check that the Cairo codec carries every one of `types` (and what they hold): floats,
+/// records, enums, variants and flags are [`CodecError::UnsupportedType`], checked before the
+/// guest is entered.
+pub fn check_supported<'a>(types: impl IntoIterator<Item = &'a Ty>) -> Result<(), CodecError> {
+    let mut stack: Vec<&Ty> = types.into_iter().collect();
+    while let Some(t) = stack.pop() {
+        if let Some(name) = t.unsupported_name() {
+            return Err(CodecError::UnsupportedType {
+                ty: name.to_owned(),
+            });
+        }
+        match t {
+            Ty::List(i) | Ty::Option(i) => stack.push(i),
+            Ty::Tuple(ts) => stack.extend(ts.iter()),
+            Ty::Result { ok, err } => stack.extend(ok.iter().chain(err.iter()).map(|b| &**b)),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// A value of a [`Ty`]. Exhaustive, like [`Ty`]: a host converting to and from its own
 /// representation must handle every variant.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     /// `bool`
     Bool(bool),
@@ -205,6 +291,18 @@ pub enum Value {
     Option(Option<Box<Value>>),
     /// `result<T, E>`: the payload, if the type has one on that side.
     Result(Result<Option<Box<Value>>, Option<Box<Value>>>),
+    /// `f32`
+    F32(f32),
+    /// `f64`
+    F64(f64),
+    /// A `record`'s fields, in order, by name.
+    Record(Vec<(String, Value)>),
+    /// An `enum` case, by name.
+    Enum(String),
+    /// A `variant` case, by name, with its payload if it has one.
+    Variant(String, Option<Box<Value>>),
+    /// The `flags` that are set, by name.
+    Flags(Vec<String>),
 }
 
 /// Why calldata could not be decoded, or results encoded. `at` is the index of the felt
@@ -587,6 +685,11 @@ impl<'a> Reader<'a> {
                 };
                 Value::Result(if is_err { Err(payload) } else { Ok(payload) })
             }
+            other => {
+                return Err(CodecError::UnsupportedType {
+                    ty: other.unsupported_name().unwrap_or("this type").to_owned(),
+                });
+            }
         })
     }
 }
@@ -685,8 +788,18 @@ impl Writer {
                     None => Ok(()),
                 }
             }
+            Value::F32(_) => Err(unsupported("float32")),
+            Value::F64(_) => Err(unsupported("float64")),
+            Value::Record(_) => Err(unsupported("record")),
+            Value::Enum(_) => Err(unsupported("enum")),
+            Value::Variant(..) => Err(unsupported("variant")),
+            Value::Flags(_) => Err(unsupported("flags")),
         }
     }
+}
+
+fn unsupported(ty: &str) -> CodecError {
+    CodecError::UnsupportedType { ty: ty.to_owned() }
 }
 
 /// Encode a call's results, refusing to produce more than `max_felts` felts.
@@ -924,6 +1037,8 @@ fn gen_value(c: &mut crate::fuzz::Choices<'_>, ty: &Ty) -> Value {
                 Value::Result(Ok(ok.as_ref().map(|t| Box::new(gen_value(c, t)))))
             }
         }
+        // gen_ty makes none of the types the codec does not carry.
+        _ => Value::Bool(false),
     }
 }
 

@@ -239,6 +239,14 @@ pub trait SupervisedProtocol: Debug + Send + Sync {
     fn answer_engine(&self, _frame: &[u8]) -> Option<Vec<u8>> {
         None
     }
+    /// True when the engine speaks first (MCP: `initialize`): a plugin that ends before the
+    /// engine's handshake reached it, with no restart to come, leaves the session waiting for
+    /// the engine's first request so that it gets the stopped answer, not a closed pipe.
+    /// Default: false (the oracle's and ATP's plugins speak first; waiting for the engine then
+    /// would wait for ever).
+    fn engine_speaks_first(&self) -> bool {
+        false
+    }
     /// The plugin's answer to a request of `method`, changed before it reaches the engine
     /// (MCP: hidden tools taken out of `tools/list`). Default: none, it goes on as written.
     fn rewrite_answer(&self, _method: Option<&str>, _frame: &[u8]) -> Option<Vec<u8>> {
@@ -475,6 +483,12 @@ pub struct Supervisor {
     hello_seen: bool,
     /// Answers to replayed handshake requests: the engine already has them.
     swallow: HashSet<String>,
+    /// Engine handshake requests forwarded and not answered yet (by key): answered with the
+    /// stopped answer if the plugin ends first.
+    handshake_pending: Vec<(String, Option<String>)>,
+    /// The plugin ended before the engine's handshake reached it and the engine speaks first:
+    /// the engine's next request gets the stopped answer, then the session ends.
+    dead: Option<Stopped>,
     actions: VecDeque<Action>,
     report: Report,
 }
@@ -500,6 +514,8 @@ impl Supervisor {
             early: HashMap::new(),
             hello_seen: false,
             swallow: HashSet::new(),
+            handshake_pending: Vec::new(),
+            dead: None,
             actions: VecDeque::new(),
             report: Report {
                 exit: Exit::Exited(0),
@@ -562,6 +578,29 @@ impl Supervisor {
             self.actions.push_back(Action::ToEngine(answer));
             return;
         }
+        if let Some(stopped) = self.dead.clone() {
+            let request = match self.rules.classify_engine(&frame) {
+                FromEngine::Request { key, method } => Some((key, method)),
+                FromEngine::Handshake { awaits: Some(key) } => Some((
+                    key,
+                    Head::of(&frame).and_then(|h| h.method().map(str::to_owned)),
+                )),
+                _ => None,
+            };
+            if let Some((key, method)) = request {
+                self.report.requests += 1;
+                let incident = Incident {
+                    request: key,
+                    method,
+                    reason: stopped.reason.clone(),
+                    exit: stopped.exit.clone(),
+                    restarting: false,
+                };
+                self.fail(incident, &stopped.stderr_tail);
+                self.done = true;
+            }
+            return;
+        }
         if let Some(r) = &mut self.restoring {
             r.held.push_back(frame);
             return;
@@ -585,6 +624,10 @@ impl Supervisor {
         if self.done {
             return;
         }
+        if self.dead.is_some() {
+            self.done = true;
+            return;
+        }
         match &self.instance {
             Some(_) if self.restoring.is_some() => self.close_when_restored = true,
             Some(inst) => {
@@ -604,6 +647,10 @@ impl Supervisor {
     pub fn handle_engine_gone(&mut self, _now: Instant) {
         self.engine_open = false;
         if self.done {
+            return;
+        }
+        if self.dead.is_some() {
+            self.done = true;
             return;
         }
         match &self.instance {
@@ -635,6 +682,7 @@ impl Supervisor {
                 mine = true;
             }
             FromPlugin::Answer { key } => {
+                self.handshake_pending.retain(|(k, _)| *k != key);
                 if let Some(p) = self.pending.remove(&key) {
                     let inst = self.instance.as_mut().expect("current");
                     inst.answered += 1;
@@ -734,7 +782,15 @@ impl Supervisor {
         };
         self.report.exit = exit.clone();
         self.swallow.clear();
-        let restart = self.budgets.restart && self.engine_open && was_restoring.is_none();
+        // A handshake request it never answered (MCP's initialize from a server that died
+        // starting) gets the stopped answer, and no restart follows: the engine saw its
+        // handshake fail, so there is nothing to restore (and a plugin that dies at start-up
+        // is not restarted in a loop).
+        let handshake_pending = std::mem::take(&mut self.handshake_pending);
+        let restart = self.budgets.restart
+            && self.engine_open
+            && was_restoring.is_none()
+            && handshake_pending.is_empty();
         let mut failed: Vec<(String, Pending)> = self.pending.drain().collect();
         failed.sort_by_key(|(_, p)| p.since);
         for (key, p) in failed {
@@ -744,6 +800,16 @@ impl Supervisor {
                 reason: reason.clone(),
                 exit: Some(exit.clone()),
                 restarting: restart,
+            };
+            self.fail(incident, &stderr_tail);
+        }
+        for (key, method) in handshake_pending {
+            let incident = Incident {
+                request: key,
+                method,
+                reason: reason.clone(),
+                exit: Some(exit.clone()),
+                restarting: false,
             };
             self.fail(incident, &stderr_tail);
         }
@@ -773,7 +839,16 @@ impl Supervisor {
             self.done = true;
         } else if !restart {
             self.report.stopped = true;
-            self.done = true;
+            if self.replay.is_empty() && self.rules.engine_speaks_first() {
+                self.dead = Some(Stopped {
+                    reason,
+                    exit: Some(exit),
+                    stderr_tail,
+                    violation: false,
+                });
+            } else {
+                self.done = true;
+            }
         }
     }
 
@@ -907,7 +982,13 @@ impl Supervisor {
                 self.pending.insert(key, Pending { method, since: now });
                 self.actions.push_back(Action::BeginRequest { instance });
             }
-            FromEngine::Handshake { awaits } => self.replay.push((frame.clone(), awaits)),
+            FromEngine::Handshake { awaits } => {
+                if let Some(key) = &awaits {
+                    let method = Head::of(&frame).and_then(|h| h.method().map(str::to_owned));
+                    self.handshake_pending.push((key.clone(), method));
+                }
+                self.replay.push((frame.clone(), awaits));
+            }
             FromEngine::Answer { key } => match self.asked.remove(&key) {
                 Some(method) => {
                     self.answers.insert(method, frame.clone());

@@ -10,7 +10,8 @@ of the server run directly with the one behind sandpipe. Nothing here knows abou
 
 NAME=VALUE pairs go to the server's environment (on top of the SDK's default one).
 Scenarios: everything, time, filesystem DIR, memory, hang (one call that never ends, then
-another), bench N (timings only: start to initialize answer, and N tools/call round trips).
+another), exports and exports-poisoned (examples/mcp-tools, a component's exported functions
+served as tools), guest (examples/python/example_mcp.py), bench N (timings only: start to initialize answer, and N tools/call round trips).
 """
 
 import json
@@ -97,6 +98,39 @@ async def hang(s, report):
     report["after"] = await call(s, "echo", {"message": "still here"})
 
 
+async def exports(s, report):
+    # A component's exported functions as tools (examples/mcp-tools behind sandpipe).
+    report["add"] = await call(s, "add", {"a": 40, "b": 2})
+    report["greet"] = await call(s, "greet", {"name": "Ada", "title": "Countess"})
+    report["distance"] = await call(s, "distance", {"a": {"x": 0, "y": 0}, "b": {"x": 3, "y": 4}})
+    report["convert"] = await call(s, "convert", {"degrees": 100, "from": "celsius", "to": "fahrenheit"})
+    report["divide_by_zero"] = await call(s, "divide", {"a": 1, "b": 0})
+    report["bad_arguments"] = await call(s, "add", {"a": "one", "b": 2})
+    report["count"] = [await call(s, "count", {}), await call(s, "count", {})]
+    report["crash"] = await call(s, "crash", {"msg": "boom"})
+    report["after_crash"] = await call(s, "count", {})
+    report["spin"] = await call(s, "spin", {})
+    report["sleep"] = await call(s, "sleep", {"ms": 600000}, read_timeout_seconds=60)
+    report["after_limits"] = await call(s, "add", {"a": 1, "b": 1})
+    report["unknown"] = await call(s, "nope", {})
+    report["ping"] = (await s.send_ping()).model_dump(mode="json", exclude_none=True)
+
+
+async def guest(s, report):
+    # examples/python/example_mcp.py, a server on sandpipe's Python guest SDK.
+    report["add"] = await call(s, "add", {"a": 2, "b": 40})
+    report["reverse"] = await call(s, "reverse", {"text": "sandpipe"})
+    report["words"] = await call(s, "words", {"text": "one two three", "limit": 2})
+    report["fail"] = await call(s, "fail", {"reason": "asked to"})
+    report["unknown"] = await call(s, "nope", {})
+    report["ping"] = (await s.send_ping()).model_dump(mode="json", exclude_none=True)
+
+
+async def exports_poisoned(s, report):
+    report["crash"] = await call(s, "crash", {"msg": "boom"})
+    report["after_crash"] = await call(s, "add", {"a": 1, "b": 1})
+
+
 async def main():
     argv = sys.argv[1:]
     split = argv.index("--")
@@ -132,6 +166,12 @@ async def main():
                 await memory(s, report)
             elif scenario == "hang":
                 await hang(s, report)
+            elif scenario == "exports":
+                await exports(s, report)
+            elif scenario == "guest":
+                await guest(s, report)
+            elif scenario == "exports-poisoned":
+                await exports_poisoned(s, report)
             elif scenario == "bench":
                 n = int(extra[0])
                 name, args = ("echo", {"message": "x" * 64}) if any(
