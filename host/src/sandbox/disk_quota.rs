@@ -39,9 +39,7 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 use wasmtime_wasi::p2::{DynOutputStream, OutputStream, Pollable, StreamError, StreamResult};
 
 use super::State2;
-
-/// The WASI p2 interface whose write functions are shadowed (see `open_files.rs`).
-const P2_FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
+use super::open_files::P2_FILESYSTEM_TYPES;
 
 /// Bytes a session may still write to files, shared by its wrapped streams.
 #[derive(Debug)]

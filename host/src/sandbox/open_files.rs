@@ -47,7 +47,7 @@ use super::{State1, State2};
 
 /// The WASI p2 interface whose `open-at` is shadowed: the version wasmtime-wasi links (a
 /// guest importing any 0.2.x reaches it through the linker's semver matching).
-const P2_FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
+pub(super) const P2_FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
 
 /// The host files one session holds, against its cap.
 #[derive(Debug)]

@@ -796,8 +796,9 @@ fn without_restart_a_stop_ends_the_session_with_its_limit() {
     assert_eq!(report.restarts, 0);
 }
 
-#[test]
-fn a_fresh_instance_that_dies_during_the_handshake_fails_what_it_held_and_the_next_gets_another() {
+/// A FineCode session whose first instance answered `initialize` and then exited: the next
+/// request starts a fresh instance and replays the handshake to it.
+fn finecode_after_a_crash() -> Harness {
     let fake = Fake {
         start: silent,
         answer: |_| Vec::new(),
@@ -810,6 +811,12 @@ fn a_fresh_instance_that_dies_during_the_handshake_fails_what_it_held_and_the_ne
     );
     h.stop(InstanceId(0), Exit::Exited(3), &[]);
     h.take_engine();
+    h
+}
+
+#[test]
+fn a_fresh_instance_that_dies_during_the_handshake_fails_what_it_held_and_the_next_gets_another() {
+    let mut h = finecode_after_a_crash();
     // Killed from outside while its handshake is replayed: the held request fails, the session
     // goes on.
     h.engine(jsonrpc_request("actions/run")(2, false));
@@ -839,18 +846,7 @@ fn a_fresh_instance_that_dies_during_the_handshake_fails_what_it_held_and_the_ne
 
 #[test]
 fn fresh_instances_that_keep_dying_during_the_handshake_end_the_session() {
-    let fake = Fake {
-        start: silent,
-        answer: |_| Vec::new(),
-    };
-    let mut h = Harness::new(Box::new(finecode::Supervised), fake, restarting(5));
-    h.engine_json(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}));
-    h.plugin(
-        InstanceId(0),
-        to_vec(json!({"jsonrpc":"2.0","id":1,"result":{}})),
-    );
-    h.stop(InstanceId(0), Exit::Exited(3), &[]);
-    h.take_engine();
+    let mut h = finecode_after_a_crash();
     for n in 1..=MAX_FAILED_RESTORES {
         assert!(!h.sup.is_done());
         h.engine(jsonrpc_request("actions/run")(i64::from(n) + 1, false));
