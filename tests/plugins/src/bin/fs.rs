@@ -137,19 +137,25 @@ fn run(op: &str, path: &str) -> io::Result<Option<(&'static str, Value)>> {
     }
 }
 
+/// The preopened directory holding `path`, and `path` relative to it.
+#[cfg(all(target_os = "wasi", target_env = "p2"))]
+fn in_preopen(path: &str) -> io::Result<(wasip2::filesystem::types::Descriptor, String)> {
+    wasip2::filesystem::preopens::get_directories()
+        .into_iter()
+        .find_map(|(dir, guest)| {
+            let rel = path.strip_prefix(guest.as_str())?.trim_start_matches('/');
+            Some((dir, rel.to_owned()))
+        })
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not in a preopen"))
+}
+
 /// Keep streams, not descriptors, until an open fails: a stream holds the host file open after
 /// its descriptor is dropped.
 #[cfg(all(target_os = "wasi", target_env = "p2"))]
 fn open_streams(path: &str) -> io::Result<Value> {
     use wasip2::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags};
 
-    let (dir, rel) = wasip2::filesystem::preopens::get_directories()
-        .into_iter()
-        .find_map(|(dir, guest)| {
-            let rel = path.strip_prefix(guest.as_str())?.trim_start_matches('/');
-            Some((dir, rel.to_owned()))
-        })
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not in a preopen"))?;
+    let (dir, rel) = in_preopen(path)?;
     let mut streams = Vec::new();
     let error = loop {
         if streams.len() == 1 << 20 {
@@ -188,13 +194,7 @@ fn pwrite(path: &str, stream: bool) -> io::Result<Value> {
     use wasip2::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags, filesystem_error_code};
     use wasip2::io::streams::StreamError;
 
-    let (dir, rel) = wasip2::filesystem::preopens::get_directories()
-        .into_iter()
-        .find_map(|(dir, guest)| {
-            let rel = path.strip_prefix(guest.as_str())?.trim_start_matches('/');
-            Some((dir, rel.to_owned()))
-        })
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not in a preopen"))?;
+    let (dir, rel) = in_preopen(path)?;
     let file = dir
         .open_at(
             PathFlags::empty(),
