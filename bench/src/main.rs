@@ -133,6 +133,16 @@ fn parse_args() -> anyhow::Result<Args> {
 }
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(process::RELAY_FLAG) {
+        return match process::relay_floor(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("sandpipe-bench: relay: {err:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let result = match (scale::child_args(), process::child_args()) {
         (Some(child), _) => scale::child_main(&child),
         (None, Some(driver)) => process::child_main(&driver),

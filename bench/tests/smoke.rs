@@ -21,7 +21,7 @@ fn quick_mode_runs_every_figure_and_prints_the_tables() {
         "| figure | frame | n | p50 | p99 | vs baseline child (p50) | CPU placement |",
         "| target | measured p50 | against p50 | ratio | goal | result |",
         "| stream | frame | frames | time | frames/s | MB/s | CPU placement |",
-        "| framing | frame | placement | native direct p50 / p99 | `sandpipe run` wasm p50 / p99 | wasm ratio | `sandpipe run` native p50 / p99 | native ratio |",
+        "| framing | frame | placement | native direct p50 / p99 | `sandpipe run` wasm p50 / p99 | wasm ratio | `sandpipe run` native p50 / p99 | native ratio | pass-through relay p50 / p99 | relay ratio | `run` native / relay |",
         "| placement | oracle direct p50 / p99 | `run --protocol oracle` wasm p50 / p99 | wasm ratio |",
         "### Process-level targets",
     ] {
