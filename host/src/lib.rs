@@ -51,6 +51,7 @@
 mod cbor_note;
 pub mod driver;
 mod error;
+pub mod export_session;
 mod hash_index;
 pub mod image;
 pub mod lock;

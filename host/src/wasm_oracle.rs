@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use sandpipe_proto::oracle::Felt;
 use sandpipe_proto::oracle::wasm::{
-    CodecError, DEFAULT_MAX_RESULT_FELTS, SelectorError, Selectors, Value, check_supported,
+    CodecError, DEFAULT_MAX_RESULT_FELTS, SelectorError, Selectors, Ty, Value, check_supported,
     decode_args, encode_results,
 };
 use serde_json::{Value as Json, json};
@@ -182,6 +182,23 @@ enum Slot {
     Poisoned(String),
 }
 
+/// Resolve `selector` and decode `calldata` for it: the function's index, its arguments and
+/// its result types. Selector and codec errors happen here, before the guest is entered.
+pub(crate) fn prepare(
+    functions: &[ExportedFunc],
+    selectors: &Selectors,
+    selector: &str,
+    calldata: &[Felt],
+) -> Result<(usize, Vec<Value>, Vec<Ty>), InvokeError> {
+    let index = selectors.resolve(selector)?;
+    let func = &functions[index];
+    let params = func.params.clone()?;
+    let results = func.results.clone()?;
+    check_supported(params.iter().chain(&results))?;
+    let args = decode_args(&params, calldata)?;
+    Ok((index, args, results))
+}
+
 /// One `wasm:` oracle connection: an instance of a component that exports functions, whose
 /// state persists across calls (see the module docs).
 pub struct WasmOracle {
@@ -215,25 +232,7 @@ impl WasmOracle {
         policy: &Policy,
         options: WasmOracleOptions,
     ) -> Result<WasmOracle, HostError> {
-        let compiled = plugin
-            .compiled
-            .as_ref()
-            .ok_or_else(|| HostError::Instantiate {
-                message: format!(
-                    "{} is not a wasm component; a wasm: oracle must be one",
-                    plugin.path().display()
-                ),
-            })?;
-        crate::sandbox::Sandbox::check_imports(compiled, policy)?;
-        let runner =
-            host.sandbox
-                .exports_runner(compiled)
-                .ok_or_else(|| HostError::Instantiate {
-                    message: format!(
-                        "{} is a core module; a wasm: oracle must be a component",
-                        plugin.path().display()
-                    ),
-                })?;
+        let runner = crate::export_session::exports_runner(host, plugin, policy)?;
         let label = crate::sandbox::argv0_for(plugin.path());
         let first = runner
             .instantiate(policy, &label, options.stderr, options.stderr_tail_lines)
@@ -268,20 +267,15 @@ impl WasmOracle {
         selector: &str,
         calldata: &[Felt],
     ) -> Result<Vec<Felt>, InvokeError> {
-        let index = self.selectors.resolve(selector)?;
-        let func = &self.functions[index];
-        let params = func.params.clone()?;
-        let results = func.results.clone()?;
-        check_supported(params.iter().chain(&results))?;
-        let args = decode_args(&params, calldata)?;
+        let (index, args, _) = prepare(&self.functions, &self.selectors, selector, calldata)?;
         let values = self.call(index, &args).await?;
         Ok(encode_results(&values, self.options.max_result_felts)?)
     }
 
     /// Call function `index` (of [`WasmOracle::functions`]) with `args`, already checked
     /// against its parameter types, under the same per-call limits, poisoning and restart as
-    /// [`WasmOracle::invoke`]; the values it returned. MCP tools
-    /// ([`crate::protocols::mcp::ExportTools`]) call through here.
+    /// [`WasmOracle::invoke`]; the values it returned (for a caller with typed values, not
+    /// felts).
     pub async fn call(&mut self, index: usize, args: &[Value]) -> Result<Vec<Value>, InvokeError> {
         let results = match self.functions.get(index).map(|f| f.results.clone()) {
             Some(r) => r?.len(),
@@ -302,18 +296,11 @@ impl WasmOracle {
             }
             Err(CallFailure::Results(e)) => Err(e.into()),
             Err(CallFailure::Stopped(exit)) => {
-                let stderr_tail = match std::mem::replace(&mut self.slot, Slot::Fresh) {
-                    Slot::Live(i) => i.close().await,
-                    _ => Vec::new(),
+                let (exit, stderr_tail) = match std::mem::replace(&mut self.slot, Slot::Fresh) {
+                    Slot::Live(i) => i.close_stopped(exit).await,
+                    _ => (exit, Vec::new()),
                 };
                 let restarting = self.options.after_trap == AfterTrap::Restart;
-                let exit = match exit {
-                    Exit::Trap { message, .. } => Exit::Trap {
-                        message,
-                        stderr_tail: stderr_tail.clone(),
-                    },
-                    other => other,
-                };
                 let error = InvokeError::Stopped {
                     exit,
                     stderr_tail,

@@ -73,20 +73,14 @@ impl BudgetArgs {
         }
     }
 
-    /// `--recycle-memory SIZE`, when one was given (`auto` is the supervisor's rule).
-    pub(crate) fn recycle_memory_above(&self) -> Option<u64> {
-        match self.recycle_memory {
-            RecycleMemory::Above(n) => Some(n),
-            RecycleMemory::Auto | RecycleMemory::Never => None,
-        }
-    }
-
     /// The budgets for `plugin` under `policy` (`auto` recycling needs wasm and a memory cap).
     fn budgets(&self, plugin: &Plugin, policy: &Policy) -> Budgets {
         let mut b = Budgets {
             fuel_per_request: self.fuel_per_request,
             request_timeout: self.request_timeout,
             restart: self.restart,
+            // Scarb's semantics for a `wasm:` oracle: after a stop, every later call fails.
+            poison: plugin.exports_functions(),
             recycle_after: self.recycle_after,
             grace: self.recycle_grace,
             ..Budgets::default()
@@ -158,8 +152,9 @@ pub(crate) async fn run_proxy(
         eprintln!("sandpipe: --allow-tool and --deny-tool need --protocol mcp");
         return Ok(2);
     }
+    let poison = budgets.poison;
     let mut supervisor = Supervisor::new(host, plugin, policy, options, protocol, budgets)
-        .on_incident(print_incident);
+        .on_incident(move |i| print_incident(i, poison));
     if protocol == Protocol::Mcp {
         supervisor = supervisor.rules(Box::new(sandpipe_proto::mcp::Supervised { filter }));
     }
@@ -197,13 +192,16 @@ pub(crate) async fn run_proxy(
     Ok(exit_status(&report.exit))
 }
 
-fn print_incident(i: &Incident) {
+/// The one line each failed request gets on stderr, for every plugin kind.
+fn print_incident(i: &Incident, poison: bool) {
     let what = match &i.method {
         Some(m) => format!("request {} ({m})", i.request),
         None => format!("run {}", i.request),
     };
     let next = if i.restarting {
         "the next request gets a fresh instance"
+    } else if poison {
+        "the instance stays poisoned (use --restart for a fresh one)"
     } else {
         "ending the session"
     };
