@@ -57,10 +57,11 @@ use crate::wasm_oracle::{InvokeError, prepare};
 use crate::{ExportedFunc, Host, Plugin, Policy};
 
 impl Host {
-    /// Start `plugin` for a session speaking `protocol`: a component that exports functions
+    /// Start `plugin` for a session speaking `protocol`. A component that exports functions
     /// (see [`Plugin::exports_functions`]) is served in process, each function an oracle
-    /// selector or an MCP tool (see [`crate::export_session`]); any other plugin starts as
-    /// [`Host::start`] starts it.
+    /// selector or an MCP tool (see [`crate::export_session`]), from a fresh instance made now
+    /// (one that cannot start is an error here), with `policy.deadline` as each call's limit;
+    /// any other plugin starts as [`Host::start`] starts it.
     pub async fn start_speaking(
         &self,
         plugin: &Plugin,
@@ -68,23 +69,9 @@ impl Host {
         options: &SessionOptions,
         protocol: Protocol,
     ) -> Result<Session, HostError> {
-        if plugin.exports_functions() {
-            self.start_exports(plugin, policy, options, protocol).await
-        } else {
-            self.start(plugin, policy, options).await
+        if !plugin.exports_functions() {
+            return self.start(plugin, policy, options).await;
         }
-    }
-
-    /// A fresh instance of `plugin`, a component that exports functions, behind a session
-    /// speaking `protocol` (the Cairo oracle or MCP); `policy.deadline` is each call's limit.
-    /// The component is instantiated now, so one that cannot start is an error here.
-    pub async fn start_exports(
-        &self,
-        plugin: &Plugin,
-        policy: &Policy,
-        options: &SessionOptions,
-        protocol: Protocol,
-    ) -> Result<Session, HostError> {
         let runner = exports_runner(self, plugin, policy)?;
         let label = crate::sandbox::argv0_for(plugin.path());
         let speaks = match protocol {
@@ -246,9 +233,15 @@ impl ExportServer {
     }
 
     /// One `tools/call`: the tool result, or `-32602` for a tool it does not have.
-    async fn call_tool(&mut self, params: Option<&Json>) -> Result<Result<Json, ErrorObject>, Exit> {
+    async fn call_tool(
+        &mut self,
+        params: Option<&Json>,
+    ) -> Result<Result<Json, ErrorObject>, Exit> {
         let Speaks::Mcp(mcp) = &self.speaks else {
-            return Ok(Err(ErrorObject::new(METHOD_NOT_FOUND, "not an MCP session")));
+            return Ok(Err(ErrorObject::new(
+                METHOD_NOT_FOUND,
+                "not an MCP session",
+            )));
         };
         let Some(name) = params.and_then(|p| p.get("name")).and_then(Json::as_str) else {
             let e = ErrorObject::new(jsonrpc::INVALID_PARAMS, "tools/call needs a tool name");
@@ -262,10 +255,12 @@ impl ExportServer {
             Err(e) => return Ok(Ok(tools::tool_error(&format!("invalid arguments: {e}")))),
         };
         let results = tool.source.results.len();
-        Ok(Ok(match self.call(tool.source.function, &args, results).await? {
-            Ok(values) => tool.result(values),
-            Err(e) => tools::tool_error(&e.to_string()),
-        }))
+        Ok(Ok(
+            match self.call(tool.source.function, &args, results).await? {
+                Ok(values) => tool.result(values),
+                Err(e) => tools::tool_error(&e.to_string()),
+            },
+        ))
     }
 
     async fn handle_oracle(&mut self, frame: &[u8]) -> Result<Vec<Vec<u8>>, Exit> {
@@ -308,7 +303,9 @@ impl ExportServer {
                 mcp::ServerEvent::Initialize { id, .. } => {
                     if let Speaks::Mcp(mcp) = &mut self.speaks {
                         let info = mcp.info.clone();
-                        if let Err(e) = mcp.server.respond_initialize(id, json!({"tools": {}}), info)
+                        if let Err(e) =
+                            mcp.server
+                                .respond_initialize(id, json!({"tools": {}}), info)
                         {
                             tracing::warn!("mcp: could not answer initialize: {e}");
                         }

@@ -59,7 +59,7 @@ where
 /// What runs behind an in-process session, inside the crate: like [`MemoryPlugin`], but a
 /// frame's handling may wait (an export call runs wasm), and a stop is any [`Exit`] (a trap,
 /// fuel, a deadline, the memory cap), not only a failure message. [`Session::memory`] and
-/// [`Host::start_exports`](crate::Host::start_exports) both run on it, so an export component
+/// [`Host::start_speaking`](crate::Host::start_speaking) both run on it, so an export component
 /// and a test closure are the same kind of transport.
 pub(crate) trait InProcess: Send + 'static {
     /// What the plugin writes as it starts.

@@ -324,6 +324,12 @@ impl<'a> Supervisor<'a> {
                 }
             }
             Action::Retire { instance, grace } => {
+                let memory = on(instance, current).and_then(|i| i.control.memory_in_use());
+                tracing::info!(
+                    instance = instance.0,
+                    memory,
+                    "recycling the instance between requests; a fresh one takes over"
+                );
                 if let Some(old) = current.take_if(|i| i.id == instance) {
                     retire(old, grace);
                 }

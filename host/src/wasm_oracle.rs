@@ -8,7 +8,7 @@
 //!     ├─ ExportInstance::call (sandbox)      fuel per call, deadline per call, memory cap,
 //!     │                                      no preopens/env/network unless the policy grants
 //!     └─ encode_results (proto)  ─► felts    (capped at `max_result_felts`)
-//!   a stop (fuel, deadline, memory, trap) ─► InvokeError::Stopped { exit, stderr_tail }, then
+//!   a stop (fuel, deadline, memory, trap) ─► InvokeError::Stopped { stopped: Stopped, .. }, then
 //!     AfterTrap::Poison   every later call fails with InvokeError::Poisoned (Scarb's behaviour)
 //!     AfterTrap::Restart  the next call gets a fresh instance (as `run --restart` does)
 //! ```
@@ -44,7 +44,7 @@ use sandpipe_proto::oracle::wasm::{
 use serde_json::{Value as Json, json};
 use thiserror::Error;
 
-use crate::error::{Exit, HostError};
+use crate::error::{HostError, Stopped};
 use crate::sandbox::exports::{CallFailure, ExportInstance, ExportsRunner};
 use crate::{ExportedFunc, Host, Plugin, Policy, StderrMode};
 
@@ -127,13 +127,13 @@ pub enum InvokeError {
     /// results could not be encoded. The guest was not entered (or, for results, returned).
     #[error("{0}")]
     Codec(#[from] CodecError),
-    /// The call stopped the instance.
-    #[error("{exit}{}", tail_text(stderr_tail))]
+    /// The call stopped the instance: the one [`Stopped`] every plugin's stop is described
+    /// by (its reason the exit's own words, its `exit` set, the guest's last stderr lines).
+    /// Its message is Scarb's: the reason, then the stderr tail.
+    #[error("{}", stopped.message_with_tail())]
     Stopped {
-        /// How it stopped.
-        exit: Exit,
-        /// The guest's last stderr lines.
-        stderr_tail: Vec<String>,
+        /// How it stopped, and the stderr tail.
+        stopped: Stopped,
         /// Whether the next call gets a fresh instance.
         restarting: bool,
     },
@@ -151,25 +151,11 @@ pub enum InvokeError {
     },
 }
 
-fn tail_text(tail: &[String]) -> String {
-    if tail.is_empty() {
-        String::new()
-    } else {
-        format!("\nstderr:\n{}", tail.join("\n"))
-    }
-}
-
 impl InvokeError {
     /// JSON-RPC `data` for the engine: `{"reason", "exit", "stderr"}` for a stop.
     pub fn data(&self) -> Json {
         match self {
-            InvokeError::Stopped {
-                exit, stderr_tail, ..
-            } => json!({
-                "reason": exit.to_string(),
-                "exit": exit.to_json(),
-                "stderr": stderr_tail,
-            }),
+            InvokeError::Stopped { stopped, .. } => stopped.to_json(),
             other => json!({ "reason": other.to_string() }),
         }
     }
@@ -302,8 +288,7 @@ impl WasmOracle {
                 };
                 let restarting = self.options.after_trap == AfterTrap::Restart;
                 let error = InvokeError::Stopped {
-                    exit,
-                    stderr_tail,
+                    stopped: Stopped::ended(exit, stderr_tail),
                     restarting,
                 };
                 if !restarting {

@@ -201,8 +201,7 @@ async fn limit_bites_once(
         .await
         .expect_err("the limit bites");
     let InvokeError::Stopped {
-        exit,
-        stderr_tail,
+        stopped,
         restarting,
     } = err
     else {
@@ -221,7 +220,10 @@ async fn limit_bites_once(
     );
     assert_eq!(o.restarts(), 1);
     o.close().await;
-    (exit, stderr_tail)
+    (
+        stopped.exit.expect("a stop has its exit"),
+        stopped.stderr_tail,
+    )
 }
 
 #[tokio::test]
@@ -488,7 +490,9 @@ fn call_and_inspect_work_on_the_example() {
     assert_eq!((code, out.as_str()), (121, ""), "{err}");
     // The one stopped answer every oracle gets: the reason, and the tail in its data.
     assert!(
-        err.contains("sandpipe: oracle error -32603: oracle failed: plugin ran out of fuel (limit 20000000)"),
+        err.contains(
+            "sandpipe: oracle error -32603: oracle failed: plugin ran out of fuel (limit 20000000)"
+        ),
         "{err}"
     );
     assert!(err.contains(r#""stderr":["spinning forever"]"#), "{err}");
@@ -604,7 +608,10 @@ fn run_protocol_oracle_stops_an_endless_loop_by_request_timeout_and_answers_the_
         lines[1]["error"]["message"],
         "oracle failed: plugin exceeded its deadline of 500ms"
     );
-    assert_eq!(lines[1]["error"]["data"]["stderr"], json!(["spinning forever"]));
+    assert_eq!(
+        lines[1]["error"]["data"]["stderr"],
+        json!(["spinning forever"])
+    );
     assert_eq!(lines[2]["result"], json!(["0x2a"]));
     assert_eq!(status, "exit code 0", "{stderr}");
 
@@ -668,11 +675,16 @@ fn run_protocol_oracle_recycles_a_component_whose_memory_grows_per_call() {
         kept.iter().all(|k| k.is_array()),
         "every call answered: {answers:?}\n{stderr}"
     );
-    let first_fresh = kept
-        .iter()
-        .position(|k| *k == json!(["0x8"]) && !std::ptr::eq(k, &kept[0]))
-        .expect("a fresh instance's first hoard");
-    assert!(first_fresh > 1, "{kept:?}");
+    assert_eq!(kept[0], json!(["0x8"]));
+    let fresh = kept[1..].iter().position(|k| *k == json!(["0x8"]));
+    assert!(
+        fresh.is_some_and(|i| i > 0),
+        "a fresh instance's first hoard: {kept:?}"
+    );
+    assert!(
+        stderr.contains("recycling the instance between requests"),
+        "the log says so: {stderr}"
+    );
     assert!(
         stderr.contains("recycles=") && !stderr.contains("recycles=0"),
         "{stderr}"
@@ -682,7 +694,16 @@ fn run_protocol_oracle_recycles_a_component_whose_memory_grows_per_call() {
     // A SIZE works as well: over 20 MiB after a call, the instance is replaced.
     let (answers, status, stderr) = hoard_twelve_times(&["--recycle-memory", "20MiB"]);
     let kept: Vec<Value> = answers.iter().map(|a| a["result"].clone()).collect();
-    assert_eq!(kept[..4], [json!(["0x8"]), json!(["0x10"]), json!(["0x18"]), json!(["0x8"])], "{stderr}");
+    assert_eq!(
+        kept[..4],
+        [
+            json!(["0x8"]),
+            json!(["0x10"]),
+            json!(["0x18"]),
+            json!(["0x8"])
+        ],
+        "{stderr}"
+    );
     assert_eq!(status, "exit code 0", "{stderr}");
 
     // Without recycling the same calls meet the cap: the call that passes it stops the
@@ -692,6 +713,11 @@ fn run_protocol_oracle_recycles_a_component_whose_memory_grows_per_call() {
         .iter()
         .find(|a| a.get("error").is_some())
         .expect("the cap bites without recycling");
-    let reason = stopped["error"]["data"]["reason"].as_str().unwrap_or_default();
-    assert!(reason.contains("memory limit of 64.0 MiB"), "{stopped}\n{stderr}");
+    let reason = stopped["error"]["data"]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        reason.contains("memory limit of 64.0 MiB"),
+        "{stopped}\n{stderr}"
+    );
 }

@@ -46,7 +46,7 @@ pub(crate) async fn describe(
 ) -> Result<Value, String> {
     let protocol = crate::protocols::Protocol::Oracle;
     let session = host
-        .start_exports(plugin, policy, options, protocol)
+        .start_speaking(plugin, policy, options, protocol)
         .await
         .map_err(|e| e.to_string())?;
     let client = OracleClient::connect(session)
