@@ -24,11 +24,14 @@ pub struct BudgetArgs {
     #[arg(long, value_name = "N", conflicts_with = "fuel")]
     pub(crate) fuel_per_request: Option<u64>,
     /// Wall-clock limit from a request reaching the plugin to its response (e.g. 2s). A
-    /// request that runs over stops the plugin; the time between requests is not counted.
+    /// request that runs over stops the plugin; the time between requests is not counted. For
+    /// a component that exports functions, each call's deadline inside the instance.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) request_timeout: Option<Duration>,
     /// After a request's budget stops the plugin (or it dies), give the next request a fresh
-    /// instance, replaying the protocol's handshake to it, instead of ending the session.
+    /// instance, replaying the protocol's handshake to it, instead of ending the session (for a
+    /// component that exports functions: instead of poisoning it, where every later request
+    /// fails with the first stop's reason, as in Scarb).
     #[arg(long)]
     pub(crate) restart: bool,
     /// Replace the plugin with a fresh instance, between requests, after N answered requests.
@@ -199,13 +202,19 @@ fn print_incident(i: &Incident, poison: bool) {
         None => format!("run {}", i.request),
     };
     let next = if i.restarting {
-        "the next request gets a fresh instance"
+        "; the next request gets a fresh instance"
+    } else if i
+        .reason
+        .starts_with(&sandpipe_proto::supervise::poisoned(""))
+    {
+        // A later request of a poisoned session: the first stop's line said what follows.
+        ""
     } else if poison {
-        "the instance stays poisoned (use --restart for a fresh one)"
+        "; the instance stays poisoned (use --restart for a fresh one)"
     } else {
-        "ending the session"
+        "; ending the session"
     };
-    eprintln!("sandpipe: {what} failed: {}; {next}", i.reason);
+    eprintln!("sandpipe: {what} failed: {}{next}", i.reason);
 }
 
 /// Frames from sandpipe's stdin, split as `run` splits them ([`EngineSplitter`]) but not
