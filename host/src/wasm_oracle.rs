@@ -14,6 +14,15 @@
 //! ```
 //!
 //! Decisions, written down:
+//! - **Direct calls, for a caller with no engine.** `WasmOracle` is the library API (Scarb's
+//!   hint service in `sandpipe-scarb` is built on it): it calls the exports on one instance,
+//!   with no frames, driver or supervisor between. The CLI does not use it: `run`, `call` and
+//!   `inspect` serve the component as a session ([`crate::export_session`]) under the same
+//!   supervisor as every plugin, where restart, poisoning and recycling are
+//!   `sandpipe_proto::supervise`'s. Both paths share the selector and codec step
+//!   (`prepare`) and the sandbox's call and stop handling (`sandbox/exports.rs`), so a call
+//!   and its limits behave the same; a thin client over the session would cost a JSON round
+//!   trip per call and lose the typed [`InvokeError`]s this API returns.
 //! - **After a trap** (or any stop: fuel, deadline, memory cap) the instance is dropped, since
 //!   its store may be stopped mid-call. [`AfterTrap::Poison`] (the default) keeps Scarb's
 //!   semantics: the connection stays, and every later call fails with the first stop's
