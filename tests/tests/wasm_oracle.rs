@@ -5,7 +5,8 @@
 //! signed values, lists, options, results), short and fully qualified selectors, ambiguous and
 //! unknown ones, state across calls and one instance per connection, each limit biting in one
 //! call while the next is answered, poisoning, denied filesystem, network and environment,
-//! hostile calldata, and the endless loop through `sandpipe run --protocol oracle`.
+//! hostile calldata, the endless loop through `sandpipe run --protocol oracle`, and that
+//! command's supervisor recycling a component whose memory grows per call.
 
 use std::process::Command;
 use std::time::Duration;
