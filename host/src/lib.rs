@@ -51,6 +51,7 @@
 mod cbor_note;
 pub mod driver;
 mod error;
+pub mod export_session;
 mod hash_index;
 pub mod image;
 pub mod lock;
@@ -261,7 +262,8 @@ impl Plugin {
             .unwrap_or(&[])
     }
     /// True for a component that exports functions instead of `wasi:cli/run`: a Cairo
-    /// `wasm:` oracle, run with [`wasm_oracle::WasmOracle`], not as a session.
+    /// `wasm:` oracle, served in process as a session by [`Host::start_speaking`] (see
+    /// [`export_session`]) or called directly with [`wasm_oracle::WasmOracle`].
     pub fn exports_functions(&self) -> bool {
         self.compiled
             .as_ref()

@@ -9,6 +9,10 @@
 //!                    on the stderr tail), Killed by the kill switch
 //! ```
 //!
+//! The same loop, with an asynchronous handler whose stop is any [`Exit`] (crate-private
+//! `InProcess`), presents a component that exports functions as a session
+//! (`crate::export_session`): the supervisor sees no difference.
+//!
 //! The pipes are bounded (64 KiB), so backpressure behaves as with a real plugin, and frames go
 //! through the session's framer both ways, so a frame a plugin writes is checked as any
 //! plugin's is.
@@ -52,17 +56,79 @@ where
     }
 }
 
+/// What runs behind an in-process session, inside the crate: like [`MemoryPlugin`], but a
+/// frame's handling may wait (an export call runs wasm), and a stop is any [`Exit`] (a trap,
+/// fuel, a deadline, the memory cap), not only a failure message. [`Session::memory`] and
+/// [`Host::start_speaking`](crate::Host::start_speaking) both run on it, so an export component
+/// and a test closure are the same kind of transport.
+pub(crate) trait InProcess: Send + 'static {
+    /// What the plugin writes as it starts.
+    fn start(&mut self) -> Vec<Vec<u8>>;
+
+    /// Answer one frame: the frames to write, or how the plugin stopped (it wrote nothing
+    /// more; by then its stderr is drained into the session's tail).
+    fn handle(
+        &mut self,
+        frame: &[u8],
+    ) -> impl std::future::Future<Output = Result<Vec<Vec<u8>>, Exit>> + Send;
+
+    /// True once the plugin is done (an oracle's `shutdown`): it exits with 0 after writing
+    /// what it has.
+    fn finished(&self) -> bool {
+        false
+    }
+
+    /// The plugin's end, when its stdin closed or it finished (let its output drain).
+    fn close(self) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// A [`MemoryPlugin`] as an in-process plugin: a failure is exit 1 with its message on stderr.
+struct Sync<P> {
+    plugin: P,
+    stderr: StderrTail,
+}
+
+impl<P: MemoryPlugin> InProcess for Sync<P> {
+    fn start(&mut self) -> Vec<Vec<u8>> {
+        self.plugin.start()
+    }
+
+    async fn handle(&mut self, frame: &[u8]) -> Result<Vec<Vec<u8>>, Exit> {
+        self.plugin.handle(frame).map_err(|message| {
+            self.stderr.push(format!("{message}\n").as_bytes());
+            Exit::Exited(1)
+        })
+    }
+
+    async fn close(self) {}
+}
+
 impl Session {
     /// A session with `plugin` running in this process, in a task of the current runtime,
     /// under `options`' framing (raw bytes: each read chunk is one "frame"). Limits do not
     /// apply (nothing is sandboxed); exits, kills, the stderr tail and the frame checks
     /// behave as with a real plugin.
     pub fn memory(plugin: impl MemoryPlugin, options: &SessionOptions) -> Session {
+        let stderr = StderrTail::new(options.stderr_tail_lines);
+        let plugin = Sync {
+            plugin,
+            stderr: stderr.clone(),
+        };
+        Session::in_process(plugin, options, stderr, Arc::new(Meter::default()))
+    }
+
+    /// A session with `plugin` running in a task of the current runtime, whose stderr lines
+    /// land in `stderr` and whose memory and request counts are `meter`'s.
+    pub(crate) fn in_process(
+        plugin: impl InProcess,
+        options: &SessionOptions,
+        stderr: StderrTail,
+        meter: Arc<Meter>,
+    ) -> Session {
         let (host_stdin, plugin_stdin) = tokio::io::duplex(PIPE);
         let (plugin_stdout, host_stdout) = tokio::io::duplex(PIPE);
         let (exit_tx, exit) = watch::channel(None);
         let (kill, mut kill_rx) = KillSwitch::new();
-        let stderr = StderrTail::new(options.stderr_tail_lines);
         let framers = options.framing.map(|f| {
             (
                 f.framer(options.frame_limits),
@@ -86,13 +152,13 @@ impl Session {
             stderr,
             pid: None,
         };
-        Session::new(transport, options, Arc::new(Meter::default()))
+        Session::new(transport, options, meter)
     }
 }
 
-/// The plugin's side: read frames until stdin ends or the plugin fails.
+/// The plugin's side: read frames until stdin ends, the plugin finishes, or it stops.
 async fn run(
-    mut plugin: impl MemoryPlugin,
+    mut plugin: impl InProcess,
     mut stdin: tokio::io::DuplexStream,
     mut stdout: tokio::io::DuplexStream,
     mut framers: Option<(AnyFramer, AnyFramer)>,
@@ -104,7 +170,7 @@ async fn run(
             match framers {
                 Some((_, encoder)) => {
                     if let Err(e) = encoder.encode(&frame, &mut out) {
-                        return Err(format!("the memory plugin wrote a bad frame: {e}"));
+                        return Err(format!("the in-process plugin wrote a bad frame: {e}"));
                     }
                 }
                 None => out.extend_from_slice(&frame),
@@ -135,15 +201,20 @@ async fn run(
                 Ok(None) => break,
                 Err(e) => return fail(&stderr, &format!("bad frame from the host: {e}")),
             };
-            let answer = match plugin.handle(&frame) {
-                Ok(frames) => write(frames, &mut framers).await,
-                Err(message) => Err(message),
+            let frames = match plugin.handle(&frame).await {
+                Ok(frames) => frames,
+                Err(exit) => return exit,
             };
-            if let Err(message) = answer {
+            if let Err(message) = write(frames, &mut framers).await {
                 return fail(&stderr, &message);
+            }
+            if plugin.finished() {
+                plugin.close().await;
+                return Exit::Exited(0);
             }
         }
         if n == 0 {
+            plugin.close().await;
             return Exit::Exited(0);
         }
     }

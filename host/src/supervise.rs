@@ -18,7 +18,10 @@
 //!
 //! The clock is tokio's ([`crate::driver::now`]), so a test under a paused clock drives the
 //! request timers; [`Supervisor::memory`] runs the loop over [`Session::memory`] instances
-//! (the test seam), [`Supervisor::new`] over a real plugin.
+//! (the test seam), [`Supervisor::new`] over a real plugin: a stdio plugin, or a component
+//! that exports functions behind its in-process server ([`crate::export_session`]), so a
+//! `wasm:` oracle or a component's MCP tools get the same budgets, restarts, poisoning,
+//! recycling and stopped answers as any plugin.
 //!
 //! The fuel budget ([`Fuel::PerRequest`]) re-arms at the guest's first step after a
 //! request is forwarded ([`SessionControl::begin_request`]). With several requests in flight it
@@ -88,7 +91,9 @@ enum PluginEvent {
 
 impl<'a> Supervisor<'a> {
     /// A supervisor for `plugin` speaking `protocol`, each instance started with `policy` and
-    /// `options` (whose framing is replaced by the protocol's).
+    /// `options` (whose framing is replaced by the protocol's). A component that exports
+    /// functions is served in process ([`Host::start_speaking`]); its `request_timeout` is
+    /// each call's deadline inside the instance (see [`crate::export_session`]).
     pub fn new(
         host: &'a Host,
         plugin: &'a Plugin,
@@ -102,6 +107,13 @@ impl<'a> Supervisor<'a> {
             policy.fuel = Fuel::PerRequest(f);
         }
         let mut budgets = budgets;
+        if plugin.exports_functions() {
+            // A component's exports are called in process, each call under its own deadline
+            // inside the instance (epochs): the request timeout becomes that deadline, so a
+            // runaway call ends as `DeadlineExceeded` with its stderr tail, and the
+            // supervisor's own timer, which would race it, is not armed.
+            policy.deadline = budgets.request_timeout.take().or(policy.deadline);
+        }
         // The machine words a request's out-of-fuel reason with it, whoever armed it.
         budgets.fuel_per_request = match policy.fuel {
             Fuel::PerRequest(f) => Some(f),
@@ -170,7 +182,10 @@ impl<'a> Supervisor<'a> {
                 host,
                 plugin,
                 policy,
-            } => host.start(plugin, policy, &self.options).await?,
+            } => {
+                host.start_speaking(plugin, policy, &self.options, self.protocol)
+                    .await?
+            }
             Start::Memory(make) => make(&self.options),
         };
         let (writer, mut reader, control) = session.into_split();
@@ -309,6 +324,12 @@ impl<'a> Supervisor<'a> {
                 }
             }
             Action::Retire { instance, grace } => {
+                let memory = on(instance, current).and_then(|i| i.control.memory_in_use());
+                tracing::info!(
+                    instance = instance.0,
+                    memory,
+                    "recycling the instance between requests; a fresh one takes over"
+                );
                 if let Some(old) = current.take_if(|i| i.id == instance) {
                     retire(old, grace);
                 }

@@ -8,12 +8,21 @@
 //!     ├─ ExportInstance::call (sandbox)      fuel per call, deadline per call, memory cap,
 //!     │                                      no preopens/env/network unless the policy grants
 //!     └─ encode_results (proto)  ─► felts    (capped at `max_result_felts`)
-//!   a stop (fuel, deadline, memory, trap) ─► InvokeError::Stopped { exit, stderr_tail }, then
+//!   a stop (fuel, deadline, memory, trap) ─► InvokeError::Stopped { stopped: Stopped, .. }, then
 //!     AfterTrap::Poison   every later call fails with InvokeError::Poisoned (Scarb's behaviour)
 //!     AfterTrap::Restart  the next call gets a fresh instance (as `run --restart` does)
 //! ```
 //!
 //! Decisions, written down:
+//! - **Direct calls, for a caller with no engine.** `WasmOracle` is the library API (Scarb's
+//!   hint service in `sandpipe-scarb` is built on it): it calls the exports on one instance,
+//!   with no frames, driver or supervisor between. The CLI does not use it: `run`, `call` and
+//!   `inspect` serve the component as a session ([`crate::export_session`]) under the same
+//!   supervisor as every plugin, where restart, poisoning and recycling are
+//!   `sandpipe_proto::supervise`'s. Both paths share the selector and codec step
+//!   (`prepare`) and the sandbox's call and stop handling (`sandbox/exports.rs`), so a call
+//!   and its limits behave the same; a thin client over the session would cost a JSON round
+//!   trip per call and lose the typed [`InvokeError`]s this API returns.
 //! - **After a trap** (or any stop: fuel, deadline, memory cap) the instance is dropped, since
 //!   its store may be stopped mid-call. [`AfterTrap::Poison`] (the default) keeps Scarb's
 //!   semantics: the connection stays, and every later call fails with the first stop's
@@ -38,13 +47,13 @@ use std::time::Duration;
 
 use sandpipe_proto::oracle::Felt;
 use sandpipe_proto::oracle::wasm::{
-    CodecError, DEFAULT_MAX_RESULT_FELTS, SelectorError, Selectors, Value, check_supported,
+    CodecError, DEFAULT_MAX_RESULT_FELTS, SelectorError, Selectors, Ty, Value, check_supported,
     decode_args, encode_results,
 };
 use serde_json::{Value as Json, json};
 use thiserror::Error;
 
-use crate::error::{Exit, HostError};
+use crate::error::{HostError, Stopped};
 use crate::sandbox::exports::{CallFailure, ExportInstance, ExportsRunner};
 use crate::{ExportedFunc, Host, Plugin, Policy, StderrMode};
 
@@ -127,13 +136,13 @@ pub enum InvokeError {
     /// results could not be encoded. The guest was not entered (or, for results, returned).
     #[error("{0}")]
     Codec(#[from] CodecError),
-    /// The call stopped the instance.
-    #[error("{exit}{}", tail_text(stderr_tail))]
+    /// The call stopped the instance: the one [`Stopped`] every plugin's stop is described
+    /// by (its reason the exit's own words, its `exit` set, the guest's last stderr lines).
+    /// Its message is Scarb's: the reason, then the stderr tail.
+    #[error("{}", stopped.message_with_tail())]
     Stopped {
-        /// How it stopped.
-        exit: Exit,
-        /// The guest's last stderr lines.
-        stderr_tail: Vec<String>,
+        /// How it stopped, and the stderr tail.
+        stopped: Stopped,
         /// Whether the next call gets a fresh instance.
         restarting: bool,
     },
@@ -151,25 +160,11 @@ pub enum InvokeError {
     },
 }
 
-fn tail_text(tail: &[String]) -> String {
-    if tail.is_empty() {
-        String::new()
-    } else {
-        format!("\nstderr:\n{}", tail.join("\n"))
-    }
-}
-
 impl InvokeError {
     /// JSON-RPC `data` for the engine: `{"reason", "exit", "stderr"}` for a stop.
     pub fn data(&self) -> Json {
         match self {
-            InvokeError::Stopped {
-                exit, stderr_tail, ..
-            } => json!({
-                "reason": exit.to_string(),
-                "exit": exit.to_json(),
-                "stderr": stderr_tail,
-            }),
+            InvokeError::Stopped { stopped, .. } => stopped.to_json(),
             other => json!({ "reason": other.to_string() }),
         }
     }
@@ -180,6 +175,23 @@ enum Slot {
     /// Renew before the next call (after a restartable stop, or recycling).
     Fresh,
     Poisoned(String),
+}
+
+/// Resolve `selector` and decode `calldata` for it: the function's index, its arguments and
+/// its result types. Selector and codec errors happen here, before the guest is entered.
+pub(crate) fn prepare(
+    functions: &[ExportedFunc],
+    selectors: &Selectors,
+    selector: &str,
+    calldata: &[Felt],
+) -> Result<(usize, Vec<Value>, Vec<Ty>), InvokeError> {
+    let index = selectors.resolve(selector)?;
+    let func = &functions[index];
+    let params = func.params.clone()?;
+    let results = func.results.clone()?;
+    check_supported(params.iter().chain(&results))?;
+    let args = decode_args(&params, calldata)?;
+    Ok((index, args, results))
 }
 
 /// One `wasm:` oracle connection: an instance of a component that exports functions, whose
@@ -215,25 +227,7 @@ impl WasmOracle {
         policy: &Policy,
         options: WasmOracleOptions,
     ) -> Result<WasmOracle, HostError> {
-        let compiled = plugin
-            .compiled
-            .as_ref()
-            .ok_or_else(|| HostError::Instantiate {
-                message: format!(
-                    "{} is not a wasm component; a wasm: oracle must be one",
-                    plugin.path().display()
-                ),
-            })?;
-        crate::sandbox::Sandbox::check_imports(compiled, policy)?;
-        let runner =
-            host.sandbox
-                .exports_runner(compiled)
-                .ok_or_else(|| HostError::Instantiate {
-                    message: format!(
-                        "{} is a core module; a wasm: oracle must be a component",
-                        plugin.path().display()
-                    ),
-                })?;
+        let runner = crate::export_session::exports_runner(host, plugin, policy)?;
         let label = crate::sandbox::argv0_for(plugin.path());
         let first = runner
             .instantiate(policy, &label, options.stderr, options.stderr_tail_lines)
@@ -268,20 +262,15 @@ impl WasmOracle {
         selector: &str,
         calldata: &[Felt],
     ) -> Result<Vec<Felt>, InvokeError> {
-        let index = self.selectors.resolve(selector)?;
-        let func = &self.functions[index];
-        let params = func.params.clone()?;
-        let results = func.results.clone()?;
-        check_supported(params.iter().chain(&results))?;
-        let args = decode_args(&params, calldata)?;
+        let (index, args, _) = prepare(&self.functions, &self.selectors, selector, calldata)?;
         let values = self.call(index, &args).await?;
         Ok(encode_results(&values, self.options.max_result_felts)?)
     }
 
     /// Call function `index` (of [`WasmOracle::functions`]) with `args`, already checked
     /// against its parameter types, under the same per-call limits, poisoning and restart as
-    /// [`WasmOracle::invoke`]; the values it returned. MCP tools
-    /// ([`crate::protocols::mcp::ExportTools`]) call through here.
+    /// [`WasmOracle::invoke`]; the values it returned (for a caller with typed values, not
+    /// felts).
     pub async fn call(&mut self, index: usize, args: &[Value]) -> Result<Vec<Value>, InvokeError> {
         let results = match self.functions.get(index).map(|f| f.results.clone()) {
             Some(r) => r?.len(),
@@ -302,21 +291,13 @@ impl WasmOracle {
             }
             Err(CallFailure::Results(e)) => Err(e.into()),
             Err(CallFailure::Stopped(exit)) => {
-                let stderr_tail = match std::mem::replace(&mut self.slot, Slot::Fresh) {
-                    Slot::Live(i) => i.close().await,
-                    _ => Vec::new(),
+                let (exit, stderr_tail) = match std::mem::replace(&mut self.slot, Slot::Fresh) {
+                    Slot::Live(i) => i.close_stopped(exit).await,
+                    _ => (exit, Vec::new()),
                 };
                 let restarting = self.options.after_trap == AfterTrap::Restart;
-                let exit = match exit {
-                    Exit::Trap { message, .. } => Exit::Trap {
-                        message,
-                        stderr_tail: stderr_tail.clone(),
-                    },
-                    other => other,
-                };
                 let error = InvokeError::Stopped {
-                    exit,
-                    stderr_tail,
+                    stopped: Stopped::ended(exit, stderr_tail),
                     restarting,
                 };
                 if !restarting {

@@ -197,7 +197,7 @@ fn answers_match_scarbs_executor_for_the_same_calls() {
         err("multiple exports named: pick\nnote: possible matches are: \
              sandpipe:wasm-oracle/math@0.1.0/pick, sandpipe:wasm-oracle/words@0.1.0/pick")
     );
-    let available = "add, connect, count, env, first-char, grow, half, join, log, neg, read-file, \
+    let available = "add, connect, count, env, first-char, grow, half, hoard, join, log, neg, read-file, \
         safe-div, sandpipe:wasm-oracle/math@0.1.0/mul, sandpipe:wasm-oracle/math@0.1.0/pick, \
         sandpipe:wasm-oracle/words@0.1.0/pick, sleep, spin, split, sum, trap";
     assert_eq!(

@@ -384,7 +384,8 @@ fn a_components_exported_functions_are_tools_with_per_call_limits() {
     );
     assert_eq!(report["crash"]["result"]["isError"], true, "{report}");
     assert!(
-        text(&report["after_crash"]).starts_with("the oracle instance is poisoned"),
+        text(&report["after_crash"])
+            .starts_with("the instance is poisoned by an earlier failure: plugin trapped"),
         "{report}"
     );
     let listed = report["tools"].as_array().expect("tools");

@@ -5,7 +5,8 @@
 //! signed values, lists, options, results), short and fully qualified selectors, ambiguous and
 //! unknown ones, state across calls and one instance per connection, each limit biting in one
 //! call while the next is answered, poisoning, denied filesystem, network and environment,
-//! hostile calldata, and the endless loop through `sandpipe run --protocol oracle`.
+//! hostile calldata, the endless loop through `sandpipe run --protocol oracle`, and that
+//! command's supervisor recycling a component whose memory grows per call.
 
 use std::process::Command;
 use std::time::Duration;
@@ -201,8 +202,7 @@ async fn limit_bites_once(
         .await
         .expect_err("the limit bites");
     let InvokeError::Stopped {
-        exit,
-        stderr_tail,
+        stopped,
         restarting,
     } = err
     else {
@@ -221,7 +221,10 @@ async fn limit_bites_once(
     );
     assert_eq!(o.restarts(), 1);
     o.close().await;
-    (exit, stderr_tail)
+    (
+        stopped.exit.expect("a stop has its exit"),
+        stopped.stderr_tail,
+    )
 }
 
 #[tokio::test]
@@ -486,7 +489,14 @@ fn call_and_inspect_work_on_the_example() {
         w,
     ]);
     assert_eq!((code, out.as_str()), (121, ""), "{err}");
-    assert!(err.contains("sandpipe: oracle error -32603: plugin ran out of fuel (limit 20000000)\nstderr:\nspinning forever"), "{err}");
+    // The one stopped answer every oracle gets: the reason, and the tail in its data.
+    assert!(
+        err.contains(
+            "sandpipe: oracle error -32603: oracle failed: plugin ran out of fuel (limit 20000000)"
+        ),
+        "{err}"
+    );
+    assert!(err.contains(r#""stderr":["spinning forever"]"#), "{err}");
     let (code, _, err) = run_cli(&[
         "call",
         "--protocol",
@@ -580,7 +590,7 @@ fn run_protocol_oracle_stops_an_endless_loop_by_fuel_and_answers_the_next_invoke
     assert_eq!(error["code"], -32603);
     assert_eq!(
         error["message"],
-        "plugin ran out of fuel (limit 50000000)\nstderr:\nspinning forever"
+        "oracle failed: request ran out of fuel (limit 50000000 per request)"
     );
     assert_eq!(error["data"]["stderr"], json!(["spinning forever"]));
     assert_eq!(
@@ -588,7 +598,7 @@ fn run_protocol_oracle_stops_an_endless_loop_by_fuel_and_answers_the_next_invoke
         json!({"jsonrpc": "2.0", "id": 2, "result": ["0x2a"]})
     );
     assert_eq!(status, "exit code 0", "{stderr}");
-    assert!(stderr.contains("sandpipe: request 1 (invoke spin) failed: plugin ran out of fuel (limit 50000000); the next request gets a fresh instance"), "{stderr}");
+    assert!(stderr.contains("sandpipe: request 1 (invoke) failed: request ran out of fuel (limit 50000000 per request); the next request gets a fresh instance"), "{stderr}");
 }
 
 #[test]
@@ -597,7 +607,11 @@ fn run_protocol_oracle_stops_an_endless_loop_by_request_timeout_and_answers_the_
         endless_loop_then_add(&["--request-timeout", "500ms", "--restart"]);
     assert_eq!(
         lines[1]["error"]["message"],
-        "plugin exceeded its deadline of 500ms\nstderr:\nspinning forever"
+        "oracle failed: plugin exceeded its deadline of 500ms"
+    );
+    assert_eq!(
+        lines[1]["error"]["data"]["stderr"],
+        json!(["spinning forever"])
     );
     assert_eq!(lines[2]["result"], json!(["0x2a"]));
     assert_eq!(status, "exit code 0", "{stderr}");
@@ -608,9 +622,103 @@ fn run_protocol_oracle_stops_an_endless_loop_by_request_timeout_and_answers_the_
     assert!(
         lines[1]["error"]["message"]
             .as_str()
-            .is_some_and(|m| m.starts_with("plugin exceeded its deadline"))
+            .is_some_and(|m| m.starts_with("oracle failed: plugin exceeded its deadline"))
     );
     let poisoned = lines[2]["error"]["message"].as_str().expect("an error");
-    assert!(poisoned.starts_with("the oracle instance is poisoned by an earlier failure: plugin exceeded its deadline of 500ms"), "{poisoned}");
+    assert!(poisoned.starts_with("oracle failed: the instance is poisoned by an earlier failure: plugin exceeded its deadline of 500ms"), "{poisoned}");
     assert_eq!(status, "exit code 0");
+}
+
+/// The engine's side of `sandpipe -v run --protocol oracle --max-memory 64MiB RECYCLE X.wasm`:
+/// twelve `hoard` invokes of 8 MiB each (a heap that grows per call and never shrinks); the
+/// answers (MiB the instance keeps in all), the exit status and sandpipe's stderr.
+fn hoard_twelve_times(recycle: &[&str]) -> (Vec<Value>, String, String) {
+    let w = wasm_oracle();
+    let mut cmd = Command::new(peers::sandpipe());
+    cmd.args(["-v", "run", "--protocol", "oracle", "--max-memory", "64MiB"])
+        .args(recycle)
+        .arg(&w);
+    let mut steps = vec![
+        Step::Expect(1),
+        Step::Send(format!("{}\n", peers::ORACLE_READY_ACK).into_bytes()),
+    ];
+    for id in 1..=12 {
+        steps.push(Step::Send(invoke_line(id, "hoard", &["0x8"])));
+        steps.push(Step::Expect(1));
+    }
+    steps.push(Step::Send(
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"shutdown\"}\n".to_vec(),
+    ));
+    steps.push(Step::CloseStdin);
+    let t = play(&mut cmd, &steps);
+    assert_eq!(t.broke, None, "{}", String::from_utf8_lossy(&t.stderr));
+    let lines: Vec<Value> = t
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("a JSON line"))
+        .collect();
+    (
+        lines[1..].to_vec(),
+        t.status,
+        String::from_utf8_lossy(&t.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn run_protocol_oracle_recycles_a_component_whose_memory_grows_per_call() {
+    // `auto`: once the instance has used half of its headroom below the 64 MiB cap (measured
+    // from its size after the first call), it is replaced between calls, and every call is
+    // answered: the hoard starts over on the fresh instance.
+    let (answers, status, stderr) = hoard_twelve_times(&["--recycle-memory", "auto"]);
+    let kept: Vec<Value> = answers.iter().map(|a| a["result"].clone()).collect();
+    assert!(
+        kept.iter().all(|k| k.is_array()),
+        "every call answered: {answers:?}\n{stderr}"
+    );
+    assert_eq!(kept[0], json!(["0x8"]));
+    let fresh = kept[1..].iter().position(|k| *k == json!(["0x8"]));
+    assert!(
+        fresh.is_some_and(|i| i > 0),
+        "a fresh instance's first hoard: {kept:?}"
+    );
+    assert!(
+        stderr.contains("recycling the instance between requests"),
+        "the log says so: {stderr}"
+    );
+    assert!(
+        stderr.contains("recycles=") && !stderr.contains("recycles=0"),
+        "{stderr}"
+    );
+    assert_eq!(status, "exit code 0", "{stderr}");
+
+    // A SIZE works as well: over 20 MiB after a call, the instance is replaced.
+    let (answers, status, stderr) = hoard_twelve_times(&["--recycle-memory", "20MiB"]);
+    let kept: Vec<Value> = answers.iter().map(|a| a["result"].clone()).collect();
+    assert_eq!(
+        kept[..4],
+        [
+            json!(["0x8"]),
+            json!(["0x10"]),
+            json!(["0x18"]),
+            json!(["0x8"])
+        ],
+        "{stderr}"
+    );
+    assert_eq!(status, "exit code 0", "{stderr}");
+
+    // Without recycling the same calls meet the cap: the call that passes it stops the
+    // instance (poisoned, as in Scarb), so the feature is what keeps them answered.
+    let (answers, _, stderr) = hoard_twelve_times(&["--recycle-memory", "none"]);
+    let stopped = answers
+        .iter()
+        .find(|a| a.get("error").is_some())
+        .expect("the cap bites without recycling");
+    let reason = stopped["error"]["data"]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        reason.contains("memory limit of 64.0 MiB"),
+        "{stopped}\n{stderr}"
+    );
 }

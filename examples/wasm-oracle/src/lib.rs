@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Besides plain functions it has a stateful counter, a function that fails with an error
-//! value, one that traps, an endless loop, a sleep, an allocator, and probes of the file
+//! value, one that traps, an endless loop, a sleep, an allocator, a hoard that grows per call, and probes of the file
 //! system, the network and the environment, so every limit of the sandbox can be shown.
 
 // The bindings wit-bindgen generates are unsafe canonical-ABI glue; this file writes no
@@ -23,6 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use exports::sandpipe::wasm_oracle::{math, words};
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// What `hoard` keeps: it only grows, as a guest heap that leaks per request does.
+static HOARD: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
 
 #[derive(Debug)]
 struct Oracle;
@@ -83,6 +86,14 @@ impl Guest for Oracle {
     fn grow(mib: u32) -> u32 {
         eprintln!("allocating {mib} MiB");
         let mut kept: Vec<Vec<u8>> = Vec::new();
+        for _ in 0..mib {
+            kept.push(vec![1u8; 1 << 20]);
+        }
+        kept.len() as u32
+    }
+
+    fn hoard(mib: u32) -> u32 {
+        let mut kept = HOARD.lock().unwrap_or_else(|p| p.into_inner());
         for _ in 0..mib {
             kept.push(vec![1u8; 1 << 20]);
         }

@@ -79,25 +79,8 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     super::dist::note_slow_compile(&plugin, &args.plugin);
     let policy = args.sandbox.policy(super::plugin_args(&args.plugin_args))?;
     warn_if_native(&plugin, &policy);
-    if protocol == Protocol::Oracle && plugin.exports_functions() {
-        if args.record.is_some() {
-            bail!("--record records stdio sessions; a wasm: oracle component has none");
-        }
-        let calldata = felts(params)?;
-        return super::wasm_oracle::call(&host, &plugin, &policy, &args.method, &calldata).await;
-    }
-    if protocol == Protocol::Mcp && plugin.exports_functions() {
-        if args.record.is_some() {
-            bail!("--record records stdio sessions; a component exporting functions has none");
-        }
-        return super::wasm_oracle::call_tool(
-            &host,
-            &plugin,
-            &policy,
-            &args.method,
-            params.as_ref(),
-        )
-        .await;
+    if plugin.exports_functions() && args.record.is_some() {
+        bail!("--record records stdio sessions; a component exporting functions has none");
     }
     let mut options =
         SessionOptions::framed(protocol.framing()).frame_limits(args.sandbox.frame_limits());
@@ -118,8 +101,9 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
             Err(e) => Ok(report_orchard(&e, None)),
         };
     }
+    // A component that exports functions is served in process, in the protocol's frames.
     let session = host
-        .start(&plugin, &policy, &options)
+        .start_speaking(&plugin, &policy, &options, protocol)
         .await
         .with_context(|| format!("starting plugin {}", plugin.path().display()))?;
     match protocol {

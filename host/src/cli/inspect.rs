@@ -130,7 +130,7 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
                     .map_err(|e| e.to_string())
             }
             Protocol::Oracle if plugin.exports_functions() => {
-                super::wasm_oracle::describe(&host, &plugin, &policy).await
+                super::wasm_oracle::describe(&host, &plugin, &policy, &options).await
             }
             Protocol::Oracle => {
                 let session = host.start(&plugin, &policy, &options).await?;
@@ -186,12 +186,12 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
                     Err(e) => Err(e.to_string()),
                 }
             }
-            Protocol::Mcp if plugin.exports_functions() => {
-                super::wasm_oracle::describe_tools(&host, &plugin, &policy).await
-            }
             Protocol::Mcp => {
                 use crate::protocols::mcp::McpClient;
-                let session = host.start(&plugin, &policy, &options).await?;
+                // A component's exported functions are tools served in process.
+                let session = host
+                    .start_speaking(&plugin, &policy, &options, protocol)
+                    .await?;
                 let info = json!({"name": "sandpipe", "version": env!("CARGO_PKG_VERSION")});
                 match McpClient::connect(session, info).await {
                     Ok((client, init)) => {

@@ -24,11 +24,14 @@ pub struct BudgetArgs {
     #[arg(long, value_name = "N", conflicts_with = "fuel")]
     pub(crate) fuel_per_request: Option<u64>,
     /// Wall-clock limit from a request reaching the plugin to its response (e.g. 2s). A
-    /// request that runs over stops the plugin; the time between requests is not counted.
+    /// request that runs over stops the plugin; the time between requests is not counted. For
+    /// a component that exports functions, each call's deadline inside the instance.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) request_timeout: Option<Duration>,
     /// After a request's budget stops the plugin (or it dies), give the next request a fresh
-    /// instance, replaying the protocol's handshake to it, instead of ending the session.
+    /// instance, replaying the protocol's handshake to it, instead of ending the session (for a
+    /// component that exports functions: instead of poisoning it, where every later request
+    /// fails with the first stop's reason, as in Scarb).
     #[arg(long)]
     pub(crate) restart: bool,
     /// Replace the plugin with a fresh instance, between requests, after N answered requests.
@@ -73,20 +76,14 @@ impl BudgetArgs {
         }
     }
 
-    /// `--recycle-memory SIZE`, when one was given (`auto` is the supervisor's rule).
-    pub(crate) fn recycle_memory_above(&self) -> Option<u64> {
-        match self.recycle_memory {
-            RecycleMemory::Above(n) => Some(n),
-            RecycleMemory::Auto | RecycleMemory::Never => None,
-        }
-    }
-
     /// The budgets for `plugin` under `policy` (`auto` recycling needs wasm and a memory cap).
     fn budgets(&self, plugin: &Plugin, policy: &Policy) -> Budgets {
         let mut b = Budgets {
             fuel_per_request: self.fuel_per_request,
             request_timeout: self.request_timeout,
             restart: self.restart,
+            // Scarb's semantics for a `wasm:` oracle: after a stop, every later call fails.
+            poison: plugin.exports_functions(),
             recycle_after: self.recycle_after,
             grace: self.recycle_grace,
             ..Budgets::default()
@@ -158,8 +155,9 @@ pub(crate) async fn run_proxy(
         eprintln!("sandpipe: --allow-tool and --deny-tool need --protocol mcp");
         return Ok(2);
     }
+    let poison = budgets.poison;
     let mut supervisor = Supervisor::new(host, plugin, policy, options, protocol, budgets)
-        .on_incident(print_incident);
+        .on_incident(move |i| print_incident(i, poison));
     if protocol == Protocol::Mcp {
         supervisor = supervisor.rules(Box::new(sandpipe_proto::mcp::Supervised { filter }));
     }
@@ -197,17 +195,26 @@ pub(crate) async fn run_proxy(
     Ok(exit_status(&report.exit))
 }
 
-fn print_incident(i: &Incident) {
+/// The one line each failed request gets on stderr, for every plugin kind.
+fn print_incident(i: &Incident, poison: bool) {
     let what = match &i.method {
         Some(m) => format!("request {} ({m})", i.request),
         None => format!("run {}", i.request),
     };
     let next = if i.restarting {
-        "the next request gets a fresh instance"
+        "; the next request gets a fresh instance"
+    } else if i
+        .reason
+        .starts_with(&sandpipe_proto::supervise::poisoned(""))
+    {
+        // A later request of a poisoned session: the first stop's line said what follows.
+        ""
+    } else if poison {
+        "; the instance stays poisoned (use --restart for a fresh one)"
     } else {
-        "ending the session"
+        "; ending the session"
     };
-    eprintln!("sandpipe: {what} failed: {}; {next}", i.reason);
+    eprintln!("sandpipe: {what} failed: {}{next}", i.reason);
 }
 
 /// Frames from sandpipe's stdin, split as `run` splits them ([`EngineSplitter`]) but not

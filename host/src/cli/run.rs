@@ -13,7 +13,6 @@ use super::sandbox_args::{SandboxArgs, warn_if_native};
 use super::signals::{self, Action, SigintMode, Signals};
 use super::stdio::{EngineStdin, EngineStdout};
 use super::{exit_code, parse_duration};
-use crate::protocols::Protocol;
 use crate::{
     Exit, PluginKind, SessionControl, SessionError, SessionOptions, SessionReader, SessionWriter,
     StderrMode,
@@ -147,27 +146,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         grace: args.grace,
     };
     // A component that exports functions instead of `wasi:cli/run` has no stdio to speak a
-    // protocol on: sandpipe speaks it, with the exports behind it (oracle: the `stdio:` oracle
-    // protocol; MCP: each function a tool).
-    if let Some(protocol @ (Protocol::Oracle | Protocol::Mcp)) = args.protocol
-        && plugin.exports_functions()
-    {
-        if args.record.is_some() {
-            anyhow::bail!(
-                "--record does not apply to a component that exports functions (no stdio to record)"
-            );
-        }
-        return super::wasm_oracle::serve(
-            &host,
-            &plugin,
-            policy,
-            protocol,
-            &args.budgets,
-            args.sandbox.frame_limits(),
-            signals,
-            on_signal,
-        )
-        .await;
+    // protocol on: sandpipe speaks it in process, with the exports behind it (oracle: the
+    // `stdio:` oracle protocol; MCP: each function a tool), supervised like any plugin.
+    if args.protocol.is_some() && plugin.exports_functions() && args.record.is_some() {
+        anyhow::bail!(
+            "--record does not apply to a component that exports functions (no stdio to record)"
+        );
     }
     if let Some(protocol) = args.protocol {
         let mut options = SessionOptions::default()

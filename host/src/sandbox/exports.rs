@@ -427,6 +427,30 @@ impl ExportInstance {
         self.meter.memory.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// The instance's meter (linear memory, live), for the session it stands behind.
+    pub(crate) fn meter(&self) -> Arc<Meter> {
+        self.meter.clone()
+    }
+
+    /// Where the guest's last stderr lines are kept.
+    pub(crate) fn stderr(&self) -> StderrTail {
+        self.stderr.clone()
+    }
+
+    /// Close an instance a call stopped with `exit`: the exit (a trap's with the whole stderr
+    /// tail, drained) and the tail.
+    pub(crate) async fn close_stopped(self, exit: Exit) -> (Exit, Vec<String>) {
+        let stderr_tail = self.close().await;
+        let exit = match exit {
+            Exit::Trap { message, .. } => Exit::Trap {
+                message,
+                stderr_tail: stderr_tail.clone(),
+            },
+            other => other,
+        };
+        (exit, stderr_tail)
+    }
+
     /// Call function `index` with `args` (already checked against its types), within
     /// `timeout` of wall-clock time and the per-call fuel budget.
     pub(crate) async fn call(

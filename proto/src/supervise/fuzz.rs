@@ -47,6 +47,7 @@ pub(super) fn run(data: &[u8]) -> super::Report {
             .is_multiple_of(2)
             .then(|| Duration::from_millis(500)),
         restart: !input.byte().is_multiple_of(4),
+        poison: input.byte().is_multiple_of(5),
         recycle_after: input.byte().is_multiple_of(3).then_some(2),
         recycle_memory: input.byte().is_multiple_of(3).then_some(1 << 20),
         ..Budgets::default()

@@ -49,6 +49,16 @@
 //!   [`Budgets::recycle_before_cap`]) happens only between requests, with none pending, right
 //!   after an answer: the old instance is retired (stdin closed, `grace` to exit) and a fresh
 //!   one takes over at once.
+//! - **Poisoning lives here**, as a budget flag beside restart and recycling
+//!   ([`Budgets::poison`]), not in the transport: an instance that stopped (a trap, fuel, a
+//!   deadline, the memory cap, an exit) is gone either way, and what the *next* request meets
+//!   is a session decision. With `restart` a fresh instance serves it; with `poison` (Scarb's
+//!   default for a `wasm:` oracle) it gets the protocol's stopped answer, worded by
+//!   [`poisoned`] from the first stop's reason, and the session lives on until the engine
+//!   closes it (then it ended cleanly: every request was answered in-band); with neither the
+//!   session ends with the stop. Only requests are failed: the engine's notifications and
+//!   answers after the stop go nowhere. The host decides nothing about it, so the same rule
+//!   holds for any transport and is tested here on the virtual clock.
 //! - Output an instance writes after it was retired or stopped is dropped.
 //! - ATP v1 has one run per plugin process; its runs are not budgeted (frames pass through).
 //!
@@ -87,8 +97,8 @@ mod tests;
 
 pub use fuzz::fuzz;
 
-/// Per-request limits and renewal. Defaults: no per-request limits, no restart, no recycling,
-/// a 2 s grace for recycled instances. Build one with `..Budgets::default()`.
+/// Per-request limits and renewal. Defaults: no per-request limits, no restart, no poisoning,
+/// no recycling, a 2 s grace for recycled instances. Build one with `..Budgets::default()`.
 #[derive(Debug, Clone)]
 pub struct Budgets {
     /// Fuel for each request (wasm only). The host arms it; the supervisor only words the
@@ -99,6 +109,11 @@ pub struct Budgets {
     /// After an instance stopped with requests pending (or ended on its own while the engine
     /// still talks), start a fresh one for the next request instead of ending the session.
     pub restart: bool,
+    /// After an instance stopped, and `restart` is off, keep the session instead of ending
+    /// it: every later request gets the protocol's stopped answer, its reason
+    /// [`poisoned`] by the first stop's; the session ends cleanly when the engine closes
+    /// its side. Scarb's semantics for a `wasm:` oracle (an export component).
+    pub poison: bool,
     /// Start a fresh instance, between requests, after this many answered requests.
     pub recycle_after: Option<u64>,
     /// Start a fresh instance, between requests, once the plugin holds more than this many
@@ -122,6 +137,7 @@ impl Default for Budgets {
             fuel_per_request: None,
             request_timeout: None,
             restart: false,
+            poison: false,
             recycle_after: None,
             recycle_memory: None,
             recycle_before_cap: None,
@@ -273,6 +289,12 @@ impl Head {
     fn method(&self) -> Option<&str> {
         self.method.as_ref().and_then(Value::as_str)
     }
+}
+
+/// The reason a request fails with once an earlier stop poisoned the session
+/// ([`Budgets::poison`]): the first stop's reason, named as such.
+pub fn poisoned(first: &str) -> String {
+    format!("the instance is poisoned by an earlier failure: {first}")
 }
 
 /// A request id as a key: its JSON text (so `1` and `"1"` differ).
@@ -489,6 +511,9 @@ pub struct Supervisor {
     /// The plugin ended before the engine's handshake reached it and the engine speaks first:
     /// the engine's next request gets the stopped answer, then the session ends.
     dead: Option<Stopped>,
+    /// An instance stopped under [`Budgets::poison`]: every later request gets the stopped
+    /// answer with this stop's reason (as [`poisoned`]), until the engine closes.
+    poisoned: Option<Stopped>,
     actions: VecDeque<Action>,
     report: Report,
 }
@@ -516,6 +541,7 @@ impl Supervisor {
             swallow: HashSet::new(),
             handshake_pending: Vec::new(),
             dead: None,
+            poisoned: None,
             actions: VecDeque::new(),
             report: Report {
                 exit: Exit::Exited(0),
@@ -578,6 +604,20 @@ impl Supervisor {
             self.actions.push_back(Action::ToEngine(answer));
             return;
         }
+        if let Some(first) = self.poisoned.clone() {
+            if let FromEngine::Request { key, method } = self.rules.classify_engine(&frame) {
+                self.report.requests += 1;
+                let incident = Incident {
+                    request: key,
+                    method,
+                    reason: poisoned(&first.reason),
+                    exit: first.exit.clone(),
+                    restarting: false,
+                };
+                self.fail(incident, &first.stderr_tail);
+            }
+            return;
+        }
         if let Some(stopped) = self.dead.clone() {
             let request = match self.rules.classify_engine(&frame) {
                 FromEngine::Request { key, method } => Some((key, method)),
@@ -624,6 +664,12 @@ impl Supervisor {
         if self.done {
             return;
         }
+        if self.poisoned.is_some() {
+            // Every request since the stop was answered in-band: the session ended cleanly.
+            self.report.exit = Exit::Exited(0);
+            self.done = true;
+            return;
+        }
         if self.dead.is_some() {
             self.done = true;
             return;
@@ -649,7 +695,7 @@ impl Supervisor {
         if self.done {
             return;
         }
-        if self.dead.is_some() {
+        if self.dead.is_some() || self.poisoned.is_some() {
             self.done = true;
             return;
         }
@@ -837,6 +883,13 @@ impl Supervisor {
         }
         if !self.engine_open {
             self.done = true;
+        } else if !restart && self.budgets.poison {
+            self.poisoned = Some(Stopped {
+                reason,
+                exit: Some(exit),
+                stderr_tail,
+                violation: false,
+            });
         } else if !restart {
             self.report.stopped = true;
             if self.replay.is_empty() && self.rules.engine_speaks_first() {

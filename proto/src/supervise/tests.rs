@@ -796,6 +796,102 @@ fn without_restart_a_stop_ends_the_session_with_its_limit() {
     assert_eq!(report.restarts, 0);
 }
 
+#[test]
+fn poisoning_fails_every_later_request_with_the_first_stops_reason_until_the_engine_closes() {
+    let b = Budgets {
+        poison: true,
+        request_timeout: Some(Duration::from_secs(2)),
+        ..Budgets::default()
+    };
+    let fake = Fake {
+        start: oracle_ready,
+        answer: oracle_answers,
+    };
+    let mut h = Harness::new(Box::new(oracle::Supervised), fake, b);
+    let ready = json_of(&h.take_engine()[0]);
+    h.engine_json(json!({"jsonrpc":"2.0","id":ready["id"],"result":{}}));
+    h.engine(jsonrpc_request("invoke")(1, false));
+    assert_eq!(json_of(&h.take_engine()[0])["result"], json!(["0x1"]));
+    // A runaway invoke: the timer stops the instance on virtual time.
+    h.engine(jsonrpc_request("invoke")(2, true));
+    h.advance(Duration::from_secs(2));
+    assert_eq!(h.killed, [InstanceId(0)]);
+    h.stop(
+        InstanceId(0),
+        Exit::Killed { signal: None },
+        &["hog: spin starting"],
+    );
+    let first = h.take_engine();
+    internal_error(
+        &first[0],
+        2,
+        "request 2 timed out after 2s (request timeout)",
+    );
+    // Later requests: the stopped answer with the first stop's reason, no fresh instance, and
+    // the session goes on (a notification in between changes nothing).
+    h.engine_json(json!({"jsonrpc":"2.0","method":"shutdown-not-yet"}));
+    for id in 3..=4 {
+        h.engine(jsonrpc_request("invoke")(id, false));
+        let answer = h.take_engine();
+        assert_eq!(answer.len(), 1, "{answer:?}");
+        internal_error(
+            &answer[0],
+            id,
+            "the instance is poisoned by an earlier failure: request 2 timed out after 2s (request timeout)",
+        );
+    }
+    assert_eq!(h.started.len(), 1, "no fresh instance");
+    assert!(!h.sup.is_done() && h.sup.accepts_engine_frames());
+    assert_eq!(
+        h.sup.poll_timeout(),
+        None,
+        "nothing is timed while poisoned"
+    );
+    h.close_engine();
+    assert!(h.sup.is_done());
+    let report = h.report();
+    assert_eq!(
+        report.exit,
+        Exit::Exited(0),
+        "every request was answered in-band"
+    );
+    assert!(!report.stopped);
+    assert_eq!(
+        (report.requests, report.answered, report.incidents.len()),
+        (4, 1, 3)
+    );
+    assert!(report.incidents.iter().all(|i| !i.restarting));
+    assert!(
+        report.incidents[2].exit
+            == Some(Exit::DeadlineExceeded {
+                limit: Duration::from_secs(2)
+            })
+    );
+}
+
+/// With both, restart wins: poisoning is what happens when no fresh instance is due.
+#[test]
+fn restart_wins_over_poison() {
+    let b = Budgets {
+        poison: true,
+        ..restarting(5)
+    };
+    let fake = Fake {
+        start: silent,
+        answer: answers_requests,
+    };
+    let mut h = Harness::new(Box::new(jsonrpc::Supervised), fake, b);
+    h.engine(jsonrpc_request("work")(1, true));
+    h.stop(InstanceId(0), Exit::OutOfFuel { limit: 5 }, &[]);
+    h.take_engine();
+    h.engine(jsonrpc_request("work")(2, false));
+    assert_eq!(
+        json_of(&h.take_engine()[0])["result"],
+        json!({"ok": "work"})
+    );
+    assert_eq!(h.report().restarts, 1);
+}
+
 /// A FineCode session whose first instance answered `initialize` and then exited: the next
 /// request starts a fresh instance and replays the handshake to it.
 fn finecode_after_a_crash() -> Harness {
