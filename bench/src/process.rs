@@ -84,8 +84,9 @@ pub const RELAY_FLAG: &str = "--relay-floor";
 pub fn relay_floor(cmd: &[String]) -> anyhow::Result<()> {
     fn pump(mut from: impl Read, mut to: impl Write) {
         let mut buf = vec![0u8; 128 * 1024];
+        // `Stdout` is line-buffered: flush each read's bytes, since CBOR items end in no newline.
         while let Ok(n @ 1..) = from.read(&mut buf) {
-            if to.write_all(&buf[..n]).is_err() {
+            if to.write_all(&buf[..n]).and_then(|()| to.flush()).is_err() {
                 return;
             }
         }
