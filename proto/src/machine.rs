@@ -12,8 +12,8 @@
 //! A machine never reads a clock or a pipe: the driver passes frames, time and the plugin's end
 //! in, and takes frames and events out. Which event answers which request is the machine's
 //! call ([`ClientMachine::completes`], and [`ClientMachine::belongs_to`] for a request
-//! answered by a stream of events that the completing one ends); everything else (the plugin's own requests and
-//! notifications, progress, a handshake) is for the caller to read in order.
+//! answered by a stream of events that the completing one ends); everything else (the
+//! plugin's own requests and notifications, a handshake) is for the caller to read in order.
 //!
 //! [`ServerMachine`] is the plugin side's shape: frames in, frames and events out, no clock.
 //!
