@@ -3,11 +3,18 @@
 //! ```text
 //!   caller ── request(|m| m.execute(..)) ──► machine ──► poll_transmit ──► writer task ──► stdin
 //!   reader task: stdout ──► Session::recv ──► machine.handle_frame ──► poll_event
-//!        ├─ an event completing a request ──► that request's Pending
+//!        ├─ an event completing a request ──► that request's Pending (or the end of its Stream)
+//!        ├─ an event belonging to a streamed request ──► that request's Stream, in order
 //!        └─ anything else (the plugin's requests, notifications, progress, hello) ──► next_event
 //!   reader task: machine.poll_timeout due ──► machine.handle_timeout(now) ──► the same routing
 //!   plugin gone / bad frame / fatal refusal ──► Stopped ──► machine.fail_pending ──► every Pending
+//!                                                                            and every Stream
 //! ```
+//!
+//! A request is answered by one event ([`Driver::request`]) or by a stream of them that the
+//! completing event ends ([`Driver::request_stream`]: an ATP run's signals then its result).
+//! Which is which is the machine's call ([`ClientMachine::completes`],
+//! [`ClientMachine::belongs_to`]).
 //!
 //! Every protocol's typed client (`protocols/*`, `rpc::JsonRpcPeer`) is a thin layer on this:
 //! it makes requests on its machine and turns completion events into typed results. The
@@ -34,6 +41,10 @@ use crate::session::{Session, SessionControl, SessionReader, SessionWriter};
 /// unbounded memory.
 const EVENT_QUEUE: usize = 256;
 
+/// How many events of one streamed request may wait unread before the reader stops reading
+/// stdout (backpressure, as for the events nobody awaits).
+pub const STREAM_QUEUE: usize = 256;
+
 /// A request the machine refused to make.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Refused<E> {
@@ -57,9 +68,22 @@ pub struct Completion<E> {
 /// the request.
 type Waiter<E> = oneshot::Sender<Result<Completion<E>, Stopped>>;
 
+/// Where a streamed request's events go, the completing one last.
+type StreamTx<E> = mpsc::Sender<Result<Completion<E>, Stopped>>;
+
+/// Where the router sends an event once the lock is released (a send may wait on a full
+/// queue).
+enum Routed<E> {
+    /// Completes no request and belongs to no stream: for `next_event`.
+    Rest(Completion<E>),
+    /// For a streamed request; the sender is dropped after the completing one.
+    Stream(StreamTx<E>, Result<Completion<E>, Stopped>),
+}
+
 struct Shared<M: ClientMachine> {
     machine: M,
     waiters: HashMap<M::Key, Waiter<M::Event>>,
+    streams: HashMap<M::Key, StreamTx<M::Event>>,
     stopped: Option<Stopped>,
     /// For events a local act makes; dropped at the stop, so `next_event` ends.
     events_tx: Option<mpsc::Sender<Completion<M::Event>>>,
@@ -125,26 +149,46 @@ fn transmit<M: ClientMachine>(s: &mut Shared<M>, out: &mpsc::UnboundedSender<Out
     }
 }
 
-/// Route the machine's events: a completion to its waiter, the rest returned in order; each
-/// carries `stopped` when the stop made it.
-fn route<M: ClientMachine>(
-    s: &mut Shared<M>,
-    stopped: Option<&Stopped>,
-) -> Vec<Completion<M::Event>> {
+/// Route the machine's events: a completion to its waiter; the rest returned in order, each
+/// for its stream or for `next_event`. Each carries `stopped` when the stop made it.
+fn route<M: ClientMachine>(s: &mut Shared<M>, stopped: Option<&Stopped>) -> Vec<Routed<M::Event>> {
     let mut rest = Vec::new();
     while let Some(event) = s.machine.poll_event() {
         let completion = Completion {
             event,
             stopped: stopped.cloned(),
         };
-        match M::completes(&completion.event).and_then(|key| s.waiters.remove(key)) {
-            Some(tx) => {
+        if let Some(key) = M::completes(&completion.event) {
+            if let Some(tx) = s.waiters.remove(key) {
                 let _ = tx.send(Ok(completion));
+                continue;
             }
-            None => rest.push(completion),
+            if let Some(tx) = s.streams.remove(key) {
+                rest.push(Routed::Stream(tx, Ok(completion)));
+                continue;
+            }
+        } else if let Some(tx) = M::belongs_to(&completion.event).and_then(|k| s.streams.get(k)) {
+            rest.push(Routed::Stream(tx.clone(), Ok(completion)));
+            continue;
         }
+        rest.push(Routed::Rest(completion));
     }
     rest
+}
+
+/// Send routed events, in order, waiting while a queue is full. A closed queue (a caller no
+/// longer reading) drops the event.
+async fn deliver<E>(events: &mpsc::Sender<Completion<E>>, routed: Vec<Routed<E>>) {
+    for r in routed {
+        match r {
+            Routed::Rest(c) => {
+                let _ = events.send(c).await;
+            }
+            Routed::Stream(tx, item) => {
+                let _ = tx.send(item).await;
+            }
+        }
+    }
 }
 
 impl<M: ClientMachine> Driver<M> {
@@ -157,6 +201,7 @@ impl<M: ClientMachine> Driver<M> {
         let shared = Arc::new(Mutex::new(Shared {
             machine,
             waiters: HashMap::new(),
+            streams: HashMap::new(),
             stopped: None,
             events_tx: Some(events_tx.clone()),
         }));
@@ -200,6 +245,29 @@ impl<M: ClientMachine> Driver<M> {
         Ok(Pending { rx })
     }
 
+    /// Make a request answered by a stream of events (`make` returns its key) and send what
+    /// it queued. The returned [`Stream`] yields the events that
+    /// [belong to](ClientMachine::belongs_to) the request, in order, and last the one that
+    /// [completes](ClientMachine::completes) it (at a stop, the protocol's error from
+    /// [`ClientMachine::fail_pending`]).
+    pub fn request_stream<E>(
+        &self,
+        make: impl FnOnce(&mut M) -> Result<M::Key, E>,
+    ) -> Result<Stream<M::Event>, Refused<E>> {
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        {
+            let mut s = lock(&self.shared);
+            if let Some(stopped) = &s.stopped {
+                return Err(Refused::Stopped(stopped.clone()));
+            }
+            let key = make(&mut s.machine).map_err(Refused::Machine)?;
+            s.streams.insert(key, tx);
+            transmit(&mut s, &self.out);
+        }
+        self.timer.notify_one();
+        Ok(Stream { rx })
+    }
+
     /// Act on the machine without waiting for an answer (a notification, an answer to the
     /// plugin's request, a shutdown notice, giving up a request) and send what it queued.
     /// A request the act completes (a cancel) gets its event.
@@ -208,11 +276,19 @@ impl<M: ClientMachine> Driver<M> {
             let mut s = lock(&self.shared);
             let r = f(&mut s.machine);
             transmit(&mut s, &self.out);
-            for event in route(&mut s, None) {
+            for routed in route(&mut s, None) {
                 // An act makes completions, not news from the plugin; anything else is kept
-                // for next_event unless the caller has let the queue fill.
-                let queued = s.events_tx.as_ref().map(|tx| tx.try_send(event));
-                if !matches!(queued, Some(Ok(()))) {
+                // for its stream or next_event unless the caller has let the queue fill.
+                let queued = match routed {
+                    Routed::Rest(event) => {
+                        matches!(
+                            s.events_tx.as_ref().map(|tx| tx.try_send(event)),
+                            Some(Ok(()))
+                        )
+                    }
+                    Routed::Stream(tx, item) => tx.try_send(item).is_ok(),
+                };
+                if !queued {
                     tracing::debug!("event queue full: an event made by a local act was dropped");
                 }
             }
@@ -251,6 +327,26 @@ impl<M: ClientMachine> Driver<M> {
     pub async fn shutdown(&self, grace: Duration) -> Exit {
         let _ = self.out.send(Out::Close);
         self.control.wait_or_stop(grace).await
+    }
+}
+
+/// A request in flight whose answer is a stream of events.
+pub struct Stream<E> {
+    rx: mpsc::Receiver<Result<Completion<E>, Stopped>>,
+}
+
+impl<E> std::fmt::Debug for Stream<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").finish_non_exhaustive()
+    }
+}
+
+impl<E> Stream<E> {
+    /// The request's next event; the one that completes it comes last, then `None`. `Err`
+    /// (then `None`) only for a request the machine no longer knew when the plugin stopped;
+    /// `None` without a completion only when the driver was dropped.
+    pub async fn next(&mut self) -> Option<Result<Completion<E>, Stopped>> {
+        self.rx.recv().await
     }
 }
 
@@ -316,9 +412,7 @@ async fn read_loop<M: ClientMachine>(
                     transmit(&mut s, &out);
                     route(&mut s, None)
                 };
-                for event in rest {
-                    let _ = events.send(event).await;
-                }
+                deliver(&events, rest).await;
                 continue;
             }
             () = timer.notified() => continue,
@@ -331,9 +425,7 @@ async fn read_loop<M: ClientMachine>(
                     transmit(&mut s, &out);
                     (route(&mut s, None), refused)
                 };
-                for event in rest {
-                    let _ = events.send(event).await;
-                }
+                deliver(&events, rest).await;
                 if let Some(e) = refused.filter(M::is_fatal) {
                     control.kill();
                     let exit = control.wait().await;
@@ -373,18 +465,19 @@ async fn read_loop<M: ClientMachine>(
         let mut stopped = stopped;
         s.machine.explain(&mut stopped);
         s.machine.fail_pending(&stopped);
-        let rest = route(&mut s, Some(&stopped));
+        let mut rest = route(&mut s, Some(&stopped));
         // Requests the machine did not complete (it does not know them any more) still end.
         for (_, tx) in s.waiters.drain() {
             let _ = tx.send(Err(stopped.clone()));
+        }
+        for (_, tx) in s.streams.drain() {
+            rest.push(Routed::Stream(tx, Err(stopped.clone())));
         }
         s.stopped = Some(stopped);
         s.events_tx = None;
         rest
     };
-    for event in rest {
-        let _ = events.send(event).await;
-    }
+    deliver(&events, rest).await;
     // Dropping `events` ends `next_event`; the writer ends with the last sender.
     drop(out);
 }
@@ -401,8 +494,11 @@ mod tests {
     use sandpipe_proto::oracle::Felt;
     use serde_json::{Value, json};
 
+    use sandpipe_proto::atp::{AtpServer, ServerEvent, Value as AtpValue, Version};
+
     use crate::error::Exit;
     use crate::memory::MemoryPlugin;
+    use crate::protocols::atp::{AtpClient, AtpFailure, ErrorOrigin, RunEvent};
     use crate::protocols::oracle::OracleClient;
     use crate::protocols::orchard::OrchardClient;
     use crate::rpc::{JsonRpcPeer, RpcError};
@@ -571,5 +667,150 @@ mod tests {
         );
         let ok = client.execute("a", json!({})).await.expect("runs on");
         assert_eq!(ok, json!({"ok": true}));
+    }
+
+    /// An ATP plugin on the protocol's own server machine. Step `talk` signals `tick` 0, 1, 2
+    /// and returns its config; a run of step `hold` waits for signals: `go` makes it say
+    /// `ready` to every held run in start order, then finish each (last started first);
+    /// `crash` crashes the plugin after a held run said `ready`.
+    struct AtpPlugin {
+        server: AtpServer,
+        held: Vec<String>,
+    }
+
+    fn text(s: &str) -> AtpValue {
+        AtpValue::Text(s.into())
+    }
+
+    impl AtpPlugin {
+        fn new() -> Self {
+            let steps = AtpValue::Map(vec![
+                (text("talk"), AtpValue::Map(Vec::new())),
+                (text("hold"), AtpValue::Map(Vec::new())),
+            ]);
+            AtpPlugin {
+                server: AtpServer::new(Version::V3, AtpValue::Map(vec![(text("steps"), steps)])),
+                held: Vec::new(),
+            }
+        }
+    }
+
+    impl MemoryPlugin for AtpPlugin {
+        fn handle(&mut self, frame: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+            let s = &mut self.server;
+            s.handle_frame(frame).map_err(|e| e.to_string())?;
+            while let Some(event) = s.poll_event() {
+                match event {
+                    ServerEvent::WorkStart {
+                        run_id,
+                        step_id,
+                        config,
+                    } if step_id == "talk" => {
+                        for i in 0..3 {
+                            s.signal(&run_id, "tick", AtpValue::from(i))
+                                .expect("signal");
+                        }
+                        s.work_done(&run_id, "success", config, "").expect("done");
+                    }
+                    ServerEvent::WorkStart { run_id, .. } => {
+                        s.signal(&run_id, "ready", AtpValue::Null).expect("signal");
+                        self.held.push(run_id);
+                    }
+                    ServerEvent::Signal { signal_id, .. } if signal_id == "crash" => {
+                        return Err("panicked at 'crash requested'".into());
+                    }
+                    ServerEvent::Signal { .. } => {
+                        for run in &self.held {
+                            s.signal(run, "go", text(run)).expect("signal");
+                        }
+                        while let Some(run) = self.held.pop() {
+                            s.work_done(&run, "success", text(&run), "").expect("done");
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Ok(std::iter::from_fn(|| s.poll_transmit()).collect())
+        }
+    }
+
+    async fn atp() -> AtpClient {
+        let session = Session::memory(AtpPlugin::new(), &SessionOptions::framed(Framing::CborSeq));
+        AtpClient::connect(session).await.expect("hello").0
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_streamed_request_yields_its_events_in_order_then_its_completion() {
+        let client = atp().await;
+        let mut run = client
+            .start("r1", "talk", text("cfg"))
+            .await
+            .expect("start");
+        for i in 0..3 {
+            assert_eq!(
+                run.next_event().await,
+                Some(RunEvent::Signal {
+                    signal_id: "tick".into(),
+                    data: AtpValue::from(i)
+                })
+            );
+        }
+        assert_eq!(run.next_event().await, None);
+        let done = run.result().await.expect("output");
+        assert_eq!(
+            (done.output_id.as_str(), done.output_data),
+            ("success", text("cfg"))
+        );
+        assert!(client.in_flight().is_empty());
+        assert_eq!(client.done(Duration::from_secs(1)).await, Exit::Exited(0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_concurrent_streams_each_get_their_own_events() {
+        let client = atp().await;
+        let mut a = client.start("a", "hold", AtpValue::Null).await.expect("a");
+        let mut b = client.start("b", "hold", AtpValue::Null).await.expect("b");
+        for run in [&mut a, &mut b] {
+            assert_eq!(
+                run.next_signal().await,
+                Some(("ready".into(), AtpValue::Null))
+            );
+        }
+        // One signal to b makes the plugin interleave both runs' events; b finishes first.
+        client.signal("b", "go", AtpValue::Null).await.expect("go");
+        let b_result = b.result().await.expect("b done");
+        assert_eq!(a.next_signal().await, Some(("go".into(), text("a"))));
+        assert_eq!(a.next_signal().await, None);
+        assert_eq!(b_result.output_data, text("b"));
+        assert_eq!(a.result().await.expect("a done").output_data, text("a"));
+        assert_eq!(client.done(Duration::from_secs(1)).await, Exit::Exited(0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_mid_stream_ends_it_with_the_protocols_stopped_error() {
+        let client = atp().await;
+        let mut run = client.start("x", "hold", AtpValue::Null).await.expect("x");
+        assert_eq!(
+            run.next_signal().await,
+            Some(("ready".into(), AtpValue::Null))
+        );
+        client
+            .signal("x", "crash", AtpValue::Null)
+            .await
+            .expect("sent");
+        assert_eq!(run.next_event().await, None);
+        let err = run.result().await.expect_err("stopped");
+        let stopped = err.stopped.clone().expect("the stop");
+        assert_eq!(stopped.exit, Some(Exit::Exited(1)));
+        assert_eq!(stopped.stderr_tail, vec!["panicked at 'crash requested'"]);
+        assert_eq!(err.origin, ErrorOrigin::Host);
+        assert!(err.step_fatal && err.server_fatal, "{err:?}");
+        assert!(err.error.starts_with(&stopped.reason), "{}", err.error);
+        // The driver refuses new streams with the same stop.
+        let again = client
+            .start("y", "talk", AtpValue::Null)
+            .await
+            .expect_err("gone");
+        assert_eq!(again, AtpFailure::Stopped(stopped));
     }
 }

@@ -4,14 +4,16 @@
 //! ```text
 //!   driver ── frame from the plugin ──► handle_frame ──► poll_event ──► the call it completes
 //!          ◄─ poll_transmit ◄── requests made on the machine (invoke, execute, start, …)
+//!                                                  └─ belongs_to ──► that request's stream
 //!          ── now ──► handle_timeout   (poll_timeout says when)
 //!          ── Stopped ──► fail_pending ──► one event per request in flight, the protocol's error
 //! ```
 //!
 //! A machine never reads a clock or a pipe: the driver passes frames, time and the plugin's end
 //! in, and takes frames and events out. Which event answers which request is the machine's
-//! call ([`ClientMachine::completes`]); everything else (the plugin's own requests and
-//! notifications, progress, a handshake) is for the caller to read in order.
+//! call ([`ClientMachine::completes`], and [`ClientMachine::belongs_to`] for a request
+//! answered by a stream of events that the completing one ends); everything else (the
+//! plugin's own requests and notifications, a handshake) is for the caller to read in order.
 //!
 //! [`ServerMachine`] is the plugin side's shape: frames in, frames and events out, no clock.
 //!
@@ -60,6 +62,15 @@ pub trait ClientMachine: Send + 'static {
 
     /// The request `event` completes, if it completes one.
     fn completes(event: &Self::Event) -> Option<&Self::Key>;
+
+    /// The request `event` belongs to without completing it (an ATP run's signal, a partial
+    /// result): more of that request's events follow, and one that
+    /// [`completes`](Self::completes) it ends them. The driver hands such events to the
+    /// request's stream; an event that belongs to no streamed request is the caller's, in
+    /// order, like any other. Default: none belongs to a request.
+    fn belongs_to(_event: &Self::Event) -> Option<&Self::Key> {
+        None
+    }
 
     /// The plugin will never answer: complete every request in flight with the protocol's
     /// own error for `stopped`, and accept nothing more.

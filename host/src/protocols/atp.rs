@@ -5,11 +5,12 @@
 //!  connect(session) ── start item `null` ──► plugin      ◄── hello ── Hello (v1 or v3)
 //!  start(run, step, config) ── work start ──► plugin     ──► Run
 //!  signal(run, id, data)    ── signal ──────► plugin
-//!  Driver<machine::AtpClient> ──► next_event ──► events task:
-//!     hello ──► connect
-//!     work done / fatal error ──► that Run's result()
-//!     signal / non-fatal error ──► that Run's next_event()
-//!  plugin gone / bad frame ──► Stopped ──► machine fail_pending ──► every Run in flight
+//!  Driver<machine::AtpClient>:
+//!     a run is one streamed request (Driver::request_stream, keyed by run id):
+//!       signal / non-fatal error ──► that Run's next_event()
+//!       work done / fatal error  ──► that Run's result(), the stream's end
+//!     next_event ──► events task: hello ──► connect; errors about the plugin ──► log
+//!  plugin gone / bad frame ──► Stopped ──► machine fail_pending ──► the driver ends every Run
 //!  done(grace): client done ──► close stdin ──► grace ──► (native: SIGTERM ──►) kill
 //! ```
 //!
@@ -23,23 +24,22 @@
 //! What it does not do: validate configs or outputs against the schema, or time runs out
 //! (use the policy's deadline, or drop the [`Run`] and call [`AtpClient::done`]).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sandpipe_proto::atp::{self as machine, AtpError, ClientEvent};
 pub use sandpipe_proto::atp::{Hello, Value, Version};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::driver::{Completion, Driver};
+use crate::driver::{Completion, Driver, Refused, STREAM_QUEUE, Stream};
 use crate::error::{Exit, Stopped};
 use crate::session::{Session, SessionControl, TERM_GRACE};
 
 /// How many signals and non-fatal errors of one run may wait unread before the driver stops
 /// reading the plugin's stdout (backpressure instead of unbounded memory). [`Run::result`]
-/// drops the queue, so a caller that only wants the result never blocks the driver.
-pub const RUN_EVENT_QUEUE: usize = 256;
+/// reads past them, so a caller that only wants the result never blocks the driver.
+pub const RUN_EVENT_QUEUE: usize = STREAM_QUEUE;
 
 /// A run's result: one of the step's declared outputs (a declared error output too).
 #[derive(Debug, Clone, PartialEq)]
@@ -117,18 +117,6 @@ pub enum RunEvent {
 
 type RunResult = Result<WorkDone, AtpRunError>;
 
-struct Slot {
-    result: oneshot::Sender<RunResult>,
-    events: mpsc::Sender<RunEvent>,
-}
-
-/// The runs in flight, by id, as the events task hands them their results and signals.
-type Runs = Arc<Mutex<HashMap<String, Slot>>>;
-
-fn lock(runs: &Runs) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
-    runs.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// An ATP connection to a plugin, after hello. Calls take `&self`: runs may be started and
 /// signalled from several tasks, and their results come back in any order.
 ///
@@ -136,7 +124,6 @@ fn lock(runs: &Runs) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
 /// [`AtpClient::done`].
 pub struct AtpClient {
     driver: Arc<Driver<machine::AtpClient>>,
-    runs: Runs,
     version: Version,
     events: JoinHandle<()>,
 }
@@ -160,8 +147,15 @@ impl Drop for AtpClient {
 #[derive(Debug)]
 pub struct Run {
     run_id: String,
-    result: oneshot::Receiver<RunResult>,
-    events: mpsc::Receiver<RunEvent>,
+    stream: Stream<ClientEvent>,
+    /// The outcome, once `next_event` read it.
+    outcome: Option<RunResult>,
+}
+
+/// One item of a run's stream, in the client's terms.
+enum Item {
+    Event(RunEvent),
+    Done(RunResult),
 }
 
 impl Run {
@@ -173,14 +167,23 @@ impl Run {
     /// The next signal or non-fatal error of this run; `None` once the run has ended and
     /// everything it reported before was read.
     pub async fn next_event(&mut self) -> Option<RunEvent> {
-        self.events.recv().await
+        if self.outcome.is_some() {
+            return None;
+        }
+        match self.next_item().await {
+            Item::Event(event) => Some(event),
+            Item::Done(outcome) => {
+                self.outcome = Some(outcome);
+                None
+            }
+        }
     }
 
     /// The next signal of this run as `(signal_id, data)`, skipping non-fatal errors (they are
     /// logged); `None` once the run has ended.
     pub async fn next_signal(&mut self) -> Option<(String, Value)> {
         loop {
-            match self.events.recv().await? {
+            match self.next_event().await? {
                 RunEvent::Signal { signal_id, data } => return Some((signal_id, data)),
                 RunEvent::Error { error } => {
                     tracing::warn!(run_id = %self.run_id, "plugin reported a non-fatal error: {error}");
@@ -191,23 +194,72 @@ impl Run {
 
     /// Wait for the run's outcome: a declared output (error outputs included) or an
     /// [`AtpRunError`]. Unread signals are dropped.
-    pub async fn result(self) -> RunResult {
-        let Run {
-            run_id,
-            result,
-            events,
-        } = self;
-        drop(events);
-        result.await.unwrap_or_else(|_| {
-            Err(AtpRunError {
-                run_id,
-                error: "the atp driver ended without an outcome".into(),
-                step_fatal: true,
-                server_fatal: true,
-                origin: ErrorOrigin::Host,
-                stopped: None,
-            })
-        })
+    pub async fn result(mut self) -> RunResult {
+        if let Some(outcome) = self.outcome.take() {
+            return outcome;
+        }
+        loop {
+            if let Item::Done(outcome) = self.next_item().await {
+                return outcome;
+            }
+        }
+    }
+
+    /// The run's next item from the driver's stream.
+    async fn next_item(&mut self) -> Item {
+        loop {
+            let (event, stopped) = match self.stream.next().await {
+                Some(Ok(Completion { event, stopped })) => (event, stopped),
+                // The machine did not know the run at the stop, or the driver was dropped.
+                end => {
+                    return Item::Done(Err(AtpRunError {
+                        run_id: self.run_id.clone(),
+                        error: "the atp driver ended without an outcome".into(),
+                        step_fatal: true,
+                        server_fatal: true,
+                        origin: ErrorOrigin::Host,
+                        stopped: end.and_then(Result::err),
+                    }));
+                }
+            };
+            return match event {
+                ClientEvent::Signal {
+                    signal_id, data, ..
+                } => Item::Event(RunEvent::Signal { signal_id, data }),
+                ClientEvent::WorkDone {
+                    output_id,
+                    output_data,
+                    debug_logs,
+                    ..
+                } => Item::Done(Ok(WorkDone {
+                    output_id,
+                    output_data,
+                    debug_logs,
+                })),
+                ClientEvent::Error {
+                    run_id,
+                    error,
+                    step_fatal,
+                    server_fatal,
+                } if step_fatal || server_fatal => {
+                    let origin = match stopped {
+                        Some(_) => ErrorOrigin::Host,
+                        None => ErrorOrigin::Plugin,
+                    };
+                    Item::Done(Err(AtpRunError {
+                        run_id,
+                        error,
+                        step_fatal,
+                        server_fatal,
+                        origin,
+                        stopped,
+                    }))
+                }
+                ClientEvent::Error { error, .. } => Item::Event(RunEvent::Error { error }),
+                // Nothing else belongs to a run (`ClientEvent` is non-exhaustive).
+                _ => continue,
+            };
+        }
     }
 }
 
@@ -217,12 +269,10 @@ impl AtpClient {
     /// never sends hello is stopped by its policy's deadline.
     pub async fn connect(session: Session) -> Result<(AtpClient, Hello), AtpFailure> {
         let driver = Arc::new(Driver::new(session, machine::AtpClient::new()));
-        let runs = Runs::default();
         let (hello_tx, hello_rx) = oneshot::channel();
-        let events = tokio::spawn(dispatch(driver.clone(), runs.clone(), hello_tx));
+        let events = tokio::spawn(dispatch(driver.clone(), hello_tx));
         let mut client = AtpClient {
             driver,
-            runs,
             // Replaced below, once hello told.
             version: Version::V3,
             events,
@@ -260,28 +310,18 @@ impl AtpClient {
         step_id: &str,
         config: Value,
     ) -> Result<Run, AtpFailure> {
-        let (result_tx, result) = oneshot::channel();
-        let (events_tx, events) = mpsc::channel(RUN_EVENT_QUEUE);
-        // The slot is in place before the work start can be answered.
-        let slot = Slot {
-            result: result_tx,
-            events: events_tx,
-        };
-        let previous = lock(&self.runs).insert(run_id.to_owned(), slot);
-        let started = self.act(|m| m.start(run_id, step_id, config));
-        if started.is_err() {
-            // Refused: the run id's slot (if another run has it) is put back.
-            let mut runs = lock(&self.runs);
-            runs.remove(run_id);
-            if let Some(p) = previous {
-                runs.insert(run_id.to_owned(), p);
-            }
-        }
-        started?;
+        // The machine refuses a run id already in flight, so a run's stream is its own.
+        let stream = self
+            .driver
+            .request_stream(|m| m.start(run_id, step_id, config).map(|()| run_id.to_owned()))
+            .map_err(|e| match e {
+                Refused::Machine(e) => AtpFailure::Refused(e),
+                Refused::Stopped(stopped) => AtpFailure::Stopped(stopped),
+            })?;
         Ok(Run {
             run_id: run_id.to_owned(),
-            result,
-            events,
+            stream,
+            outcome: None,
         })
     }
 
@@ -306,10 +346,11 @@ impl AtpClient {
         let _ = self.driver.act(machine::AtpClient::client_done);
         // The driver keeps reading stdout meanwhile, so the plugin never blocks on a full pipe.
         let exit = self.driver.shutdown(grace).await;
-        // Every run learns its outcome before `done` returns: the events end once stdout
-        // closes, which the plugin's end guarantees. A task blocked on a full run queue (a
-        // caller holding a `Run` without reading it) would block here, so stop waiting for it
-        // then: that caller reads its queue or drops its run.
+        // Every run learns its outcome before `done` returns: the driver hands the runs their
+        // last events before it ends `next_event`, once stdout closes, which the plugin's end
+        // guarantees. A driver blocked on a full run queue (a caller holding a `Run` without
+        // reading it) would block here, so stop waiting for it then: that caller reads its
+        // run or drops it.
         let _ = tokio::time::timeout(TERM_GRACE, &mut self.events).await;
         exit
     }
@@ -332,88 +373,25 @@ impl AtpClient {
     }
 }
 
-/// Hand each machine event to whoever waits for it, until the plugin is gone: hello to
-/// `connect`, a result to its run, a signal or non-fatal error to its run's queue.
-async fn dispatch(
-    driver: Arc<Driver<machine::AtpClient>>,
-    runs: Runs,
-    hello: oneshot::Sender<Hello>,
-) {
+/// Read the events that belong to no run, until the plugin is gone: hello to `connect`, an
+/// error about the plugin itself to the log (runs in flight end when the plugin does; the
+/// machine quotes the error in the stop's reason).
+async fn dispatch(driver: Arc<Driver<machine::AtpClient>>, hello: oneshot::Sender<Hello>) {
     let mut hello = Some(hello);
-    while let Some(Completion { event, stopped }) = driver.next_event().await {
-        let queued = match event {
+    while let Some(Completion { event, .. }) = driver.next_event().await {
+        match event {
             ClientEvent::Hello(h) => {
                 if let Some(tx) = hello.take() {
                     let _ = tx.send(h);
                 }
-                None
             }
-            ClientEvent::WorkDone {
-                run_id,
-                output_id,
-                output_data,
-                debug_logs,
-            } => {
-                if let Some(slot) = lock(&runs).remove(&run_id) {
-                    let _ = slot.result.send(Ok(WorkDone {
-                        output_id,
-                        output_data,
-                        debug_logs,
-                    }));
-                }
-                None
-            }
-            ClientEvent::Signal {
-                run_id,
-                signal_id,
-                data,
-            } => lock(&runs)
-                .get(&run_id)
-                .map(|slot| (slot.events.clone(), RunEvent::Signal { signal_id, data })),
             ClientEvent::Error {
-                run_id,
                 error,
                 server_fatal,
                 ..
-            } if run_id.is_empty() => {
-                // About the plugin, not a run: runs in flight end when the plugin does (the
-                // machine quotes it in the stop's reason).
-                tracing::warn!(server_fatal, "plugin reported an error: {error}");
-                None
-            }
-            ClientEvent::Error {
-                run_id,
-                error,
-                step_fatal,
-                server_fatal,
-            } if step_fatal || server_fatal => {
-                if let Some(slot) = lock(&runs).remove(&run_id) {
-                    let origin = match stopped {
-                        Some(_) => ErrorOrigin::Host,
-                        None => ErrorOrigin::Plugin,
-                    };
-                    let _ = slot.result.send(Err(AtpRunError {
-                        run_id,
-                        error,
-                        step_fatal,
-                        server_fatal,
-                        origin,
-                        stopped,
-                    }));
-                }
-                None
-            }
-            ClientEvent::Error { run_id, error, .. } => lock(&runs)
-                .get(&run_id)
-                .map(|slot| (slot.events.clone(), RunEvent::Error { error })),
+            } => tracing::warn!(server_fatal, "plugin reported an error: {error}"),
             // `ClientEvent` is non-exhaustive.
-            _ => None,
-        };
-        if let Some((tx, event)) = queued {
-            // A closed queue means the caller no longer reads this run's events.
-            let _ = tx.send(event).await;
+            _ => {}
         }
     }
-    // The plugin is gone and every run had its outcome: end the runs' queues.
-    lock(&runs).clear();
 }

@@ -4,14 +4,15 @@
 //! or as `workspace/executeCommand` ([`CallForm`]).
 //!
 //! ```text
-//!  start()/run_action() ──► Driver::act(Client::call) ──► runner stdin
-//!  Driver<Client> ──► next_event ──► dispatch task, in order:
-//!     Reply / Initialize / Shutdown ──► the waiting PendingCall
+//!  start()/run_action() ──► Driver::request_stream(Client::call) ──► runner stdin
+//!  each call is one driver stream, in order:
 //!     Progress ($/progress)         ──► the call's on_progress, in order, before its Reply
+//!     Reply / Initialize / Shutdown ──► the PendingCall's outcome, the stream's end
+//!  Driver<Client> ──► next_event ──► dispatch task:
 //!     Request (getRawConfig, …)     ──► responder task ──► RunnerRequests::handle ──► respond
 //!  cancel(id) ──► Client::cancel: the call completes with -32800, $/cancelRequest goes out
-//!  runner gone / broke the protocol ──► Stopped ──► Client::fail_pending ──► every
-//!                                       pending call: -32603 {"reason", "exit", "stderr"}
+//!  runner gone / broke the protocol ──► Stopped ──► Client::fail_pending ──► the driver
+//!                       ends every pending call: -32603 {"reason", "exit", "stderr"}
 //! ```
 //!
 //! The rules live in `sandpipe_proto::finecode::Client`; this module only moves bytes and
@@ -30,10 +31,9 @@
 //! `$/progress` (they are logged at debug level), or speak the loopback-TCP transport newer
 //! runners default to.
 
-use std::collections::HashMap;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use sandpipe_proto::finecode::{
@@ -45,15 +45,11 @@ use sandpipe_proto::finecode::{Client, ClientEvent};
 use sandpipe_proto::jsonrpc::{ErrorCode, INTERNAL_ERROR, METHOD_NOT_FOUND, ProtocolError};
 pub use sandpipe_proto::jsonrpc::{ErrorObject, Id};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use crate::driver::{Completion, Driver};
+use crate::driver::{Completion, Driver, Refused, Stream};
 use crate::error::{Exit, Stopped};
 use crate::session::{Session, SessionControl};
-
-/// How many `$/progress` values of one call may wait unread before the driver stops reading
-/// the runner's stdout (backpressure instead of unbounded memory).
-const PROGRESS_QUEUE: usize = 256;
 
 /// How many runner → manager requests may wait for the handler before the driver stops
 /// reading the runner's stdout.
@@ -177,51 +173,11 @@ enum Answer {
     Shutdown,
 }
 
-type Waiter = oneshot::Sender<Result<Answer, FineCodeFailure>>;
-
-/// The calls in flight, by id: who waits for each answer, and where its progress goes.
-#[derive(Default)]
-struct Calls {
-    waiters: HashMap<Id, Waiter>,
-    progress: HashMap<Id, mpsc::Sender<Value>>,
-}
-
-type Shared = Arc<Mutex<Calls>>;
-
-fn lock(calls: &Mutex<Calls>) -> std::sync::MutexGuard<'_, Calls> {
-    calls.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Calls {
-    fn complete(
-        &mut self,
-        id: &Id,
-        result: Result<Answer, FineCodeError>,
-        stopped: Option<Stopped>,
-    ) {
-        // Dropping the progress sender ends the call's progress stream after the values
-        // already delivered: every `$/progress` precedes its answer on the wire, and this
-        // task delivers events in order.
-        self.progress.remove(id);
-        let Some(waiter) = self.waiters.remove(id) else {
-            return;
-        };
-        let result = result.map_err(|e| match (stopped, e) {
-            (Some(stopped), FineCodeError::Rpc(error)) => {
-                FineCodeFailure::Stopped { error, stopped }
-            }
-            (_, e) => FineCodeFailure::Call(e),
-        });
-        let _ = waiter.send(result);
-    }
-}
-
 /// A FineCode extension runner after `initialize`/`initialized`. Calls take `&self` and may
 /// run concurrently. Dropping the client without [`FineCodeClient::shutdown`] kills the
 /// runner.
 pub struct FineCodeClient {
     driver: Arc<Driver<Client>>,
-    calls: Shared,
     form: CallForm,
 }
 
@@ -273,17 +229,12 @@ impl FineCodeClient {
         handler: impl RunnerRequests,
     ) -> Result<(FineCodeClient, InitializeResult), FineCodeFailure> {
         let driver = Arc::new(Driver::new(session, Client::with_call_form(form)));
-        let calls = Shared::default();
         let (requests, requests_rx) = mpsc::channel(REQUEST_QUEUE);
         tokio::spawn(respond(handler, requests_rx, driver.clone()));
-        tokio::spawn(dispatch(driver.clone(), calls.clone(), requests));
-        let client = FineCodeClient {
-            driver,
-            calls,
-            form,
-        };
-        let rx = client.send(|c| c.initialize(params), false)?.0;
-        let result = match rx.await.unwrap_or_else(|_| Err(client.gone()))? {
+        tokio::spawn(dispatch(driver.clone(), requests));
+        let client = FineCodeClient { driver, form };
+        let mut stream = client.send(|c| c.initialize(params))?;
+        let result = match outcome(&mut stream, |_| {}).await? {
             Answer::Initialize(result) => result,
             other => return Err(unexpected_answer("initialize", &other)),
         };
@@ -429,11 +380,12 @@ impl FineCodeClient {
     /// [`TERM_GRACE`] more, then it is killed — as [`Session::shutdown`]. A runner already
     /// gone just reports how it ended.
     pub async fn shutdown(self, grace: Duration) -> Exit {
-        match self.send(Client::shutdown, false) {
-            Ok((rx, _)) => match tokio::time::timeout(grace, rx).await {
-                Ok(Ok(Ok(_))) => {}
-                Ok(Ok(Err(e))) => tracing::debug!("shutdown failed: {e}"),
-                Ok(Err(_)) | Err(_) => tracing::debug!("shutdown got no answer"),
+        match self.send(Client::shutdown) {
+            Ok(mut stream) => match tokio::time::timeout(grace, outcome(&mut stream, |_| {})).await
+            {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::debug!("shutdown failed: {e}"),
+                Err(_) => tracing::debug!("shutdown got no answer"),
             },
             Err(e) => tracing::debug!("not sending shutdown: {e}"),
         }
@@ -449,54 +401,30 @@ impl FineCodeClient {
         extract: fn(Reply) -> Option<T>,
     ) -> Result<PendingCall<T>, FineCodeFailure> {
         let method = call.method();
-        let streaming = call.token().is_some();
         let mut id = None;
-        let (reply, progress) = self.send(
-            |c| {
-                let key = c.call(call)?;
-                id = Some(key.clone());
-                Ok(key)
-            },
-            streaming,
-        )?;
+        let stream = self.send(|c| {
+            let key = c.call(call)?;
+            id = Some(key.clone());
+            Ok(key)
+        })?;
         Ok(PendingCall {
             id: id.expect("the call was made"),
             method,
-            reply,
-            progress,
+            stream,
             extract,
         })
     }
 
-    /// Make a call on the machine and register who waits for it (and its progress), before
-    /// the dispatch task can see its answer.
-    #[allow(clippy::type_complexity, reason = "a private pair of receivers")]
+    /// Make a call on the machine; the driver streams its `$/progress` values, then its
+    /// answer.
     fn send(
         &self,
         make: impl FnOnce(&mut Client) -> Result<Id, ProtocolError>,
-        streaming: bool,
-    ) -> Result<
-        (
-            oneshot::Receiver<Result<Answer, FineCodeFailure>>,
-            Option<mpsc::Receiver<Value>>,
-        ),
-        FineCodeFailure,
-    > {
-        // The calls' lock is held across the act, so the dispatch task, which takes it for
-        // each event, finds the waiter in place.
-        let mut calls = lock(&self.calls);
-        if let Some(stopped) = self.driver.stopped() {
-            return Err(stopped_failure(stopped));
-        }
-        let id = self.driver.act(make).map_err(FineCodeFailure::Misuse)?;
-        let (tx, rx) = oneshot::channel();
-        calls.waiters.insert(id.clone(), tx);
-        let progress = streaming.then(|| {
-            let (tx, rx) = mpsc::channel(PROGRESS_QUEUE);
-            calls.progress.insert(id, tx);
-            rx
-        });
-        Ok((rx, progress))
+    ) -> Result<Stream<ClientEvent>, FineCodeFailure> {
+        self.driver.request_stream(make).map_err(|e| match e {
+            Refused::Machine(e) => FineCodeFailure::Misuse(e),
+            Refused::Stopped(stopped) => stopped_failure(stopped),
+        })
     }
 
     /// Act on the machine unless the runner is gone.
@@ -508,12 +436,6 @@ impl FineCodeClient {
             return Err(stopped_failure(stopped));
         }
         self.driver.act(f).map_err(FineCodeFailure::Misuse)
-    }
-
-    fn gone(&self) -> FineCodeFailure {
-        self.driver
-            .stopped()
-            .map_or_else(driver_gone, stopped_failure)
     }
 }
 
@@ -530,8 +452,7 @@ fn stopped_failure(stopped: Stopped) -> FineCodeFailure {
 pub struct PendingCall<T> {
     id: Id,
     method: Method,
-    reply: oneshot::Receiver<Result<Answer, FineCodeFailure>>,
-    progress: Option<mpsc::Receiver<Value>>,
+    stream: Stream<ClientEvent>,
     extract: fn(Reply) -> Option<T>,
 }
 
@@ -540,7 +461,6 @@ impl<T> std::fmt::Debug for PendingCall<T> {
         f.debug_struct("PendingCall")
             .field("id", &self.id)
             .field("method", &self.method)
-            .field("streaming", &self.progress.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -557,29 +477,17 @@ impl<T> PendingCall<T> {
     }
 
     /// Wait for the answer; `$/progress` values are dropped.
-    pub async fn wait(mut self) -> Result<T, FineCodeFailure> {
-        // A closed progress channel never holds the driver up.
-        self.progress = None;
-        self.finish().await
+    pub async fn wait(self) -> Result<T, FineCodeFailure> {
+        self.wait_with_progress(|_| {}).await
     }
 
     /// Wait for the answer, passing each `$/progress` value (decoded from its JSON string) to
     /// `on_progress` in arrival order; all of them come before this returns.
     pub async fn wait_with_progress(
         mut self,
-        mut on_progress: impl FnMut(Value),
+        on_progress: impl FnMut(Value),
     ) -> Result<T, FineCodeFailure> {
-        if let Some(mut rx) = self.progress.take() {
-            // The channel closes when the call completes, however it completes.
-            while let Some(value) = rx.recv().await {
-                on_progress(value);
-            }
-        }
-        self.finish().await
-    }
-
-    async fn finish(self) -> Result<T, FineCodeFailure> {
-        match self.reply.await.unwrap_or_else(|_| Err(driver_gone()))? {
+        match outcome(&mut self.stream, on_progress).await? {
             Answer::Reply(reply) => {
                 let got = reply.method();
                 (self.extract)(reply).ok_or_else(|| {
@@ -617,39 +525,47 @@ fn unexpected_answer(method: &'static str, answer: &Answer) -> FineCodeFailure {
     })
 }
 
-/// Hand each machine event to whoever waits for it, in order, until the runner is gone:
-/// answers to their calls, `$/progress` to its call's stream, the runner's requests to the
-/// responder.
-async fn dispatch(
-    driver: Arc<Driver<Client>>,
-    calls: Shared,
-    requests: mpsc::Sender<(Id, RunnerRequest)>,
-) {
-    while let Some(Completion { event, stopped }) = driver.next_event().await {
+/// A call's outcome from its stream, passing each `$/progress` value (decoded from its JSON
+/// string) to `on_progress` in arrival order: every `$/progress` precedes its answer on the
+/// wire, and the driver keeps that order.
+async fn outcome(
+    stream: &mut Stream<ClientEvent>,
+    mut on_progress: impl FnMut(Value),
+) -> Result<Answer, FineCodeFailure> {
+    while let Some(item) = stream.next().await {
+        let Completion { event, stopped } = item.map_err(stopped_failure)?;
+        let result = match event {
+            ClientEvent::Progress { params, .. } => {
+                on_progress(params.decode_value().unwrap_or(params.value));
+                continue;
+            }
+            ClientEvent::Initialize { result, .. } => {
+                result.map(Answer::Initialize).map_err(FineCodeError::Rpc)
+            }
+            ClientEvent::Reply { result, .. } => result.map(Answer::Reply),
+            ClientEvent::Shutdown { result, .. } => result
+                .map(|()| Answer::Shutdown)
+                .map_err(FineCodeError::Rpc),
+            other => {
+                tracing::debug!(?other, "finecode event not handled");
+                continue;
+            }
+        };
+        return result.map_err(|e| match (stopped, e) {
+            (Some(stopped), FineCodeError::Rpc(error)) => {
+                FineCodeFailure::Stopped { error, stopped }
+            }
+            (_, e) => FineCodeFailure::Call(e),
+        });
+    }
+    Err(driver_gone())
+}
+
+/// Hand the events that belong to no call to whoever takes them, in order, until the runner
+/// is gone: the runner's requests to the responder, its notifications to the log.
+async fn dispatch(driver: Arc<Driver<Client>>, requests: mpsc::Sender<(Id, RunnerRequest)>) {
+    while let Some(Completion { event, .. }) = driver.next_event().await {
         match event {
-            ClientEvent::Initialize { id, result } => lock(&calls).complete(
-                &id,
-                result.map(Answer::Initialize).map_err(FineCodeError::Rpc),
-                stopped,
-            ),
-            ClientEvent::Reply { id, result, .. } => {
-                lock(&calls).complete(&id, result.map(Answer::Reply), stopped);
-            }
-            ClientEvent::Shutdown { id, result } => lock(&calls).complete(
-                &id,
-                result
-                    .map(|()| Answer::Shutdown)
-                    .map_err(FineCodeError::Rpc),
-                stopped,
-            ),
-            ClientEvent::Progress { id, params } => {
-                let tx = lock(&calls).progress.get(&id).cloned();
-                if let Some(tx) = tx {
-                    let value = params.decode_value().unwrap_or(params.value);
-                    // The caller may have stopped listening (`wait`): that is fine.
-                    let _ = tx.send(value).await;
-                }
-            }
             ClientEvent::Request { id, request } => {
                 if let Err(mpsc::error::SendError((id, request))) =
                     requests.send((id, request)).await
@@ -669,15 +585,6 @@ async fn dispatch(
             }
             other => tracing::debug!(?other, "finecode event not handled"),
         }
-    }
-    // The runner is gone and the machine completed every call it knew.
-    let mut calls = lock(&calls);
-    calls.progress.clear();
-    let stopped = driver.stopped();
-    for (_, waiter) in calls.waiters.drain() {
-        let _ = waiter.send(Err(stopped
-            .clone()
-            .map_or_else(driver_gone, stopped_failure)));
     }
 }
 

@@ -389,8 +389,9 @@ fn done_event(run_id: String, output: Output) -> ClientEvent {
     }
 }
 
-/// A run is complete at its output, or at an error that ends it; signals and the hello are
-/// the caller's.
+/// A run is complete at its output, or at an error that ends it; its signals and errors
+/// that end nothing belong to it before that. The hello and errors about the plugin itself
+/// are the caller's.
 impl ClientMachine for AtpClient {
     type Key = String;
     type Event = ClientEvent;
@@ -414,6 +415,14 @@ impl ClientMachine for AtpClient {
                 server_fatal,
                 ..
             } if !run_id.is_empty() && (*step_fatal || *server_fatal) => Some(run_id),
+            _ => None,
+        }
+    }
+    /// A run's signals and its errors that end nothing come before its result.
+    fn belongs_to(event: &ClientEvent) -> Option<&String> {
+        match event {
+            ClientEvent::Signal { run_id, .. } => Some(run_id),
+            ClientEvent::Error { run_id, .. } if !run_id.is_empty() => Some(run_id),
             _ => None,
         }
     }

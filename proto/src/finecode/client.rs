@@ -422,6 +422,13 @@ impl ClientMachine for Client {
             _ => None,
         }
     }
+    /// A call's `$/progress` values come before its answer.
+    fn belongs_to(event: &ClientEvent) -> Option<&Id> {
+        match event {
+            ClientEvent::Progress { id, .. } => Some(id),
+            _ => None,
+        }
+    }
     fn fail_pending(&mut self, stopped: &Stopped) {
         Client::fail_pending(self, stopped);
     }
