@@ -7,8 +7,8 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use super::exit_code;
-use super::run::status_for;
 use super::sandbox_args::{SandboxArgs, warn_if_native};
+use super::status::ended_status;
 use crate::protocols::Protocol;
 use crate::protocols::denobridge::DenoBridgeClient;
 use crate::protocols::oracle::OracleClient;
@@ -382,14 +382,6 @@ fn report_orchard(e: &OrchardError, exit: Option<&Exit>) -> i32 {
     } else {
         ended_status(exit, 1)
     }
-}
-
-/// The status of how the plugin ended when that is not 0; `otherwise` when it exited 0 or its
-/// end is unknown.
-fn ended_status(exit: Option<&Exit>, otherwise: i32) -> i32 {
-    exit.map(status_for)
-        .filter(|s| *s != 0)
-        .unwrap_or(otherwise)
 }
 
 fn felts(params: Option<Value>) -> Result<Vec<Felt>> {

@@ -5,6 +5,7 @@ mod cache;
 mod call;
 mod compile;
 mod dist;
+mod engine;
 mod image;
 mod inspect;
 mod manifest;
@@ -17,35 +18,17 @@ mod replay;
 mod run;
 mod sandbox_args;
 mod signals;
+mod status;
 mod stdio;
 mod wasm_oracle;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::{CommandFactory, FromArgMatches, Subcommand};
 
 use crate::protocols::Protocol;
 
-/// Exit codes `sandpipe` itself uses. Any other code is the plugin's own.
-pub mod exit_code {
-    /// The plugin ran out of fuel (wasm), or used up its CPU time (native): one code for "the
-    /// compute budget is spent", whichever way the plugin runs.
-    pub const OUT_OF_FUEL: i32 = 121;
-    /// The plugin hit the memory cap.
-    pub const MEMORY_LIMIT: i32 = 122;
-    /// A frame in either direction was malformed or too large.
-    pub const BAD_FRAME: i32 = 123;
-    /// The plugin ran past `--timeout` (the same code as coreutils `timeout`).
-    pub const DEADLINE: i32 = 124;
-    /// sandpipe could not load or start the plugin (bad file, refused imports, bad option).
-    pub const HOST_ERROR: i32 = 125;
-    /// The plugin trapped (128 + SIGABRT, what a crashing native binary gives).
-    pub const TRAP: i32 = 134;
-    /// The host killed the plugin (128 + SIGKILL); a native plugin killed by signal N gives
-    /// 128 + N.
-    pub const KILLED: i32 = 137;
-}
+pub use status::{exit, exit_code};
 
 const EXIT_CODES_HELP: &str = "\
 Exit status:
@@ -203,56 +186,6 @@ fn host(cache_dir: Option<PathBuf>) -> Result<crate::Host, crate::HostError> {
             .cache_dir(cache_dir)
             .allow_native_unsandboxed(true),
     )
-}
-
-/// The signal that ended `run`'s plugin, when sandpipe is to end the same way (see [`exit`]).
-static PLUGIN_SIGNAL: AtomicI32 = AtomicI32::new(0);
-
-/// Signals whose default action ends a process without a core file: a plugin killed by one of
-/// these (a forwarded SIGTERM, SIGINT, …) ends sandpipe by the same signal.
-const TERMINATING: [i32; 8] = [
-    libc::SIGHUP,
-    libc::SIGINT,
-    libc::SIGKILL,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGPIPE,
-    libc::SIGALRM,
-    libc::SIGTERM,
-];
-
-/// `run`'s plugin was killed by `signal` (not by sandpipe: a SIGKILL sandpipe sent arrives
-/// here as [`crate::Exit::Killed`] without a signal): [`exit`] re-raises it.
-pub(crate) fn end_by_signal_like_the_plugin(signal: i32) {
-    if TERMINATING.contains(&signal) {
-        PLUGIN_SIGNAL.store(signal, Ordering::SeqCst);
-    }
-}
-
-/// End the process with `code`, or, when `run`'s plugin was killed by a terminating signal,
-/// by that same signal: an engine that waits for its plugin then sees "killed by SIGTERM"
-/// (`WIFSIGNALED`), exactly as without sandpipe, not an exit code of 143. A shell's `$?` is
-/// 128 + N either way, and `code` is that number should the signal not end the process.
-pub fn exit(code: i32) -> ! {
-    let signal = PLUGIN_SIGNAL.load(Ordering::SeqCst);
-    if signal != 0 {
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        let _ = std::io::stderr().flush();
-        // SAFETY: resetting one signal to its default action and raising it on the calling
-        // thread, with no handler of ours left to run. The runtime's handlers for these
-        // signals only write to a pipe; the process ends here either way.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::signal(signal, libc::SIG_DFL);
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, signal);
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-            libc::raise(signal);
-        }
-    }
-    std::process::exit(code)
 }
 
 /// Parse the command line, run it, and return the process exit code (pass it to [`exit`]).

@@ -7,10 +7,11 @@ use sandpipe_proto::oracle::Felt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::engine::{read_engine, write_engine};
 use super::exit_code;
-use super::proxy::{BudgetArgs, read_engine, write_engine};
-use super::run::{SignalPolicy, status_for};
-use super::signals::{self, Signals};
+use super::proxy::BudgetArgs;
+use super::signals::{self, SignalPolicy, Signals};
+use super::status::status_for;
 use crate::protocols::Protocol;
 use crate::protocols::mcp::{ExportTools, serve_exports};
 use crate::protocols::oracle::{InvokeIncident, serve_wasm_oracle};
