@@ -139,33 +139,22 @@ pub(crate) fn parse_value<E: clap::ValueEnum>(value: &str) -> Result<E, String> 
     })
 }
 
-/// `--protocol`: clap lists the names, with what each is, in `--help`.
+/// `--protocol`: clap lists the names, with what each is, in `--help`, from the registry
+/// ([`crate::protocols::PROTOCOLS`]).
 impl clap::ValueEnum for Protocol {
     fn value_variants<'a>() -> &'a [Self] {
-        &[
-            Protocol::JsonRpc,
-            Protocol::Oracle,
-            Protocol::Orchard,
-            Protocol::DenoBridge,
-            Protocol::Atp,
-            Protocol::FineCode,
-            Protocol::Mcp,
-        ]
+        static VARIANTS: std::sync::LazyLock<Vec<Protocol>> = std::sync::LazyLock::new(|| {
+            crate::protocols::PROTOCOLS
+                .iter()
+                .map(|spec| spec.protocol)
+                .collect()
+        });
+        &VARIANTS
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        let help = match self {
-            Protocol::JsonRpc => "plain JSON-RPC 2.0 over JSON Lines",
-            Protocol::Oracle => "Cairo oracle stdio: (and wasm: components exporting functions)",
-            Protocol::Orchard => "Orchard provider protocol",
-            Protocol::DenoBridge => "terraform-provider-denobridge",
-            Protocol::Atp => "Arcaflow ATP v1/v3 (CBOR)",
-            Protocol::FineCode => "FineCode WM-ER (LSP Content-Length)",
-            Protocol::Mcp => {
-                "Model Context Protocol servers (stdio), or a component's exported functions as tools"
-            }
-        };
-        Some(clap::builder::PossibleValue::new(self.name()).help(help))
+        let spec = self.spec();
+        Some(clap::builder::PossibleValue::new(spec.name).help(spec.help))
     }
 }
 
