@@ -57,6 +57,10 @@ pub struct Cli {
     /// More logging on stderr (-v: info, -vv: debug). `SANDPIPE_LOG` takes an env-filter.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// The cache options before the subcommand (`sandpipe --cache-dir X cache ls`); each
+    /// subcommand that uses the cache takes them after it too, and sees them either way.
+    #[command(flatten)]
+    pub cache: CacheArgs,
     /// The subcommand.
     #[command(subcommand)]
     pub command: Command,
@@ -122,6 +126,29 @@ impl CacheArgs {
         } else {
             self.cache_dir.clone().or_else(crate::default_cache_dir)
         }
+    }
+}
+
+/// The cache options where they mean nothing (`image`, `push`). Given before the subcommand
+/// they reach every subcommand (clap's global options): here they are hidden and refused,
+/// not silently ignored.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UnusedCacheArgs {
+    #[arg(long, value_name = "DIR", hide = true)]
+    cache_dir: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    no_cache: bool,
+}
+
+impl UnusedCacheArgs {
+    /// An error when a cache option was given to `subcommand`.
+    fn refuse(&self, subcommand: &str) -> anyhow::Result<()> {
+        if self.cache_dir.is_some() || self.no_cache {
+            anyhow::bail!(
+                "{subcommand} does not use the cache: --cache-dir and --no-cache do not apply"
+            );
+        }
+        Ok(())
     }
 }
 
@@ -330,8 +357,10 @@ mod tests {
         for argv in [
             ["sandpipe", "cache", "ls", "--cache-dir", "/tmp/x"],
             ["sandpipe", "cache", "--cache-dir", "/tmp/x", "ls"],
+            ["sandpipe", "--cache-dir", "/tmp/x", "cache", "ls"],
         ] {
-            let cli = <Cli as clap::Parser>::try_parse_from(argv).expect("parses");
+            let cli = Cli::from_arg_matches(&with_env_names(Cli::command()).get_matches_from(argv))
+                .expect("parses");
             let Command::Cache(args) = cli.command else {
                 panic!("{argv:?}: not cache");
             };
@@ -340,6 +369,21 @@ mod tests {
                 Some(PathBuf::from("/tmp/x")),
                 "{argv:?}"
             );
+        }
+    }
+
+    #[test]
+    fn run_takes_the_cache_options_before_and_after_it() {
+        for argv in [
+            ["sandpipe", "run", "--no-cache", "p.wasm"],
+            ["sandpipe", "--no-cache", "run", "p.wasm"],
+        ] {
+            let cli = Cli::from_arg_matches(&with_env_names(Cli::command()).get_matches_from(argv))
+                .expect("parses");
+            let Command::Run(args) = cli.command else {
+                panic!("{argv:?}: not run");
+            };
+            assert!(args.sandbox.cache.no_cache, "{argv:?}");
         }
     }
 
