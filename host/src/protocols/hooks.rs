@@ -34,7 +34,7 @@ enum Source<'a> {
         policy: &'a Policy,
         options: &'a SessionOptions,
     },
-    Session(Session),
+    Session(Box<Session>),
 }
 
 impl<'a> Launch<'a> {
@@ -56,7 +56,7 @@ impl<'a> Launch<'a> {
 
     /// A session already started.
     pub fn session(session: Session) -> Launch<'static> {
-        Launch(Source::Session(session))
+        Launch(Source::Session(Box::new(session)))
     }
 
     /// Start the plugin's session (or take the one given).
@@ -68,7 +68,7 @@ impl<'a> Launch<'a> {
                 policy,
                 options,
             } => host.start(plugin, policy, options).await,
-            Source::Session(session) => Ok(session),
+            Source::Session(session) => Ok(*session),
         }
     }
 
