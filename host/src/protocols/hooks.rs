@@ -28,12 +28,7 @@ pub struct Launch<'a>(Source<'a>);
 
 #[derive(Debug)]
 enum Source<'a> {
-    Plugin {
-        host: &'a Host,
-        plugin: &'a Plugin,
-        policy: &'a Policy,
-        options: &'a SessionOptions,
-    },
+    Plugin(&'a Host, &'a Plugin, &'a Policy, &'a SessionOptions),
     Session(Box<Session>),
 }
 
@@ -46,12 +41,7 @@ impl<'a> Launch<'a> {
         policy: &'a Policy,
         options: &'a SessionOptions,
     ) -> Self {
-        Launch(Source::Plugin {
-            host,
-            plugin,
-            policy,
-            options,
-        })
+        Launch(Source::Plugin(host, plugin, policy, options))
     }
 
     /// A session already started.
@@ -62,12 +52,9 @@ impl<'a> Launch<'a> {
     /// Start the plugin's session (or take the one given).
     pub async fn start(self) -> Result<Session, HostError> {
         match self.0 {
-            Source::Plugin {
-                host,
-                plugin,
-                policy,
-                options,
-            } => host.start(plugin, policy, options).await,
+            Source::Plugin(host, plugin, policy, options) => {
+                host.start(plugin, policy, options).await
+            }
             Source::Session(session) => Ok(*session),
         }
     }
@@ -76,12 +63,7 @@ impl<'a> Launch<'a> {
     /// plan mode); `None` for a session already started.
     pub fn plugin(&self) -> Option<(&'a Host, &'a Plugin, &'a Policy, &'a SessionOptions)> {
         match self.0 {
-            Source::Plugin {
-                host,
-                plugin,
-                policy,
-                options,
-            } => Some((host, plugin, policy, options)),
+            Source::Plugin(host, plugin, policy, options) => Some((host, plugin, policy, options)),
             Source::Session(_) => None,
         }
     }
