@@ -23,6 +23,7 @@ use serde_json::Value;
 
 use crate::driver::{Completion, Driver, Pending, Refused};
 use crate::error::{Exit, Stopped};
+use crate::protocols::hooks::{CallError, CallRequest, DescribeError, Failure, Launch};
 use crate::session::{Session, SessionControl};
 
 /// Why a call did not return a result.
@@ -291,4 +292,56 @@ impl JsonRpcPeer {
     pub async fn shutdown(&self, grace: Duration) -> Exit {
         self.driver.shutdown(grace).await
     }
+}
+
+impl RpcError {
+    /// This error as `sandpipe call` reports it for `protocol` (bare JSON-RPC, denobridge,
+    /// MCP): the error object, its data, and whose doing it is.
+    pub fn call_error(&self, protocol: &str) -> CallError {
+        let obj = self.error_object(Dialect::JsonRpc2);
+        let mut lines = vec![format!("{protocol} error {}: {}", obj.code, obj.message)];
+        if let Some(data) = &obj.data {
+            lines.push(format!("data: {data}"));
+        }
+        let failure = match self {
+            RpcError::Remote(_) | RpcError::Cancelled => Failure::Plugin,
+            RpcError::Refused(_) => Failure::Host,
+            RpcError::BadResult { .. } => Failure::Violation,
+            RpcError::Failed { stopped, .. } if stopped.violation => Failure::Violation,
+            // Exited 0 (or unknown) with the call unanswered is a protocol failure too.
+            RpcError::Failed { stopped, .. } => {
+                Failure::ended(stopped.exit.clone(), Failure::Violation)
+            }
+        };
+        CallError::failed(failure, lines)
+    }
+}
+
+/// `sandpipe call --protocol jsonrpc`: METHOD with PARAMS, then a clean shutdown. `call`
+/// serves nothing: a request from the plugin gets `-32601` so it never waits.
+pub(crate) async fn one_call(launch: Launch<'_>, request: CallRequest) -> Result<Value, CallError> {
+    let session = launch.start().await.map_err(CallError::Start)?;
+    let rpc = std::sync::Arc::new(JsonRpcPeer::new(session, Dialect::JsonRpc2));
+    let server = rpc.clone();
+    tokio::spawn(async move {
+        while let Some(incoming) = server.next_incoming().await {
+            if let Incoming::Request { id, method, .. } = incoming {
+                let error = ErrorObject::new(
+                    jsonrpc::METHOD_NOT_FOUND,
+                    format!("sandpipe call does not serve {method}"),
+                );
+                let _ = server.respond(id, Err(error));
+            }
+        }
+    });
+    let result = rpc.call(&request.method, request.params).await;
+    let _ = rpc.shutdown(request.grace).await;
+    result.map_err(|e| e.call_error("jsonrpc"))
+}
+
+/// `sandpipe inspect --protocol jsonrpc`: plain JSON-RPC has no self-description.
+pub(crate) async fn describe() -> Result<Value, DescribeError> {
+    Err(DescribeError::Failed(
+        "plain JSON-RPC has no self-description".to_owned(),
+    ))
 }

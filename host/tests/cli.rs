@@ -301,12 +301,13 @@ fn second_run_uses_the_disk_cache() {
         ],
         b"{}\n",
     );
+    // The cache options are global: before the subcommand too.
     let second = sandpipe(
         &[
             "-v",
-            "run",
             "--cache-dir",
             &dir,
+            "run",
             "--framing",
             "lines",
             &echo,
@@ -321,6 +322,48 @@ fn second_run_uses_the_disk_cache() {
         "{}",
         stderr(&second)
     );
+    // `cache`'s own subcommands take them before and after.
+    for args in [
+        ["cache", "ls", "--cache-dir", &dir],
+        ["--cache-dir", &dir, "cache", "ls"],
+    ] {
+        let out = sandpipe(&args, b"");
+        let listing = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(listing.contains("compiled"), "{args:?}: {listing}");
+        assert!(listing.contains(&format!("({dir})")), "{args:?}: {listing}");
+    }
+}
+
+/// An Orchard provider built from source answers `execute` with a result without `outputs`:
+/// a protocol violation (123, as the README's table says), not the provider's error (1).
+#[test]
+fn an_orchard_execute_result_without_outputs_exits_123() {
+    for target in [Target::Wasm, Target::Native] {
+        let hog = path("orchard-hog", target);
+        let params = r#"{"action":"hog","attrs":{"how":"no-outputs"}}"#;
+        let out = sandpipe(
+            &[
+                "call",
+                "--no-cache",
+                "--protocol",
+                "orchard",
+                "--method",
+                "execute",
+                "--params",
+                params,
+                &hog,
+            ],
+            b"",
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(123), "{target:?}: {err}");
+        assert!(
+            err.contains("sandpipe: orchard error execute_failed"),
+            "{target:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{target:?}");
+    }
 }
 
 #[test]

@@ -7,16 +7,11 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use super::exit_code;
-use super::run::status_for;
 use super::sandbox_args::{SandboxArgs, warn_if_native};
+use super::status::ended_status;
 use crate::protocols::Protocol;
-use crate::protocols::denobridge::DenoBridgeClient;
-use crate::protocols::oracle::OracleClient;
-use crate::protocols::orchard::{OrchardClient, OrchardError};
-use crate::rpc::{JsonRpcPeer, RpcError};
-use crate::{Exit, Session, SessionOptions, StderrMode};
-use sandpipe_proto::jsonrpc::Dialect;
-use sandpipe_proto::oracle::{ErrorOrigin, Felt, OracleError};
+use crate::protocols::hooks::{CallError, CallRequest, Failure, Launch};
+use crate::{SessionOptions, StderrMode};
 
 /// Arguments of `sandpipe call`: the call itself is given by flags (`--method`, `--params`),
 /// so that, as with `run` and `wasmtime run`, everything after PLUGIN is the plugin's.
@@ -92,395 +87,56 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
         protocol.framing(),
         Some(protocol.name()),
     )?;
-    if protocol == Protocol::Orchard && args.method == "schema" {
-        return match crate::protocols::orchard::schema(&host, &plugin, &policy, &options).await {
-            Ok(schema) => {
-                println!("{}", serde_json::to_string(&schema)?);
-                Ok(0)
-            }
-            Err(e) => Ok(report_orchard(&e, None)),
-        };
-    }
-    // A component that exports functions is served in process, in the protocol's frames.
-    let session = host
-        .start_speaking(&plugin, &policy, &options, protocol)
-        .await
-        .with_context(|| format!("starting plugin {}", plugin.path().display()))?;
-    match protocol {
-        Protocol::JsonRpc => {
-            let rpc = std::sync::Arc::new(JsonRpcPeer::new(session, Dialect::JsonRpc2));
-            // `call` serves nothing: answer any request from the plugin so it never waits.
-            let server = rpc.clone();
-            tokio::spawn(async move {
-                while let Some(incoming) = server.next_incoming().await {
-                    if let crate::rpc::Incoming::Request { id, method, .. } = incoming {
-                        let error = sandpipe_proto::jsonrpc::ErrorObject::new(
-                            sandpipe_proto::jsonrpc::METHOD_NOT_FOUND,
-                            format!("sandpipe call does not serve {method}"),
-                        );
-                        let _ = server.respond(id, Err(error));
-                    }
-                }
-            });
-            let result = rpc.call(&args.method, params).await;
-            finish_rpc(Protocol::JsonRpc, result, rpc.shutdown(args.grace).await)
-        }
-        Protocol::Oracle => {
-            let calldata = felts(params)?;
-            call_oracle(session, &args.method, &calldata, args.grace).await
-        }
-        Protocol::DenoBridge => call_denobridge(session, &args.method, params, args.grace).await,
-        Protocol::Atp => call_atp(session, &args.method, params, args.grace).await,
-        Protocol::FineCode => {
-            let config: Value = serde_json::from_str(&args.config)
-                .with_context(|| format!("--config is not JSON: {}", args.config))?;
-            call_finecode(session, &args.method, params, config, args.grace).await
-        }
-        Protocol::Orchard => {
-            let config: Value = serde_json::from_str(&args.config)
-                .with_context(|| format!("--config is not JSON: {}", args.config))?;
-            call_orchard(session, &args.method, params, config, args.grace).await
-        }
-        Protocol::Mcp => call_mcp(session, &args.method, params, args.grace).await,
-    }
-}
-
-/// denobridge: METHOD names the provider kind ([`denobridge_kind`]) and the call.
-async fn call_denobridge(
-    session: Session,
-    method: &str,
-    params: Option<Value>,
-    grace: Duration,
-) -> Result<i32> {
-    let kind = denobridge_kind(method);
-    let (client, health) = match DenoBridgeClient::connect(session, kind).await {
-        Ok(ok) => ok,
-        Err(e) => return Ok(report_rpc(Protocol::DenoBridge, &e)),
+    let request = CallRequest {
+        method: args.method,
+        params,
+        config: args.config,
+        grace: args.grace,
     };
-    let result = if method == "health" {
-        serde_json::to_value(&health).map_err(|e| RpcError::BadResult {
-            method: "health".into(),
-            reason: e.to_string(),
-        })
-    } else {
-        client.call_value(method, params).await
-    };
-    finish_rpc(Protocol::DenoBridge, result, client.shutdown(grace).await)
-}
-
-/// MCP: the handshake, METHOD (`tools/call`, `tools/list`, `resources/read`, …) with PARAMS,
-/// then the spec's shutdown. A tool's own failure (`isError: true`) is printed as the result
-/// and exits 1.
-async fn call_mcp(
-    session: Session,
-    method: &str,
-    params: Option<Value>,
-    grace: Duration,
-) -> Result<i32> {
-    use crate::protocols::mcp::McpClient;
-    let info = serde_json::json!({"name": "sandpipe", "version": env!("CARGO_PKG_VERSION")});
-    let (client, _init) = match McpClient::connect(session, info).await {
-        Ok(ok) => ok,
-        Err(e) => return Ok(report_rpc(Protocol::Mcp, &e)),
-    };
-    let result = client.call(method, params).await;
-    let tool_failed = result
-        .as_ref()
-        .is_ok_and(|v| method == "tools/call" && v.get("isError") == Some(&Value::Bool(true)));
-    let code = finish_rpc(Protocol::Mcp, result, client.shutdown(grace).await)?;
-    Ok(if tool_failed { 1 } else { code })
-}
-
-async fn call_orchard(
-    session: Session,
-    method: &str,
-    params: Option<Value>,
-    config: Value,
-    grace: Duration,
-) -> Result<i32> {
-    let client =
-        match OrchardClient::connect(session, sandpipe_proto::orchard::DESCRIBE_TIMEOUT).await {
-            Ok(c) => c,
-            Err(e) => return Ok(report_orchard(&e, None)),
-        };
-    let params = params.unwrap_or_else(|| serde_json::json!({}));
-    let result = match method {
-        "describe" => Ok(serde_json::json!({ "schema": client.schema() })),
-        "configure" => client
-            .configure(params.get("config").cloned().unwrap_or(params))
-            .await
-            .map(|()| serde_json::json!({})),
-        "execute" => match client.configure(config).await {
-            Ok(()) => {
-                let action = params
-                    .get("action")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned();
-                let attrs = params
-                    .get("attrs")
-                    .cloned()
-                    .unwrap_or_else(|| serde_json::json!({}));
-                client
-                    .execute(&action, attrs)
-                    .await
-                    .map(|outputs| serde_json::json!({ "outputs": outputs }))
-            }
-            Err(e) => Err(e),
-        },
-        other => {
-            let _ = client.shutdown(grace).await;
-            bail!("orchard methods are describe, configure, execute and schema, not {other:?}");
-        }
-    };
-    let exit = client.shutdown(grace).await;
-    match result {
-        Ok(v) => {
-            println!("{}", serde_json::to_string(&v)?);
-            Ok(0)
-        }
-        Err(e) => Ok(report_orchard(&e, Some(&exit))),
-    }
-}
-
-/// ATP: METHOD is the step id, PARAMS its config; prints `{"output_id", "output_data"}`.
-async fn call_atp(
-    session: Session,
-    step: &str,
-    params: Option<Value>,
-    grace: Duration,
-) -> Result<i32> {
-    use crate::protocols::atp::{AtpClient, AtpFailure, ErrorOrigin as RunOrigin, Value as Cbor};
-    let (client, _hello) = match AtpClient::connect(session).await {
-        Ok(ok) => ok,
-        Err(e) => {
-            eprintln!("sandpipe: atp error: {e}");
-            return Ok(exit_code::BAD_FRAME);
-        }
-    };
-    let config = Cbor::serialized(&params.unwrap_or(Value::Null))
-        .context("converting PARAMS_JSON to CBOR")?;
-    // The error, and the status it decides by itself (else how the plugin ended decides).
-    let result = match client.start("run-1", step, config).await {
-        Ok(run) => run.result().await.map_err(|e| {
-            let status = match (e.origin, &e.stopped) {
-                (RunOrigin::Plugin, _) => Some(1),
-                (_, Some(s)) if s.violation => Some(exit_code::BAD_FRAME),
-                _ => None,
-            };
-            (e.to_string(), status)
-        }),
-        Err(AtpFailure::Stopped(s)) if s.violation => {
-            Err((s.reason.clone(), Some(exit_code::BAD_FRAME)))
-        }
-        Err(e) => Err((e.to_string(), None)),
-    };
-    let exit = client.done(grace).await;
-    match result {
-        Ok(done) => {
-            let data = done
-                .output_data
-                .deserialized::<Value>()
-                .unwrap_or_else(|_| Value::from(crate::cbor_note::render_value(&done.output_data)));
-            println!(
-                "{}",
-                serde_json::json!({"output_id": done.output_id, "output_data": data})
-            );
-            Ok(0)
-        }
-        Err((e, status)) => {
-            eprintln!("sandpipe: atp error: {e}");
-            Ok(status.unwrap_or_else(|| ended_status(Some(&exit), 1)))
-        }
-    }
-}
-
-/// FineCode: METHOD is a call (`actions/run`, `finecodeRunner/resolveActionMeta`, ...), PARAMS
-/// its params; `--config` answers the runner's `projects/getRawConfig`. Direct call form.
-async fn call_finecode(
-    session: Session,
-    method: &str,
-    params: Option<Value>,
-    config: Value,
-    grace: Duration,
-) -> Result<i32> {
-    use crate::protocols::finecode::{
-        Call, CallForm, FineCodeClient, FineCodeFailure, RunnerRequest, SyncRequests, not_served,
-    };
-    use sandpipe_proto::finecode::FineCodeError;
-    let Some(m) = sandpipe_proto::finecode::Method::from_name(method) else {
-        let _ = session.shutdown(grace).await;
-        bail!("unknown FineCode call {method:?}");
-    };
-    let call = Call::from_params(m, params)
-        .map_err(|e| anyhow::anyhow!("bad params for {method}: {e}"))?;
-    let handler = SyncRequests(move |request: RunnerRequest| match request {
-        // The runner expects the config as a JSON-encoded string.
-        RunnerRequest::GetRawConfig { .. } => {
-            Ok(serde_json::json!({ "config": config.to_string() }))
-        }
-        other => Err(not_served(&format!("{other:?}"))),
-    });
-    let (client, _init) = match FineCodeClient::connect(session, CallForm::Direct, handler).await {
-        Ok(ok) => ok,
-        Err(e) => {
-            eprintln!("sandpipe: finecode error: {e}");
-            return Ok(exit_code::BAD_FRAME);
-        }
-    };
-    let result = client.call(call).await;
-    let exit = client.shutdown(grace).await;
-    match result {
-        Ok(reply) => {
-            println!(
-                "{}",
-                serde_json::to_string(&reply.to_value(CallForm::Direct))?
-            );
-            Ok(0)
-        }
-        Err(e) => {
-            eprintln!("sandpipe: finecode error: {e}");
-            Ok(match &e {
-                // An answer that does not have the call's shape breaks the protocol.
-                FineCodeFailure::Call(FineCodeError::BadResult { .. }) => exit_code::BAD_FRAME,
-                FineCodeFailure::Stopped { stopped, .. } if stopped.violation => {
-                    exit_code::BAD_FRAME
-                }
-                _ => ended_status(Some(&exit), 1),
-            })
-        }
-    }
-}
-
-/// Print the Orchard error on stderr; the exit status for it (`exit`: how the provider ended,
-/// once it has).
-fn report_orchard(e: &OrchardError, exit: Option<&Exit>) -> i32 {
-    eprintln!("sandpipe: orchard error {}: {}", e.code, e.message);
-    if let Some(d) = &e.detail {
-        eprintln!("sandpipe: detail: {d}");
-    }
-    if e.violation {
-        exit_code::BAD_FRAME
-    } else if e.from_provider {
-        1
-    } else {
-        ended_status(exit, 1)
-    }
-}
-
-/// The status of how the plugin ended when that is not 0; `otherwise` when it exited 0 or its
-/// end is unknown.
-fn ended_status(exit: Option<&Exit>, otherwise: i32) -> i32 {
-    exit.map(status_for)
-        .filter(|s| *s != 0)
-        .unwrap_or(otherwise)
-}
-
-fn felts(params: Option<Value>) -> Result<Vec<Felt>> {
-    let Some(v) = params else {
-        return Ok(Vec::new());
-    };
-    match sandpipe_proto::oracle::felts_from_value(&v) {
-        Ok(f) => Ok(f),
-        Err(e) => {
-            bail!("oracle calldata must be an array of lowercase hex felts like [\"0x10\"]: {e}")
-        }
-    }
-}
-
-async fn call_oracle(
-    session: Session,
-    selector: &str,
-    calldata: &[Felt],
-    grace: Duration,
-) -> Result<i32> {
-    let mut client = match OracleClient::connect(session).await {
-        Ok(c) => c,
-        Err(e) => return Ok(report_oracle(&e, None)),
-    };
-    let result = client.invoke(selector, calldata).await;
-    let exit_now = client.control().try_exit();
-    let violation = client.stopped().is_some_and(|s| s.violation);
-    let exit = client.shutdown(grace).await;
-    match result {
-        Ok(felts) => {
-            println!("{}", serde_json::to_string(&felts)?);
-            Ok(0)
-        }
-        // The host stopped a plugin that broke the protocol: how it ended (killed) is ours.
-        Err(e) if violation && e.origin == ErrorOrigin::Host => {
-            report_oracle(&e, None);
-            Ok(exit_code::BAD_FRAME)
-        }
-        Err(e) => Ok(report_oracle(&e, exit_now.or(Some(exit)))),
-    }
-}
-
-fn report_oracle(e: &OracleError, exit: Option<Exit>) -> i32 {
-    eprintln!("sandpipe: oracle error {}: {}", e.code, e.message);
-    if let Some(data) = &e.data {
-        eprintln!("sandpipe: data: {data}");
-    }
-    match e.origin {
-        ErrorOrigin::Plugin => 1,
-        ErrorOrigin::BadResult => exit_code::BAD_FRAME,
-        _ => ended_status(exit.as_ref(), exit_code::BAD_FRAME),
-    }
-}
-
-/// Print the result, or report the error; either way the exit status.
-pub(crate) fn finish_rpc(
-    protocol: Protocol,
-    result: Result<Value, RpcError>,
-    _exit: Exit,
-) -> Result<i32> {
-    match result {
-        Ok(v) => {
-            println!("{}", serde_json::to_string(&v)?);
-            Ok(0)
-        }
-        Err(e) => Ok(report_rpc(protocol, &e)),
-    }
-}
-
-/// Print the protocol's error on stderr; the exit status for it.
-pub(crate) fn report_rpc(protocol: Protocol, e: &RpcError) -> i32 {
-    let dialect = if protocol == Protocol::Orchard {
-        Dialect::Orchard
-    } else {
-        Dialect::JsonRpc2
-    };
-    let obj = e.error_object(dialect);
-    eprintln!(
-        "sandpipe: {} error {}: {}",
-        protocol.name(),
-        obj.code,
-        obj.message
+    let answer = (protocol.spec().call)(
+        Launch::new(&host, &plugin, &policy, &options, protocol),
+        request,
     );
-    if let Some(data) = &obj.data {
-        eprintln!("sandpipe: data: {data}");
-    }
-    match e {
-        RpcError::Remote(_) | RpcError::Cancelled => 1,
-        RpcError::Refused(_) => exit_code::HOST_ERROR,
-        RpcError::BadResult { .. } => exit_code::BAD_FRAME,
-        RpcError::Failed { stopped, .. } if stopped.violation => exit_code::BAD_FRAME,
-        // Exited 0 (or unknown) with the call unanswered is a protocol failure too.
-        RpcError::Failed { stopped, .. } => {
-            ended_status(stopped.exit.as_ref(), exit_code::BAD_FRAME)
+    match answer.await {
+        Err(CallError::Start(e)) => {
+            Err(anyhow::Error::from(e)
+                .context(format!("starting plugin {}", plugin.path().display())))
         }
+        answer => report(answer),
     }
 }
 
-/// The denobridge provider kind a `call` of `method` speaks to: the kind that has the method
-/// (`read` is a resource's; `health` any kind's). A data source's `read` is not callable
-/// from `sandpipe call`.
-fn denobridge_kind(method: &str) -> sandpipe_proto::denobridge::ProviderKind {
-    use sandpipe_proto::denobridge::ProviderKind;
-    match method {
-        "open" | "renew" | "close" => ProviderKind::Ephemeral,
-        "invoke" => ProviderKind::Action,
-        _ => ProviderKind::Resource,
+/// Print the result on stdout, or the failure on stderr; the exit status either way.
+fn report(answer: Result<Value, CallError>) -> Result<i32> {
+    match answer {
+        Ok(v) => {
+            println!("{}", serde_json::to_string(&v)?);
+            Ok(0)
+        }
+        Err(CallError::Failed {
+            lines,
+            failure,
+            answer,
+        }) => {
+            if let Some(v) = answer {
+                println!("{}", serde_json::to_string(&v)?);
+            }
+            for line in lines {
+                eprintln!("sandpipe: {line}");
+            }
+            Ok(status(&failure))
+        }
+        Err(CallError::Start(e)) => Err(e.into()),
+    }
+}
+
+/// The exit status for `failure` (the README's table).
+fn status(failure: &Failure) -> i32 {
+    match failure {
+        Failure::Plugin => 1,
+        Failure::Violation => exit_code::BAD_FRAME,
+        Failure::Host => exit_code::HOST_ERROR,
+        Failure::Ended { exit, otherwise } => ended_status(exit.as_ref(), status(otherwise)),
     }
 }
 
@@ -497,8 +153,23 @@ mod tests {
 
     const GRACE: Duration = Duration::from_secs(1);
 
-    fn session(protocol: Protocol, plugin: impl crate::MemoryPlugin) -> Session {
-        Session::memory(plugin, &SessionOptions::framed(protocol.framing()))
+    /// `call`'s exit status for `method` with `params` through the protocol's hook, against
+    /// `plugin` in memory.
+    async fn call_status(
+        protocol: Protocol,
+        plugin: impl crate::MemoryPlugin,
+        method: &str,
+        params: Option<Value>,
+    ) -> i32 {
+        let session = crate::Session::memory(plugin, &SessionOptions::framed(protocol.framing()));
+        let request = CallRequest {
+            method: method.to_owned(),
+            params,
+            config: "{}".to_owned(),
+            grace: GRACE,
+        };
+        let answer = (protocol.spec().call)(Launch::session(session), request).await;
+        report(answer).expect("called")
     }
 
     fn json(frame: &[u8]) -> Value {
@@ -534,11 +205,9 @@ mod tests {
                 1,
             ),
         ] {
-            let session = session(Protocol::Orchard, orchard(execute_result.clone()));
+            let plugin = orchard(execute_result.clone());
             let params = Some(json!({"action": "a", "attrs": {}}));
-            let status = call_orchard(session, "execute", params, json!({}), GRACE)
-                .await
-                .expect("called");
+            let status = call_status(Protocol::Orchard, plugin, "execute", params).await;
             assert_eq!(status, want, "{execute_result}");
         }
     }
@@ -567,14 +236,7 @@ mod tests {
             _ => json!({"state": {}}),
         });
         let params = Some(json!({"props": {}}));
-        let status = call_denobridge(
-            session(Protocol::DenoBridge, plugin),
-            "create",
-            params,
-            GRACE,
-        )
-        .await
-        .expect("called");
+        let status = call_status(Protocol::DenoBridge, plugin, "create", params).await;
         assert_eq!(status, exit_code::BAD_FRAME);
     }
 
@@ -586,11 +248,8 @@ mod tests {
             // getInfo's reply is an object.
             _ => json!(5),
         });
-        let session = session(Protocol::FineCode, plugin);
         let method = "finecodeRunner/getInfo";
-        let status = call_finecode(session, method, None, json!({}), GRACE)
-            .await
-            .expect("called");
+        let status = call_status(Protocol::FineCode, plugin, method, None).await;
         assert_eq!(status, exit_code::BAD_FRAME);
     }
 
@@ -612,9 +271,7 @@ mod tests {
             };
             vec![done.encode()]
         };
-        let status = call_atp(session(Protocol::Atp, plugin), "s", None, GRACE)
-            .await
-            .expect("called");
+        let status = call_status(Protocol::Atp, plugin, "s", None).await;
         assert_eq!(status, exit_code::BAD_FRAME);
     }
 
@@ -646,8 +303,7 @@ mod tests {
             (json!({"result": ["0xzz"]}), exit_code::BAD_FRAME),
             (json!({"error": {"code": -32603, "message": "no"}}), 1),
         ] {
-            let session = session(Protocol::Oracle, Oracle(answer.clone()));
-            let status = call_oracle(session, "f", &[], GRACE).await.expect("called");
+            let status = call_status(Protocol::Oracle, Oracle(answer.clone()), "f", None).await;
             assert_eq!(status, want, "{answer}");
         }
     }

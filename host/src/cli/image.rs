@@ -27,6 +27,8 @@ const CACHE_DIR: &str = "/cache";
 /// Arguments of `sandpipe image`.
 #[derive(Debug, clap::Args)]
 pub struct ImageArgs {
+    #[command(flatten)]
+    cache: super::UnusedCacheArgs,
     /// Write the image as an archive that `podman load` and `docker load` accept.
     #[arg(short, long, value_name = "FILE.tar", required_unless_present = "push")]
     output: Option<PathBuf>,
@@ -64,6 +66,7 @@ pub struct ImageArgs {
 }
 
 pub(crate) async fn image(args: ImageArgs) -> Result<i32> {
+    args.cache.refuse("image")?;
     let plugin_path = match (&args.plugin, &args.policy) {
         (Some(p), _) => p.clone(),
         (None, Some(policy)) => super::manifest::plugin_of(policy)?,

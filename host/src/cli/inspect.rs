@@ -2,15 +2,13 @@
 //! about itself.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Result;
 use serde_json::{Value, json};
 
 use super::sandbox_args::SandboxArgs;
 use crate::protocols::Protocol;
-use crate::protocols::denobridge::DenoBridgeClient;
-use crate::protocols::oracle::OracleClient;
+use crate::protocols::hooks::{DescribeError, Launch};
 use crate::{
     LANDLOCK_TARGET_ABI, LandlockSupport, LoadSource, PluginKind, Policy, SessionOptions,
     StderrMode,
@@ -121,88 +119,16 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         let mut options =
             SessionOptions::framed(protocol.framing()).frame_limits(args.sandbox.frame_limits());
         options.stderr = StderrMode::Discard;
-        let grace = Duration::from_secs(2);
         let described: Result<Value, String> = match protocol {
-            Protocol::Orchard => {
-                crate::protocols::orchard::schema(&host, &plugin, &policy, &options)
-                    .await
-                    .map(|schema| json!({ "schema": schema }))
-                    .map_err(|e| e.to_string())
-            }
             Protocol::Oracle if plugin.exports_functions() => {
                 super::wasm_oracle::describe(&host, &plugin, &policy, &options).await
             }
-            Protocol::Oracle => {
-                let session = host.start(&plugin, &policy, &options).await?;
-                match OracleClient::connect(session).await {
-                    Ok(client) => {
-                        let _ = client.shutdown(grace).await;
-                        Ok(json!({"ready": true}))
-                    }
-                    Err(e) => Err(format!("oracle error {}: {}", e.code, e.message)),
-                }
-            }
-            Protocol::DenoBridge => {
-                let session = host.start(&plugin, &policy, &options).await?;
-                match DenoBridgeClient::connect(
-                    session,
-                    sandpipe_proto::denobridge::ProviderKind::Resource,
-                )
-                .await
-                {
-                    Ok((client, health)) => {
-                        let _ = client.shutdown(grace).await;
-                        serde_json::to_value(health)
-                            .map(|h| json!({"health": h}))
-                            .map_err(|e| e.to_string())
-                    }
-                    Err(e) => Err(e.to_string()),
-                }
-            }
-            Protocol::JsonRpc => Err("plain JSON-RPC has no self-description".to_owned()),
-            Protocol::Atp => {
-                let session = host.start(&plugin, &policy, &options).await?;
-                match crate::protocols::atp::AtpClient::connect(session).await {
-                    Ok((client, hello)) => {
-                        let _ = client.done(grace).await;
-                        let schema = hello.schema.deserialized::<Value>().unwrap_or(Value::Null);
-                        Ok(json!({"version": hello.version.number(), "schema": schema}))
-                    }
-                    Err(e) => Err(e.to_string()),
-                }
-            }
-            Protocol::FineCode => {
-                use crate::protocols::finecode::{CallForm, FineCodeClient, NoRunnerRequests};
-                let session = host.start(&plugin, &policy, &options).await?;
-                match FineCodeClient::connect(session, CallForm::Direct, NoRunnerRequests).await {
-                    Ok((client, init)) => {
-                        let meta = client.resolve_action_meta().await;
-                        let _ = client.shutdown(grace).await;
-                        let init = serde_json::to_value(init).unwrap_or(Value::Null);
-                        meta.map_err(|e| e.to_string())
-                            .and_then(|m| serde_json::to_value(m).map_err(|e| e.to_string()))
-                            .map(|m| json!({"initialize": init, "resolveActionMeta": m}))
-                    }
-                    Err(e) => Err(e.to_string()),
-                }
-            }
-            Protocol::Mcp => {
-                use crate::protocols::mcp::McpClient;
-                // A component's exported functions are tools served in process.
-                let session = host
-                    .start_speaking(&plugin, &policy, &options, protocol)
-                    .await?;
-                let info = json!({"name": "sandpipe", "version": env!("CARGO_PKG_VERSION")});
-                match McpClient::connect(session, info).await {
-                    Ok((client, init)) => {
-                        let tools = client.list_tools().await;
-                        let _ = client.shutdown(grace).await;
-                        tools
-                            .map_err(|e| e.to_string())
-                            .and_then(|t| serde_json::to_value(t).map_err(|e| e.to_string()))
-                            .map(|tools| json!({"initialize": init, "tools": tools}))
-                    }
-                    Err(e) => Err(e.to_string()),
+            _ => {
+                let launch = Launch::new(&host, &plugin, &policy, &options, protocol);
+                match (protocol.spec().describe)(launch).await {
+                    Ok(v) => Ok(v),
+                    Err(DescribeError::Failed(e)) => Err(e),
+                    Err(DescribeError::Start(e)) => return Err(e.into()),
                 }
             }
         };
@@ -490,6 +416,8 @@ fn native_report(policy: &Policy, support: &LandlockSupport) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

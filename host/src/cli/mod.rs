@@ -5,6 +5,7 @@ mod cache;
 mod call;
 mod compile;
 mod dist;
+mod engine;
 mod image;
 mod inspect;
 mod manifest;
@@ -17,35 +18,17 @@ mod replay;
 mod run;
 mod sandbox_args;
 mod signals;
+mod status;
 mod stdio;
 mod wasm_oracle;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::{CommandFactory, FromArgMatches, Subcommand};
 
 use crate::protocols::Protocol;
 
-/// Exit codes `sandpipe` itself uses. Any other code is the plugin's own.
-pub mod exit_code {
-    /// The plugin ran out of fuel (wasm), or used up its CPU time (native): one code for "the
-    /// compute budget is spent", whichever way the plugin runs.
-    pub const OUT_OF_FUEL: i32 = 121;
-    /// The plugin hit the memory cap.
-    pub const MEMORY_LIMIT: i32 = 122;
-    /// A frame in either direction was malformed or too large.
-    pub const BAD_FRAME: i32 = 123;
-    /// The plugin ran past `--timeout` (the same code as coreutils `timeout`).
-    pub const DEADLINE: i32 = 124;
-    /// sandpipe could not load or start the plugin (bad file, refused imports, bad option).
-    pub const HOST_ERROR: i32 = 125;
-    /// The plugin trapped (128 + SIGABRT, what a crashing native binary gives).
-    pub const TRAP: i32 = 134;
-    /// The host killed the plugin (128 + SIGKILL); a native plugin killed by signal N gives
-    /// 128 + N.
-    pub const KILLED: i32 = 137;
-}
+pub use status::{exit, exit_code};
 
 const EXIT_CODES_HELP: &str = "\
 Exit status:
@@ -74,6 +57,10 @@ pub struct Cli {
     /// More logging on stderr (-v: info, -vv: debug). `SANDPIPE_LOG` takes an env-filter.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// The cache options before the subcommand (`sandpipe --cache-dir X cache ls`); each
+    /// subcommand that uses the cache takes them after it too, and sees them either way.
+    #[command(flatten)]
+    pub cache: CacheArgs,
     /// The subcommand.
     #[command(subcommand)]
     pub command: Command,
@@ -142,6 +129,29 @@ impl CacheArgs {
     }
 }
 
+/// The cache options where they mean nothing (`image`, `push`). Given before the subcommand
+/// they reach every subcommand (clap's global options): here they are hidden and refused,
+/// not silently ignored.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UnusedCacheArgs {
+    #[arg(long, value_name = "DIR", hide = true)]
+    cache_dir: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    no_cache: bool,
+}
+
+impl UnusedCacheArgs {
+    /// An error when a cache option was given to `subcommand`.
+    fn refuse(&self, subcommand: &str) -> anyhow::Result<()> {
+        if self.cache_dir.is_some() || self.no_cache {
+            anyhow::bail!(
+                "{subcommand} does not use the cache: --cache-dir and --no-cache do not apply"
+            );
+        }
+        Ok(())
+    }
+}
+
 /// `value` as the flag of type `E` parses it (clap's `ValueEnum` parser, case-sensitive), with
 /// an error listing the choices; the policy file reads its values through this.
 pub(crate) fn parse_value<E: clap::ValueEnum>(value: &str) -> Result<E, String> {
@@ -156,33 +166,22 @@ pub(crate) fn parse_value<E: clap::ValueEnum>(value: &str) -> Result<E, String> 
     })
 }
 
-/// `--protocol`: clap lists the names, with what each is, in `--help`.
+/// `--protocol`: clap lists the names, with what each is, in `--help`, from the registry
+/// ([`crate::protocols::PROTOCOLS`]).
 impl clap::ValueEnum for Protocol {
     fn value_variants<'a>() -> &'a [Self] {
-        &[
-            Protocol::JsonRpc,
-            Protocol::Oracle,
-            Protocol::Orchard,
-            Protocol::DenoBridge,
-            Protocol::Atp,
-            Protocol::FineCode,
-            Protocol::Mcp,
-        ]
+        static VARIANTS: std::sync::LazyLock<Vec<Protocol>> = std::sync::LazyLock::new(|| {
+            crate::protocols::PROTOCOLS
+                .iter()
+                .map(|spec| spec.protocol)
+                .collect()
+        });
+        &VARIANTS
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        let help = match self {
-            Protocol::JsonRpc => "plain JSON-RPC 2.0 over JSON Lines",
-            Protocol::Oracle => "Cairo oracle stdio: (and wasm: components exporting functions)",
-            Protocol::Orchard => "Orchard provider protocol",
-            Protocol::DenoBridge => "terraform-provider-denobridge",
-            Protocol::Atp => "Arcaflow ATP v1/v3 (CBOR)",
-            Protocol::FineCode => "FineCode WM-ER (LSP Content-Length)",
-            Protocol::Mcp => {
-                "Model Context Protocol servers (stdio), or a component's exported functions as tools"
-            }
-        };
-        Some(clap::builder::PossibleValue::new(self.name()).help(help))
+        let spec = self.spec();
+        Some(clap::builder::PossibleValue::new(spec.name).help(spec.help))
     }
 }
 
@@ -203,56 +202,6 @@ fn host(cache_dir: Option<PathBuf>) -> Result<crate::Host, crate::HostError> {
             .cache_dir(cache_dir)
             .allow_native_unsandboxed(true),
     )
-}
-
-/// The signal that ended `run`'s plugin, when sandpipe is to end the same way (see [`exit`]).
-static PLUGIN_SIGNAL: AtomicI32 = AtomicI32::new(0);
-
-/// Signals whose default action ends a process without a core file: a plugin killed by one of
-/// these (a forwarded SIGTERM, SIGINT, …) ends sandpipe by the same signal.
-const TERMINATING: [i32; 8] = [
-    libc::SIGHUP,
-    libc::SIGINT,
-    libc::SIGKILL,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGPIPE,
-    libc::SIGALRM,
-    libc::SIGTERM,
-];
-
-/// `run`'s plugin was killed by `signal` (not by sandpipe: a SIGKILL sandpipe sent arrives
-/// here as [`crate::Exit::Killed`] without a signal): [`exit`] re-raises it.
-pub(crate) fn end_by_signal_like_the_plugin(signal: i32) {
-    if TERMINATING.contains(&signal) {
-        PLUGIN_SIGNAL.store(signal, Ordering::SeqCst);
-    }
-}
-
-/// End the process with `code`, or, when `run`'s plugin was killed by a terminating signal,
-/// by that same signal: an engine that waits for its plugin then sees "killed by SIGTERM"
-/// (`WIFSIGNALED`), exactly as without sandpipe, not an exit code of 143. A shell's `$?` is
-/// 128 + N either way, and `code` is that number should the signal not end the process.
-pub fn exit(code: i32) -> ! {
-    let signal = PLUGIN_SIGNAL.load(Ordering::SeqCst);
-    if signal != 0 {
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        let _ = std::io::stderr().flush();
-        // SAFETY: resetting one signal to its default action and raising it on the calling
-        // thread, with no handler of ours left to run. The runtime's handlers for these
-        // signals only write to a pipe; the process ends here either way.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::signal(signal, libc::SIG_DFL);
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, signal);
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-            libc::raise(signal);
-        }
-    }
-    std::process::exit(code)
 }
 
 /// Parse the command line, run it, and return the process exit code (pass it to [`exit`]).
@@ -408,8 +357,10 @@ mod tests {
         for argv in [
             ["sandpipe", "cache", "ls", "--cache-dir", "/tmp/x"],
             ["sandpipe", "cache", "--cache-dir", "/tmp/x", "ls"],
+            ["sandpipe", "--cache-dir", "/tmp/x", "cache", "ls"],
         ] {
-            let cli = <Cli as clap::Parser>::try_parse_from(argv).expect("parses");
+            let cli = Cli::from_arg_matches(&with_env_names(Cli::command()).get_matches_from(argv))
+                .expect("parses");
             let Command::Cache(args) = cli.command else {
                 panic!("{argv:?}: not cache");
             };
@@ -418,6 +369,21 @@ mod tests {
                 Some(PathBuf::from("/tmp/x")),
                 "{argv:?}"
             );
+        }
+    }
+
+    #[test]
+    fn run_takes_the_cache_options_before_and_after_it() {
+        for argv in [
+            ["sandpipe", "run", "--no-cache", "p.wasm"],
+            ["sandpipe", "--no-cache", "run", "p.wasm"],
+        ] {
+            let cli = Cli::from_arg_matches(&with_env_names(Cli::command()).get_matches_from(argv))
+                .expect("parses");
+            let Command::Run(args) = cli.command else {
+                panic!("{argv:?}: not run");
+            };
+            assert!(args.sandbox.cache.no_cache, "{argv:?}");
         }
     }
 

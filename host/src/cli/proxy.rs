@@ -4,14 +4,12 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use bytes::BytesMut;
-use sandpipe_proto::frame::{EngineSplitter, FrameError, FrameLimits, Framer, Framing, Piece};
 use tokio::sync::mpsc;
 
-use super::run::{SignalPolicy, exit_status};
-use super::signals::Signals;
-use super::stdio::{EngineStdin, EngineStdout};
-use super::{exit_code, parse_duration, parse_size};
+use super::engine::{read_engine, write_engine};
+use super::signals::{SignalPolicy, Signals};
+use super::status::{exit_code, exit_status};
+use super::{parse_duration, parse_size};
 use crate::protocols::Protocol;
 use crate::supervise::{Budgets, Incident, Supervisor};
 use crate::{Host, Plugin, PluginKind, Policy, SessionOptions};
@@ -215,62 +213,4 @@ fn print_incident(i: &Incident, poison: bool) {
         "; ending the session"
     };
     eprintln!("sandpipe: {what} failed: {}{next}", i.reason);
-}
-
-/// Frames from sandpipe's stdin, split as `run` splits them ([`EngineSplitter`]) but not
-/// judged (a malformed JSON line reaches the plugin, which answers it). A frame over the cap, or a CBOR or `Content-Length` stream that loses its
-/// framing (the supervisor tracks requests, so it needs frames), ends the input like EOF
-/// (requests before it are still answered) and is returned.
-pub(crate) async fn read_engine(
-    tx: mpsc::Sender<Vec<u8>>,
-    framing: Framing,
-    limits: FrameLimits,
-) -> Result<(), FrameError> {
-    let mut stdin = EngineStdin::open();
-    let mut split = EngineSplitter::new(framing, limits);
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    let mut eof = false;
-    loop {
-        while let Some(piece) = split.next(&mut buf, eof) {
-            match piece {
-                Piece::Frame { frame, .. } => {
-                    if tx.send(frame.to_vec()).await.is_err() {
-                        return Ok(());
-                    }
-                }
-                // A blank JSON Lines line: no frame, nothing to track.
-                Piece::Raw(_) => {}
-                Piece::LostFraming(e) | Piece::TooLarge(e) => return Err(e),
-            }
-        }
-        if eof {
-            return Ok(());
-        }
-        buf.reserve(64 * 1024);
-        match stdin.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => eof = true,
-            Ok(_) => {}
-        }
-    }
-}
-
-/// Frames to sandpipe's stdout, each flushed.
-pub(crate) async fn write_engine(
-    mut rx: mpsc::Receiver<Vec<u8>>,
-    framing: Framing,
-    limits: FrameLimits,
-) {
-    let mut stdout = EngineStdout::open();
-    let mut encoder = framing.framer(limits);
-    let mut out = BytesMut::new();
-    while let Some(frame) = rx.recv().await {
-        out.clear();
-        if let Err(e) = encoder.encode(&frame, &mut out) {
-            tracing::warn!("dropping a frame for the engine: {e}");
-            continue;
-        }
-        if stdout.write_all(&out).await.is_err() {
-            return;
-        }
-    }
 }

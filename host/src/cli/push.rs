@@ -10,6 +10,8 @@ use crate::registry::{Client, ClientOptions, Credentials, Reference};
 /// Arguments of `sandpipe push`.
 #[derive(Debug, clap::Args)]
 pub struct PushArgs {
+    #[command(flatten)]
+    cache: super::UnusedCacheArgs,
     /// Sign the manifest with this minisign secret key (as `minisign -G` writes it; the
     /// password, if any, comes from SANDPIPE_MINISIGN_PASSWORD).
     #[arg(long, value_name = "KEY")]
@@ -24,6 +26,7 @@ pub struct PushArgs {
 }
 
 pub(crate) async fn push(args: PushArgs) -> Result<i32> {
+    args.cache.refuse("push")?;
     let reference: Reference = args.reference.parse()?;
     let wasm =
         std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;

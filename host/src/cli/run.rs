@@ -5,17 +5,16 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use bytes::BytesMut;
-use sandpipe_proto::frame::{EngineSplitter, FrameError, FrameLimits, Framer, Framing, Piece};
+use sandpipe_proto::frame::{FrameError, FrameLimits, Framing, Piece};
 use tokio::sync::watch;
 
+use super::engine::{EngineReader, EngineWriter, WriteError};
+use super::parse_duration;
 use super::sandbox_args::{SandboxArgs, warn_if_native};
-use super::signals::{self, Action, SigintMode, Signals};
-use super::stdio::{EngineStdin, EngineStdout};
-use super::{exit_code, parse_duration};
+use super::signals::{self, SigintMode, SignalPolicy, Signals, Stopping};
+use super::status::{BridgeEnd, exit_status, failed_by_itself, own_kill, report};
 use crate::{
-    Exit, PluginKind, SessionControl, SessionError, SessionOptions, SessionReader, SessionWriter,
-    StderrMode,
+    Exit, PluginKind, SessionError, SessionOptions, SessionReader, SessionWriter, StderrMode,
 };
 
 /// Arguments of `sandpipe run`.
@@ -96,15 +95,6 @@ impl FramingArg {
             FramingArg::ContentLength => Some(Framing::ContentLength),
         }
     }
-}
-
-/// Why the bridge stopped early.
-#[derive(Debug)]
-enum BridgeEnd {
-    /// The plugin wrote a bad frame.
-    BadOutput(FrameError),
-    /// sandpipe's stdout went away.
-    StdoutClosed,
 }
 
 pub(crate) async fn run(args: RunArgs) -> Result<i32> {
@@ -224,7 +214,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
             super::sandbox_args::explain_failed_start(&plugin, &policy, false);
         }
         if let Exit::Killed { signal: Some(sig) } = exit {
-            super::end_by_signal_like_the_plugin(sig);
+            super::status::end_by_signal_like_the_plugin(sig);
         }
         return Ok(exit_status(&exit));
     }
@@ -288,168 +278,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     Ok(report(end, bad_input.get(), &exit))
 }
 
-/// `exit`, with a death by sandpipe's own kill (`killed`: sandpipe threw the kill switch, and
-/// the plugin died of SIGKILL) made [`Exit::Killed`] without a signal, as for a wasm plugin: status
-/// 137 (or the bad frame's 123), never mirrored onto sandpipe, which would otherwise end itself
-/// by a SIGKILL it sent. A SIGKILL from anyone else is the plugin's end, mirrored.
-fn own_kill(exit: Exit, killed: bool) -> Exit {
-    match exit {
-        Exit::Killed {
-            signal: Some(libc::SIGKILL),
-        } if killed => Exit::Killed { signal: None },
-        exit => exit,
-    }
-}
-
-/// A crash or a non-zero exit, not a limit or a kill.
-fn failed_by_itself(exit: &Exit) -> bool {
-    matches!(exit, Exit::Trap { .. }) || matches!(exit, Exit::Exited(c) if *c != 0)
-}
-
-/// How `run` treats the signals it receives (see [`super::signals`]).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SignalPolicy {
-    pub(crate) native: bool,
-    pub(crate) sigint: SigintMode,
-    pub(crate) stdin_is_terminal: bool,
-    pub(crate) grace: Duration,
-}
-
-/// A SIGTERM emulation in progress: the plugin's stdin is closed, and it is killed at `deadline`.
-#[derive(Debug, Default)]
-pub(crate) struct Stopping {
-    deadline: Option<tokio::time::Instant>,
-}
-
-impl Stopping {
-    /// Act on `sig`: forward it, start the SIGTERM emulation (a second one kills at once), or
-    /// drop it.
-    pub(crate) fn on_signal(
-        &mut self,
-        sig: i32,
-        how: SignalPolicy,
-        control: &SessionControl,
-        close_input: &watch::Sender<bool>,
-    ) {
-        match signals::action(sig, how.native, how.sigint, how.stdin_is_terminal) {
-            Action::Forward(s) => {
-                tracing::info!("forwarding signal {s} to the plugin");
-                control.signal(s);
-            }
-            Action::Ignore => tracing::info!("ignoring signal {sig}"),
-            Action::Terminate if self.deadline.is_some() => control.kill(),
-            Action::Terminate => {
-                tracing::info!(
-                    "signal {sig}: closing the plugin's stdin, killing it after {:?}",
-                    how.grace
-                );
-                let _ = close_input.send(true);
-                self.deadline = Some(tokio::time::Instant::now() + how.grace);
-            }
-        }
-    }
-
-    /// Resolves when the grace period of a SIGTERM emulation is over; never otherwise.
-    pub(crate) async fn expired(&self) {
-        match self.deadline {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
-    }
-}
-
-/// How `run` ends: its exit status, and the plugin's signal to end by instead (mirrored).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Ending {
-    status: i32,
-    by_signal: Option<i32>,
-}
-
-/// The README's exit-status table for `run`, as a pure function of how the bridge and the
-/// plugin ended (`exit` already through [`own_kill`]).
-fn ending(end: Option<&BridgeEnd>, bad_input: bool, exit: &Exit) -> Ending {
-    let bad_frame = Ending {
-        status: exit_code::BAD_FRAME,
-        by_signal: None,
-    };
-    if bad_input {
-        return bad_frame;
-    }
-    if let Some(BridgeEnd::BadOutput(e)) = end
-        && !cut_by_a_crash(e, exit)
-    {
-        return bad_frame;
-    }
-    let by_signal = match exit {
-        Exit::Killed { signal: Some(sig) } if super::TERMINATING.contains(sig) => Some(*sig),
-        _ => None,
-    };
-    Ending {
-        status: status_for(exit),
-        by_signal,
-    }
-}
-
-/// A frame cut off by the plugin's crash is a casualty of the crash: the crash is reported.
-fn cut_by_a_crash(e: &FrameError, exit: &Exit) -> bool {
-    let abnormal = !matches!(exit, Exit::Exited(_) | Exit::Killed { signal: None });
-    matches!(e, FrameError::Truncated { .. }) && abnormal
-}
-
-/// Print the one-line reason and choose the exit status.
-fn report(end: Option<BridgeEnd>, bad_input: Option<&FrameError>, exit: &Exit) -> i32 {
-    let decided = ending(end.as_ref(), bad_input.is_some(), exit);
-    if let Some(e) = bad_input {
-        eprintln!("sandpipe: bad frame on stdin: {e}");
-        return decided.status;
-    }
-    match &end {
-        Some(BridgeEnd::BadOutput(e @ FrameError::Truncated { got, .. }))
-            if cut_by_a_crash(e, exit) =>
-        {
-            eprintln!("sandpipe: dropped an incomplete frame of {got} bytes");
-        }
-        Some(BridgeEnd::BadOutput(e)) => {
-            eprintln!("sandpipe: bad frame from plugin: {e}");
-            return decided.status;
-        }
-        Some(BridgeEnd::StdoutClosed) | None => {}
-    }
-    if let Some(sig) = decided.by_signal {
-        super::end_by_signal_like_the_plugin(sig);
-    }
-    exit_status(exit);
-    decided.status
-}
-
-/// The exit status for `exit`, printing the one-line reason for sandpipe-made ones.
-pub(crate) fn exit_status(exit: &Exit) -> i32 {
-    let code = status_for(exit);
-    if !matches!(exit, Exit::Exited(_)) {
-        eprintln!("sandpipe: {exit}");
-    }
-    code
-}
-
-/// The exit status for `exit` (see `sandpipe --help`).
-pub(crate) fn status_for(exit: &Exit) -> i32 {
-    match exit {
-        Exit::Exited(code) => *code & 0xff,
-        Exit::OutOfFuel { .. } | Exit::CpuTimeLimit { .. } => exit_code::OUT_OF_FUEL,
-        Exit::MemoryLimit { .. } => exit_code::MEMORY_LIMIT,
-        Exit::DeadlineExceeded { .. } => exit_code::DEADLINE,
-        Exit::Trap { .. } => exit_code::TRAP,
-        Exit::Killed { signal: Some(sig) } => 128 + sig,
-        Exit::Killed { signal: None } => exit_code::KILLED,
-        _ => exit_code::KILLED,
-    }
-}
-
 /// Engine → plugin. What the engine writes is passed on byte for byte, never judged (see
-/// [`EngineSplitter`]): frames are split (so they can be recorded and tracked) and capped by
+/// [`EngineReader`]): frames are split (so they can be recorded and tracked) and capped by
 /// `--max-frame`, a JSON Lines line is not parsed, and a CBOR or `Content-Length` stream that
-/// loses its framing is passed through as bytes from there on. Only a frame over the cap ends the input, like EOF (the plugin still
-/// answers what came before), and is kept in `bad_input` before the plugin's stdin closes.
+/// loses its framing is passed through as bytes from there on. Only a frame over the cap ends
+/// the input, like EOF (the plugin still answers what came before), and is kept in `bad_input`
+/// before the plugin's stdin closes.
 async fn pump_in(
     mut writer: SessionWriter,
     framing: Option<Framing>,
@@ -457,51 +291,38 @@ async fn pump_in(
     bad_input: Arc<OnceLock<FrameError>>,
     mut close: watch::Receiver<bool>,
 ) {
-    let mut stdin = EngineStdin::open();
-    let mut splitter = framing.map(|f| EngineSplitter::new(f, limits));
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    let mut eof = false;
+    let mut stdin = EngineReader::open(framing, limits);
     loop {
-        while let Some(piece) = match &mut splitter {
-            Some(split) => split.next(&mut buf, eof),
-            None => (!buf.is_empty()).then(|| Piece::Raw(buf.split().freeze())),
-        } {
-            let sent = match piece {
-                // What the engine wrote, byte for byte; the frame is what is recorded.
-                Piece::Frame { frame, wire } => writer.send_wire(&frame, &wire).await,
-                Piece::Raw(bytes) => writer.send_raw(&bytes).await,
-                Piece::TooLarge(e) => {
-                    let _ = bad_input.set(e);
-                    writer.close().await;
-                    return;
-                }
-                Piece::LostFraming(e) => {
-                    tracing::warn!(
-                        "the engine's stream lost its framing ({e}); passing it on unframed"
-                    );
-                    continue;
-                }
-            };
-            if let Err(e) = sent {
-                tracing::debug!("plugin stopped reading stdin: {e}");
-                return;
-            }
-        }
-        if eof {
-            writer.close().await;
-            return;
-        }
-        buf.reserve(64 * 1024);
-        tokio::select! {
-            read = stdin.read_buf(&mut buf) => match read {
-                Ok(0) | Err(_) => eof = true,
-                Ok(_) => {}
-            },
+        let piece = tokio::select! {
+            // Pieces already read go first, as they would without the SIGTERM emulation.
+            biased;
+            piece = stdin.next() => piece,
             // The SIGTERM emulation: the plugin's stdin closes as if the engine had closed ours.
-            () = closed(&mut close) => {
+            () = closed(&mut close) => None,
+        };
+        let sent = match piece {
+            // What the engine wrote, byte for byte; the frame is what is recorded.
+            Some(Piece::Frame { frame, wire }) => writer.send_wire(&frame, &wire).await,
+            Some(Piece::Raw(bytes)) => writer.send_raw(&bytes).await,
+            Some(Piece::TooLarge(e)) => {
+                let _ = bad_input.set(e);
                 writer.close().await;
                 return;
             }
+            Some(Piece::LostFraming(e)) => {
+                tracing::warn!(
+                    "the engine's stream lost its framing ({e}); passing it on unframed"
+                );
+                continue;
+            }
+            None => {
+                writer.close().await;
+                return;
+            }
+        };
+        if let Err(e) = sent {
+            tracing::debug!("plugin stopped reading stdin: {e}");
+            return;
         }
     }
 }
@@ -512,15 +333,15 @@ async fn closed(close: &mut watch::Receiver<bool>) {
     let _ = close.wait_for(|c| *c).await.map(|_| ());
 }
 
+/// Plugin → engine: each frame as the plugin wrote it (a `Content-Length` frame under its own
+/// headers), until the plugin's stdout ends, a bad frame, or the engine closes its end.
 async fn pump_out(
     mut reader: SessionReader,
     framing: Option<Framing>,
     limits: FrameLimits,
     written: &std::cell::Cell<u64>,
 ) -> Result<(), BridgeEnd> {
-    let mut stdout = EngineStdout::open();
-    let mut encoder = framing.map(|f| f.framer(limits));
-    let mut out = BytesMut::new();
+    let mut stdout = EngineWriter::open(framing, limits);
     loop {
         let frame = match reader.recv().await {
             Ok(Some(frame)) => frame,
@@ -533,130 +354,13 @@ async fn pump_out(
                 return Ok(());
             }
         };
-        let bytes: &[u8] = match (&mut encoder, reader.last_headers()) {
-            // The plugin's own header block (Content-Type included), already checked.
-            (Some(_), Some(headers)) => {
-                out.clear();
-                out.extend_from_slice(headers);
-                out.extend_from_slice(&frame);
-                &out
-            }
-            (Some(enc), None) => {
-                out.clear();
-                // The frame was just decoded with the same limits, so this cannot fail.
-                enc.encode(&frame, &mut out).map_err(BridgeEnd::BadOutput)?;
-                &out
-            }
-            (None, _) => &frame,
-        };
-        written.set(written.get() + bytes.len() as u64);
-        if stdout.write_all(bytes).await.is_err() {
-            return Err(BridgeEnd::StdoutClosed);
+        let sent = stdout.write(&frame, reader.last_headers()).await;
+        written.set(stdout.written());
+        match sent {
+            Ok(()) => {}
+            // The frame was just decoded with the same limits, so this cannot happen.
+            Err(WriteError::Frame(e)) => return Err(BridgeEnd::BadOutput(e)),
+            Err(WriteError::Closed) => return Err(BridgeEnd::StdoutClosed),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every way a plugin can end, with every signal number Linux has.
-    fn exits() -> Vec<Exit> {
-        let mut all = vec![
-            Exit::OutOfFuel { limit: 1 },
-            Exit::MemoryLimit { limit: 1 },
-            Exit::CpuTimeLimit {
-                limit: Duration::from_secs(1),
-            },
-            Exit::DeadlineExceeded {
-                limit: Duration::from_secs(1),
-            },
-            Exit::Trap {
-                message: "trap".into(),
-                stderr_tail: Vec::new(),
-            },
-            Exit::Killed { signal: None },
-        ];
-        all.extend([0, 1, 2, 3, 100, 121, 123, 137, 255, 256, 257, -1].map(Exit::Exited));
-        all.extend((1..=64).map(|s| Exit::Killed { signal: Some(s) }));
-        all
-    }
-
-    fn ends() -> Vec<Option<BridgeEnd>> {
-        vec![
-            None,
-            Some(BridgeEnd::StdoutClosed),
-            Some(BridgeEnd::BadOutput(FrameError::Truncated {
-                got: 3,
-                snippet: String::new(),
-            })),
-            Some(BridgeEnd::BadOutput(FrameError::TooLarge {
-                limit: 1,
-                got: 2,
-            })),
-        ]
-    }
-
-    /// The README's table: the plugin's own code, a sandpipe code, or 128 + a signal.
-    fn documented(status: i32, exit: &Exit) -> bool {
-        match exit {
-            Exit::Exited(code) if status == code & 0xff => true,
-            _ => [121, 122, 123, 124, 134, 137].contains(&status) || (129..=192).contains(&status),
-        }
-    }
-
-    /// Exhaustive over the whole input space (a few thousand cases): the exit mapping has
-    /// no input a fuzzer could find beyond these.
-    #[test]
-    fn every_ending_is_documented_and_sandpipe_never_ends_by_its_own_kill() {
-        for exit in exits() {
-            for killed in [false, true] {
-                let exit = own_kill(exit.clone(), killed);
-                for end in ends() {
-                    for bad_input in [false, true] {
-                        let e = ending(end.as_ref(), bad_input, &exit);
-                        let case =
-                            format!("{exit:?} killed={killed} {end:?} bad_input={bad_input}");
-                        assert!(documented(e.status, &exit), "{case}: status {}", e.status);
-                        assert!((0..=255).contains(&e.status), "{case}");
-                        if killed {
-                            assert_ne!(e.by_signal, Some(libc::SIGKILL), "{case}: its own kill");
-                        }
-                        if let Some(sig) = e.by_signal {
-                            assert_eq!(e.status, 128 + sig, "{case}");
-                            assert_eq!(exit, Exit::Killed { signal: Some(sig) }, "{case}");
-                            assert!(super::super::TERMINATING.contains(&sig), "{case}");
-                        }
-                        let bad_output = matches!(&end, Some(BridgeEnd::BadOutput(f)) if !cut_by_a_crash(f, &exit));
-                        if bad_input || bad_output {
-                            assert_eq!(e.status, exit_code::BAD_FRAME, "{case}");
-                            assert_eq!(e.by_signal, None, "{case}");
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn its_own_kill_is_137_or_the_bad_frames_123() {
-        let killed = own_kill(
-            Exit::Killed {
-                signal: Some(libc::SIGKILL),
-            },
-            true,
-        );
-        let plain = ending(None, false, &killed);
-        assert_eq!((plain.status, plain.by_signal), (137, None));
-        let bad = BridgeEnd::BadOutput(FrameError::Truncated {
-            got: 1,
-            snippet: String::new(),
-        });
-        assert_eq!(ending(Some(&bad), false, &killed).status, 123);
-        // A SIGKILL from anyone else is the plugin's end, mirrored.
-        let foreign = Exit::Killed {
-            signal: Some(libc::SIGKILL),
-        };
-        assert_eq!(ending(None, false, &foreign).by_signal, Some(libc::SIGKILL));
     }
 }

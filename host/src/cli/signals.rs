@@ -17,7 +17,12 @@
 //!
 //! Either way sandpipe exits with the plugin's own status.
 
+use std::time::Duration;
+
 use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::watch;
+
+use crate::SessionControl;
 
 /// What SIGINT does (`--sigint`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -76,6 +81,65 @@ pub(crate) fn action(
     }
 }
 
+/// How `run` treats the signals it receives: the decision for each is [`SignalPolicy::action`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SignalPolicy {
+    pub(crate) native: bool,
+    pub(crate) sigint: SigintMode,
+    pub(crate) stdin_is_terminal: bool,
+    pub(crate) grace: Duration,
+}
+
+impl SignalPolicy {
+    /// What to do with `signal` under this policy (see the module's table).
+    pub(crate) fn action(&self, signal: i32) -> Action {
+        action(signal, self.native, self.sigint, self.stdin_is_terminal)
+    }
+}
+
+/// A SIGTERM emulation in progress: the plugin's stdin is closed, and it is killed at `deadline`.
+#[derive(Debug, Default)]
+pub(crate) struct Stopping {
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl Stopping {
+    /// Act on `sig`: forward it, start the SIGTERM emulation (a second one kills at once), or
+    /// drop it.
+    pub(crate) fn on_signal(
+        &mut self,
+        sig: i32,
+        how: SignalPolicy,
+        control: &SessionControl,
+        close_input: &watch::Sender<bool>,
+    ) {
+        match how.action(sig) {
+            Action::Forward(s) => {
+                tracing::info!("forwarding signal {s} to the plugin");
+                control.signal(s);
+            }
+            Action::Ignore => tracing::info!("ignoring signal {sig}"),
+            Action::Terminate if self.deadline.is_some() => control.kill(),
+            Action::Terminate => {
+                tracing::info!(
+                    "signal {sig}: closing the plugin's stdin, killing it after {:?}",
+                    how.grace
+                );
+                let _ = close_input.send(true);
+                self.deadline = Some(tokio::time::Instant::now() + how.grace);
+            }
+        }
+    }
+
+    /// Resolves when the grace period of a SIGTERM emulation is over; never otherwise.
+    pub(crate) async fn expired(&self) {
+        match self.deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
 /// Drive `served` (a session answering the engine's frames: the supervisor, a `wasm:` oracle)
 /// to its end, with the signals sandpipe receives meanwhile: the first one `on_signal` does not
 /// ignore ends the engine's input (`input`, the engine reader, is aborted, which the session
@@ -84,7 +148,7 @@ pub(crate) fn action(
 pub(crate) async fn serve_until_done<T>(
     served: impl std::future::Future<Output = T>,
     signals: &mut Signals,
-    on_signal: &super::run::SignalPolicy,
+    on_signal: &SignalPolicy,
     input: &tokio::task::AbortHandle,
 ) -> Result<T, i32> {
     tokio::pin!(served);
@@ -93,9 +157,7 @@ pub(crate) async fn serve_until_done<T>(
         tokio::select! {
             done = &mut served => return Ok(done),
             sig = signals.recv() => {
-                let action = action(
-                    sig, on_signal.native, on_signal.sigint, on_signal.stdin_is_terminal);
-                if action == Action::Ignore {
+                if on_signal.action(sig) == Action::Ignore {
                     continue;
                 }
                 if ending {

@@ -395,3 +395,74 @@ async fn dispatch(driver: Arc<Driver<machine::AtpClient>>, hello: oneshot::Sende
         }
     }
 }
+
+// `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
+// `protocols::PROTOCOLS`); `Value` here is CBOR's, JSON's is `serde_json::Value`.
+use crate::protocols::hooks::{
+    CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch,
+};
+
+/// `sandpipe call --protocol atp`: METHOD is the step id, PARAMS its config; the result is
+/// `{"output_id", "output_data"}`.
+pub(crate) async fn one_call(
+    launch: Launch<'_>,
+    request: CallRequest,
+) -> Result<serde_json::Value, CallError> {
+    let config =
+        Value::serialized(&request.params.unwrap_or(serde_json::Value::Null)).map_err(|e| {
+            CallError::failed(
+                Failure::Host,
+                [format!("converting PARAMS_JSON to CBOR: {e}")],
+            )
+        })?;
+    let session = launch.start().await.map_err(CallError::Start)?;
+    let (client, _hello) = AtpClient::connect(session)
+        .await
+        .map_err(|e| CallError::failed(Failure::Violation, [format!("atp error: {e}")]))?;
+    // The error, and whose doing it is when that is clear by itself (else how the plugin
+    // ended decides).
+    let result = match client.start("run-1", &request.method, config).await {
+        Ok(run) => run.result().await.map_err(|e| {
+            let failure = match (e.origin, &e.stopped) {
+                (ErrorOrigin::Plugin, _) => Some(Failure::Plugin),
+                (_, Some(s)) if s.violation => Some(Failure::Violation),
+                _ => None,
+            };
+            (e.to_string(), failure)
+        }),
+        Err(AtpFailure::Stopped(s)) if s.violation => {
+            Err((s.reason.clone(), Some(Failure::Violation)))
+        }
+        Err(e) => Err((e.to_string(), None)),
+    };
+    let exit = client.done(request.grace).await;
+    match result {
+        Ok(done) => {
+            let data = done
+                .output_data
+                .deserialized::<serde_json::Value>()
+                .unwrap_or_else(|_| {
+                    serde_json::Value::from(crate::cbor_note::render_value(&done.output_data))
+                });
+            Ok(serde_json::json!({"output_id": done.output_id, "output_data": data}))
+        }
+        Err((e, failure)) => Err(CallError::failed(
+            failure.unwrap_or_else(|| Failure::ended(Some(exit), Failure::Plugin)),
+            [format!("atp error: {e}")],
+        )),
+    }
+}
+
+/// `sandpipe inspect --protocol atp`: the hello's version and schema.
+pub(crate) async fn describe(launch: Launch<'_>) -> Result<serde_json::Value, DescribeError> {
+    let session = launch.start().await?;
+    let (client, hello) = AtpClient::connect(session)
+        .await
+        .map_err(|e| DescribeError::Failed(e.to_string()))?;
+    let _ = client.done(DESCRIBE_GRACE).await;
+    let schema = hello
+        .schema
+        .deserialized::<serde_json::Value>()
+        .unwrap_or(serde_json::Value::Null);
+    Ok(serde_json::json!({"version": hello.version.number(), "schema": schema}))
+}

@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::driver::{Completion, Driver, Refused};
 use crate::error::{Exit, Stopped};
+use crate::protocols::hooks::{CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Launch};
 use crate::rpc::RpcError;
 use crate::session::{Session, SessionControl};
 
@@ -219,5 +220,48 @@ fn refused(r: Refused<jsonrpc::ProtocolError>) -> RpcError {
     match r {
         Refused::Stopped(s) => stopped(s),
         Refused::Machine(e) => RpcError::Refused(e),
+    }
+}
+
+/// `sandpipe call --protocol denobridge`: METHOD names the provider kind ([`kind_of`]) and
+/// the call; `health` is the handshake's answer.
+pub(crate) async fn one_call(launch: Launch<'_>, request: CallRequest) -> Result<Value, CallError> {
+    let session = launch.start().await.map_err(CallError::Start)?;
+    let method = request.method.as_str();
+    let (client, health) = DenoBridgeClient::connect(session, kind_of(method))
+        .await
+        .map_err(|e| e.call_error("denobridge"))?;
+    let result = if method == "health" {
+        serde_json::to_value(&health).map_err(|e| RpcError::BadResult {
+            method: "health".into(),
+            reason: e.to_string(),
+        })
+    } else {
+        client.call_value(method, request.params).await
+    };
+    let _ = client.shutdown(request.grace).await;
+    result.map_err(|e| e.call_error("denobridge"))
+}
+
+/// `sandpipe inspect --protocol denobridge`: the `health` answer (as a resource provider).
+pub(crate) async fn describe(launch: Launch<'_>) -> Result<Value, DescribeError> {
+    let session = launch.start().await?;
+    let (client, health) = DenoBridgeClient::connect(session, ProviderKind::Resource)
+        .await
+        .map_err(|e| DescribeError::Failed(e.to_string()))?;
+    let _ = client.shutdown(DESCRIBE_GRACE).await;
+    serde_json::to_value(health)
+        .map(|h| serde_json::json!({"health": h}))
+        .map_err(|e| DescribeError::Failed(e.to_string()))
+}
+
+/// The provider kind a `call` of `method` speaks to: the kind that has the method (`read` is
+/// a resource's; `health` any kind's). A data source's `read` is not callable from
+/// `sandpipe call`.
+fn kind_of(method: &str) -> ProviderKind {
+    match method {
+        "open" | "renew" | "close" => ProviderKind::Ephemeral,
+        "invoke" => ProviderKind::Action,
+        _ => ProviderKind::Resource,
     }
 }

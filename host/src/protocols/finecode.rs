@@ -602,3 +602,66 @@ async fn respond(
         }
     }
 }
+
+// `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
+// `protocols::PROTOCOLS`).
+use crate::protocols::hooks::{
+    CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch,
+};
+
+/// `sandpipe call --protocol finecode`: METHOD is a call (`actions/run`,
+/// `finecodeRunner/resolveActionMeta`, ...), PARAMS its params, in the direct call form; the
+/// config (`--config`) answers the runner's `projects/getRawConfig`.
+pub(crate) async fn one_call(launch: Launch<'_>, request: CallRequest) -> Result<Value, CallError> {
+    let method = request.method.as_str();
+    let Some(m) = sandpipe_proto::finecode::Method::from_name(method) else {
+        return Err(CallError::failed(
+            Failure::Host,
+            [format!("unknown FineCode call {method:?}")],
+        ));
+    };
+    let config = request.config_json()?;
+    let call = Call::from_params(m, request.params)
+        .map_err(|e| CallError::failed(Failure::Host, [format!("bad params for {method}: {e}")]))?;
+    let handler = SyncRequests(move |request: RunnerRequest| match request {
+        // The runner expects the config as a JSON-encoded string.
+        RunnerRequest::GetRawConfig { .. } => Ok(json!({ "config": config.to_string() })),
+        other => Err(not_served(&format!("{other:?}"))),
+    });
+    let session = launch.start().await.map_err(CallError::Start)?;
+    let (client, _init) = FineCodeClient::connect(session, CallForm::Direct, handler)
+        .await
+        .map_err(|e| CallError::failed(Failure::Violation, [format!("finecode error: {e}")]))?;
+    let result = client.call(call).await;
+    let exit = client.shutdown(request.grace).await;
+    match result {
+        Ok(reply) => Ok(reply.to_value(CallForm::Direct)),
+        Err(e) => {
+            let failure = match &e {
+                // An answer that does not have the call's shape breaks the protocol.
+                FineCodeFailure::Call(sandpipe_proto::finecode::FineCodeError::BadResult {
+                    ..
+                }) => Failure::Violation,
+                FineCodeFailure::Stopped { stopped, .. } if stopped.violation => Failure::Violation,
+                _ => Failure::ended(Some(exit), Failure::Plugin),
+            };
+            Err(CallError::failed(failure, [format!("finecode error: {e}")]))
+        }
+    }
+}
+
+/// `sandpipe inspect --protocol finecode`: the `initialize` answer and the runner's action
+/// metadata.
+pub(crate) async fn describe(launch: Launch<'_>) -> Result<Value, DescribeError> {
+    let session = launch.start().await?;
+    let (client, init) = FineCodeClient::connect(session, CallForm::Direct, NoRunnerRequests)
+        .await
+        .map_err(|e| DescribeError::Failed(e.to_string()))?;
+    let meta = client.resolve_action_meta().await;
+    let _ = client.shutdown(DESCRIBE_GRACE).await;
+    let init = serde_json::to_value(init).unwrap_or(Value::Null);
+    meta.map_err(|e| e.to_string())
+        .and_then(|m| serde_json::to_value(m).map_err(|e| e.to_string()))
+        .map(|m| json!({"initialize": init, "resolveActionMeta": m}))
+        .map_err(DescribeError::Failed)
+}

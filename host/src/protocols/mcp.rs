@@ -149,3 +149,47 @@ fn refused(r: Refused<jsonrpc::ProtocolError>) -> RpcError {
         Refused::Machine(e) => RpcError::Refused(e),
     }
 }
+
+// `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
+// `protocols::PROTOCOLS`).
+use crate::protocols::hooks::{
+    CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch, client_info,
+};
+
+/// `sandpipe call --protocol mcp`: the handshake, METHOD (`tools/call`, `tools/list`,
+/// `resources/read`, …) with PARAMS, then the spec's shutdown. A tool's own failure
+/// (`isError: true`) is the plugin's error, with its result as the answer.
+pub(crate) async fn one_call(launch: Launch<'_>, request: CallRequest) -> Result<Value, CallError> {
+    let session = launch.start().await.map_err(CallError::Start)?;
+    let (client, _init) = McpClient::connect(session, client_info())
+        .await
+        .map_err(|e| e.call_error("mcp"))?;
+    let result = client.call(&request.method, request.params).await;
+    let _ = client.shutdown(request.grace).await;
+    match result {
+        Ok(v) if request.method == proto::TOOLS_CALL && v.get("isError") == Some(&json!(true)) => {
+            Err(CallError::Failed {
+                lines: Vec::new(),
+                failure: Failure::Plugin,
+                answer: Some(v),
+            })
+        }
+        Ok(v) => Ok(v),
+        Err(e) => Err(e.call_error("mcp")),
+    }
+}
+
+/// `sandpipe inspect --protocol mcp`: the `initialize` result and every tool.
+pub(crate) async fn describe(launch: Launch<'_>) -> Result<Value, DescribeError> {
+    let session = launch.start().await?;
+    let (client, init) = McpClient::connect(session, client_info())
+        .await
+        .map_err(|e| DescribeError::Failed(e.to_string()))?;
+    let tools = client.list_tools().await;
+    let _ = client.shutdown(DESCRIBE_GRACE).await;
+    tools
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::to_value(t).map_err(|e| e.to_string()))
+        .map(|tools| json!({"initialize": init, "tools": tools}))
+        .map_err(DescribeError::Failed)
+}

@@ -8,11 +8,17 @@
 pub mod atp;
 pub mod denobridge;
 pub mod finecode;
+pub mod hooks;
 pub mod mcp;
 pub mod oracle;
 pub mod orchard;
 
-/// Which protocol a command speaks. New protocols (`atp`, `finecode`) slot in here.
+use sandpipe_proto::frame::Framing;
+use sandpipe_proto::supervise::SupervisedProtocol;
+
+use hooks::{CallHook, DescribeHook};
+
+/// Which protocol a command speaks: a variant here and its line in [`PROTOCOLS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Protocol {
@@ -32,7 +38,62 @@ pub enum Protocol {
     Mcp,
 }
 
+/// One protocol, all that sandpipe needs of it besides its proto module and its host client:
+/// what the command line calls it, its framing, its supervision rules, and the hooks of `call`
+/// and `inspect --protocol` (in its client module). `replay` needs only the name and the
+/// rules.
+pub struct ProtocolSpec {
+    /// Which protocol.
+    pub protocol: Protocol,
+    /// Its name on the command line, in policy files and in transcripts.
+    pub name: &'static str,
+    /// What it is, in `--help`.
+    pub help: &'static str,
+    /// The framing it uses.
+    pub framing: Framing,
+    /// Its rules for the supervisor ([`crate::supervise`]), from its module in `sandpipe-proto`.
+    pub supervised: fn() -> Box<dyn SupervisedProtocol>,
+    /// `sandpipe call`: the handshake, one call, a clean shutdown.
+    pub call: CallHook,
+    /// `sandpipe inspect --protocol`: the plugin's self-description.
+    pub describe: DescribeHook,
+}
+
+impl std::fmt::Debug for ProtocolSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProtocolSpec")
+            .field("name", &self.name)
+            .field("framing", &self.framing)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The registry: every protocol sandpipe speaks, one line each, in `--help`'s order.
+#[rustfmt::skip]
+pub static PROTOCOLS: &[ProtocolSpec] = {
+    use sandpipe_proto::{atp as a, denobridge as d, finecode as f, jsonrpc as j, mcp as m};
+    use sandpipe_proto::{oracle as o, orchard as r};
+    use Framing::{CborSeq, ContentLength, JsonLines};
+    &[
+        ProtocolSpec { protocol: Protocol::JsonRpc, name: "jsonrpc", help: "plain JSON-RPC 2.0 over JSON Lines", framing: JsonLines, supervised: || Box::new(j::Supervised), call: |l, r| Box::pin(crate::rpc::one_call(l, r)), describe: |_| Box::pin(crate::rpc::describe()) },
+        ProtocolSpec { protocol: Protocol::Oracle, name: "oracle", help: "Cairo oracle stdio: (and wasm: components exporting functions)", framing: JsonLines, supervised: || Box::new(o::Supervised), call: |l, r| Box::pin(oracle::one_call(l, r)), describe: |l| Box::pin(oracle::describe(l)) },
+        ProtocolSpec { protocol: Protocol::Orchard, name: "orchard", help: "Orchard provider protocol", framing: JsonLines, supervised: || Box::new(r::Supervised), call: |l, r| Box::pin(orchard::one_call(l, r)), describe: |l| Box::pin(orchard::describe(l)) },
+        ProtocolSpec { protocol: Protocol::DenoBridge, name: "denobridge", help: "terraform-provider-denobridge", framing: JsonLines, supervised: || Box::new(d::Supervised), call: |l, r| Box::pin(denobridge::one_call(l, r)), describe: |l| Box::pin(denobridge::describe(l)) },
+        ProtocolSpec { protocol: Protocol::Atp, name: "atp", help: "Arcaflow ATP v1/v3 (CBOR)", framing: CborSeq, supervised: || Box::new(a::Supervised), call: |l, r| Box::pin(atp::one_call(l, r)), describe: |l| Box::pin(atp::describe(l)) },
+        ProtocolSpec { protocol: Protocol::FineCode, name: "finecode", help: "FineCode WM-ER (LSP Content-Length)", framing: ContentLength, supervised: || Box::new(f::Supervised), call: |l, r| Box::pin(finecode::one_call(l, r)), describe: |l| Box::pin(finecode::describe(l)) },
+        ProtocolSpec { protocol: Protocol::Mcp, name: "mcp", help: "Model Context Protocol servers (stdio), or a component's exported functions as tools", framing: JsonLines, supervised: || Box::new(m::Supervised::default()), call: |l, r| Box::pin(mcp::one_call(l, r)), describe: |l| Box::pin(mcp::describe(l)) },
+    ]
+};
+
 impl Protocol {
+    /// The protocol's line in [`PROTOCOLS`].
+    pub fn spec(self) -> &'static ProtocolSpec {
+        PROTOCOLS
+            .iter()
+            .find(|s| s.protocol == self)
+            .expect("every protocol has its line in PROTOCOLS")
+    }
+
     /// The answer to the engine's request `request` (a frame) that the plugin will never
     /// answer, for `stopped`: the protocol's own, by its supervision rules
     /// ([`supervised`](Self::supervised): each protocol's `stopped_error` in `sandpipe-proto`,
@@ -50,40 +111,28 @@ impl Protocol {
     }
 
     /// The framing the protocol uses.
-    pub fn framing(self) -> sandpipe_proto::frame::Framing {
-        use sandpipe_proto::frame::Framing;
-        match self {
-            Protocol::Atp => Framing::CborSeq,
-            Protocol::FineCode => Framing::ContentLength,
-            _ => Framing::JsonLines,
-        }
+    pub fn framing(self) -> Framing {
+        self.spec().framing
     }
 
     /// The protocol's rules for the supervisor ([`crate::supervise`]), from its module in
     /// `sandpipe-proto`.
-    pub fn supervised(self) -> Box<dyn sandpipe_proto::supervise::SupervisedProtocol> {
-        use sandpipe_proto::{atp, denobridge, finecode, jsonrpc, mcp, oracle, orchard};
-        match self {
-            Protocol::JsonRpc => Box::new(jsonrpc::Supervised),
-            Protocol::Oracle => Box::new(oracle::Supervised),
-            Protocol::Orchard => Box::new(orchard::Supervised),
-            Protocol::DenoBridge => Box::new(denobridge::Supervised),
-            Protocol::Atp => Box::new(atp::Supervised),
-            Protocol::FineCode => Box::new(finecode::Supervised),
-            Protocol::Mcp => Box::new(mcp::Supervised::default()),
-        }
+    pub fn supervised(self) -> Box<dyn SupervisedProtocol> {
+        (self.spec().supervised)()
     }
 
     /// The name used on the command line and in transcripts.
     pub fn name(self) -> &'static str {
-        match self {
-            Protocol::JsonRpc => "jsonrpc",
-            Protocol::Oracle => "oracle",
-            Protocol::Orchard => "orchard",
-            Protocol::DenoBridge => "denobridge",
-            Protocol::Atp => "atp",
-            Protocol::FineCode => "finecode",
-            Protocol::Mcp => "mcp",
+        self.spec().name
+    }
+
+    /// Every protocol's name, for messages: `a, b or c`.
+    pub fn names() -> String {
+        let names: Vec<&str> = PROTOCOLS.iter().map(|s| s.name).collect();
+        match names.split_last() {
+            Some((last, [])) => (*last).to_owned(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
         }
     }
 }
@@ -91,17 +140,35 @@ impl Protocol {
 impl std::str::FromStr for Protocol {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "jsonrpc" => Ok(Protocol::JsonRpc),
-            "oracle" => Ok(Protocol::Oracle),
-            "orchard" => Ok(Protocol::Orchard),
-            "denobridge" => Ok(Protocol::DenoBridge),
-            "atp" => Ok(Protocol::Atp),
-            "finecode" => Ok(Protocol::FineCode),
-            "mcp" => Ok(Protocol::Mcp),
-            other => Err(format!(
-                "unknown protocol {other:?} (expected jsonrpc, oracle, orchard, denobridge, atp, finecode or mcp)"
-            )),
+        PROTOCOLS
+            .iter()
+            .find(|spec| spec.name == s)
+            .map(|spec| spec.protocol)
+            .ok_or_else(|| format!("unknown protocol {s:?} (expected {})", Protocol::names()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_protocol_has_one_line_and_its_name_parses_back() {
+        for (i, spec) in PROTOCOLS.iter().enumerate() {
+            assert_eq!(spec.protocol.spec().name, spec.name);
+            assert_eq!(spec.name.parse::<Protocol>(), Ok(spec.protocol));
+            let again = PROTOCOLS[i + 1..].iter();
+            assert!(
+                again
+                    .clone()
+                    .all(|o| o.protocol != spec.protocol && o.name != spec.name),
+                "{} twice",
+                spec.name
+            );
         }
+        assert_eq!(
+            "x".parse::<Protocol>(),
+            Err("unknown protocol \"x\" (expected jsonrpc, oracle, orchard, denobridge, atp, finecode or mcp)".to_owned())
+        );
     }
 }

@@ -6,9 +6,13 @@
 use std::time::Duration;
 
 use sandpipe_proto::oracle::{self as machine, ClientEvent, ErrorOrigin, Felt, OracleError};
+use serde_json::Value;
 
 use crate::driver::{Driver, Refused};
 use crate::error::{Exit, Stopped};
+use crate::protocols::hooks::{
+    CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch,
+};
 use crate::session::{Session, SessionControl};
 
 /// An oracle process after its handshake. Invocations are sequential by construction
@@ -82,4 +86,71 @@ fn stopped<M: sandpipe_proto::machine::ClientMachine>(driver: &Driver<M>) -> Sto
     driver
         .stopped()
         .unwrap_or_else(|| Stopped::by_host("the session ended", Vec::new()))
+}
+
+/// `sandpipe call --protocol oracle`: METHOD is the selector, PARAMS the calldata (an array
+/// of hex felts); the result is the felts the oracle returned.
+pub(crate) async fn one_call(launch: Launch<'_>, request: CallRequest) -> Result<Value, CallError> {
+    let calldata = match &request.params {
+        None => Vec::new(),
+        Some(v) => machine::felts_from_value(v).map_err(|e| {
+            CallError::failed(
+                Failure::Host,
+                [format!(
+                    "oracle calldata must be an array of lowercase hex felts like [\"0x10\"]: {e}"
+                )],
+            )
+        })?,
+    };
+    let session = launch.start().await.map_err(CallError::Start)?;
+    let mut client = OracleClient::connect(session)
+        .await
+        .map_err(|e| call_error(&e, None))?;
+    let result = client.invoke(&request.method, &calldata).await;
+    let exit_now = client.control().try_exit();
+    let violation = client.stopped().is_some_and(|s| s.violation);
+    let exit = client.shutdown(request.grace).await;
+    match result {
+        Ok(felts) => serde_json::to_value(&felts)
+            .map_err(|e| CallError::failed(Failure::Violation, [format!("oracle result: {e}")])),
+        // The host stopped a plugin that broke the protocol: how it ended (killed) is ours.
+        Err(e) if violation && e.origin == ErrorOrigin::Host => {
+            Err(CallError::failed(Failure::Violation, error_lines(&e)))
+        }
+        Err(e) => Err(call_error(&e, exit_now.or(Some(exit)))),
+    }
+}
+
+/// An oracle error as `sandpipe call` reports it (`exit`: how the plugin ended, if known).
+fn call_error(e: &OracleError, exit: Option<Exit>) -> CallError {
+    let failure = match e.origin {
+        ErrorOrigin::Plugin => Failure::Plugin,
+        ErrorOrigin::BadResult => Failure::Violation,
+        _ => Failure::ended(exit, Failure::Violation),
+    };
+    CallError::failed(failure, error_lines(e))
+}
+
+/// An oracle error, as `sandpipe call` prints it.
+fn error_lines(e: &OracleError) -> Vec<String> {
+    let mut lines = vec![format!("oracle error {}: {}", e.code, e.message)];
+    if let Some(data) = &e.data {
+        lines.push(format!("data: {data}"));
+    }
+    lines
+}
+
+/// `sandpipe inspect --protocol oracle`: whether the plugin says `ready`.
+pub(crate) async fn describe(launch: Launch<'_>) -> Result<Value, DescribeError> {
+    let session = launch.start().await?;
+    match OracleClient::connect(session).await {
+        Ok(client) => {
+            let _ = client.shutdown(DESCRIBE_GRACE).await;
+            Ok(serde_json::json!({"ready": true}))
+        }
+        Err(e) => Err(DescribeError::Failed(format!(
+            "oracle error {}: {}",
+            e.code, e.message
+        ))),
+    }
 }

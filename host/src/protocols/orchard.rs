@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::driver::{Completion, Driver, Refused};
 use crate::error::{Exit, Stopped};
+use crate::protocols::hooks::{self, CallRequest, DescribeError, Failure, Launch};
 use crate::session::{Session, SessionControl};
 use crate::{Host, HostError, Plugin, Policy, SessionOptions};
 
@@ -243,4 +244,102 @@ pub async fn schema(
         violation: true,
         ..OrchardError::host(codes::INTERNAL_ERROR, e.to_string())
     })
+}
+
+impl OrchardError {
+    /// This error as `sandpipe call` reports it (`exit`: how the provider ended, once it has).
+    fn call_error(&self, exit: Option<Exit>) -> hooks::CallError {
+        let mut lines = vec![format!("orchard error {}: {}", self.code, self.message)];
+        if let Some(d) = &self.detail {
+            lines.push(format!("detail: {d}"));
+        }
+        let failure = if self.violation {
+            Failure::Violation
+        } else if self.from_provider {
+            Failure::Plugin
+        } else {
+            Failure::ended(exit, Failure::Plugin)
+        };
+        hooks::CallError::failed(failure, lines)
+    }
+}
+
+/// `sandpipe call --protocol orchard`: METHOD is `describe`, `configure` (PARAMS the config,
+/// or `{"config": ...}`), `execute` (PARAMS `{"action", "attrs"}`, after a `configure` with
+/// `--config`), or `schema` (plan mode).
+pub(crate) async fn one_call(
+    launch: Launch<'_>,
+    request: CallRequest,
+) -> Result<Value, hooks::CallError> {
+    if request.method == "schema" {
+        let schema = plan_mode(launch.plugin())
+            .await
+            .map_err(|e| e.call_error(None))?;
+        return serde_json::to_value(schema).map_err(|e| {
+            hooks::CallError::failed(Failure::Violation, [format!("orchard schema: {e}")])
+        });
+    }
+    let config = request.config_json()?;
+    let session = launch.start().await.map_err(hooks::CallError::Start)?;
+    let client = OrchardClient::connect(session, proto::DESCRIBE_TIMEOUT)
+        .await
+        .map_err(|e| e.call_error(None))?;
+    let params = request.params.unwrap_or_else(|| serde_json::json!({}));
+    let result = match request.method.as_str() {
+        "describe" => Ok(serde_json::json!({ "schema": client.schema() })),
+        "configure" => client
+            .configure(params.get("config").cloned().unwrap_or(params))
+            .await
+            .map(|()| serde_json::json!({})),
+        "execute" => match client.configure(config).await {
+            Ok(()) => {
+                let action = params
+                    .get("action")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let attrs = params
+                    .get("attrs")
+                    .cloned()
+                    .unwrap_or_else(|| serde_json::json!({}));
+                client
+                    .execute(&action, attrs)
+                    .await
+                    .map(|outputs| serde_json::json!({ "outputs": outputs }))
+            }
+            Err(e) => Err(e),
+        },
+        other => {
+            let _ = client.shutdown(request.grace).await;
+            return Err(hooks::CallError::failed(
+                Failure::Host,
+                [format!(
+                    "orchard methods are describe, configure, execute and schema, not {other:?}"
+                )],
+            ));
+        }
+    };
+    let exit = client.shutdown(request.grace).await;
+    result.map_err(|e| e.call_error(Some(exit)))
+}
+
+/// `sandpipe inspect --protocol orchard`: the schema, from plan mode.
+pub(crate) async fn describe(launch: Launch<'_>) -> Result<Value, DescribeError> {
+    plan_mode(launch.plugin())
+        .await
+        .map(|schema| serde_json::json!({ "schema": schema }))
+        .map_err(|e| DescribeError::Failed(e.to_string()))
+}
+
+/// [`schema`] for the hooks: plan mode needs the plugin itself, not a started session.
+async fn plan_mode(
+    plugin: Option<(&Host, &Plugin, &Policy, &SessionOptions)>,
+) -> Result<ProviderSchema, OrchardError> {
+    let Some((host, plugin, policy, options)) = plugin else {
+        return Err(OrchardError::host(
+            codes::INTERNAL_ERROR,
+            "plan mode runs the plugin itself, not a session already started".to_owned(),
+        ));
+    };
+    schema(host, plugin, policy, options).await
 }

@@ -1,0 +1,163 @@
+//! The engine's side of `sandpipe run`, built once for every way `run` bridges: sandpipe's
+//! stdin split into pieces ([`EngineReader`]) and frames written to its stdout
+//! ([`EngineWriter`]). `run` passes the pieces on byte for byte (see `run.rs`); `run --protocol`
+//! and an export component's server take frames through channels ([`read_engine`],
+//! [`write_engine`]).
+
+use bytes::BytesMut;
+use sandpipe_proto::frame::{
+    AnyFramer, EngineSplitter, FrameError, FrameLimits, Framer, Framing, Piece,
+};
+use tokio::sync::mpsc;
+
+use super::stdio::{EngineStdin, EngineStdout};
+
+/// How much the reader asks of stdin at a time.
+const READ_SIZE: usize = 64 * 1024;
+
+/// sandpipe's stdin as the engine wrote it: split into frames by [`EngineSplitter`] (never
+/// judged: a malformed JSON line is a frame like any other) or, without a framing, raw bytes.
+#[derive(Debug)]
+pub(crate) struct EngineReader {
+    stdin: EngineStdin,
+    splitter: Option<EngineSplitter>,
+    buf: BytesMut,
+    eof: bool,
+}
+
+impl EngineReader {
+    /// Must be called inside the runtime.
+    pub(crate) fn open(framing: Option<Framing>, limits: FrameLimits) -> EngineReader {
+        EngineReader {
+            stdin: EngineStdin::open(),
+            splitter: framing.map(|f| EngineSplitter::new(f, limits)),
+            buf: BytesMut::with_capacity(READ_SIZE),
+            eof: false,
+        }
+    }
+
+    /// The next piece of the engine's stream; `None` once it has ended (a read error ends it as
+    /// EOF does). Cancel safe: bytes read are kept for the next call.
+    pub(crate) async fn next(&mut self) -> Option<Piece> {
+        loop {
+            let piece = match &mut self.splitter {
+                Some(split) => split.next(&mut self.buf, self.eof),
+                None => (!self.buf.is_empty()).then(|| Piece::Raw(self.buf.split().freeze())),
+            };
+            if piece.is_some() || self.eof {
+                return piece;
+            }
+            self.buf.reserve(READ_SIZE);
+            match self.stdin.read_buf(&mut self.buf).await {
+                Ok(0) | Err(_) => self.eof = true,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// Why a frame did not reach the engine.
+#[derive(Debug)]
+pub(crate) enum WriteError {
+    /// The frame does not fit the framing (or its limits).
+    Frame(FrameError),
+    /// sandpipe's stdout is gone: the engine closed its end.
+    Closed,
+}
+
+/// sandpipe's stdout, each frame encoded with the framing (or raw) and flushed.
+#[derive(Debug)]
+pub(crate) struct EngineWriter {
+    stdout: EngineStdout,
+    encoder: Option<AnyFramer>,
+    out: BytesMut,
+    written: u64,
+}
+
+impl EngineWriter {
+    /// Must be called inside the runtime.
+    pub(crate) fn open(framing: Option<Framing>, limits: FrameLimits) -> EngineWriter {
+        EngineWriter {
+            stdout: EngineStdout::open(),
+            encoder: framing.map(|f| f.framer(limits)),
+            out: BytesMut::new(),
+            written: 0,
+        }
+    }
+
+    /// Write `frame`: under `headers` (a `Content-Length` plugin's own header block, already
+    /// checked, `Content-Type` included) when given, else encoded; raw bytes without a framing.
+    pub(crate) async fn write(
+        &mut self,
+        frame: &[u8],
+        headers: Option<&[u8]>,
+    ) -> Result<(), WriteError> {
+        let bytes: &[u8] = match (&mut self.encoder, headers) {
+            (Some(_), Some(headers)) => {
+                self.out.clear();
+                self.out.extend_from_slice(headers);
+                self.out.extend_from_slice(frame);
+                &self.out
+            }
+            (Some(encoder), None) => {
+                self.out.clear();
+                encoder
+                    .encode(frame, &mut self.out)
+                    .map_err(WriteError::Frame)?;
+                &self.out
+            }
+            (None, _) => frame,
+        };
+        self.written += bytes.len() as u64;
+        self.stdout
+            .write_all(bytes)
+            .await
+            .map_err(|_| WriteError::Closed)
+    }
+
+    /// How many bytes have gone to the engine.
+    pub(crate) fn written(&self) -> u64 {
+        self.written
+    }
+}
+
+/// Frames from sandpipe's stdin into `tx` (`run --protocol`, an export component's server). A
+/// frame over the cap, or a CBOR or `Content-Length` stream that loses its framing (the
+/// supervisor tracks requests, so it needs frames), ends the input like EOF (requests before
+/// it are still answered) and is returned.
+pub(crate) async fn read_engine(
+    tx: mpsc::Sender<Vec<u8>>,
+    framing: Framing,
+    limits: FrameLimits,
+) -> Result<(), FrameError> {
+    let mut reader = EngineReader::open(Some(framing), limits);
+    while let Some(piece) = reader.next().await {
+        match piece {
+            Piece::Frame { frame, .. } => {
+                if tx.send(frame.to_vec()).await.is_err() {
+                    return Ok(());
+                }
+            }
+            // A blank JSON Lines line: no frame, nothing to track.
+            Piece::Raw(_) => {}
+            Piece::LostFraming(e) | Piece::TooLarge(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Frames from `rx` to sandpipe's stdout, each flushed, until `rx` closes or the engine does.
+pub(crate) async fn write_engine(
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    framing: Framing,
+    limits: FrameLimits,
+) {
+    let mut writer = EngineWriter::open(Some(framing), limits);
+    while let Some(frame) = rx.recv().await {
+        match writer.write(&frame, None).await {
+            Ok(()) => {}
+            Err(WriteError::Frame(e)) => tracing::warn!("dropping a frame for the engine: {e}"),
+            Err(WriteError::Closed) => return,
+        }
+    }
+}

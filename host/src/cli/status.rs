@@ -1,0 +1,307 @@
+//! How `sandpipe` ends: the exit status for each way a plugin and the bridge to it can end
+//! (the README's table and `--help`'s), and ending by the plugin's own signal.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use sandpipe_proto::frame::FrameError;
+
+use crate::Exit;
+
+/// Exit codes `sandpipe` itself uses. Any other code is the plugin's own.
+pub mod exit_code {
+    /// The plugin ran out of fuel (wasm), or used up its CPU time (native): one code for "the
+    /// compute budget is spent", whichever way the plugin runs.
+    pub const OUT_OF_FUEL: i32 = 121;
+    /// The plugin hit the memory cap.
+    pub const MEMORY_LIMIT: i32 = 122;
+    /// A frame in either direction was malformed or too large.
+    pub const BAD_FRAME: i32 = 123;
+    /// The plugin ran past `--timeout` (the same code as coreutils `timeout`).
+    pub const DEADLINE: i32 = 124;
+    /// sandpipe could not load or start the plugin (bad file, refused imports, bad option).
+    pub const HOST_ERROR: i32 = 125;
+    /// The plugin trapped (128 + SIGABRT, what a crashing native binary gives).
+    pub const TRAP: i32 = 134;
+    /// The host killed the plugin (128 + SIGKILL); a native plugin killed by signal N gives
+    /// 128 + N.
+    pub const KILLED: i32 = 137;
+}
+
+/// The signal that ended `run`'s plugin, when sandpipe is to end the same way (see [`exit`]).
+static PLUGIN_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// Signals whose default action ends a process without a core file: a plugin killed by one of
+/// these (a forwarded SIGTERM, SIGINT, …) ends sandpipe by the same signal.
+const TERMINATING: [i32; 8] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGKILL,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGPIPE,
+    libc::SIGALRM,
+    libc::SIGTERM,
+];
+
+/// `run`'s plugin was killed by `signal` (not by sandpipe: a SIGKILL sandpipe sent arrives
+/// here as [`crate::Exit::Killed`] without a signal): [`exit`] re-raises it.
+pub(crate) fn end_by_signal_like_the_plugin(signal: i32) {
+    if TERMINATING.contains(&signal) {
+        PLUGIN_SIGNAL.store(signal, Ordering::SeqCst);
+    }
+}
+
+/// End the process with `code`, or, when `run`'s plugin was killed by a terminating signal,
+/// by that same signal: an engine that waits for its plugin then sees "killed by SIGTERM"
+/// (`WIFSIGNALED`), exactly as without sandpipe, not an exit code of 143. A shell's `$?` is
+/// 128 + N either way, and `code` is that number should the signal not end the process.
+pub fn exit(code: i32) -> ! {
+    let signal = PLUGIN_SIGNAL.load(Ordering::SeqCst);
+    if signal != 0 {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        // SAFETY: resetting one signal to its default action and raising it on the calling
+        // thread, with no handler of ours left to run. The runtime's handlers for these
+        // signals only write to a pipe; the process ends here either way.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, signal);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::raise(signal);
+        }
+    }
+    std::process::exit(code)
+}
+
+/// Why the bridge stopped early.
+#[derive(Debug)]
+pub(crate) enum BridgeEnd {
+    /// The plugin wrote a bad frame.
+    BadOutput(FrameError),
+    /// sandpipe's stdout went away.
+    StdoutClosed,
+}
+
+/// `exit`, with a death by sandpipe's own kill (`killed`: sandpipe threw the kill switch, and
+/// the plugin died of SIGKILL) made [`Exit::Killed`] without a signal, as for a wasm plugin: status
+/// 137 (or the bad frame's 123), never mirrored onto sandpipe, which would otherwise end itself
+/// by a SIGKILL it sent. A SIGKILL from anyone else is the plugin's end, mirrored.
+pub(crate) fn own_kill(exit: Exit, killed: bool) -> Exit {
+    match exit {
+        Exit::Killed {
+            signal: Some(libc::SIGKILL),
+        } if killed => Exit::Killed { signal: None },
+        exit => exit,
+    }
+}
+
+/// A crash or a non-zero exit, not a limit or a kill.
+pub(crate) fn failed_by_itself(exit: &Exit) -> bool {
+    matches!(exit, Exit::Trap { .. }) || matches!(exit, Exit::Exited(c) if *c != 0)
+}
+
+/// How `run` ends: its exit status, and the plugin's signal to end by instead (mirrored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ending {
+    status: i32,
+    by_signal: Option<i32>,
+}
+
+/// The README's exit-status table for `run`, as a pure function of how the bridge and the
+/// plugin ended (`exit` already through [`own_kill`]).
+fn ending(end: Option<&BridgeEnd>, bad_input: bool, exit: &Exit) -> Ending {
+    let bad_frame = Ending {
+        status: exit_code::BAD_FRAME,
+        by_signal: None,
+    };
+    if bad_input {
+        return bad_frame;
+    }
+    if let Some(BridgeEnd::BadOutput(e)) = end
+        && !cut_by_a_crash(e, exit)
+    {
+        return bad_frame;
+    }
+    let by_signal = match exit {
+        Exit::Killed { signal: Some(sig) } if TERMINATING.contains(sig) => Some(*sig),
+        _ => None,
+    };
+    Ending {
+        status: status_for(exit),
+        by_signal,
+    }
+}
+
+/// A frame cut off by the plugin's crash is a casualty of the crash: the crash is reported.
+fn cut_by_a_crash(e: &FrameError, exit: &Exit) -> bool {
+    let abnormal = !matches!(exit, Exit::Exited(_) | Exit::Killed { signal: None });
+    matches!(e, FrameError::Truncated { .. }) && abnormal
+}
+
+/// Print the one-line reason and choose the exit status.
+pub(crate) fn report(end: Option<BridgeEnd>, bad_input: Option<&FrameError>, exit: &Exit) -> i32 {
+    let decided = ending(end.as_ref(), bad_input.is_some(), exit);
+    if let Some(e) = bad_input {
+        eprintln!("sandpipe: bad frame on stdin: {e}");
+        return decided.status;
+    }
+    match &end {
+        Some(BridgeEnd::BadOutput(e @ FrameError::Truncated { got, .. }))
+            if cut_by_a_crash(e, exit) =>
+        {
+            eprintln!("sandpipe: dropped an incomplete frame of {got} bytes");
+        }
+        Some(BridgeEnd::BadOutput(e)) => {
+            eprintln!("sandpipe: bad frame from plugin: {e}");
+            return decided.status;
+        }
+        Some(BridgeEnd::StdoutClosed) | None => {}
+    }
+    if let Some(sig) = decided.by_signal {
+        end_by_signal_like_the_plugin(sig);
+    }
+    exit_status(exit);
+    decided.status
+}
+
+/// The exit status for `exit`, printing the one-line reason for sandpipe-made ones.
+pub(crate) fn exit_status(exit: &Exit) -> i32 {
+    let code = status_for(exit);
+    if !matches!(exit, Exit::Exited(_)) {
+        eprintln!("sandpipe: {exit}");
+    }
+    code
+}
+
+/// The exit status for `exit` (see `sandpipe --help`).
+pub(crate) fn status_for(exit: &Exit) -> i32 {
+    match exit {
+        Exit::Exited(code) => *code & 0xff,
+        Exit::OutOfFuel { .. } | Exit::CpuTimeLimit { .. } => exit_code::OUT_OF_FUEL,
+        Exit::MemoryLimit { .. } => exit_code::MEMORY_LIMIT,
+        Exit::DeadlineExceeded { .. } => exit_code::DEADLINE,
+        Exit::Trap { .. } => exit_code::TRAP,
+        Exit::Killed { signal: Some(sig) } => 128 + sig,
+        Exit::Killed { signal: None } => exit_code::KILLED,
+        _ => exit_code::KILLED,
+    }
+}
+
+/// The status of how the plugin ended when that is not 0; `otherwise` when it exited 0 or its
+/// end is unknown (`call`: a call the plugin never answered).
+pub(crate) fn ended_status(exit: Option<&Exit>, otherwise: i32) -> i32 {
+    exit.map(status_for)
+        .filter(|s| *s != 0)
+        .unwrap_or(otherwise)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Every way a plugin can end, with every signal number Linux has.
+    fn exits() -> Vec<Exit> {
+        let mut all = vec![
+            Exit::OutOfFuel { limit: 1 },
+            Exit::MemoryLimit { limit: 1 },
+            Exit::CpuTimeLimit {
+                limit: Duration::from_secs(1),
+            },
+            Exit::DeadlineExceeded {
+                limit: Duration::from_secs(1),
+            },
+            Exit::Trap {
+                message: "trap".into(),
+                stderr_tail: Vec::new(),
+            },
+            Exit::Killed { signal: None },
+        ];
+        all.extend([0, 1, 2, 3, 100, 121, 123, 137, 255, 256, 257, -1].map(Exit::Exited));
+        all.extend((1..=64).map(|s| Exit::Killed { signal: Some(s) }));
+        all
+    }
+
+    fn ends() -> Vec<Option<BridgeEnd>> {
+        vec![
+            None,
+            Some(BridgeEnd::StdoutClosed),
+            Some(BridgeEnd::BadOutput(FrameError::Truncated {
+                got: 3,
+                snippet: String::new(),
+            })),
+            Some(BridgeEnd::BadOutput(FrameError::TooLarge {
+                limit: 1,
+                got: 2,
+            })),
+        ]
+    }
+
+    /// The README's table: the plugin's own code, a sandpipe code, or 128 + a signal.
+    fn documented(status: i32, exit: &Exit) -> bool {
+        match exit {
+            Exit::Exited(code) if status == code & 0xff => true,
+            _ => [121, 122, 123, 124, 134, 137].contains(&status) || (129..=192).contains(&status),
+        }
+    }
+
+    /// Exhaustive over the whole input space (a few thousand cases): the exit mapping has
+    /// no input a fuzzer could find beyond these.
+    #[test]
+    fn every_ending_is_documented_and_sandpipe_never_ends_by_its_own_kill() {
+        for exit in exits() {
+            for killed in [false, true] {
+                let exit = own_kill(exit.clone(), killed);
+                for end in ends() {
+                    for bad_input in [false, true] {
+                        let e = ending(end.as_ref(), bad_input, &exit);
+                        let case =
+                            format!("{exit:?} killed={killed} {end:?} bad_input={bad_input}");
+                        assert!(documented(e.status, &exit), "{case}: status {}", e.status);
+                        assert!((0..=255).contains(&e.status), "{case}");
+                        if killed {
+                            assert_ne!(e.by_signal, Some(libc::SIGKILL), "{case}: its own kill");
+                        }
+                        if let Some(sig) = e.by_signal {
+                            assert_eq!(e.status, 128 + sig, "{case}");
+                            assert_eq!(exit, Exit::Killed { signal: Some(sig) }, "{case}");
+                            assert!(TERMINATING.contains(&sig), "{case}");
+                        }
+                        let bad_output = matches!(&end, Some(BridgeEnd::BadOutput(f)) if !cut_by_a_crash(f, &exit));
+                        if bad_input || bad_output {
+                            assert_eq!(e.status, exit_code::BAD_FRAME, "{case}");
+                            assert_eq!(e.by_signal, None, "{case}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn its_own_kill_is_137_or_the_bad_frames_123() {
+        let killed = own_kill(
+            Exit::Killed {
+                signal: Some(libc::SIGKILL),
+            },
+            true,
+        );
+        let plain = ending(None, false, &killed);
+        assert_eq!((plain.status, plain.by_signal), (137, None));
+        let bad = BridgeEnd::BadOutput(FrameError::Truncated {
+            got: 1,
+            snippet: String::new(),
+        });
+        assert_eq!(ending(Some(&bad), false, &killed).status, 123);
+        // A SIGKILL from anyone else is the plugin's end, mirrored.
+        let foreign = Exit::Killed {
+            signal: Some(libc::SIGKILL),
+        };
+        assert_eq!(ending(None, false, &foreign).by_signal, Some(libc::SIGKILL));
+    }
+}
