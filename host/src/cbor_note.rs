@@ -6,8 +6,7 @@ pub(crate) fn render(frame: &[u8]) -> String {
     sandpipe_proto::atp::diagnostic_frame(frame)
 }
 
-/// Render one decoded value (`sandpipe call`'s ATP output).
-#[cfg(feature = "cli")]
+/// Render one decoded value (`sandpipe call`'s ATP output, through the ATP `call` hook).
 pub(crate) fn render_value(v: &ciborium::Value) -> String {
     sandpipe_proto::atp::diagnostic(v)
 }
