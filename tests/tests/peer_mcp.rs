@@ -188,38 +188,26 @@ fn server_filesystem_and_server_memory_work_with_their_documented_grants() {
 #[test]
 fn call_inspect_record_and_replay_speak_mcp() {
     let server = peers::mcp_npm_server("mcp-server-everything");
-    let out = Command::new(peers::sandpipe())
-        .args([
-            "call",
-            "--protocol",
-            "mcp",
-            "--method",
-            "tools/call",
-            "--params",
-        ])
-        .arg(r#"{"name":"get-sum","arguments":{"a":1,"b":2}}"#)
-        .arg(&server)
-        .output()
-        .expect("sandpipe call");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let result: Value = sandpipe_json(
+        Command::new(peers::sandpipe())
+            .args([
+                "call",
+                "--protocol",
+                "mcp",
+                "--method",
+                "tools/call",
+                "--params",
+            ])
+            .arg(r#"{"name":"get-sum","arguments":{"a":1,"b":2}}"#)
+            .arg(&server),
     );
-    let result: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(result["content"][0]["text"], "The sum of 1 and 2 is 3.");
 
-    let out = Command::new(peers::sandpipe())
-        .args(["inspect", "--json", "--protocol", "mcp"])
-        .arg(&server)
-        .output()
-        .expect("sandpipe inspect");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let report: Value = sandpipe_json(
+        Command::new(peers::sandpipe())
+            .args(["inspect", "--json", "--protocol", "mcp"])
+            .arg(&server),
     );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let tools = report["self_description"]["tools"]
         .as_array()
         .expect("tools");
@@ -284,6 +272,18 @@ fn call_inspect_record_and_replay_speak_mcp() {
         "{}\n{text}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Run `cmd` (a `sandpipe` command), require success (its stderr in the message), and parse
+/// what it printed on stdout as one JSON value.
+fn sandpipe_json(cmd: &mut Command) -> Value {
+    let out = cmd.output().expect("running sandpipe");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
 /// A tool result's text.
@@ -392,25 +392,19 @@ fn a_components_exported_functions_are_tools_with_per_call_limits() {
     assert!(!listed.iter().any(|t| t["name"] == "spin"), "{report}");
 
     // `inspect` and `call` serve the same tools.
-    let out = Command::new(peers::sandpipe())
-        .args([
-            "call",
-            "--protocol",
-            "mcp",
-            "--method",
-            "tools/call",
-            "--params",
-        ])
-        .arg(r#"{"name":"add","arguments":{"a":1,"b":2}}"#)
-        .arg(&tools)
-        .output()
-        .expect("sandpipe call");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let result: Value = sandpipe_json(
+        Command::new(peers::sandpipe())
+            .args([
+                "call",
+                "--protocol",
+                "mcp",
+                "--method",
+                "tools/call",
+                "--params",
+            ])
+            .arg(r#"{"name":"add","arguments":{"a":1,"b":2}}"#)
+            .arg(&tools),
     );
-    let result: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(result["structuredContent"], json!({"result": 3}));
     let out = Command::new(peers::sandpipe())
         .args(["inspect", "--json", "--protocol", "mcp"])

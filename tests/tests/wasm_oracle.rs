@@ -564,12 +564,7 @@ fn endless_loop_then_add(budget: &[&str]) -> (Vec<Value>, String, String) {
         ],
     );
     assert_eq!(t.broke, None, "{}", String::from_utf8_lossy(&t.stderr));
-    let lines: Vec<Value> = t
-        .stdout
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_slice(l).expect("a JSON line"))
-        .collect();
+    let lines = json_lines(&t.stdout);
     (
         lines,
         t.status,
@@ -652,12 +647,7 @@ fn hoard_twelve_times(recycle: &[&str]) -> (Vec<Value>, String, String) {
     steps.push(Step::CloseStdin);
     let t = play(&mut cmd, &steps);
     assert_eq!(t.broke, None, "{}", String::from_utf8_lossy(&t.stderr));
-    let lines: Vec<Value> = t
-        .stdout
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_slice(l).expect("a JSON line"))
-        .collect();
+    let lines = json_lines(&t.stdout);
     (
         lines[1..].to_vec(),
         t.status,
@@ -721,4 +711,13 @@ fn run_protocol_oracle_recycles_a_component_whose_memory_grows_per_call() {
         reason.contains("memory limit of 64.0 MiB"),
         "{stopped}\n{stderr}"
     );
+}
+
+/// Each non-empty line of `stdout`, parsed as JSON.
+fn json_lines(stdout: &[u8]) -> Vec<Value> {
+    stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("a JSON line"))
+        .collect()
 }
