@@ -5,7 +5,10 @@
 //!   reader task: stdout ──► Session::recv ──► machine.handle_frame ──► poll_event
 //!        ├─ an event completing a request ──► that request's Pending (or the end of its Stream)
 //!        ├─ an event belonging to a streamed request ──► that request's Stream, in order
-//!        └─ anything else (the plugin's requests, notifications, progress, hello) ──► next_event
+//!        └─ anything else ──► the driver's one handler, in order, in its own task:
+//!             the plugin's own request (Serves::take_request) ──► Serve::request ──► the answer
+//!                                    ──► machine.answer ──► writer task      (Driver::serving)
+//!             a notification, a hello, progress no request claims ──► Handler / Serve::notice
 //!   reader task: machine.poll_timeout due ──► machine.handle_timeout(now) ──► the same routing
 //!   plugin gone / bad frame / fatal refusal ──► Stopped ──► machine.fail_pending ──► every Pending
 //!                                                                            and every Stream
@@ -15,6 +18,13 @@
 //! completing event ends ([`Driver::request_stream`]: an ATP run's signals then its result).
 //! Which is which is the machine's call ([`ClientMachine::completes`],
 //! [`ClientMachine::belongs_to`]).
+//!
+//! Everything else goes to one handler, given when the driver is made ([`Driver::new`] with a
+//! [`Handler`], [`Driver::serving`] with a [`Serve`]), so an event nobody asked for can never
+//! fill a queue nobody reads. For a protocol whose plugin makes requests of the host
+//! ([`Serves`]: FineCode, MCP, bare JSON-RPC), the handler answers them: one at a time, in
+//! arrival order, while the reader goes on routing answers and streams; a panicking handler
+//! gets the protocol's internal error sent for it, and so does every later request.
 //!
 //! Every protocol's typed client (`protocols/*`, `rpc::JsonRpcPeer`) is a thin layer on this:
 //! it makes requests on its machine and turns completion events into typed results. The
@@ -26,20 +36,22 @@
 //! itself waiting for its stdout to be read.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use sandpipe_proto::frame::FrameError;
-use sandpipe_proto::machine::ClientMachine;
-use tokio::sync::{Notify, mpsc, oneshot};
+use sandpipe_proto::machine::{ClientMachine, Serves};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::task::AbortHandle;
 
 use crate::error::{Exit, SessionError, Stopped};
 use crate::session::{Session, SessionControl, SessionReader, SessionWriter};
 
 /// How many events that complete no request (the plugin's own requests and notifications,
-/// progress) may wait unread before the reader stops reading stdout: backpressure instead of
-/// unbounded memory.
-const EVENT_QUEUE: usize = 256;
+/// progress no request claims) may wait for the handler before the reader stops reading
+/// stdout: backpressure instead of unbounded memory.
+pub const EVENT_QUEUE: usize = 256;
 
 /// How many events of one streamed request may wait unread before the reader stops reading
 /// stdout (backpressure, as for the events nobody awaits).
@@ -74,7 +86,7 @@ type StreamTx<E> = mpsc::Sender<Result<Completion<E>, Stopped>>;
 /// Where the router sends an event once the lock is released (a send may wait on a full
 /// queue).
 enum Routed<E> {
-    /// Completes no request and belongs to no stream: for `next_event`.
+    /// Completes no request and belongs to no stream: for the handler.
     Rest(Completion<E>),
     /// For a streamed request; the sender is dropped after the completing one.
     Stream(StreamTx<E>, Result<Completion<E>, Stopped>),
@@ -85,8 +97,111 @@ struct Shared<M: ClientMachine> {
     waiters: HashMap<M::Key, Waiter<M::Event>>,
     streams: HashMap<M::Key, StreamTx<M::Event>>,
     stopped: Option<Stopped>,
-    /// For events a local act makes; dropped at the stop, so `next_event` ends.
+    /// For events a local act makes; dropped at the stop, so the handler's task ends.
     events_tx: Option<mpsc::Sender<Completion<M::Event>>>,
+}
+
+/// The one handler on a [`Driver::new`]: it hears every event that completes no request of
+/// the host's and belongs to no stream (a notification, a handshake, progress no request
+/// claims), in order, in a task of the driver's own. A closure
+/// `FnMut(Completion<M::Event>)` is one; [`Unasked`] logs each at debug level.
+pub trait Handler<M: ClientMachine>: Send + 'static {
+    /// Hear `event`. It runs in the handler's task: keep it short (hand work elsewhere);
+    /// meanwhile later events wait, up to [`EVENT_QUEUE`] of them.
+    fn notice(&mut self, event: Completion<M::Event>);
+}
+
+impl<M: ClientMachine, F> Handler<M> for F
+where
+    F: FnMut(Completion<M::Event>) + Send + 'static,
+{
+    fn notice(&mut self, event: Completion<M::Event>) {
+        self(event);
+    }
+}
+
+/// The handler of a client that expects nothing it has not asked for: each such event is
+/// logged at debug level and dropped. As a [`Serve`], it serves none of the plugin's requests
+/// ([`Serves::not_served`]: JSON-RPC's `-32601`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unasked;
+
+impl<M: ClientMachine> Handler<M> for Unasked {
+    fn notice(&mut self, event: Completion<M::Event>) {
+        tracing::debug!(event = ?event.event, "plugin event nobody asked for");
+    }
+}
+
+impl<M: Serves> Serve<M> for Unasked {
+    fn request(&mut self, _: M::Request) -> impl Future<Output = Option<M::Answer>> + Send {
+        std::future::ready(None)
+    }
+}
+
+/// The one handler on a [`Driver::serving`]: it answers the plugin's own requests
+/// ([`Serves`]) and hears the rest as a [`Handler`] does. Requests are served one at a time,
+/// in arrival order, in the driver's handler task: a slow answer holds back only later
+/// requests and notices (up to [`EVENT_QUEUE`]), never answers to the host's requests or
+/// streams, so the handler may itself make requests on the same driver and await them.
+pub trait Serve<M: Serves>: Send + 'static {
+    /// The answer to `request`, or `None` for a request the host does not serve (the
+    /// machine's [`Serves::not_served`] answer goes back). A panic sends the machine's
+    /// [`Serves::failed`] answer, for this request and every later one.
+    fn request(&mut self, request: M::Request) -> impl Future<Output = Option<M::Answer>> + Send;
+
+    /// Hear an event that is no request, as [`Handler::notice`]. Default: logged at debug
+    /// level.
+    fn notice(&mut self, event: Completion<M::Event>) {
+        tracing::debug!(event = ?event.event, "plugin event nobody asked for");
+    }
+}
+
+/// What the driver and its handler task act on the machine through.
+struct Link<M: ClientMachine> {
+    shared: Arc<Mutex<Shared<M>>>,
+    out: mpsc::UnboundedSender<Out>,
+    /// Wakes the reader when an act may have brought the machine's next timeout forward.
+    timer: Arc<Notify>,
+}
+
+impl<M: ClientMachine> Clone for Link<M> {
+    fn clone(&self) -> Self {
+        Link {
+            shared: self.shared.clone(),
+            out: self.out.clone(),
+            timer: self.timer.clone(),
+        }
+    }
+}
+
+impl<M: ClientMachine> Link<M> {
+    /// See [`Driver::act`].
+    fn act<R>(&self, f: impl FnOnce(&mut M) -> R) -> R {
+        let r = {
+            let mut s = lock(&self.shared);
+            let r = f(&mut s.machine);
+            transmit(&mut s, &self.out);
+            for routed in route(&mut s, None) {
+                // An act makes completions, not news from the plugin; anything else is kept
+                // for its stream or the handler unless the queue is full.
+                let queued = match routed {
+                    Routed::Rest(event) => {
+                        matches!(
+                            s.events_tx.as_ref().map(|tx| tx.try_send(event)),
+                            Some(Ok(()))
+                        )
+                    }
+                    Routed::Stream(tx, item) => tx.try_send(item).is_ok(),
+                };
+                if !queued {
+                    tracing::debug!("event queue full: an event made by a local act was dropped");
+                }
+            }
+            r
+        };
+        self.timer.notify_one();
+        r
+    }
 }
 
 enum Out {
@@ -97,12 +212,12 @@ enum Out {
 /// A running plugin driven through its protocol's client machine. Requests may be made from
 /// several tasks at once (`&self`); completions are matched by the machine's keys.
 pub struct Driver<M: ClientMachine> {
-    shared: Arc<Mutex<Shared<M>>>,
-    out: mpsc::UnboundedSender<Out>,
+    link: Link<M>,
     control: SessionControl,
-    events: tokio::sync::Mutex<mpsc::Receiver<Completion<M::Event>>>,
-    /// Wakes the reader when a request may have brought the machine's next timeout forward.
-    timer: Arc<Notify>,
+    /// The handler's task, aborted with the driver (a handler awaiting forever).
+    handler: AbortHandle,
+    /// True once the handler's task ended: the plugin is gone and every event was handed on.
+    finished: watch::Receiver<bool>,
 }
 
 impl<M: ClientMachine> std::fmt::Debug for Driver<M> {
@@ -134,6 +249,7 @@ pub(crate) async fn sleep_until(due: Option<std::time::Instant>) {
 impl<M: ClientMachine> Drop for Driver<M> {
     fn drop(&mut self) {
         self.control.kill();
+        self.handler.abort();
     }
 }
 
@@ -150,7 +266,7 @@ fn transmit<M: ClientMachine>(s: &mut Shared<M>, out: &mpsc::UnboundedSender<Out
 }
 
 /// Route the machine's events: a completion to its waiter; the rest returned in order, each
-/// for its stream or for `next_event`. Each carries `stopped` when the stop made it.
+/// for its stream or for the handler. Each carries `stopped` when the stop made it.
 fn route<M: ClientMachine>(s: &mut Shared<M>, stopped: Option<&Stopped>) -> Vec<Routed<M::Event>> {
     let mut rest = Vec::new();
     while let Some(event) = s.machine.poll_event() {
@@ -194,7 +310,25 @@ async fn deliver<E>(events: &mpsc::Sender<Completion<E>>, routed: Vec<Routed<E>>
 impl<M: ClientMachine> Driver<M> {
     /// Take over `session` with `machine`, and start reading the plugin's output. Frames the
     /// machine already queued (a protocol where the host speaks first) are sent at once.
-    pub fn new(session: Session, machine: M) -> Self {
+    /// Every event that completes no request and belongs to no stream goes to `handler`.
+    pub fn new(session: Session, machine: M, mut handler: impl Handler<M>) -> Self {
+        Self::launch(session, machine, |mut events, _| async move {
+            while let Some(event) = events.recv().await {
+                handler.notice(event);
+            }
+        })
+    }
+
+    /// Start the reader and writer, and the handler's task made by `handle` from the queue
+    /// of events for it and the link to act on the machine with.
+    fn launch<F>(
+        session: Session,
+        machine: M,
+        handle: impl FnOnce(mpsc::Receiver<Completion<M::Event>>, Link<M>) -> F,
+    ) -> Self
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
         let (writer, reader, control) = session.into_split();
         let (out, out_rx) = mpsc::unbounded_channel();
         let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
@@ -206,22 +340,25 @@ impl<M: ClientMachine> Driver<M> {
             events_tx: Some(events_tx.clone()),
         }));
         transmit(&mut lock(&shared), &out);
-        let timer = Arc::new(Notify::new());
-        tokio::spawn(write_loop(writer, out_rx));
-        tokio::spawn(read_loop(
-            reader,
-            control.clone(),
-            shared.clone(),
-            out.clone(),
-            events_tx.clone(),
-            timer.clone(),
-        ));
-        Driver {
+        let link = Link {
             shared,
             out,
+            timer: Arc::new(Notify::new()),
+        };
+        tokio::spawn(write_loop(writer, out_rx));
+        tokio::spawn(read_loop(reader, control.clone(), link.clone(), events_tx));
+        let (done, finished) = watch::channel(false);
+        let task = handle(events_rx, link.clone());
+        let handler = tokio::spawn(async move {
+            task.await;
+            let _ = done.send(true);
+        })
+        .abort_handle();
+        Driver {
+            link,
             control,
-            events: tokio::sync::Mutex::new(events_rx),
-            timer,
+            handler,
+            finished,
         }
     }
 
@@ -233,15 +370,15 @@ impl<M: ClientMachine> Driver<M> {
     ) -> Result<Pending<M::Event>, Refused<E>> {
         let (tx, rx) = oneshot::channel();
         {
-            let mut s = lock(&self.shared);
+            let mut s = lock(&self.link.shared);
             if let Some(stopped) = &s.stopped {
                 return Err(Refused::Stopped(stopped.clone()));
             }
             let key = make(&mut s.machine).map_err(Refused::Machine)?;
             s.waiters.insert(key, tx);
-            transmit(&mut s, &self.out);
+            transmit(&mut s, &self.link.out);
         }
-        self.timer.notify_one();
+        self.link.timer.notify_one();
         Ok(Pending { rx })
     }
 
@@ -256,15 +393,15 @@ impl<M: ClientMachine> Driver<M> {
     ) -> Result<Stream<M::Event>, Refused<E>> {
         let (tx, rx) = mpsc::channel(STREAM_QUEUE);
         {
-            let mut s = lock(&self.shared);
+            let mut s = lock(&self.link.shared);
             if let Some(stopped) = &s.stopped {
                 return Err(Refused::Stopped(stopped.clone()));
             }
             let key = make(&mut s.machine).map_err(Refused::Machine)?;
             s.streams.insert(key, tx);
-            transmit(&mut s, &self.out);
+            transmit(&mut s, &self.link.out);
         }
-        self.timer.notify_one();
+        self.link.timer.notify_one();
         Ok(Stream { rx })
     }
 
@@ -272,48 +409,23 @@ impl<M: ClientMachine> Driver<M> {
     /// plugin's request, a shutdown notice, giving up a request) and send what it queued.
     /// A request the act completes (a cancel) gets its event.
     pub fn act<R>(&self, f: impl FnOnce(&mut M) -> R) -> R {
-        let r = {
-            let mut s = lock(&self.shared);
-            let r = f(&mut s.machine);
-            transmit(&mut s, &self.out);
-            for routed in route(&mut s, None) {
-                // An act makes completions, not news from the plugin; anything else is kept
-                // for its stream or next_event unless the caller has let the queue fill.
-                let queued = match routed {
-                    Routed::Rest(event) => {
-                        matches!(
-                            s.events_tx.as_ref().map(|tx| tx.try_send(event)),
-                            Some(Ok(()))
-                        )
-                    }
-                    Routed::Stream(tx, item) => tx.try_send(item).is_ok(),
-                };
-                if !queued {
-                    tracing::debug!("event queue full: an event made by a local act was dropped");
-                }
-            }
-            r
-        };
-        self.timer.notify_one();
-        r
+        self.link.act(f)
     }
 
     /// Read the machine without acting (its state, a schema it learned).
     pub fn inspect<R>(&self, f: impl FnOnce(&M) -> R) -> R {
-        f(&lock(&self.shared).machine)
+        f(&lock(&self.link.shared).machine)
     }
 
-    /// The next event that completes no waiting request, in order, with the stop that made it
-    /// when the machine made it at the stop ([`ClientMachine::fail_pending`] completing a
-    /// request nobody awaits through [`Pending`]); `None` once the plugin is gone and every
-    /// such event was read.
-    pub async fn next_event(&self) -> Option<Completion<M::Event>> {
-        self.events.lock().await.recv().await
+    /// Wait until the plugin is gone and the handler has had every event: by then every
+    /// [`Pending`] and [`Stream`] has had its last event too (ATP's `done` waits for this).
+    pub async fn finished(&self) {
+        let _ = self.finished.clone().wait_for(|done| *done).await;
     }
 
     /// Why the plugin will never answer again, once that is so.
     pub fn stopped(&self) -> Option<Stopped> {
-        lock(&self.shared).stopped.clone()
+        lock(&self.link.shared).stopped.clone()
     }
 
     /// The session's control half (exit, kill, signals, stderr tail).
@@ -325,9 +437,81 @@ impl<M: ClientMachine> Driver<M> {
     /// [`Session::shutdown`]: `grace` to exit, SIGTERM (native), kill. The reader keeps
     /// draining stdout meanwhile.
     pub async fn shutdown(&self, grace: Duration) -> Exit {
-        let _ = self.out.send(Out::Close);
+        let _ = self.link.out.send(Out::Close);
         self.control.wait_or_stop(grace).await
     }
+}
+
+impl<M: Serves> Driver<M> {
+    /// [`Driver::new`] for a protocol whose plugin makes requests of the host: `handler`
+    /// answers them (see [`Serve`]) and hears every other event nobody asked for.
+    pub fn serving(session: Session, machine: M, handler: impl Serve<M>) -> Self {
+        Self::launch(session, machine, |events, link| {
+            serve(events, link, handler)
+        })
+    }
+}
+
+/// The serving driver's handler task: each of the plugin's requests to the handler, in order,
+/// its answer back through the machine; every other event to the handler's `notice`.
+async fn serve<M: Serves, H: Serve<M>>(
+    mut events: mpsc::Receiver<Completion<M::Event>>,
+    link: Link<M>,
+    handler: H,
+) {
+    // `None` once the handler panicked.
+    let mut handler = Some(handler);
+    while let Some(Completion { event, stopped }) = events.recv().await {
+        let (id, request) = match M::take_request(event) {
+            Ok(request) => request,
+            Err(event) => {
+                if let Some(h) = &mut handler {
+                    h.notice(Completion { event, stopped });
+                }
+                continue;
+            }
+        };
+        let method = M::method(&request).to_owned();
+        let answer = match handler.take() {
+            // Its own task, so a panic is a JoinError here, not the end of serving.
+            Some(mut h) => match tokio::spawn(async move {
+                let answer = h.request(request).await;
+                (h, answer)
+            })
+            .await
+            {
+                Ok((h, answer)) => {
+                    handler = Some(h);
+                    Answer::Given(answer)
+                }
+                Err(e) => {
+                    tracing::error!(%method, "the handler of the plugin's requests failed: {e}");
+                    Answer::Failed(format!("the host's handler failed on {method}: {e}"))
+                }
+            },
+            None => Answer::Failed(format!(
+                "the host's handler failed earlier; {method} not served"
+            )),
+        };
+        let answered = link.act(|m| {
+            let answer = match answer {
+                Answer::Given(Some(answer)) => answer,
+                Answer::Given(None) => m.not_served(&method),
+                Answer::Failed(reason) => m.failed(reason),
+            };
+            m.answer(id, answer)
+        });
+        if let Err(e) = answered {
+            // The plugin stopped meanwhile, or the machine no longer takes answers.
+            tracing::debug!(%method, "answering the plugin's request: {e}");
+        }
+    }
+}
+
+/// What goes back for one of the plugin's requests.
+enum Answer<A> {
+    Given(Option<A>),
+    Failed(String),
 }
 
 /// A request in flight whose answer is a stream of events.
@@ -396,11 +580,10 @@ async fn write_loop(mut writer: SessionWriter, mut out: mpsc::UnboundedReceiver<
 async fn read_loop<M: ClientMachine>(
     mut reader: SessionReader,
     control: SessionControl,
-    shared: Arc<Mutex<Shared<M>>>,
-    out: mpsc::UnboundedSender<Out>,
+    link: Link<M>,
     events: mpsc::Sender<Completion<M::Event>>,
-    timer: Arc<Notify>,
 ) {
+    let Link { shared, out, timer } = link;
     let stopped = loop {
         let sleep = sleep_until(lock(&shared).machine.poll_timeout());
         let frame = tokio::select! {
@@ -478,7 +661,7 @@ async fn read_loop<M: ClientMachine>(
         rest
     };
     deliver(&events, rest).await;
-    // Dropping `events` ends `next_event`; the writer ends with the last sender.
+    // Dropping `events` ends the handler's task; the writer ends with the last sender.
     drop(out);
 }
 
@@ -496,6 +679,11 @@ mod tests {
 
     use sandpipe_proto::atp::{AtpServer, ServerEvent, Value as AtpValue, Version};
 
+    use std::sync::{Arc, Mutex};
+
+    use sandpipe_proto::jsonrpc::{self, ErrorObject, Peer};
+
+    use super::{Serve, Unasked};
     use crate::error::Exit;
     use crate::memory::MemoryPlugin;
     use crate::protocols::atp::{AtpClient, AtpFailure, ErrorOrigin, RunEvent};
@@ -582,7 +770,11 @@ mod tests {
                 _ => vec![answer(&id, json!(0))],
             }
         };
-        let rpc = JsonRpcPeer::new(Session::memory(plugin, &json_lines()), Dialect::JsonRpc2);
+        let rpc = JsonRpcPeer::new(
+            Session::memory(plugin, &json_lines()),
+            Dialect::JsonRpc2,
+            Unasked,
+        );
         let (a, b) = tokio::join!(rpc.call("first", None), async {
             tokio::task::yield_now().await;
             rpc.call("second", None).await
@@ -598,7 +790,11 @@ mod tests {
             // An answer to a request never made: a protocol violation.
             vec![answer(&json!(99), json!(null)), answer(&id, json!(1))]
         };
-        let rpc = JsonRpcPeer::new(Session::memory(plugin, &json_lines()), Dialect::JsonRpc2);
+        let rpc = JsonRpcPeer::new(
+            Session::memory(plugin, &json_lines()),
+            Dialect::JsonRpc2,
+            Unasked,
+        );
         let Err(RpcError::Failed { error, stopped }) = rpc.call("m", None).await else {
             panic!("expected the violation to fail the call");
         };
@@ -667,6 +863,162 @@ mod tests {
         );
         let ok = client.execute("a", json!({})).await.expect("runs on");
         assert_eq!(ok, json!({"ok": true}));
+    }
+
+    /// A plugin that asks the host things while the host's own call waits. On the host's
+    /// `go` it sends its requests `asks` (each `{"id": 100 + i, "method", "params"}`), answers
+    /// `ping` at once, and answers `go` with every answer it got, in the order they came,
+    /// once it has them all.
+    fn asking_plugin(asks: Vec<(&'static str, Value)>) -> impl MemoryPlugin {
+        let mut go: Option<Value> = None;
+        let mut answers = Vec::new();
+        move |frame: &[u8]| {
+            let v: Value = serde_json::from_slice(frame).expect("json");
+            if v.get("method").is_none() {
+                // An answer to one of our requests.
+                answers.push(v);
+                if answers.len() < asks.len() {
+                    return Vec::new();
+                }
+                let id = go.take().expect("go came first");
+                return vec![answer(&id, Value::Array(std::mem::take(&mut answers)))];
+            }
+            let (id, method) = request(frame);
+            match method.as_str() {
+                "go" => {
+                    go = Some(id);
+                    asks.iter()
+                        .enumerate()
+                        .map(|(i, (method, params))| {
+                            serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 100 + i,
+                                "method": method, "params": params}))
+                            .expect("json")
+                        })
+                        .collect()
+                }
+                _ => vec![answer(&id, json!("pong"))],
+            }
+        }
+    }
+
+    /// Serves `times`: params × 10 after `params` seconds (tokio's clock); panics on `boom`;
+    /// serves nothing else. Records what it was asked, in order.
+    #[derive(Clone, Default)]
+    struct Times(Arc<Mutex<Vec<String>>>);
+
+    impl Serve<Peer> for Times {
+        async fn request(&mut self, r: jsonrpc::Request) -> Option<Result<Value, ErrorObject>> {
+            self.0
+                .lock()
+                .expect("log")
+                .push(format!("{} {:?}", r.method, r.params));
+            match r.method.as_str() {
+                "times" => {
+                    let n = r.params.and_then(|p| p.as_i64()).expect("a number");
+                    tokio::time::sleep(Duration::from_secs(n.unsigned_abs())).await;
+                    Some(Ok(json!(n * 10)))
+                }
+                "boom" => panic!("the handler broke on boom"),
+                _ => None,
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_plugins_requests_go_to_the_one_handler_in_order_and_its_answers_go_back() {
+        let times = Times::default();
+        let plugin = asking_plugin(vec![
+            ("times", json!(2)),
+            ("times", json!(1)),
+            ("sampling/createMessage", json!({})),
+        ]);
+        let rpc = JsonRpcPeer::new(
+            Session::memory(plugin, &json_lines()),
+            Dialect::JsonRpc2,
+            times.clone(),
+        );
+        let got = rpc.call("go", None).await.expect("answered");
+        // One at a time, in arrival order: the slower first answer still comes first.
+        assert_eq!(got[0], json!({"jsonrpc": "2.0", "id": 100, "result": 20}));
+        assert_eq!(got[1], json!({"jsonrpc": "2.0", "id": 101, "result": 10}));
+        assert_eq!(got[2]["id"], json!(102));
+        assert_eq!(got[2]["error"]["code"], json!(-32601));
+        assert_eq!(
+            got[2]["error"]["message"],
+            json!("the host does not serve sampling/createMessage")
+        );
+        assert_eq!(
+            *times.0.lock().expect("log"),
+            [
+                "times Some(Number(2))",
+                "times Some(Number(1))",
+                "sampling/createMessage Some(Object {})"
+            ]
+        );
+        assert_eq!(rpc.shutdown(Duration::from_secs(1)).await, Exit::Exited(0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_handler_holds_back_no_answer_to_the_hosts_own_calls() {
+        let plugin = asking_plugin(vec![("times", json!(60))]);
+        let rpc = JsonRpcPeer::new(
+            Session::memory(plugin, &json_lines()),
+            Dialect::JsonRpc2,
+            Times::default(),
+        );
+        let started = tokio::time::Instant::now();
+        let go = rpc.start_call("go", None).expect("sent");
+        // The handler sleeps 60 s on `times`; `ping` is answered meanwhile.
+        assert_eq!(rpc.call("ping", None).await, Ok(json!("pong")));
+        assert!(started.elapsed() < Duration::from_secs(60));
+        let got = go.await.expect("answered");
+        assert_eq!(got[0]["result"], json!(600));
+        assert!(started.elapsed() >= Duration::from_secs(60));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_handler_gets_the_internal_error_sent_for_it_and_for_every_later_request() {
+        let plugin = asking_plugin(vec![("boom", Value::Null), ("times", json!(1))]);
+        let rpc = JsonRpcPeer::new(
+            Session::memory(plugin, &json_lines()),
+            Dialect::JsonRpc2,
+            Times::default(),
+        );
+        let got = rpc.call("go", None).await.expect("answered");
+        assert_eq!(got[0]["error"]["code"], json!(-32603));
+        let first = got[0]["error"]["message"].as_str().expect("message");
+        assert!(
+            first.starts_with("the host's handler failed on boom: "),
+            "{first}"
+        );
+        assert_eq!(
+            got[1]["error"],
+            json!({"code": -32603, "message": "the host's handler failed earlier; times not served"})
+        );
+        // The session is unharmed.
+        assert_eq!(rpc.call("ping", None).await, Ok(json!("pong")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_nobody_asked_for_never_stop_the_reader() {
+        // Far more notifications than the handler's queue holds, before the answer.
+        let plugin = |frame: &[u8]| {
+            let (id, _) = request(frame);
+            let mut out: Vec<Vec<u8>> = (0..4 * super::EVENT_QUEUE)
+                .map(|i| {
+                    serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": "log", "params": i}))
+                        .expect("json")
+                })
+                .collect();
+            out.push(answer(&id, json!("done")));
+            out
+        };
+        let rpc = JsonRpcPeer::new(
+            Session::memory(plugin, &json_lines()),
+            Dialect::JsonRpc2,
+            Unasked,
+        );
+        assert_eq!(rpc.call("m", None).await, Ok(json!("done")));
     }
 
     /// An ATP plugin on the protocol's own server machine. Step `talk` signals `tick` 0, 1, 2

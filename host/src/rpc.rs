@@ -5,7 +5,7 @@
 //!  call() ──► Driver::request(Peer::request) ──► plugin stdin
 //!  Driver reader: frame ──► Peer::handle_frame ──► Event
 //!     Response      ──► the waiting call()
-//!     Request/Notif ──► next_incoming()  (answer requests with respond())
+//!     Request/Notif ──► the driver's handler (a Serve<Peer>): requests answered in order
 //!  plugin gone / bad frame ──► Stopped ──► Peer::fail_pending(jsonrpc::stopped_error) ──► every call()
 //! ```
 //!
@@ -21,7 +21,7 @@ use sandpipe_proto::jsonrpc::{
 };
 use serde_json::Value;
 
-use crate::driver::{Completion, Driver, Pending, Refused};
+use crate::driver::{Completion, Driver, Pending, Refused, Serve, Unasked};
 use crate::error::{Exit, Stopped};
 use crate::protocols::hooks::{CallError, CallRequest, DescribeError, Failure, Launch};
 use crate::session::{Session, SessionControl};
@@ -75,27 +75,6 @@ impl RpcError {
     }
 }
 
-/// A request or notification the plugin sent to the host.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Incoming {
-    /// Answer it with [`JsonRpcPeer::respond`].
-    Request {
-        /// Its id.
-        id: Id,
-        /// The method.
-        method: String,
-        /// Parameters.
-        params: Option<Value>,
-    },
-    /// A notification.
-    Notification {
-        /// The method.
-        method: String,
-        /// Parameters.
-        params: Option<Value>,
-    },
-}
-
 /// A JSON-RPC connection to a plugin: the [`Driver`] running a `jsonrpc::Peer`. Cheap to
 /// share behind an `Arc`; calls may run concurrently (responses are matched by id, in any
 /// order).
@@ -147,16 +126,23 @@ impl RpcError {
 }
 
 impl JsonRpcPeer {
-    /// Take over `session` (its framing must be JSON Lines or Content-Length).
-    pub fn new(session: Session, dialect: Dialect) -> Self {
-        Self::with_first_id(session, dialect, 0)
+    /// Take over `session` (its framing must be JSON Lines or Content-Length). The plugin's
+    /// own requests and notifications go to `handler` ([`Unasked`] serves none: each request
+    /// gets `-32601`).
+    pub fn new(session: Session, dialect: Dialect, handler: impl Serve<Peer>) -> Self {
+        Self::with_first_id(session, dialect, 0, handler)
     }
 
     /// Like [`JsonRpcPeer::new`], numbering the host's requests from `first_id`.
-    pub fn with_first_id(session: Session, dialect: Dialect, first_id: i64) -> Self {
+    pub fn with_first_id(
+        session: Session,
+        dialect: Dialect,
+        first_id: i64,
+        handler: impl Serve<Peer>,
+    ) -> Self {
         JsonRpcPeer {
             dialect,
-            driver: Driver::new(session, Peer::with_first_id(dialect, first_id)),
+            driver: Driver::serving(session, Peer::with_first_id(dialect, first_id), handler),
         }
     }
 
@@ -266,27 +252,6 @@ impl JsonRpcPeer {
         Ok(())
     }
 
-    /// The next request or notification from the plugin; `None` once the plugin is gone.
-    pub async fn next_incoming(&self) -> Option<Incoming> {
-        loop {
-            match self.driver.next_event().await?.event {
-                Event::Request { id, method, params } => {
-                    return Some(Incoming::Request { id, method, params });
-                }
-                Event::Notification { method, params } => {
-                    return Some(Incoming::Notification { method, params });
-                }
-                // Responses complete their calls; none is left over.
-                Event::Response { .. } => {}
-            }
-        }
-    }
-
-    /// Answer a request from the plugin.
-    pub fn respond(&self, id: Id, result: Result<Value, ErrorObject>) -> Result<(), ProtocolError> {
-        self.driver.act(|peer| peer.respond(id, result))
-    }
-
     /// Close the plugin's stdin, then as [`Session::shutdown`](crate::Session::shutdown):
     /// `grace` to exit, SIGTERM (native), kill. The driver keeps reading stdout meanwhile.
     pub async fn shutdown(&self, grace: Duration) -> Exit {
@@ -321,19 +286,7 @@ impl RpcError {
 /// serves nothing: a request from the plugin gets `-32601` so it never waits.
 pub(crate) async fn one_call(launch: Launch<'_>, request: CallRequest) -> Result<Value, CallError> {
     let session = launch.start().await.map_err(CallError::Start)?;
-    let rpc = std::sync::Arc::new(JsonRpcPeer::new(session, Dialect::JsonRpc2));
-    let server = rpc.clone();
-    tokio::spawn(async move {
-        while let Some(incoming) = server.next_incoming().await {
-            if let Incoming::Request { id, method, .. } = incoming {
-                let error = ErrorObject::new(
-                    jsonrpc::METHOD_NOT_FOUND,
-                    format!("sandpipe call does not serve {method}"),
-                );
-                let _ = server.respond(id, Err(error));
-            }
-        }
-    });
+    let rpc = JsonRpcPeer::new(session, Dialect::JsonRpc2, Unasked);
     let result = rpc.call(&request.method, request.params).await;
     let _ = rpc.shutdown(request.grace).await;
     result.map_err(|e| e.call_error("jsonrpc"))

@@ -7,13 +7,15 @@
 //!                                                  └─ belongs_to ──► that request's stream
 //!          ── now ──► handle_timeout   (poll_timeout says when)
 //!          ── Stopped ──► fail_pending ──► one event per request in flight, the protocol's error
+//!   the plugin's own request ──► take_request ──► the driver's handler ──► answer   (Serves)
 //! ```
 //!
 //! A machine never reads a clock or a pipe: the driver passes frames, time and the plugin's end
 //! in, and takes frames and events out. Which event answers which request is the machine's
 //! call ([`ClientMachine::completes`], and [`ClientMachine::belongs_to`] for a request
-//! answered by a stream of events that the completing one ends); everything else (the
-//! plugin's own requests and notifications, a handshake) is for the caller to read in order.
+//! answered by a stream of events that the completing one ends); the plugin's own requests
+//! are the driver's one handler's to answer ([`Serves`]); everything else (notifications, a
+//! handshake) is that handler's to hear, in order.
 //!
 //! [`ServerMachine`] is the plugin side's shape: frames in, frames and events out, no clock.
 //!
@@ -80,6 +82,37 @@ pub trait ClientMachine: Send + 'static {
     /// [`fail_pending`](Self::fail_pending) (ATP: the plugin's own last error). Default:
     /// nothing.
     fn explain(&self, _stopped: &mut Stopped) {}
+}
+
+/// A client machine whose plugin also makes requests of the host: FineCode's runner asks for
+/// its project's config, an MCP server for sampling or roots, a JSON-RPC peer anything. The
+/// driver hands each such event to its one handler, in arrival order, and answers through
+/// [`answer`](Self::answer); the machine knows which events they are and what an answer
+/// the host cannot give looks like, so the driver needs no protocol of its own.
+pub trait Serves: ClientMachine {
+    /// What names the plugin's request, for its answer.
+    type RequestId: Debug + Send + 'static;
+    /// The plugin's request, as the machine decoded it.
+    type Request: Debug + Send + 'static;
+    /// The host's answer to one.
+    type Answer: Send + 'static;
+
+    /// `event` as the plugin's request, or the event back when it is not one.
+    fn take_request(event: Self::Event) -> Result<(Self::RequestId, Self::Request), Self::Event>;
+
+    /// The request's method, for logs and refusals.
+    fn method(request: &Self::Request) -> &str;
+
+    /// Answer the plugin's request `id`.
+    fn answer(&mut self, id: Self::RequestId, answer: Self::Answer) -> Result<(), Self::Error>;
+
+    /// The answer to a request for `method` that the host does not serve (JSON-RPC:
+    /// `-32601`).
+    fn not_served(&self, method: &str) -> Self::Answer;
+
+    /// The answer to a request the host meant to serve but could not (its handler
+    /// panicked): JSON-RPC's `-32603` with `reason` as the message.
+    fn failed(&self, reason: String) -> Self::Answer;
 }
 
 /// A protocol's server (plugin-role) machine: frames from the host in, frames and events

@@ -9,7 +9,7 @@
 //!     a run is one streamed request (Driver::request_stream, keyed by run id):
 //!       signal / non-fatal error ──► that Run's next_event()
 //!       work done / fatal error  ──► that Run's result(), the stream's end
-//!     next_event ──► events task: hello ──► connect; errors about the plugin ──► log
+//!     the driver's handler: hello ──► connect; errors about the plugin ──► log
 //!  plugin gone / bad frame ──► Stopped ──► machine fail_pending ──► the driver ends every Run
 //!  done(grace): client done ──► close stdin ──► grace ──► (native: SIGTERM ──►) kill
 //! ```
@@ -24,13 +24,11 @@
 //! What it does not do: validate configs or outputs against the schema, or time runs out
 //! (use the policy's deadline, or drop the [`Run`] and call [`AtpClient::done`]).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use sandpipe_proto::atp::{self as machine, AtpError, ClientEvent};
 pub use sandpipe_proto::atp::{Hello, Value, Version};
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use crate::driver::{Completion, Driver, Refused, STREAM_QUEUE, Stream};
 use crate::error::{Exit, Stopped};
@@ -123,9 +121,8 @@ type RunResult = Result<WorkDone, AtpRunError>;
 /// Dropping the client kills the plugin (as dropping a [`Session`] does); end it with
 /// [`AtpClient::done`].
 pub struct AtpClient {
-    driver: Arc<Driver<machine::AtpClient>>,
+    driver: Driver<machine::AtpClient>,
     version: Version,
-    events: JoinHandle<()>,
 }
 
 impl std::fmt::Debug for AtpClient {
@@ -133,12 +130,6 @@ impl std::fmt::Debug for AtpClient {
         f.debug_struct("AtpClient")
             .field("version", &self.version)
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for AtpClient {
-    fn drop(&mut self) {
-        self.driver.control().kill();
     }
 }
 
@@ -268,14 +259,12 @@ impl AtpClient {
     /// send the start item and wait for the plugin's hello, version 1 or 3. A plugin that
     /// never sends hello is stopped by its policy's deadline.
     pub async fn connect(session: Session) -> Result<(AtpClient, Hello), AtpFailure> {
-        let driver = Arc::new(Driver::new(session, machine::AtpClient::new()));
         let (hello_tx, hello_rx) = oneshot::channel();
-        let events = tokio::spawn(dispatch(driver.clone(), hello_tx));
+        let driver = Driver::new(session, machine::AtpClient::new(), handler(hello_tx));
         let mut client = AtpClient {
             driver,
             // Replaced below, once hello told.
             version: Version::V3,
-            events,
         };
         match hello_rx.await {
             Ok(hello) => {
@@ -341,17 +330,17 @@ impl AtpClient {
     ///
     /// Runs still in flight may finish meanwhile (their [`Run`]s get the results); those that
     /// do not get an [`AtpRunError`] naming how the plugin ended.
-    pub async fn done(mut self, grace: Duration) -> Exit {
+    pub async fn done(self, grace: Duration) -> Exit {
         // Refused after a failure or after v1's output: nothing to tell the plugin.
         let _ = self.driver.act(machine::AtpClient::client_done);
         // The driver keeps reading stdout meanwhile, so the plugin never blocks on a full pipe.
         let exit = self.driver.shutdown(grace).await;
         // Every run learns its outcome before `done` returns: the driver hands the runs their
-        // last events before it ends `next_event`, once stdout closes, which the plugin's end
+        // last events before its handler's task ends, once stdout closes, which the plugin's end
         // guarantees. A driver blocked on a full run queue (a caller holding a `Run` without
         // reading it) would block here, so stop waiting for it then: that caller reads its
         // run or drops it.
-        let _ = tokio::time::timeout(TERM_GRACE, &mut self.events).await;
+        let _ = tokio::time::timeout(TERM_GRACE, self.driver.finished()).await;
         exit
     }
 
@@ -373,26 +362,24 @@ impl AtpClient {
     }
 }
 
-/// Read the events that belong to no run, until the plugin is gone: hello to `connect`, an
-/// error about the plugin itself to the log (runs in flight end when the plugin does; the
-/// machine quotes the error in the stop's reason).
-async fn dispatch(driver: Arc<Driver<machine::AtpClient>>, hello: oneshot::Sender<Hello>) {
+/// The driver's handler: the events that belong to no run, until the plugin is gone. Hello to
+/// `connect`, an error about the plugin itself to the log (runs in flight end when the plugin
+/// does; the machine quotes the error in the stop's reason).
+fn handler(hello: oneshot::Sender<Hello>) -> impl FnMut(Completion<ClientEvent>) + Send {
     let mut hello = Some(hello);
-    while let Some(Completion { event, .. }) = driver.next_event().await {
-        match event {
-            ClientEvent::Hello(h) => {
-                if let Some(tx) = hello.take() {
-                    let _ = tx.send(h);
-                }
+    move |Completion { event, .. }| match event {
+        ClientEvent::Hello(h) => {
+            if let Some(tx) = hello.take() {
+                let _ = tx.send(h);
             }
-            ClientEvent::Error {
-                error,
-                server_fatal,
-                ..
-            } => tracing::warn!(server_fatal, "plugin reported an error: {error}"),
-            // `ClientEvent` is non-exhaustive.
-            _ => {}
         }
+        ClientEvent::Error {
+            error,
+            server_fatal,
+            ..
+        } => tracing::warn!(server_fatal, "plugin reported an error: {error}"),
+        // `ClientEvent` is non-exhaustive.
+        _ => {}
     }
 }
 

@@ -14,7 +14,7 @@ use sandpipe_proto::denobridge::{
 use sandpipe_proto::jsonrpc::{self, ErrorCode, INTERNAL_ERROR};
 use serde_json::Value;
 
-use crate::driver::{Completion, Driver, Refused};
+use crate::driver::{Completion, Driver, Refused, Unasked};
 use crate::error::{Exit, Stopped};
 use crate::protocols::hooks::{CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Launch};
 use crate::rpc::RpcError;
@@ -46,7 +46,9 @@ impl DenoBridgeClient {
         kind: ProviderKind,
     ) -> Result<(Self, HealthResult), RpcError> {
         let client = DenoBridgeClient {
-            driver: Driver::new(session, proto::Client::new(kind)),
+            // `invokeProgress` with several invokes pending (the wire cannot say whose) is
+            // logged.
+            driver: Driver::new(session, proto::Client::new(kind), Unasked),
         };
         let health = client.call(proto::Client::health).await?;
         Ok((client, expect!(health, Health)?))
@@ -105,26 +107,30 @@ impl DenoBridgeClient {
         expect!(self.call(|m| m.close(params.clone())).await?, Close)
     }
 
-    /// Action `invoke`: `progress` gets each `invokeProgress` message as it arrives.
+    /// Action `invoke`: `progress` gets each `invokeProgress` message as it arrives, in
+    /// order, before the result. With several invokes in flight the wire does not say whose a
+    /// message is; the machine then gives it to none of them, and it is logged.
     pub async fn invoke(
         &self,
         params: &PropsParams,
         mut progress: impl FnMut(String),
     ) -> Result<DoneResult, RpcError> {
-        let pending = self
+        let mut stream = self
             .driver
-            .request(|m| m.invoke(params.clone()))
+            .request_stream(|m| m.invoke(params.clone()))
             .map_err(refused)?;
-        let mut done = std::pin::pin!(pending.wait());
         let completion = loop {
-            tokio::select! {
-                c = &mut done => break c,
-                event = self.driver.next_event() => match event.map(|c| c.event) {
-                    Some(ClientEvent::Progress { progress: p, .. }) => progress(p.message),
-                    Some(_) => {}
-                    // The plugin is gone: the stop completes the invoke.
-                    None => break done.await,
-                },
+            match stream.next().await {
+                Some(Ok(Completion {
+                    event: ClientEvent::Progress { progress: p, .. },
+                    ..
+                })) => progress(p.message),
+                Some(done) => break done,
+                None => {
+                    break Err(self.driver.stopped().unwrap_or_else(|| {
+                        Stopped::by_host("the session was dropped", Vec::new())
+                    }));
+                }
             }
         };
         let response = self.finish(completion)?;

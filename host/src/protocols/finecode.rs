@@ -8,8 +8,9 @@
 //!  each call is one driver stream, in order:
 //!     Progress ($/progress)         ──► the call's on_progress, in order, before its Reply
 //!     Reply / Initialize / Shutdown ──► the PendingCall's outcome, the stream's end
-//!  Driver<Client> ──► next_event ──► dispatch task:
-//!     Request (getRawConfig, …)     ──► responder task ──► RunnerRequests::handle ──► respond
+//!  Driver::serving(Client, Runner(handler)): the driver's one handler, in arrival order:
+//!     Request (getRawConfig, …)     ──► RunnerRequests::handle ──► Client::respond
+//!     Notification (logMessage, …)  ──► logged at debug level
 //!  cancel(id) ──► Client::cancel: the call completes with -32800, $/cancelRequest goes out
 //!  runner gone / broke the protocol ──► Stopped ──► Client::fail_pending ──► the driver
 //!                       ends every pending call: -32603 {"reason", "exit", "stderr"}
@@ -33,7 +34,6 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 pub use sandpipe_proto::finecode::{
@@ -45,15 +45,10 @@ use sandpipe_proto::finecode::{Client, ClientEvent};
 use sandpipe_proto::jsonrpc::{ErrorCode, INTERNAL_ERROR, METHOD_NOT_FOUND, ProtocolError};
 pub use sandpipe_proto::jsonrpc::{ErrorObject, Id};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
-use crate::driver::{Completion, Driver, Refused, Stream};
+use crate::driver::{Completion, Driver, Refused, Serve, Stream};
 use crate::error::{Exit, Stopped};
 use crate::session::{Session, SessionControl};
-
-/// How many runner → manager requests may wait for the handler before the driver stops
-/// reading the runner's stdout.
-const REQUEST_QUEUE: usize = 64;
 
 /// Why a FineCode call did not return a result.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -111,9 +106,11 @@ impl FineCodeFailure {
 
 /// Answers the runner's requests to the manager (`projects/getRawConfig`,
 /// `workspace/applyEdit`, `finecode/runActionInProject`, `finecode/runActionInWorkspace`,
-/// anything else). Requests are handled one at a time, in arrival order, in a task of their
-/// own: a slow answer does not stop the client from reading the runner's output, so progress,
-/// other answers and cancellation keep flowing meanwhile.
+/// anything else). It is the driver's one handler ([`Serve`]): requests are handled one at a
+/// time, in arrival order, in the driver's handler task, so a slow answer does not stop the
+/// client from reading the runner's output; progress, other answers and cancellation keep
+/// flowing meanwhile. A panicking handler gets `-32603` sent for it and for every later
+/// request.
 pub trait RunnerRequests: Send + 'static {
     /// The answer to `request` (for `projects/getRawConfig`, a [`RawConfig`] as JSON).
     /// Requests the manager does not serve get [`not_served`] (`-32601`).
@@ -165,6 +162,15 @@ where
     }
 }
 
+/// A [`RunnerRequests`] as the driver's handler.
+struct Runner<H>(H);
+
+impl<H: RunnerRequests> Serve<Client> for Runner<H> {
+    async fn request(&mut self, request: RunnerRequest) -> Option<Result<Value, ErrorObject>> {
+        Some(self.0.handle(request).await)
+    }
+}
+
 /// What completes a request of ours.
 #[derive(Debug)]
 enum Answer {
@@ -177,7 +183,7 @@ enum Answer {
 /// run concurrently. Dropping the client without [`FineCodeClient::shutdown`] kills the
 /// runner.
 pub struct FineCodeClient {
-    driver: Arc<Driver<Client>>,
+    driver: Driver<Client>,
     form: CallForm,
 }
 
@@ -186,14 +192,6 @@ impl std::fmt::Debug for FineCodeClient {
         f.debug_struct("FineCodeClient")
             .field("form", &self.form)
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for FineCodeClient {
-    fn drop(&mut self) {
-        // The dispatch and responder tasks keep the driver alive while the runner runs; a
-        // dropped client must not leave a runner behind (as a dropped `Session` does not).
-        self.driver.control().kill();
     }
 }
 
@@ -228,10 +226,7 @@ impl FineCodeClient {
         params: &InitializeParams,
         handler: impl RunnerRequests,
     ) -> Result<(FineCodeClient, InitializeResult), FineCodeFailure> {
-        let driver = Arc::new(Driver::new(session, Client::with_call_form(form)));
-        let (requests, requests_rx) = mpsc::channel(REQUEST_QUEUE);
-        tokio::spawn(respond(handler, requests_rx, driver.clone()));
-        tokio::spawn(dispatch(driver.clone(), requests));
+        let driver = Driver::serving(session, Client::with_call_form(form), Runner(handler));
         let client = FineCodeClient { driver, form };
         let mut stream = client.send(|c| c.initialize(params))?;
         let result = match outcome(&mut stream, |_| {}).await? {
@@ -559,48 +554,6 @@ async fn outcome(
         });
     }
     Err(driver_gone())
-}
-
-/// Hand the events that belong to no call to whoever takes them, in order, until the runner
-/// is gone: the runner's requests to the responder, its notifications to the log.
-async fn dispatch(driver: Arc<Driver<Client>>, requests: mpsc::Sender<(Id, RunnerRequest)>) {
-    while let Some(Completion { event, .. }) = driver.next_event().await {
-        match event {
-            ClientEvent::Request { id, request } => {
-                if let Err(mpsc::error::SendError((id, request))) =
-                    requests.send((id, request)).await
-                {
-                    let error = ErrorObject::new(
-                        INTERNAL_ERROR,
-                        format!(
-                            "the manager's request handler is gone; {} not served",
-                            request.method()
-                        ),
-                    );
-                    let _ = driver.act(|c| c.respond(id, Err(error)));
-                }
-            }
-            ClientEvent::Notification { method, params } => {
-                tracing::debug!(%method, ?params, "finecode runner notification");
-            }
-            other => tracing::debug!(?other, "finecode event not handled"),
-        }
-    }
-}
-
-/// Serve the runner's requests one at a time.
-async fn respond(
-    mut handler: impl RunnerRequests,
-    mut requests: mpsc::Receiver<(Id, RunnerRequest)>,
-    driver: Arc<Driver<Client>>,
-) {
-    while let Some((id, request)) = requests.recv().await {
-        let method = request.method().to_owned();
-        let result = handler.handle(request).await;
-        if let Err(e) = driver.act(|c| c.respond(id, result)) {
-            tracing::debug!(%method, "answering the runner: {e}");
-        }
-    }
 }
 
 // `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of

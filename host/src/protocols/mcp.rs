@@ -6,22 +6,21 @@
 //! ```text
 //!  call(method, params) ──► Driver::request(Client::request) ──► server stdin
 //!  Driver<Client>: Response / Initialized ──► the waiting call
-//!     Request from the server (sampling, elicitation, roots) ──► answered -32601 by a task:
-//!     this client serves none of them; ping is answered by the machine
+//!     Request from the server (sampling, elicitation, roots) ──► the driver's handler
+//!     (Unasked): -32601, this client serves none of them; ping is answered by the machine
 //!  server gone / broke the protocol ──► Stopped ──► Client::fail_pending ──► every call:
 //!                                       -32603 {"reason", "exit", "stderr"}
 //! ```
 //!
 //! The rules live in `sandpipe_proto::mcp::Client`; this module moves bytes and events.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use sandpipe_proto::jsonrpc::{self, ErrorObject, METHOD_NOT_FOUND};
+use sandpipe_proto::jsonrpc;
 use sandpipe_proto::mcp::{self as proto, ClientEvent, Tool};
 use serde_json::{Value, json};
 
-use crate::driver::{Completion, Driver, Refused};
+use crate::driver::{Completion, Driver, Refused, Unasked};
 use crate::error::{Exit, Stopped};
 use crate::rpc::RpcError;
 use crate::session::{Session, SessionControl};
@@ -33,28 +32,16 @@ pub const MAX_TOOL_PAGES: usize = 100;
 /// A connected MCP server. Calls may run concurrently (`&self`).
 #[derive(Debug)]
 pub struct McpClient {
-    driver: Arc<Driver<proto::Client>>,
+    driver: Driver<proto::Client>,
 }
 
 impl McpClient {
     /// Take over `session`, run the handshake as `client_info` (`{name, version}`) with no
     /// client capabilities, and return the server's `initialize` result.
     pub async fn connect(session: Session, client_info: Value) -> Result<(Self, Value), RpcError> {
-        let driver = Arc::new(Driver::new(session, proto::Client::new()));
         // The server's own requests get -32601: this client offers no sampling, elicitation
-        // or roots. The task ends with the server.
-        let server = driver.clone();
-        tokio::spawn(async move {
-            while let Some(c) = server.next_event().await {
-                if let ClientEvent::Request { id, method, .. } = c.event {
-                    let error = ErrorObject::new(
-                        METHOD_NOT_FOUND,
-                        format!("this client does not serve {method}"),
-                    );
-                    let _ = server.act(|m| m.respond(id, Err(error)));
-                }
-            }
-        });
+        // or roots.
+        let driver = Driver::serving(session, proto::Client::new(), Unasked);
         let client = McpClient { driver };
         let init = client
             .wait(|m| m.initialize(client_info, json!({})))

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use sandpipe_proto::oracle::{self as machine, ClientEvent, ErrorOrigin, Felt, OracleError};
 use serde_json::Value;
+use tokio::sync::oneshot;
 
-use crate::driver::{Driver, Refused};
+use crate::driver::{Completion, Driver, Refused};
 use crate::error::{Exit, Stopped};
 use crate::protocols::hooks::{
     CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch,
@@ -26,13 +27,24 @@ impl OracleClient {
     /// Wait for the plugin's `ready` request (the machine acknowledges it). The first byte the
     /// plugin writes must be `{`, as the real executor checks.
     pub async fn connect(session: Session) -> Result<Self, OracleError> {
-        let driver = Driver::new(session, machine::OracleClient::new());
-        loop {
-            match driver.next_event().await.map(|c| c.event) {
-                Some(ClientEvent::Ready) => return Ok(OracleClient { driver }),
-                Some(_) => {}
-                None => return Err(machine::stopped_error(&stopped(&driver))),
-            }
+        let (ready_tx, ready) = oneshot::channel();
+        let mut ready_tx = Some(ready_tx);
+        let driver = Driver::new(
+            session,
+            machine::OracleClient::new(),
+            move |c: Completion<ClientEvent>| match c.event {
+                ClientEvent::Ready => {
+                    if let Some(tx) = ready_tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                other => tracing::debug!(event = ?other, "oracle event nobody asked for"),
+            },
+        );
+        // The sender is dropped unsent only when the plugin is gone before `ready`.
+        match ready.await {
+            Ok(()) => Ok(OracleClient { driver }),
+            Err(_) => Err(machine::stopped_error(&stopped(&driver))),
         }
     }
 
@@ -81,7 +93,7 @@ impl OracleClient {
     }
 }
 
-/// Why the driver ended; it has, once `next_event` returned `None`.
+/// Why the driver ended; it has, once its handler is gone.
 fn stopped<M: sandpipe_proto::machine::ClientMachine>(driver: &Driver<M>) -> Stopped {
     driver
         .stopped()

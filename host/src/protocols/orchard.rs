@@ -12,7 +12,7 @@ use sandpipe_proto::orchard::{
 };
 use serde_json::Value;
 
-use crate::driver::{Completion, Driver, Refused};
+use crate::driver::{Completion, Driver, Refused, Unasked};
 use crate::error::{Exit, Stopped};
 use crate::protocols::hooks::{self, CallRequest, DescribeError, Failure, Launch};
 use crate::session::{Session, SessionControl};
@@ -109,7 +109,7 @@ impl OrchardClient {
     /// (Orchard uses [`proto::DESCRIBE_TIMEOUT`], 5 s) and declare protocol `"1"`; otherwise
     /// it is stopped.
     pub async fn connect(session: Session, timeout: Duration) -> Result<Self, OrchardError> {
-        let driver = Driver::new(session, proto::Client::new());
+        let driver = Driver::new(session, proto::Client::new(), Unasked);
         let described = call(&driver, proto::Method::Describe, |m| {
             m.describe(crate::driver::now(), timeout)
         })

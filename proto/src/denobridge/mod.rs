@@ -982,8 +982,8 @@ pub fn fuzz(data: &[u8]) {
     }
 }
 
-/// A response of the wrong shape completes its request with an error; progress and the
-/// plugin's own requests are the caller's.
+/// A response of the wrong shape completes its request with an error; `invokeProgress`
+/// belongs to the one `invoke` pending (with several pending, the wire cannot say which).
 impl ClientMachine for Client {
     type Key = Id;
     type Event = ClientEvent;
@@ -1010,6 +1010,12 @@ impl ClientMachine for Client {
     fn completes(event: &ClientEvent) -> Option<&Id> {
         match event {
             ClientEvent::Response { id, .. } => Some(id),
+            _ => None,
+        }
+    }
+    fn belongs_to(event: &ClientEvent) -> Option<&Id> {
+        match event {
+            ClientEvent::Progress { invoke, .. } => invoke.as_ref(),
             _ => None,
         }
     }

@@ -12,7 +12,7 @@ use super::{
 use crate::jsonrpc::{
     Dialect, ErrorObject, Event, INTERNAL_ERROR, INVALID_PARAMS, Id, Peer, ProtocolError,
 };
-use crate::machine::ClientMachine;
+use crate::machine::{ClientMachine, Serves};
 use crate::stopped::Stopped;
 
 /// Where the manager's side of the lifecycle is.
@@ -394,8 +394,8 @@ impl Client {
     }
 }
 
-/// A reply (or `initialize`'s, or `shutdown`'s answer) completes its call; progress and the
-/// runner's own requests are the caller's.
+/// A reply (or `initialize`'s, or `shutdown`'s answer) completes its call; progress belongs to
+/// its call; the runner's own requests are the driver's handler's ([`Serves`]).
 impl ClientMachine for Client {
     type Key = Id;
     type Event = ClientEvent;
@@ -431,5 +431,35 @@ impl ClientMachine for Client {
     }
     fn fail_pending(&mut self, stopped: &Stopped) {
         Client::fail_pending(self, stopped);
+    }
+}
+
+/// The runner's requests to the manager (`projects/getRawConfig`, `workspace/applyEdit`, …),
+/// decoded; the manager answers each with a result or a JSON-RPC error.
+impl Serves for Client {
+    type RequestId = Id;
+    type Request = RunnerRequest;
+    type Answer = Result<Value, ErrorObject>;
+
+    fn take_request(event: ClientEvent) -> Result<(Id, RunnerRequest), ClientEvent> {
+        match event {
+            ClientEvent::Request { id, request } => Ok((id, request)),
+            other => Err(other),
+        }
+    }
+    fn method(request: &RunnerRequest) -> &str {
+        request.method()
+    }
+    fn answer(&mut self, id: Id, answer: Self::Answer) -> Result<(), ProtocolError> {
+        self.respond(id, answer)
+    }
+    fn not_served(&self, method: &str) -> Self::Answer {
+        Err(ErrorObject::new(
+            crate::jsonrpc::METHOD_NOT_FOUND,
+            format!("the manager does not serve {method}"),
+        ))
+    }
+    fn failed(&self, reason: String) -> Self::Answer {
+        Err(ErrorObject::new(INTERNAL_ERROR, reason))
     }
 }

@@ -14,7 +14,7 @@ mod peer;
 use std::fmt;
 
 pub(crate) use peer::MAX_CANCELLED;
-pub use peer::{Event, Peer};
+pub use peer::{Event, Peer, Request};
 use serde_json::{Map, Value};
 use thiserror::Error;
 

@@ -11,8 +11,17 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::{Dialect, ErrorObject, Id, Message, ProtocolError};
-use crate::machine::ClientMachine;
+use crate::machine::{ClientMachine, Serves};
 use crate::stopped::Stopped;
+
+/// A request the other side made, as [`Serves`] hands it to the host's handler.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The method.
+    pub method: String,
+    /// Parameters.
+    pub params: Option<Value>,
+}
 
 /// What the other side did.
 #[derive(Debug, Clone, PartialEq)]
@@ -323,6 +332,41 @@ impl ClientMachine for Peer {
     fn fail_pending(&mut self, stopped: &Stopped) {
         let error = crate::jsonrpc::stopped_error(self.dialect(), stopped);
         Peer::fail_pending(self, error);
+    }
+}
+
+/// The other side's requests go to the host's handler; the answer is a result or an error in
+/// the peer's dialect.
+impl Serves for Peer {
+    type RequestId = Id;
+    type Request = Request;
+    type Answer = Result<Value, ErrorObject>;
+
+    fn take_request(event: Event) -> Result<(Id, Request), Event> {
+        match event {
+            Event::Request { id, method, params } => Ok((id, Request { method, params })),
+            other => Err(other),
+        }
+    }
+    fn method(request: &Request) -> &str {
+        &request.method
+    }
+    fn answer(&mut self, id: Id, answer: Self::Answer) -> Result<(), ProtocolError> {
+        self.respond(id, answer)
+    }
+    fn not_served(&self, method: &str) -> Self::Answer {
+        Err(ErrorObject {
+            code: self.dialect().method_not_found(),
+            message: format!("the host does not serve {method}"),
+            data: None,
+        })
+    }
+    fn failed(&self, reason: String) -> Self::Answer {
+        Err(ErrorObject {
+            code: self.dialect().internal_error(),
+            message: reason,
+            data: None,
+        })
     }
 }
 

@@ -97,7 +97,7 @@ use crate::jsonrpc::{
     Dialect, ErrorObject, Event, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, Id, Message,
     Peer, ProtocolError,
 };
-use crate::machine::{ClientMachine, ServerMachine};
+use crate::machine::{ClientMachine, ServerMachine, Serves};
 use crate::stopped::Stopped;
 use crate::supervise::{FromEngine, FromPlugin, SupervisedProtocol};
 
@@ -718,6 +718,38 @@ impl ClientMachine for Client {
     }
     fn fail_pending(&mut self, stopped: &Stopped) {
         Client::fail_pending(self, stopped);
+    }
+}
+
+/// The server's requests (sampling, elicitation, roots, …) go to the host's handler; `ping`
+/// the machine answers itself.
+impl Serves for Client {
+    type RequestId = Id;
+    type Request = crate::jsonrpc::Request;
+    type Answer = Result<Value, ErrorObject>;
+
+    fn take_request(event: ClientEvent) -> Result<(Id, crate::jsonrpc::Request), ClientEvent> {
+        match event {
+            ClientEvent::Request { id, method, params } => {
+                Ok((id, crate::jsonrpc::Request { method, params }))
+            }
+            other => Err(other),
+        }
+    }
+    fn method(request: &crate::jsonrpc::Request) -> &str {
+        &request.method
+    }
+    fn answer(&mut self, id: Id, answer: Self::Answer) -> Result<(), ProtocolError> {
+        self.respond(id, answer)
+    }
+    fn not_served(&self, method: &str) -> Self::Answer {
+        Err(ErrorObject::new(
+            crate::jsonrpc::METHOD_NOT_FOUND,
+            format!("this client does not serve {method}"),
+        ))
+    }
+    fn failed(&self, reason: String) -> Self::Answer {
+        Err(ErrorObject::new(crate::jsonrpc::INTERNAL_ERROR, reason))
     }
 }
 
