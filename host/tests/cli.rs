@@ -876,6 +876,27 @@ fn per_request_options_need_a_protocol() {
 }
 
 #[test]
+fn tool_filters_need_a_protocol_with_tools() {
+    // Only MCP's line in the registry has rules with a tool filter.
+    let out = sandpipe(
+        &[
+            "run",
+            "--protocol",
+            "jsonrpc",
+            "--deny-tool",
+            "x",
+            &path("echo-lines", Target::Wasm),
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).trim(),
+        "sandpipe: --allow-tool and --deny-tool need --protocol mcp"
+    );
+}
+
+#[test]
 fn native_start_and_inspect_state_the_landlock_confinement() {
     // What this kernel gives, as the library sees it; the CLI must say the same in both places.
     let support = sandpipe::LandlockSupport::detect();

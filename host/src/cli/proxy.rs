@@ -149,15 +149,19 @@ pub(crate) async fn run_proxy(
         allow: args.allow_tools.clone(),
         deny: args.deny_tools.clone(),
     };
-    if !filter.is_open() && protocol != Protocol::Mcp {
-        eprintln!("sandpipe: --allow-tool and --deny-tool need --protocol mcp");
-        return Ok(2);
-    }
+    let filtered = match (filter.is_open(), protocol.spec().tool_filter) {
+        (true, _) => None,
+        (false, Some(rules)) => Some(rules(filter)),
+        (false, None) => {
+            eprintln!("sandpipe: --allow-tool and --deny-tool need --protocol mcp");
+            return Ok(2);
+        }
+    };
     let poison = budgets.poison;
     let mut supervisor = Supervisor::new(host, plugin, policy, options, protocol, budgets)
         .on_incident(move |i| print_incident(i, poison));
-    if protocol == Protocol::Mcp {
-        supervisor = supervisor.rules(Box::new(sandpipe_proto::mcp::Supervised { filter }));
+    if let Some(rules) = filtered {
+        supervisor = supervisor.rules(rules);
     }
     let supervised = supervisor.run(in_rx, out_tx);
     let report = match super::signals::serve_until_done(

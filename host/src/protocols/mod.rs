@@ -14,6 +14,7 @@ pub mod oracle;
 pub mod orchard;
 
 use sandpipe_proto::frame::Framing;
+use sandpipe_proto::mcp::ToolFilter;
 use sandpipe_proto::supervise::SupervisedProtocol;
 
 use hooks::{CallHook, DescribeHook};
@@ -53,6 +54,9 @@ pub struct ProtocolSpec {
     pub framing: Framing,
     /// Its rules for the supervisor ([`crate::supervise`]), from its module in `sandpipe-proto`.
     pub supervised: fn() -> Box<dyn SupervisedProtocol>,
+    /// Its rules with a tool filter (`run --allow-tool/--deny-tool`), for a protocol whose
+    /// plugin offers tools; `None` refuses those options.
+    pub tool_filter: Option<fn(ToolFilter) -> Box<dyn SupervisedProtocol>>,
     /// `sandpipe call`: the handshake, one call, a clean shutdown.
     pub call: CallHook,
     /// `sandpipe inspect --protocol`: the plugin's self-description.
@@ -75,13 +79,13 @@ pub static PROTOCOLS: &[ProtocolSpec] = {
     use sandpipe_proto::{oracle as o, orchard as r};
     use Framing::{CborSeq, ContentLength, JsonLines};
     &[
-        ProtocolSpec { protocol: Protocol::JsonRpc, name: "jsonrpc", help: "plain JSON-RPC 2.0 over JSON Lines", framing: JsonLines, supervised: || Box::new(j::Supervised), call: |l, r| Box::pin(crate::rpc::one_call(l, r)), describe: |_| Box::pin(crate::rpc::describe()) },
-        ProtocolSpec { protocol: Protocol::Oracle, name: "oracle", help: "Cairo oracle stdio: (and wasm: components exporting functions)", framing: JsonLines, supervised: || Box::new(o::Supervised), call: |l, r| Box::pin(oracle::one_call(l, r)), describe: |l| Box::pin(oracle::describe(l)) },
-        ProtocolSpec { protocol: Protocol::Orchard, name: "orchard", help: "Orchard provider protocol", framing: JsonLines, supervised: || Box::new(r::Supervised), call: |l, r| Box::pin(orchard::one_call(l, r)), describe: |l| Box::pin(orchard::describe(l)) },
-        ProtocolSpec { protocol: Protocol::DenoBridge, name: "denobridge", help: "terraform-provider-denobridge", framing: JsonLines, supervised: || Box::new(d::Supervised), call: |l, r| Box::pin(denobridge::one_call(l, r)), describe: |l| Box::pin(denobridge::describe(l)) },
-        ProtocolSpec { protocol: Protocol::Atp, name: "atp", help: "Arcaflow ATP v1/v3 (CBOR)", framing: CborSeq, supervised: || Box::new(a::Supervised), call: |l, r| Box::pin(atp::one_call(l, r)), describe: |l| Box::pin(atp::describe(l)) },
-        ProtocolSpec { protocol: Protocol::FineCode, name: "finecode", help: "FineCode WM-ER (LSP Content-Length)", framing: ContentLength, supervised: || Box::new(f::Supervised), call: |l, r| Box::pin(finecode::one_call(l, r)), describe: |l| Box::pin(finecode::describe(l)) },
-        ProtocolSpec { protocol: Protocol::Mcp, name: "mcp", help: "Model Context Protocol servers (stdio), or a component's exported functions as tools", framing: JsonLines, supervised: || Box::new(m::Supervised::default()), call: |l, r| Box::pin(mcp::one_call(l, r)), describe: |l| Box::pin(mcp::describe(l)) },
+        ProtocolSpec { protocol: Protocol::JsonRpc, name: "jsonrpc", help: "plain JSON-RPC 2.0 over JSON Lines", framing: JsonLines, supervised: || Box::new(j::Supervised), tool_filter: None, call: |l, r| Box::pin(crate::rpc::one_call(l, r)), describe: |_| Box::pin(crate::rpc::describe()) },
+        ProtocolSpec { protocol: Protocol::Oracle, name: "oracle", help: "Cairo oracle stdio: (and wasm: components exporting functions)", framing: JsonLines, supervised: || Box::new(o::Supervised), tool_filter: None, call: |l, r| Box::pin(oracle::one_call(l, r)), describe: |l| Box::pin(oracle::describe(l)) },
+        ProtocolSpec { protocol: Protocol::Orchard, name: "orchard", help: "Orchard provider protocol", framing: JsonLines, supervised: || Box::new(r::Supervised), tool_filter: None, call: |l, r| Box::pin(orchard::one_call(l, r)), describe: |l| Box::pin(orchard::describe(l)) },
+        ProtocolSpec { protocol: Protocol::DenoBridge, name: "denobridge", help: "terraform-provider-denobridge", framing: JsonLines, supervised: || Box::new(d::Supervised), tool_filter: None, call: |l, r| Box::pin(denobridge::one_call(l, r)), describe: |l| Box::pin(denobridge::describe(l)) },
+        ProtocolSpec { protocol: Protocol::Atp, name: "atp", help: "Arcaflow ATP v1/v3 (CBOR)", framing: CborSeq, supervised: || Box::new(a::Supervised), tool_filter: None, call: |l, r| Box::pin(atp::one_call(l, r)), describe: |l| Box::pin(atp::describe(l)) },
+        ProtocolSpec { protocol: Protocol::FineCode, name: "finecode", help: "FineCode WM-ER (LSP Content-Length)", framing: ContentLength, supervised: || Box::new(f::Supervised), tool_filter: None, call: |l, r| Box::pin(finecode::one_call(l, r)), describe: |l| Box::pin(finecode::describe(l)) },
+        ProtocolSpec { protocol: Protocol::Mcp, name: "mcp", help: "Model Context Protocol servers (stdio), or a component's exported functions as tools", framing: JsonLines, supervised: || Box::new(m::Supervised::default()), tool_filter: Some(|filter| Box::new(m::Supervised { filter })), call: |l, r| Box::pin(mcp::one_call(l, r)), describe: |l| Box::pin(mcp::describe(l)) },
     ]
 };
 
