@@ -713,6 +713,89 @@ fn run_protocol_oracle_recycles_a_component_whose_memory_grows_per_call() {
     );
 }
 
+#[test]
+fn sessions_with_export_components_are_recorded_and_replay_green_and_a_change_fails() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let oracle = wasm_oracle();
+    let tools = sandpipe_tests::mcp_tools();
+    // `run --protocol oracle`, as an engine drives it: the handshake, two invokes, shutdown.
+    let run_file = dir.path().join("run.transcript");
+    let mut cmd = Command::new(peers::sandpipe());
+    cmd.args(["run", "--protocol", "oracle", "--deterministic", "--record"])
+        .arg(&run_file)
+        .arg(&oracle);
+    let t = play(
+        &mut cmd,
+        &[
+            Step::Expect(1),
+            Step::Send(format!("{}\n", peers::ORACLE_READY_ACK).into_bytes()),
+            Step::Send(invoke_line(1, "add", &["0x1", "0x2"])),
+            Step::Expect(1),
+            Step::Send(invoke_line(2, "count", &[])),
+            Step::Expect(1),
+            Step::CloseStdin,
+        ],
+    );
+    assert_eq!(t.broke, None, "{}", String::from_utf8_lossy(&t.stderr));
+    // `call --protocol mcp` on the tools component: the handshake, one tool call, shutdown.
+    let call_file = dir.path().join("call.transcript");
+    let call_path = call_file.to_str().expect("utf-8 path");
+    let (code, out, err) = run_cli(&[
+        "call",
+        "--protocol",
+        "mcp",
+        "--deterministic",
+        "--record",
+        call_path,
+        "--method",
+        "tools/call",
+        "--params",
+        r#"{"name":"add","arguments":{"a":1,"b":2}}"#,
+        tools.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    for (file, plugin, protocol, answer) in [
+        (&run_file, &oracle, "oracle", r#"["0x3"]"#),
+        (&call_file, &tools, "mcp", r#""text":"3""#),
+    ] {
+        let recorded = std::fs::read_to_string(file).expect("a recording");
+        assert!(
+            recorded.contains(&format!("# protocol: {protocol}\n"))
+                && recorded.contains("# seed: 0")
+                && recorded.contains(answer)
+                && recorded.contains("# outcome: plugin exited with code 0"),
+            "{recorded}"
+        );
+        let (file, plugin) = (
+            file.to_str().expect("utf-8 path"),
+            plugin.to_str().expect("utf-8 path"),
+        );
+        let (code, _, err) = run_cli(&["replay", file, "--plugin", plugin]);
+        assert_eq!(code, 0, "{protocol}: {err}\n{recorded}");
+        assert!(err.contains("replay matched all"), "{err}");
+        // The same session with the answer changed: the replay names the frame (from 0).
+        let changed = dir.path().join(format!("{protocol}-changed.transcript"));
+        let at = recorded.find(answer).expect("the answer");
+        let (line, index) = recorded
+            .lines()
+            .filter(|l| l.starts_with(['<', '>']))
+            .enumerate()
+            .find_map(|(i, l)| l.contains(answer).then_some((l, i)))
+            .expect("the answer's frame");
+        assert!(line.starts_with('<'), "{line}");
+        let mut edited = recorded.clone();
+        edited.replace_range(at..at + answer.len(), &answer.replace('3', "4"));
+        std::fs::write(&changed, edited).expect("write");
+        let changed = changed.to_str().expect("utf-8 path");
+        let (code, _, err) = run_cli(&["replay", changed, "--plugin", plugin]);
+        assert_eq!(code, 1, "{protocol}: {err}");
+        assert!(
+            err.contains(&format!("first divergence at frame {index}")),
+            "{protocol}: {err}"
+        );
+    }
+}
+
 /// Each non-empty line of `stdout`, parsed as JSON.
 fn json_lines(stdout: &[u8]) -> Vec<Value> {
     stdout

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde_json::Value;
 
 use super::exit_code;
@@ -74,9 +74,6 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     super::dist::note_slow_compile(&plugin, &args.plugin);
     let policy = args.sandbox.policy(super::plugin_args(&args.plugin_args))?;
     warn_if_native(&plugin, &policy);
-    if plugin.exports_functions() && args.record.is_some() {
-        bail!("--record records stdio sessions; a component exporting functions has none");
-    }
     let mut options =
         SessionOptions::framed(protocol.framing()).frame_limits(args.sandbox.frame_limits());
     options.stderr = StderrMode::Inherit;

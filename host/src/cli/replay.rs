@@ -93,7 +93,15 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
     warn_if_native(&plugin, &policy);
     let framing = replay::framing_of(&transcript).map_err(anyhow::Error::msg)?;
     let options = SessionOptions::framed(framing).stderr(StderrMode::Inherit);
-    let mut session = host.start(&plugin, &policy, &options).await?;
+    // A recording names its protocol when `run --protocol` made it; a component that exports
+    // functions is started speaking it, as `run` did ([`crate::Host::start_speaking`]).
+    let mut session = match transcript.header("protocol").map(str::parse) {
+        Some(Ok(protocol)) => {
+            host.start_speaking(&plugin, &policy, &options, protocol)
+                .await?
+        }
+        _ => host.start(&plugin, &policy, &options).await?,
+    };
     match replay::check(&mut session, &transcript, args.wait).await {
         Ok(exit) => {
             let frames = transcript.entries.len();

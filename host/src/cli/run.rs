@@ -137,12 +137,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     };
     // A component that exports functions instead of `wasi:cli/run` has no stdio to speak a
     // protocol on: sandpipe speaks it in process, with the exports behind it (oracle: the
-    // `stdio:` oracle protocol; MCP: each function a tool), supervised like any plugin.
-    if args.protocol.is_some() && plugin.exports_functions() && args.record.is_some() {
-        anyhow::bail!(
-            "--record does not apply to a component that exports functions (no stdio to record)"
-        );
-    }
+    // `stdio:` oracle protocol; MCP: each function a tool), supervised like any plugin, and
+    // recorded like one: the frames of the protocol sandpipe speaks for it.
     if let Some(protocol) = args.protocol {
         let mut options = SessionOptions::default()
             .frame_limits(args.sandbox.frame_limits())
