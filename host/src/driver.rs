@@ -6,9 +6,10 @@
 //!        ├─ an event completing a request ──► that request's Pending (or the end of its Stream)
 //!        ├─ an event belonging to a streamed request ──► that request's Stream, in order
 //!        └─ anything else ──► the driver's one handler, in order, in its own task:
-//!             the plugin's own request (Serves::take_request) ──► Serve::request ──► the answer
-//!                                    ──► machine.answer ──► writer task      (Driver::serving)
-//!             a notification, a hello, progress no request claims ──► Handler / Serve::notice
+//!             the plugin's request (Serves::take_request) ──► PluginRequests::request
+//!                 ──► machine.answer ──► writer task                       (Driver::serving)
+//!             (without one serving: machine.refuse_request, -32601, in the reader)
+//!             a notification, a hello, unclaimed progress ──► Handler / PluginRequests::notice
 //!   reader task: machine.poll_timeout due ──► machine.handle_timeout(now) ──► the same routing
 //!   plugin gone / bad frame / fatal refusal ──► Stopped ──► machine.fail_pending ──► every Pending
 //!                                                                            and every Stream
@@ -20,11 +21,19 @@
 //! [`ClientMachine::belongs_to`]).
 //!
 //! Everything else goes to one handler, given when the driver is made ([`Driver::new`] with a
-//! [`Handler`], [`Driver::serving`] with a [`Serve`]), so an event nobody asked for can never
-//! fill a queue nobody reads. For a protocol whose plugin makes requests of the host
-//! ([`Serves`]: FineCode, MCP, bare JSON-RPC), the handler answers them: one at a time, in
-//! arrival order, while the reader goes on routing answers and streams; a panicking handler
-//! gets the protocol's internal error sent for it, and so does every later request.
+//! [`Handler`], [`Driver::serving`] with a [`PluginRequests`]), so an event nobody asked for
+//! can never fill a queue nobody reads. For a protocol whose plugin makes requests of the host
+//! ([`Serves`]: FineCode, MCP, bare JSON-RPC), the handler answers them, one at a time, in
+//! arrival order; without one serving, the machine answers each as not served. Every request
+//! of the plugin's gets an answer: a handler that panics gets the protocol's internal error
+//! sent for it and for every later request.
+//!
+//! Backpressure: at most [`EVENT_QUEUE`] events wait for the handler; beyond that the reader
+//! stops reading the plugin until the handler takes one (its memory stays bounded). Meanwhile
+//! no answer or stream event is read either, so a handler that awaits the plugin's answer to a
+//! request of its own, while the plugin sends that many events or a second request of its own
+//! first, waits until the plugin ends. The plugin's end always gets through: the reader stops
+//! waiting for the handler then, and every request in flight gets the stop.
 //!
 //! Every protocol's typed client (`protocols/*`, `rpc::JsonRpcPeer`) is a thin layer on this:
 //! it makes requests on its machine and turns completion events into typed results. The
@@ -97,6 +106,9 @@ struct Shared<M: ClientMachine> {
     waiters: HashMap<M::Key, Waiter<M::Event>>,
     streams: HashMap<M::Key, StreamTx<M::Event>>,
     stopped: Option<Stopped>,
+    /// Whether a [`PluginRequests`] serves the plugin's requests; without one the machine
+    /// refuses them ([`ClientMachine::refuse_request`]), so each still gets an answer.
+    serving: bool,
     /// For events a local act makes; dropped at the stop, so the handler's task ends.
     events_tx: Option<mpsc::Sender<Completion<M::Event>>>,
 }
@@ -107,7 +119,8 @@ struct Shared<M: ClientMachine> {
 /// `FnMut(Completion<M::Event>)` is one; [`Unasked`] logs each at debug level.
 pub trait Handler<M: ClientMachine>: Send + 'static {
     /// Hear `event`. It runs in the handler's task: keep it short (hand work elsewhere);
-    /// meanwhile later events wait, up to [`EVENT_QUEUE`] of them.
+    /// meanwhile later events wait, up to [`EVENT_QUEUE`] of them. A panic is logged, and
+    /// every later event is dropped (logged at debug level).
     fn notice(&mut self, event: Completion<M::Event>);
 }
 
@@ -121,8 +134,8 @@ where
 }
 
 /// The handler of a client that expects nothing it has not asked for: each such event is
-/// logged at debug level and dropped. As a [`Serve`], it serves none of the plugin's requests
-/// ([`Serves::not_served`]: JSON-RPC's `-32601`).
+/// logged at debug level and dropped. As [`PluginRequests`], it serves none of the plugin's
+/// requests ([`Serves::not_served`]: JSON-RPC's `-32601`), as [`Driver::new`] does.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Unasked;
 
@@ -132,7 +145,7 @@ impl<M: ClientMachine> Handler<M> for Unasked {
     }
 }
 
-impl<M: Serves> Serve<M> for Unasked {
+impl<M: Serves> PluginRequests<M> for Unasked {
     fn request(&mut self, _: M::Request) -> impl Future<Output = Option<M::Answer>> + Send {
         std::future::ready(None)
     }
@@ -140,17 +153,20 @@ impl<M: Serves> Serve<M> for Unasked {
 
 /// The one handler on a [`Driver::serving`]: it answers the plugin's own requests
 /// ([`Serves`]) and hears the rest as a [`Handler`] does. Requests are served one at a time,
-/// in arrival order, in the driver's handler task: a slow answer holds back only later
-/// requests and notices (up to [`EVENT_QUEUE`]), never answers to the host's requests or
-/// streams, so the handler may itself make requests on the same driver and await them.
-pub trait Serve<M: Serves>: Send + 'static {
+/// in arrival order, in the driver's handler task, each in a task of its own (aborted with the
+/// driver); later events wait meanwhile, up to [`EVENT_QUEUE`] (see the module docs for what
+/// that means for a handler that awaits the plugin). A request that was still waiting when the
+/// plugin ended is not served. A handler that calls back on its own client holds it weakly
+/// (`std::sync::Weak`): a strong reference would keep the driver, and so the plugin, alive.
+pub trait PluginRequests<M: Serves>: Send + 'static {
     /// The answer to `request`, or `None` for a request the host does not serve (the
     /// machine's [`Serves::not_served`] answer goes back). A panic sends the machine's
-    /// [`Serves::failed`] answer, for this request and every later one.
+    /// [`Serves::failed`] answer, for this request and every later one (the panic itself is
+    /// logged, not sent to the plugin).
     fn request(&mut self, request: M::Request) -> impl Future<Output = Option<M::Answer>> + Send;
 
-    /// Hear an event that is no request, as [`Handler::notice`]. Default: logged at debug
-    /// level.
+    /// Hear an event that is no request, as [`Handler::notice`] (a panic here ends the
+    /// handler too). Default: logged at debug level.
     fn notice(&mut self, event: Completion<M::Event>) {
         tracing::debug!(event = ?event.event, "plugin event nobody asked for");
     }
@@ -180,8 +196,9 @@ impl<M: ClientMachine> Link<M> {
         let r = {
             let mut s = lock(&self.shared);
             let r = f(&mut s.machine);
+            let routed = route(&mut s, None);
             transmit(&mut s, &self.out);
-            for routed in route(&mut s, None) {
+            for routed in routed {
                 // An act makes completions, not news from the plugin; anything else is kept
                 // for its stream or the handler unless the queue is full.
                 let queued = match routed {
@@ -214,7 +231,8 @@ enum Out {
 pub struct Driver<M: ClientMachine> {
     link: Link<M>,
     control: SessionControl,
-    /// The handler's task, aborted with the driver (a handler awaiting forever).
+    /// The handler's task, aborted with the driver (a handler awaiting forever), and with it
+    /// the task of a request being served.
     handler: AbortHandle,
     /// True once the handler's task ended: the plugin is gone and every event was handed on.
     finished: watch::Receiver<bool>,
@@ -287,18 +305,46 @@ fn route<M: ClientMachine>(s: &mut Shared<M>, stopped: Option<&Stopped>) -> Vec<
             rest.push(Routed::Stream(tx.clone(), Ok(completion)));
             continue;
         }
+        let completion = if s.serving {
+            completion
+        } else {
+            let Completion { event, stopped } = completion;
+            match s.machine.refuse_request(event) {
+                Some(event) => Completion { event, stopped },
+                None => continue,
+            }
+        };
         rest.push(Routed::Rest(completion));
     }
     rest
 }
 
-/// Send routed events, in order, waiting while a queue is full. A closed queue (a caller no
-/// longer reading) drops the event.
-async fn deliver<E>(events: &mpsc::Sender<Completion<E>>, routed: Vec<Routed<E>>) {
+/// Send routed events, in order, waiting while a queue is full: the backpressure that stops
+/// the reader reading a plugin whose events are not taken. A stream's caller holds its own
+/// queue, so its events are always waited for. The handler's queue is waited for only while
+/// the plugin runs: once it has ended (a kill, a crash, its deadline) an event that does not
+/// fit is dropped, so the reader always goes on to the stop and every request in flight
+/// learns it. A closed queue (nobody reading) drops the event.
+async fn deliver<E: std::fmt::Debug>(
+    events: &mpsc::Sender<Completion<E>>,
+    routed: Vec<Routed<E>>,
+    control: &SessionControl,
+) {
     for r in routed {
         match r {
             Routed::Rest(c) => {
-                let _ = events.send(c).await;
+                let permit = tokio::select! {
+                    biased;
+                    permit = events.reserve() => permit.ok(),
+                    _ = control.wait() => events.try_reserve().ok(),
+                };
+                match permit {
+                    Some(permit) => permit.send(c),
+                    None => tracing::debug!(
+                        event = ?c.event,
+                        "the plugin ended with the handler's queue full: event dropped"
+                    ),
+                }
             }
             Routed::Stream(tx, item) => {
                 let _ = tx.send(item).await;
@@ -311,10 +357,13 @@ impl<M: ClientMachine> Driver<M> {
     /// Take over `session` with `machine`, and start reading the plugin's output. Frames the
     /// machine already queued (a protocol where the host speaks first) are sent at once.
     /// Every event that completes no request and belongs to no stream goes to `handler`.
-    pub fn new(session: Session, machine: M, mut handler: impl Handler<M>) -> Self {
-        Self::launch(session, machine, |mut events, _| async move {
+    /// The plugin's requests, for a machine that has them ([`Serves`]), are answered as not
+    /// served; [`Driver::serving`] serves them.
+    pub fn new(session: Session, machine: M, handler: impl Handler<M>) -> Self {
+        Self::launch(session, machine, false, |mut events, _| async move {
+            let mut handler = Some(handler);
             while let Some(event) = events.recv().await {
-                handler.notice(event);
+                hear(&mut handler, event, |h, e| h.notice(e));
             }
         })
     }
@@ -324,6 +373,7 @@ impl<M: ClientMachine> Driver<M> {
     fn launch<F>(
         session: Session,
         machine: M,
+        serving: bool,
         handle: impl FnOnce(mpsc::Receiver<Completion<M::Event>>, Link<M>) -> F,
     ) -> Self
     where
@@ -337,6 +387,7 @@ impl<M: ClientMachine> Driver<M> {
             waiters: HashMap::new(),
             streams: HashMap::new(),
             stopped: None,
+            serving,
             events_tx: Some(events_tx.clone()),
         }));
         transmit(&mut lock(&shared), &out);
@@ -444,9 +495,9 @@ impl<M: ClientMachine> Driver<M> {
 
 impl<M: Serves> Driver<M> {
     /// [`Driver::new`] for a protocol whose plugin makes requests of the host: `handler`
-    /// answers them (see [`Serve`]) and hears every other event nobody asked for.
-    pub fn serving(session: Session, machine: M, handler: impl Serve<M>) -> Self {
-        Self::launch(session, machine, |events, link| {
+    /// answers them (see [`PluginRequests`]) and hears every other event nobody asked for.
+    pub fn serving(session: Session, machine: M, handler: impl PluginRequests<M>) -> Self {
+        Self::launch(session, machine, true, |events, link| {
             serve(events, link, handler)
         })
     }
@@ -454,7 +505,7 @@ impl<M: Serves> Driver<M> {
 
 /// The serving driver's handler task: each of the plugin's requests to the handler, in order,
 /// its answer back through the machine; every other event to the handler's `notice`.
-async fn serve<M: Serves, H: Serve<M>>(
+async fn serve<M: Serves, H: PluginRequests<M>>(
     mut events: mpsc::Receiver<Completion<M::Event>>,
     link: Link<M>,
     handler: H,
@@ -465,30 +516,37 @@ async fn serve<M: Serves, H: Serve<M>>(
         let (id, request) = match M::take_request(event) {
             Ok(request) => request,
             Err(event) => {
-                if let Some(h) = &mut handler {
-                    h.notice(Completion { event, stopped });
-                }
+                hear(&mut handler, Completion { event, stopped }, |h, e| {
+                    h.notice(e)
+                });
                 continue;
             }
         };
         let method = M::method(&request).to_owned();
+        if lock(&link.shared).stopped.is_some() {
+            tracing::debug!(%method, "the plugin ended before its request was served");
+            continue;
+        }
         let answer = match handler.take() {
-            // Its own task, so a panic is a JoinError here, not the end of serving.
-            Some(mut h) => match tokio::spawn(async move {
-                let answer = h.request(request).await;
-                (h, answer)
-            })
-            .await
-            {
-                Ok((h, answer)) => {
-                    handler = Some(h);
-                    Answer::Given(answer)
+            Some(mut h) => {
+                // A task of its own, so a panic is a JoinError here, not the end of serving;
+                // aborted with this one (the driver dropped).
+                let task = tokio::spawn(async move {
+                    let answer = h.request(request).await;
+                    (h, answer)
+                });
+                let _abort = AbortOnDrop(task.abort_handle());
+                match task.await {
+                    Ok((h, answer)) => {
+                        handler = Some(h);
+                        Answer::Given(answer)
+                    }
+                    Err(e) => {
+                        tracing::error!(%method, "the handler of the plugin's requests failed: {e}");
+                        Answer::Failed(format!("the host's handler failed on {method}"))
+                    }
                 }
-                Err(e) => {
-                    tracing::error!(%method, "the handler of the plugin's requests failed: {e}");
-                    Answer::Failed(format!("the host's handler failed on {method}: {e}"))
-                }
-            },
+            }
             None => Answer::Failed(format!(
                 "the host's handler failed earlier; {method} not served"
             )),
@@ -505,6 +563,34 @@ async fn serve<M: Serves, H: Serve<M>>(
             // The plugin stopped meanwhile, or the machine no longer takes answers.
             tracing::debug!(%method, "answering the plugin's request: {e}");
         }
+    }
+}
+
+/// Give `event` to the handler unless an earlier one panicked; a panic is logged and ends
+/// the handler (later events are dropped, and a serving driver's later requests get the
+/// machine's `failed` answer).
+fn hear<H, E: std::fmt::Debug>(
+    handler: &mut Option<H>,
+    event: Completion<E>,
+    f: impl FnOnce(&mut H, Completion<E>),
+) {
+    let Some(h) = handler else {
+        tracing::debug!(event = ?event.event, "the handler failed earlier: event dropped");
+        return;
+    };
+    let heard = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(h, event)));
+    if heard.is_err() {
+        tracing::error!("the driver's handler panicked on an event; later events are dropped");
+        *handler = None;
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -592,10 +678,11 @@ async fn read_loop<M: ClientMachine>(
                 let rest = {
                     let mut s = lock(&shared);
                     s.machine.handle_timeout(now());
+                    let rest = route(&mut s, None);
                     transmit(&mut s, &out);
-                    route(&mut s, None)
+                    rest
                 };
-                deliver(&events, rest).await;
+                deliver(&events, rest, &control).await;
                 continue;
             }
             () = timer.notified() => continue,
@@ -605,10 +692,12 @@ async fn read_loop<M: ClientMachine>(
                 let (rest, refused) = {
                     let mut s = lock(&shared);
                     let refused = s.machine.handle_frame(&frame).err();
+                    // Routing may answer the plugin (a request nobody serves): then send.
+                    let rest = route(&mut s, None);
                     transmit(&mut s, &out);
-                    (route(&mut s, None), refused)
+                    (rest, refused)
                 };
-                deliver(&events, rest).await;
+                deliver(&events, rest, &control).await;
                 if let Some(e) = refused.filter(M::is_fatal) {
                     control.kill();
                     let exit = control.wait().await;
@@ -660,7 +749,7 @@ async fn read_loop<M: ClientMachine>(
         s.events_tx = None;
         rest
     };
-    deliver(&events, rest).await;
+    deliver(&events, rest, &control).await;
     // Dropping `events` ends the handler's task; the writer ends with the last sender.
     drop(out);
 }
@@ -683,7 +772,7 @@ mod tests {
 
     use sandpipe_proto::jsonrpc::{self, ErrorObject, Peer};
 
-    use super::{Serve, Unasked};
+    use super::{Completion, Driver, PluginRequests, Unasked};
     use crate::error::Exit;
     use crate::memory::MemoryPlugin;
     use crate::protocols::atp::{AtpClient, AtpFailure, ErrorOrigin, RunEvent};
@@ -902,11 +991,21 @@ mod tests {
     }
 
     /// Serves `times`: params × 10 after `params` seconds (tokio's clock); panics on `boom`;
-    /// serves nothing else. Records what it was asked, in order.
+    /// never answers `hang` (and says when that wait is dropped); serves nothing else.
+    /// Records what it was asked, in order.
     #[derive(Clone, Default)]
     struct Times(Arc<Mutex<Vec<String>>>);
 
-    impl Serve<Peer> for Times {
+    /// Sets its flag when dropped.
+    struct Dropped(Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    impl PluginRequests<Peer> for Times {
         async fn request(&mut self, r: jsonrpc::Request) -> Option<Result<Value, ErrorObject>> {
             self.0
                 .lock()
@@ -919,9 +1018,26 @@ mod tests {
                     Some(Ok(json!(n * 10)))
                 }
                 "boom" => panic!("the handler broke on boom"),
+                "hang" => {
+                    let _flag = Dropped(HANG_DROPPED.with(|f| f.clone()));
+                    std::future::pending().await
+                }
                 _ => None,
             }
         }
+    }
+
+    thread_local! {
+        /// Set when a `hang` request's wait is dropped (tests run on one thread each).
+        static HANG_DROPPED: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+    }
+
+    /// `fut`, or a failure instead of a hang (tokio's paused clock jumps to the limit when
+    /// nothing else can run).
+    async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(3600), fut)
+            .await
+            .expect("no hang")
     }
 
     #[tokio::test(start_paused = true)]
@@ -937,7 +1053,7 @@ mod tests {
             Dialect::JsonRpc2,
             times.clone(),
         );
-        let got = rpc.call("go", None).await.expect("answered");
+        let got = within(rpc.call("go", None)).await.expect("answered");
         // One at a time, in arrival order: the slower first answer still comes first.
         assert_eq!(got[0], json!({"jsonrpc": "2.0", "id": 100, "result": 20}));
         assert_eq!(got[1], json!({"jsonrpc": "2.0", "id": 101, "result": 10}));
@@ -971,7 +1087,7 @@ mod tests {
         // The handler sleeps 60 s on `times`; `ping` is answered meanwhile.
         assert_eq!(rpc.call("ping", None).await, Ok(json!("pong")));
         assert!(started.elapsed() < Duration::from_secs(60));
-        let got = go.await.expect("answered");
+        let got = within(go).await.expect("answered");
         assert_eq!(got[0]["result"], json!(600));
         assert!(started.elapsed() >= Duration::from_secs(60));
     }
@@ -984,12 +1100,11 @@ mod tests {
             Dialect::JsonRpc2,
             Times::default(),
         );
-        let got = rpc.call("go", None).await.expect("answered");
-        assert_eq!(got[0]["error"]["code"], json!(-32603));
-        let first = got[0]["error"]["message"].as_str().expect("message");
-        assert!(
-            first.starts_with("the host's handler failed on boom: "),
-            "{first}"
+        let got = within(rpc.call("go", None)).await.expect("answered");
+        // The panic is logged, not sent to the plugin.
+        assert_eq!(
+            got[0]["error"],
+            json!({"code": -32603, "message": "the host's handler failed on boom"})
         );
         assert_eq!(
             got[1]["error"],
@@ -1018,7 +1133,101 @@ mod tests {
             Dialect::JsonRpc2,
             Unasked,
         );
-        assert_eq!(rpc.call("m", None).await, Ok(json!("done")));
+        assert_eq!(within(rpc.call("m", None)).await, Ok(json!("done")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_plugins_end_gets_through_a_full_handler_queue_and_the_dropped_driver_ends_the_handler()
+     {
+        // The handler hangs on the plugin's `hang`; the plugin then sends more notifications
+        // than the queue holds, so the reader waits for the handler, which never comes.
+        let plugin = |frame: &[u8]| {
+            let (_, method) = request(frame);
+            assert_eq!(method, "go");
+            let mut out = vec![
+                serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 100, "method": "hang"}))
+                    .expect("json"),
+            ];
+            out.extend((0..4 * super::EVENT_QUEUE).map(|i| {
+                serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": "log", "params": i}))
+                    .expect("json")
+            }));
+            out
+        };
+        let rpc = JsonRpcPeer::new(
+            Session::memory(plugin, &json_lines()),
+            Dialect::JsonRpc2,
+            Times::default(),
+        );
+        let go = rpc.start_call("go", None).expect("sent");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Its policy ends the plugin: the call in flight learns it.
+        rpc.control().kill();
+        let Err(RpcError::Failed { stopped, .. }) = within(go).await else {
+            panic!("expected the kill to fail the call");
+        };
+        assert_eq!(stopped.exit, Some(Exit::Killed { signal: None }));
+        // The handler still waits on `hang`; dropping the driver ends that wait.
+        assert!(!HANG_DROPPED.with(|f| f.load(std::sync::atomic::Ordering::SeqCst)));
+        drop(rpc);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(HANG_DROPPED.with(|f| f.load(std::sync::atomic::Ordering::SeqCst)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_server_the_plugins_requests_are_answered_as_not_served() {
+        // Driver::new on a machine whose plugin makes requests, with a handler that only hears.
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let log = heard.clone();
+        let plugin = asking_plugin(vec![("sampling/createMessage", json!({}))]);
+        let driver = Driver::new(
+            Session::memory(plugin, &json_lines()),
+            Peer::new(Dialect::JsonRpc2),
+            move |c: Completion<jsonrpc::Event>| log.lock().expect("log").push(c.event),
+        );
+        let pending = driver
+            .request(|p| Ok::<_, ()>(p.request("go", None)))
+            .expect("sent");
+        let c = within(pending.wait()).await.expect("answered");
+        let jsonrpc::Event::Response { result, .. } = c.event else {
+            panic!("a response: {:?}", c.event)
+        };
+        let got = result.expect("a result");
+        assert_eq!(got[0]["error"]["code"], json!(-32601), "{got}");
+        // The request never reached the handler.
+        assert!(heard.lock().expect("log").is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_that_panics_on_a_notice_loses_no_answer() {
+        let plugin = |frame: &[u8]| {
+            let (id, _) = request(frame);
+            vec![
+                serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": "log"})).expect("json"),
+                answer(&id, json!("ok")),
+            ]
+        };
+        let driver = Driver::new(
+            Session::memory(plugin, &json_lines()),
+            Peer::new(Dialect::JsonRpc2),
+            |_: Completion<jsonrpc::Event>| panic!("the handler broke on a notice"),
+        );
+        for _ in 0..2 {
+            let pending = driver
+                .request(|p| Ok::<_, ()>(p.request("m", None)))
+                .expect("sent");
+            let c = within(pending.wait()).await.expect("answered");
+            assert!(
+                matches!(&c.event, jsonrpc::Event::Response { result: Ok(v), .. } if v == "ok"),
+                "{:?}",
+                c.event
+            );
+        }
+        assert_eq!(
+            within(driver.shutdown(Duration::from_secs(1))).await,
+            Exit::Exited(0)
+        );
+        within(driver.finished()).await;
     }
 
     /// An ATP plugin on the protocol's own server machine. Step `talk` signals `tick` 0, 1, 2

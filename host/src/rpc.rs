@@ -5,7 +5,7 @@
 //!  call() ──► Driver::request(Peer::request) ──► plugin stdin
 //!  Driver reader: frame ──► Peer::handle_frame ──► Event
 //!     Response      ──► the waiting call()
-//!     Request/Notif ──► the driver's handler (a Serve<Peer>): requests answered in order
+//!     Request/Notif ──► the driver's handler (a PluginRequests<Peer>): requests answered in order
 //!  plugin gone / bad frame ──► Stopped ──► Peer::fail_pending(jsonrpc::stopped_error) ──► every call()
 //! ```
 //!
@@ -21,7 +21,7 @@ use sandpipe_proto::jsonrpc::{
 };
 use serde_json::Value;
 
-use crate::driver::{Completion, Driver, Pending, Refused, Serve, Unasked};
+use crate::driver::{Completion, Driver, Pending, PluginRequests, Refused, Unasked};
 use crate::error::{Exit, Stopped};
 use crate::protocols::hooks::{CallError, CallRequest, DescribeError, Failure, Launch};
 use crate::session::{Session, SessionControl};
@@ -129,7 +129,7 @@ impl JsonRpcPeer {
     /// Take over `session` (its framing must be JSON Lines or Content-Length). The plugin's
     /// own requests and notifications go to `handler` ([`Unasked`] serves none: each request
     /// gets `-32601`).
-    pub fn new(session: Session, dialect: Dialect, handler: impl Serve<Peer>) -> Self {
+    pub fn new(session: Session, dialect: Dialect, handler: impl PluginRequests<Peer>) -> Self {
         Self::with_first_id(session, dialect, 0, handler)
     }
 
@@ -138,7 +138,7 @@ impl JsonRpcPeer {
         session: Session,
         dialect: Dialect,
         first_id: i64,
-        handler: impl Serve<Peer>,
+        handler: impl PluginRequests<Peer>,
     ) -> Self {
         JsonRpcPeer {
             dialect,

@@ -82,6 +82,28 @@ pub trait ClientMachine: Send + 'static {
     /// [`fail_pending`](Self::fail_pending) (ATP: the plugin's own last error). Default:
     /// nothing.
     fn explain(&self, _stopped: &mut Stopped) {}
+
+    /// `event` when nobody serves the plugin's requests: a request is answered as not served
+    /// (`None`: it is done with), anything else is given back. A [`Serves`] machine
+    /// implements it with [`refuse_request`], so a plugin's request always gets an answer,
+    /// whatever the driver was given to hear it. Default: no event is a request.
+    fn refuse_request(&mut self, event: Self::Event) -> Option<Self::Event> {
+        Some(event)
+    }
+}
+
+/// [`ClientMachine::refuse_request`] for a [`Serves`] machine: the plugin's request is
+/// answered [`not_served`](Serves::not_served).
+pub fn refuse_request<M: Serves>(machine: &mut M, event: M::Event) -> Option<M::Event> {
+    match M::take_request(event) {
+        Ok((id, request)) => {
+            let answer = machine.not_served(M::method(&request));
+            // Refused only once the machine takes no more answers (the plugin is gone).
+            let _ = machine.answer(id, answer);
+            None
+        }
+        Err(event) => Some(event),
+    }
 }
 
 /// A client machine whose plugin also makes requests of the host: FineCode's runner asks for

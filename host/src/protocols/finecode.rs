@@ -46,7 +46,7 @@ use sandpipe_proto::jsonrpc::{ErrorCode, INTERNAL_ERROR, METHOD_NOT_FOUND, Proto
 pub use sandpipe_proto::jsonrpc::{ErrorObject, Id};
 use serde_json::{Value, json};
 
-use crate::driver::{Completion, Driver, Refused, Serve, Stream};
+use crate::driver::{Completion, Driver, PluginRequests, Refused, Stream};
 use crate::error::{Exit, Stopped};
 use crate::session::{Session, SessionControl};
 
@@ -106,11 +106,12 @@ impl FineCodeFailure {
 
 /// Answers the runner's requests to the manager (`projects/getRawConfig`,
 /// `workspace/applyEdit`, `finecode/runActionInProject`, `finecode/runActionInWorkspace`,
-/// anything else). It is the driver's one handler ([`Serve`]): requests are handled one at a
-/// time, in arrival order, in the driver's handler task, so a slow answer does not stop the
-/// client from reading the runner's output; progress, other answers and cancellation keep
-/// flowing meanwhile. A panicking handler gets `-32603` sent for it and for every later
-/// request.
+/// anything else). It is the driver's one handler ([`PluginRequests`]): requests are handled
+/// one at a time, in arrival order, in the driver's handler task, so a slow answer does not
+/// stop the client from reading the runner's output; progress, other answers and cancellation
+/// keep flowing meanwhile (until [`EVENT_QUEUE`](crate::driver::EVENT_QUEUE) of the runner's
+/// requests and notifications wait: then the runner is read no further until one is taken).
+/// A panicking handler gets `-32603` sent for it and for every later request.
 pub trait RunnerRequests: Send + 'static {
     /// The answer to `request` (for `projects/getRawConfig`, a [`RawConfig`] as JSON).
     /// Requests the manager does not serve get [`not_served`] (`-32601`).
@@ -165,7 +166,7 @@ where
 /// A [`RunnerRequests`] as the driver's handler.
 struct Runner<H>(H);
 
-impl<H: RunnerRequests> Serve<Client> for Runner<H> {
+impl<H: RunnerRequests> PluginRequests<Client> for Runner<H> {
     async fn request(&mut self, request: RunnerRequest) -> Option<Result<Value, ErrorObject>> {
         Some(self.0.handle(request).await)
     }

@@ -432,6 +432,9 @@ impl ClientMachine for Client {
     fn fail_pending(&mut self, stopped: &Stopped) {
         Client::fail_pending(self, stopped);
     }
+    fn refuse_request(&mut self, event: ClientEvent) -> Option<ClientEvent> {
+        crate::machine::refuse_request(self, event)
+    }
 }
 
 /// The runner's requests to the manager (`projects/getRawConfig`, `workspace/applyEdit`, …),

@@ -333,6 +333,9 @@ impl ClientMachine for Peer {
         let error = crate::jsonrpc::stopped_error(self.dialect(), stopped);
         Peer::fail_pending(self, error);
     }
+    fn refuse_request(&mut self, event: Event) -> Option<Event> {
+        crate::machine::refuse_request(self, event)
+    }
 }
 
 /// The other side's requests go to the host's handler; the answer is a result or an error in

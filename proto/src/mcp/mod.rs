@@ -719,6 +719,9 @@ impl ClientMachine for Client {
     fn fail_pending(&mut self, stopped: &Stopped) {
         Client::fail_pending(self, stopped);
     }
+    fn refuse_request(&mut self, event: ClientEvent) -> Option<ClientEvent> {
+        crate::machine::refuse_request(self, event)
+    }
 }
 
 /// The server's requests (sampling, elicitation, roots, …) go to the host's handler; `ping`
