@@ -1198,36 +1198,49 @@ mod tests {
         assert!(heard.lock().expect("log").is_empty());
     }
 
+    /// Serves every request, panics on every notice.
+    struct PanicsOnNotice;
+
+    impl PluginRequests<Peer> for PanicsOnNotice {
+        async fn request(&mut self, _: jsonrpc::Request) -> Option<Result<Value, ErrorObject>> {
+            Some(Ok(json!("served")))
+        }
+        fn notice(&mut self, _: Completion<jsonrpc::Event>) {
+            panic!("the handler broke on a notice");
+        }
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn a_handler_that_panics_on_a_notice_loses_no_answer() {
-        let plugin = |frame: &[u8]| {
-            let (id, _) = request(frame);
+    async fn a_handler_that_panics_on_a_notice_leaves_no_request_unanswered() {
+        // On `go`: a notification, then a request of the plugin's; `go` is answered with the
+        // host's answer to that request.
+        let mut go = None;
+        let plugin = move |frame: &[u8]| {
+            let v: Value = serde_json::from_slice(frame).expect("json");
+            if v.get("method").is_none() {
+                return vec![answer(&go.take().expect("go first"), v)];
+            }
+            go = Some(v["id"].clone());
             vec![
                 serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": "log"})).expect("json"),
-                answer(&id, json!("ok")),
+                serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 100, "method": "ask"}))
+                    .expect("json"),
             ]
         };
-        let driver = Driver::new(
+        let rpc = JsonRpcPeer::new(
             Session::memory(plugin, &json_lines()),
-            Peer::new(Dialect::JsonRpc2),
-            |_: Completion<jsonrpc::Event>| panic!("the handler broke on a notice"),
+            Dialect::JsonRpc2,
+            PanicsOnNotice,
         );
-        for _ in 0..2 {
-            let pending = driver
-                .request(|p| Ok::<_, ()>(p.request("m", None)))
-                .expect("sent");
-            let c = within(pending.wait()).await.expect("answered");
-            assert!(
-                matches!(&c.event, jsonrpc::Event::Response { result: Ok(v), .. } if v == "ok"),
-                "{:?}",
-                c.event
-            );
-        }
+        let got = within(rpc.call("go", None)).await.expect("answered");
         assert_eq!(
-            within(driver.shutdown(Duration::from_secs(1))).await,
+            got["error"],
+            json!({"code": -32603, "message": "the host's handler failed earlier; ask not served"})
+        );
+        assert_eq!(
+            within(rpc.shutdown(Duration::from_secs(1))).await,
             Exit::Exited(0)
         );
-        within(driver.finished()).await;
     }
 
     /// An ATP plugin on the protocol's own server machine. Step `talk` signals `tick` 0, 1, 2
