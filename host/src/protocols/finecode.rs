@@ -373,8 +373,8 @@ impl FineCodeClient {
     /// End the session as the WM does: `shutdown` (its answer awaited up to `grace`), the
     /// `exit` notification, then close stdin and give the runner `grace` to end on its own
     /// (the real runner may take seconds); then a native runner gets SIGTERM and up to
-    /// [`TERM_GRACE`] more, then it is killed — as [`Session::shutdown`]. A runner already
-    /// gone just reports how it ended.
+    /// [`TERM_GRACE`](crate::session::TERM_GRACE) more, then it is killed — as
+    /// [`Session::shutdown`]. A runner already gone just reports how it ended.
     pub async fn shutdown(self, grace: Duration) -> Exit {
         match self.send(Client::shutdown) {
             Ok(mut stream) => match tokio::time::timeout(grace, outcome(&mut stream, |_| {})).await
