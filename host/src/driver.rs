@@ -336,7 +336,7 @@ async fn deliver<E: std::fmt::Debug>(
                 let permit = tokio::select! {
                     biased;
                     permit = events.reserve() => permit.ok(),
-                    _ = control.wait() => events.try_reserve().ok(),
+                    () = control.ended() => events.try_reserve().ok(),
                 };
                 match permit {
                     Some(permit) => permit.send(c),

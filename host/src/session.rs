@@ -416,6 +416,14 @@ impl SessionReader {
 }
 
 impl SessionControl {
+    /// Wait for the plugin to end, recording nothing: for a reader that must still read the
+    /// plugin's last frames before a recording gets its outcome (the driver's, waiting on a
+    /// full handler queue).
+    pub(crate) async fn ended(&self) {
+        let mut rx = self.exit.clone();
+        let _ = rx.wait_for(Option::is_some).await;
+    }
+
     /// Wait for the plugin to end.
     pub async fn wait(&self) -> Exit {
         let mut rx = self.exit.clone();
