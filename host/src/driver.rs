@@ -336,7 +336,7 @@ async fn deliver<E: std::fmt::Debug>(
                 let permit = tokio::select! {
                     biased;
                     permit = events.reserve() => permit.ok(),
-                    () = control.ended() => events.try_reserve().ok(),
+                    _ = control.ended() => events.try_reserve().ok(),
                 };
                 match permit {
                     Some(permit) => permit.send(c),
@@ -420,16 +420,7 @@ impl<M: ClientMachine> Driver<M> {
         make: impl FnOnce(&mut M) -> Result<M::Key, E>,
     ) -> Result<Pending<M::Event>, Refused<E>> {
         let (tx, rx) = oneshot::channel();
-        {
-            let mut s = lock(&self.link.shared);
-            if let Some(stopped) = &s.stopped {
-                return Err(Refused::Stopped(stopped.clone()));
-            }
-            let key = make(&mut s.machine).map_err(Refused::Machine)?;
-            s.waiters.insert(key, tx);
-            transmit(&mut s, &self.link.out);
-        }
-        self.link.timer.notify_one();
+        self.register(make, |s, key| s.waiters.insert(key, tx))?;
         Ok(Pending { rx })
     }
 
@@ -443,17 +434,28 @@ impl<M: ClientMachine> Driver<M> {
         make: impl FnOnce(&mut M) -> Result<M::Key, E>,
     ) -> Result<Stream<M::Event>, Refused<E>> {
         let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        self.register(make, |s, key| s.streams.insert(key, tx))?;
+        Ok(Stream { rx })
+    }
+
+    /// Make a request on the machine unless the plugin is gone, `keep` where its completion
+    /// goes under its key, and send what the machine queued.
+    fn register<E, R>(
+        &self,
+        make: impl FnOnce(&mut M) -> Result<M::Key, E>,
+        keep: impl FnOnce(&mut Shared<M>, M::Key) -> R,
+    ) -> Result<(), Refused<E>> {
         {
             let mut s = lock(&self.link.shared);
             if let Some(stopped) = &s.stopped {
                 return Err(Refused::Stopped(stopped.clone()));
             }
             let key = make(&mut s.machine).map_err(Refused::Machine)?;
-            s.streams.insert(key, tx);
+            keep(&mut s, key);
             transmit(&mut s, &self.link.out);
         }
         self.link.timer.notify_one();
-        Ok(Stream { rx })
+        Ok(())
     }
 
     /// Act on the machine without waiting for an answer (a notification, an answer to the

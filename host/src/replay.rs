@@ -69,6 +69,11 @@ pub fn framing_of(t: &Transcript) -> Result<Framing, String> {
     t.header("framing").unwrap_or("lines").parse()
 }
 
+/// The protocol from `# protocol:`, when the recording names one sandpipe speaks.
+pub fn protocol_of(t: &Transcript) -> Option<Protocol> {
+    t.header("protocol")?.parse().ok()
+}
+
 /// Plugin arguments from `# args:` (a JSON array, or words separated by spaces).
 pub fn args_of(t: &Transcript) -> Vec<String> {
     let Some(raw) = t.header("args") else {
@@ -271,7 +276,8 @@ pub async fn serve(
     mut output: impl AsyncWrite + Unpin,
 ) -> std::io::Result<ServeReport> {
     let framing = framing_of(t).map_err(std::io::Error::other)?;
-    let protocol = t.header("protocol").unwrap_or("").to_owned();
+    // An unknown protocol is answered as plain JSON-RPC.
+    let protocol = protocol_of(t).unwrap_or(Protocol::JsonRpc);
     let mut decoder = framing.framer(FrameLimits::default());
     let mut encoder = framing.framer(FrameLimits::default());
     let mut inbuf = BytesMut::new();
@@ -347,7 +353,7 @@ pub async fn serve(
                     show(&frame)
                 );
                 eprintln!("sandpipe: {message}");
-                if let Some(error) = protocol_error(&protocol, &frame, &message) {
+                if let Some(error) = protocol_error(protocol, &frame, &message) {
                     send(&mut encoder, &mut output, &error).await?;
                 }
             }
@@ -455,10 +461,8 @@ impl Plan {
 }
 
 /// The protocol's error answer to an unexpected request, when the frame is one: the
-/// recording will never answer it ([`Protocol::stopped_answer`]). An unknown protocol name is
-/// answered as plain JSON-RPC.
-fn protocol_error(protocol: &str, frame: &[u8], message: &str) -> Option<Vec<u8>> {
-    let protocol = protocol.parse().unwrap_or(Protocol::JsonRpc);
+/// recording will never answer it ([`Protocol::stopped_answer`]).
+fn protocol_error(protocol: Protocol, frame: &[u8], message: &str) -> Option<Vec<u8>> {
     protocol.stopped_answer(frame, &crate::Stopped::by_host(message, Vec::new()))
 }
 

@@ -419,19 +419,18 @@ impl SessionControl {
     /// Wait for the plugin to end, recording nothing: for a reader that must still read the
     /// plugin's last frames before a recording gets its outcome (the driver's, waiting on a
     /// full handler queue).
-    pub(crate) async fn ended(&self) {
+    pub(crate) async fn ended(&self) -> Exit {
         let mut rx = self.exit.clone();
-        let _ = rx.wait_for(Option::is_some).await;
+        match rx.wait_for(Option::is_some).await {
+            Ok(exit) => exit.clone().unwrap_or(Exit::Killed { signal: None }),
+            // The runner is gone without publishing: it was dropped with the runtime.
+            Err(_) => Exit::Killed { signal: None },
+        }
     }
 
     /// Wait for the plugin to end.
     pub async fn wait(&self) -> Exit {
-        let mut rx = self.exit.clone();
-        let exit = match rx.wait_for(Option::is_some).await {
-            Ok(exit) => exit.clone().unwrap_or(Exit::Killed { signal: None }),
-            // The runner is gone without publishing: it was dropped with the runtime.
-            Err(_) => Exit::Killed { signal: None },
-        };
+        let exit = self.ended().await;
         if let Some(r) = &self.record {
             r.outcome(&exit);
         }

@@ -188,19 +188,7 @@ fn server_filesystem_and_server_memory_work_with_their_documented_grants() {
 #[test]
 fn call_inspect_record_and_replay_speak_mcp() {
     let server = peers::mcp_npm_server("mcp-server-everything");
-    let result: Value = sandpipe_json(
-        Command::new(peers::sandpipe())
-            .args([
-                "call",
-                "--protocol",
-                "mcp",
-                "--method",
-                "tools/call",
-                "--params",
-            ])
-            .arg(r#"{"name":"get-sum","arguments":{"a":1,"b":2}}"#)
-            .arg(&server),
-    );
+    let result = call_tool(&server, r#"{"name":"get-sum","arguments":{"a":1,"b":2}}"#);
     assert_eq!(result["content"][0]["text"], "The sum of 1 and 2 is 3.");
 
     let report: Value = sandpipe_json(
@@ -284,6 +272,23 @@ fn sandpipe_json(cmd: &mut Command) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// `sandpipe call --protocol mcp --method tools/call --params PARAMS SERVER`: the result.
+fn call_tool(server: &std::path::Path, params: &str) -> Value {
+    sandpipe_json(
+        Command::new(peers::sandpipe())
+            .args([
+                "call",
+                "--protocol",
+                "mcp",
+                "--method",
+                "tools/call",
+                "--params",
+            ])
+            .arg(params)
+            .arg(server),
+    )
 }
 
 /// A tool result's text.
@@ -392,19 +397,7 @@ fn a_components_exported_functions_are_tools_with_per_call_limits() {
     assert!(!listed.iter().any(|t| t["name"] == "spin"), "{report}");
 
     // `inspect` and `call` serve the same tools.
-    let result: Value = sandpipe_json(
-        Command::new(peers::sandpipe())
-            .args([
-                "call",
-                "--protocol",
-                "mcp",
-                "--method",
-                "tools/call",
-                "--params",
-            ])
-            .arg(r#"{"name":"add","arguments":{"a":1,"b":2}}"#)
-            .arg(&tools),
-    );
+    let result = call_tool(&tools, r#"{"name":"add","arguments":{"a":1,"b":2}}"#);
     assert_eq!(result["structuredContent"], json!({"result": 3}));
     let out = Command::new(peers::sandpipe())
         .args(["inspect", "--json", "--protocol", "mcp"])

@@ -95,12 +95,12 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
     let options = SessionOptions::framed(framing).stderr(StderrMode::Inherit);
     // A recording names its protocol when `run --protocol` made it; a component that exports
     // functions is started speaking it, as `run` did ([`crate::Host::start_speaking`]).
-    let mut session = match transcript.header("protocol").map(str::parse) {
-        Some(Ok(protocol)) => {
+    let mut session = match replay::protocol_of(&transcript) {
+        Some(protocol) => {
             host.start_speaking(&plugin, &policy, &options, protocol)
                 .await?
         }
-        _ => host.start(&plugin, &policy, &options).await?,
+        None => host.start(&plugin, &policy, &options).await?,
     };
     match replay::check(&mut session, &transcript, args.wait).await {
         Ok(exit) => {
