@@ -57,6 +57,7 @@ pub mod image;
 pub mod lock;
 mod memory;
 mod native;
+pub mod net;
 mod policy;
 pub mod protocols;
 pub mod record;

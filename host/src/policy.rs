@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::net::{AuditLog, NetPolicy};
+
 /// Access to a preopened directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Access {
@@ -91,7 +93,9 @@ pub enum ImportPolicy {
 /// - `preopens`: none, the plugin sees no filesystem at all;
 /// - `env`: empty, nothing is inherited from the host;
 /// - `args`: none beyond argv\[0\] (the plugin's file name);
-/// - sockets: no address may be bound or connected, no name lookup (not configurable yet);
+/// - `net`: empty, so no address may be bound or connected and no name looked up (see
+///   [`NetPolicy`]);
+/// - `audit`: `None`, no audit trail;
 /// - `imports`: [`ImportPolicy::LinkAll`];
 /// - `deterministic`: `None`, real clocks and random;
 /// - `max_cpu_time`: `None`, no CPU-time limit for a native plugin (the wasm counterpart, fuel,
@@ -159,6 +163,11 @@ pub struct Policy {
     /// the arguments; see [`crate::startup_grants`]). On by default: without it a pyenv, venv or
     /// npm-installed interpreter dies under Landlock before its first frame.
     pub startup_grants: bool,
+    /// What the plugin may reach on the network (see [`crate::net`]). Empty by default: no
+    /// network at all.
+    pub net: NetPolicy,
+    /// Where enforcement decisions are written, one JSON line each (see [`crate::net::AuditLog`]).
+    pub audit: Option<AuditLog>,
 }
 
 /// The default memory cap.
@@ -185,6 +194,8 @@ impl Default for Policy {
             max_open_files: Some(DEFAULT_MAX_OPEN_FILES),
             max_disk_write: None,
             startup_grants: true,
+            net: NetPolicy::default(),
+            audit: None,
         }
     }
 }
@@ -222,6 +233,18 @@ impl Policy {
     /// Turn the read-only start-up grants of a native plugin on (the default) or off.
     pub fn startup_grants(mut self, on: bool) -> Self {
         self.startup_grants = on;
+        self
+    }
+
+    /// Set what the plugin may reach on the network.
+    pub fn net(mut self, net: NetPolicy) -> Self {
+        self.net = net;
+        self
+    }
+
+    /// Write enforcement decisions to `audit`.
+    pub fn audit(mut self, audit: Option<AuditLog>) -> Self {
+        self.audit = audit;
         self
     }
 

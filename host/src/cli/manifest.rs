@@ -60,6 +60,21 @@ pub(crate) struct Manifest {
     tools: Tools,
     #[serde(default)]
     trust: Trust,
+    /// The network allow-list, as `--allow-net`, `--resolve` and `--http-header`.
+    #[serde(default)]
+    net: Net,
+}
+
+/// `[net]`: what the plugin may reach.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct Net {
+    #[serde(default)]
+    allow: Vec<String>,
+    #[serde(default)]
+    resolve: Vec<String>,
+    #[serde(default)]
+    http_headers: Vec<String>,
 }
 
 /// `[tools]`: `allow` and `deny` lists, as `--allow-tool` and `--deny-tool`.
@@ -421,6 +436,20 @@ fn merge_sandbox(s: &mut SandboxArgs, m: &Manifest, base: &Path, cli: &ArgMatche
     if g.startup_grants == Some(false) {
         s.no_startup_grants = true;
     }
+    let n = &m.net;
+    for rule in &n.allow {
+        rule.parse::<crate::net::NetRule>()
+            .map_err(|e| key_error("net.allow", e.to_string()))?;
+    }
+    if !n.allow.is_empty() && !s.allow_net.is_empty() && from_env(cli, "allow_net") {
+        eprintln!(
+            "sandpipe: note: SANDPIPE_ALLOW_NET adds {} to the policy file's [net] allow list",
+            s.allow_net.join(",")
+        );
+    }
+    prepend(&mut s.allow_net, &n.allow);
+    prepend(&mut s.resolve, &n.resolve);
+    prepend(&mut s.http_headers, &n.http_headers);
     s.deterministic |= m.deterministic;
     if let Some(v) = from_file(cli, "seed", "seed", m.seed.as_ref(), |n| Ok(*n))? {
         s.seed = Some(v);
@@ -523,6 +552,11 @@ fn from_file<V, T>(
     }
 }
 
+/// Whether `id`'s value came from its `SANDPIPE_*` variable rather than the command line.
+fn from_env(cli: &ArgMatches, id: &str) -> bool {
+    cli.value_source(id) == Some(ValueSource::EnvVariable)
+}
+
 /// Lists: the file's entries first, then the command line's.
 fn prepend<T: Clone>(list: &mut Vec<T>, from_file: &[T]) {
     list.splice(0..0, from_file.iter().cloned());
@@ -589,6 +623,11 @@ env = ["LANG=C.UTF-8"]
 allow-imports = ["wasi:cli/stdin@0.2"]
 startup-grants = false
 
+[net]
+allow = ["api.example.com:443", "10.0.0.0/8"]
+resolve = ["api.example.com=203.0.113.7"]
+http-headers = ["api.example.com:Authorization=env:API_TOKEN"]
+
 [requests]
 fuel = 1000000
 timeout = "2s"
@@ -626,6 +665,8 @@ insecure-registries = ["registry.local:5000"]
         assert_eq!(m.protocol(), Some(Protocol::Oracle));
         assert_eq!(m.plugin.args, ["--verbose"]);
         assert_eq!(m.grants.dirs.len(), 2);
+        assert_eq!(m.net.allow, ["api.example.com:443", "10.0.0.0/8"]);
+        assert_eq!(m.net.resolve.len(), 1);
         assert_eq!(
             dir_spec(&m.grants.dirs[0], Path::new("/etc/oracles")).expect("dir"),
             "/etc/oracles/data::/data:ro"

@@ -64,6 +64,25 @@ pub struct SandboxArgs {
     /// files named in its arguments); it then sees only the system directories and --dir.
     #[arg(long)]
     pub(crate) no_startup_grants: bool,
+    /// Allow connections to HOST[:PORT] (repeatable, or comma-separated): a name, a wildcard
+    /// (*.example.com), an IP address ([::1]:8080) or a range (10.0.0.0/8). sandpipe resolves
+    /// names itself; a name resolving to a loopback, private or link-local address is refused
+    /// unless a rule names that address. Without it the plugin has no network at all. Native
+    /// plugins reach allowed hosts through sandpipe's proxy (HTTP_PROXY, ALL_PROXY).
+    #[arg(long = "allow-net", value_name = "HOST[:PORT]", value_delimiter = ',')]
+    pub(crate) allow_net: Vec<String>,
+    /// Resolve NAME to these addresses without DNS, as curl's --resolve (repeatable):
+    /// NAME=ADDR[,ADDR...]. The name must still be allowed by --allow-net.
+    #[arg(long = "resolve", value_name = "NAME=ADDR[,ADDR]")]
+    pub(crate) resolve: Vec<String>,
+    /// Add a header to every wasi:http request a wasm plugin sends to HOST, its value read
+    /// from sandpipe's own environment: HOST:NAME=env:VAR (repeatable). The plugin never sees it.
+    #[arg(long = "http-header", value_name = "HOST:NAME=env:VAR")]
+    pub(crate) http_headers: Vec<String>,
+    /// Append one JSON line per enforcement decision to FILE: connections allowed and refused,
+    /// limits reached, tools and requests refused (format: README, "Network").
+    #[arg(long, value_name = "FILE")]
+    pub(crate) audit: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) cache: CacheArgs,
     #[command(flatten)]
@@ -96,6 +115,12 @@ impl SandboxArgs {
             }
         }
         policy.args = args;
+        policy.net = self.net_policy()?;
+        if let Some(path) = &self.audit {
+            let log = crate::net::AuditLog::open(path)
+                .map_err(|e| anyhow::anyhow!("opening the audit log {}: {e}", path.display()))?;
+            policy = policy.audit(Some(log));
+        }
         if self.deterministic || self.seed.is_some() {
             policy = policy.deterministic(self.seed.unwrap_or(0));
         }
@@ -103,6 +128,25 @@ impl SandboxArgs {
             policy = policy.imports(ImportPolicy::Strict(self.allow_imports.clone()));
         }
         Ok(policy)
+    }
+
+    /// The network allow-list from `--allow-net`, `--resolve` and `--http-header`.
+    pub(crate) fn net_policy(&self) -> Result<crate::net::NetPolicy> {
+        let mut net = crate::net::NetPolicy::default();
+        for rule in self.allow_net.iter().filter(|r| !r.is_empty()) {
+            net = net.allow(rule.trim())?;
+        }
+        for pin in &self.resolve {
+            net.resolve.push(pin.parse()?);
+        }
+        for spec in &self.http_headers {
+            net.http_headers
+                .push(crate::net::HttpHeader::parse(spec, |v| std::env::var(v).ok())?);
+        }
+        if net.is_closed() && !(net.resolve.is_empty() && net.http_headers.is_empty()) {
+            anyhow::bail!("--resolve and --http-header need --allow-net: the network is closed");
+        }
+        Ok(net)
     }
 
     /// Frame limits from `--max-frame`.
