@@ -541,8 +541,29 @@ impl Host {
                 options.native_stdio,
             )?,
         };
+        if let Some(audit) = &policy.audit {
+            audit_limits(audit.clone(), transport.exit.clone());
+        }
         Ok(Session::new(transport, options, meter))
     }
+}
+
+/// Write the limit that ended a session, if one did, to the audit log.
+fn audit_limits(audit: net::AuditLog, mut exit: tokio::sync::watch::Receiver<Option<Exit>>) {
+    tokio::spawn(async move {
+        let Ok(exit) = exit.wait_for(Option::is_some).await else {
+            return;
+        };
+        let Some(exit) = exit.as_ref() else { return };
+        let Some(limit) = supervise::limit_of(exit) else {
+            return;
+        };
+        audit.record(&net::AuditEvent::Limit {
+            limit: limit.to_owned(),
+            detail: Some(exit.to_string()),
+            request_id: None,
+        });
+    });
 }
 
 fn resolve_program(path: &Path) -> PathBuf {

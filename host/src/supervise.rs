@@ -38,6 +38,7 @@ use tokio::sync::mpsc;
 use crate::driver::{now, sleep_until};
 use crate::error::{HostError, SessionError};
 use crate::memory::MemoryPlugin;
+use crate::net::{AuditEvent, AuditLog};
 use crate::protocols::Protocol;
 use crate::session::{Session, SessionControl, SessionOptions, SessionWriter};
 use crate::{Fuel, Host, Plugin, Policy};
@@ -51,6 +52,18 @@ pub struct Supervisor<'a> {
     on_incident: Option<IncidentHook<'a>>,
     /// The protocol's rules when they are not its defaults (an MCP tool filter).
     rules: Option<Box<dyn machine::SupervisedProtocol>>,
+}
+
+/// The audit trail's name for the limit behind `exit`, if a limit ended it.
+pub(crate) fn limit_of(exit: &crate::Exit) -> Option<&'static str> {
+    use crate::Exit;
+    match exit {
+        Exit::OutOfFuel { .. } => Some("fuel"),
+        Exit::MemoryLimit { .. } => Some("memory"),
+        Exit::CpuTimeLimit { .. } => Some("cpu-time"),
+        Exit::DeadlineExceeded { .. } => Some("deadline"),
+        _ => None,
+    }
 }
 
 /// Called for each request the supervisor fails.
@@ -90,6 +103,14 @@ enum PluginEvent {
 }
 
 impl<'a> Supervisor<'a> {
+    /// The audit log of the plugin's policy, if it has one.
+    fn audit(&self) -> Option<&AuditLog> {
+        match &self.start {
+            Start::Plugin { policy, .. } => policy.audit.as_ref(),
+            Start::Memory(_) => None,
+        }
+    }
+
     /// A supervisor for `plugin` speaking `protocol`, each instance started with `policy` and
     /// `options` (whose framing is replaced by the protocol's). A component that exports
     /// functions is served in process ([`Host::start_speaking`]); its `request_timeout` is
@@ -305,8 +326,30 @@ impl<'a> Supervisor<'a> {
             }
             Action::Incident(incident) => {
                 tracing::debug!(request = %incident.request, reason = %incident.reason, "request failed");
+                if let (Some(audit), Some(limit)) =
+                    (self.audit(), incident.exit.as_ref().and_then(limit_of))
+                {
+                    audit.record(&AuditEvent::Limit {
+                        limit: limit.to_owned(),
+                        detail: Some(incident.reason.clone()),
+                        request_id: Some(incident.request.clone()),
+                    });
+                }
                 if let Some(f) = &mut self.on_incident {
                     f(&incident);
+                }
+            }
+            Action::Refused {
+                request,
+                method,
+                name,
+            } => {
+                if let Some(audit) = self.audit() {
+                    audit.record(&AuditEvent::Refused {
+                        what: if name.is_some() { "tool" } else { "request" }.to_owned(),
+                        name: name.or(method).unwrap_or_default(),
+                        request_id: Some(request),
+                    });
                 }
             }
             Action::MeasureMemory { instance } => {

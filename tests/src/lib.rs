@@ -21,6 +21,7 @@ pub mod peers;
 pub mod registry;
 pub mod soak;
 pub mod stand_in;
+pub mod web;
 
 /// Which build of a plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -308,6 +308,14 @@ pub fn mcp_python() -> PathBuf {
     )
 }
 
+/// `mcp-server-fetch` (PyPI), the server that needs the network, as a client's config names it.
+pub fn mcp_server_fetch() -> PathBuf {
+    installed(
+        dir().join("mcp-venv/bin/mcp-server-fetch"),
+        "mcp-server-fetch (PyPI)",
+    )
+}
+
 /// `mcp-server-time` (PyPI) as a client's config names it: the venv's entry-point script.
 pub fn mcp_server_time() -> PathBuf {
     installed(

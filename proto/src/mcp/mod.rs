@@ -304,6 +304,10 @@ impl SupervisedProtocol for Supervised {
         let id = crate::supervise::id_of(&crate::supervise::key_of(&id));
         Some(Message::response(id, Err(unknown_tool(name))).encode(Dialect::JsonRpc2))
     }
+    fn refused_name(&self, frame: &[u8]) -> Option<String> {
+        let head: EngineHead = serde_json::from_slice(frame).ok()?;
+        Some(head.params?.name?.as_str()?.to_owned())
+    }
     fn rewrite_answer(&self, method: Option<&str>, frame: &[u8]) -> Option<Vec<u8>> {
         if self.filter.is_open() || method != Some(TOOLS_LIST) {
             return None;

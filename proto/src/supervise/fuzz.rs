@@ -3,7 +3,9 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use super::{Action, Budgets, Ended, FromPlugin, InstanceId, SupervisedProtocol, Supervisor};
+use super::{
+    Action, Budgets, Ended, FromPlugin, Incident, InstanceId, SupervisedProtocol, Supervisor,
+};
 use crate::fuzz::Choices;
 use crate::stopped::Exit;
 use crate::{atp, jsonrpc, oracle, orchard};
@@ -171,12 +173,12 @@ impl Check {
                     self.known(instance);
                     self.live.remove(&instance);
                 }
-                Action::Incident(incident) => {
+                Action::Incident(Incident { request, .. }) | Action::Refused { request, .. } => {
                     assert!(
                         self.incident_waiting.is_none(),
                         "two incidents without an answer between them"
                     );
-                    self.incident_waiting = Some(incident.request);
+                    self.incident_waiting = Some(request);
                 }
                 Action::ToEngine(frame) => {
                     if let FromPlugin::Answer { key } = classify.classify_plugin(&frame) {

@@ -255,6 +255,11 @@ pub trait SupervisedProtocol: Debug + Send + Sync {
     fn answer_engine(&self, _frame: &[u8]) -> Option<Vec<u8>> {
         None
     }
+    /// What an engine frame that [`SupervisedProtocol::answer_engine`] answered asked for, for
+    /// the audit trail (MCP: the hidden tool's name). Default: none.
+    fn refused_name(&self, _frame: &[u8]) -> Option<String> {
+        None
+    }
     /// True when the engine speaks first (MCP: `initialize`): a plugin that ends before the
     /// engine's handshake reached it, with no restart to come, leaves the session waiting for
     /// the engine's first request so that it gets the stopped answer, not a closed pipe.
@@ -394,6 +399,16 @@ pub enum Action {
     ToEngine(Vec<u8>),
     /// A request the plugin will not answer; its error answer follows as [`Action::ToEngine`].
     Incident(Incident),
+    /// A request the rules refused without forwarding it (MCP: a hidden tool); the answer
+    /// follows as [`Action::ToEngine`]. For the audit trail.
+    Refused {
+        /// The request's id (JSON).
+        request: String,
+        /// Its method.
+        method: Option<String>,
+        /// What it asked for (the tool's name), where the rules know.
+        name: Option<String>,
+    },
     /// Read how much memory the instance holds, and pass it to
     /// [`Supervisor::handle_memory`] before anything else.
     MeasureMemory {
@@ -601,6 +616,13 @@ impl Supervisor {
             return;
         }
         if let Some(answer) = self.rules.answer_engine(&frame) {
+            if let FromEngine::Request { key, method } = self.rules.classify_engine(&frame) {
+                self.actions.push_back(Action::Refused {
+                    request: key,
+                    method,
+                    name: self.rules.refused_name(&frame),
+                });
+            }
             self.actions.push_back(Action::ToEngine(answer));
             return;
         }
@@ -1146,7 +1168,7 @@ fn targets(action: &Action, instance: InstanceId) -> bool {
         | Action::Kill { instance: i }
         | Action::CloseStdin { instance: i }
         | Action::Retire { instance: i, .. } => *i == instance,
-        Action::ToEngine(_) | Action::Incident(_) => false,
+        Action::ToEngine(_) | Action::Incident(_) | Action::Refused { .. } => false,
     }
 }
 

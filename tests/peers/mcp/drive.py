@@ -11,7 +11,7 @@ of the server run directly with the one behind sandpipe. Nothing here knows abou
 NAME=VALUE pairs go to the server's environment (on top of the SDK's default one).
 Scenarios: everything, time, filesystem DIR, memory, hang (one call that never ends, then
 another), exports and exports-poisoned (examples/mcp-tools, a component's exported functions
-served as tools), guest (examples/python/example_mcp.py), bench N (timings only: start to initialize answer, and N tools/call round trips).
+served as tools), fetch URL... (mcp-server-fetch's `fetch` tool), guest (examples/python/example_mcp.py), bench N (timings only: start to initialize answer, and N tools/call round trips).
 """
 
 import json
@@ -126,6 +126,12 @@ async def guest(s, report):
     report["ping"] = (await s.send_ping()).model_dump(mode="json", exclude_none=True)
 
 
+async def fetch(s, report, urls):
+    # mcp-server-fetch: each URL through the server's `fetch` tool (robots.txt first, then the
+    # page, redirects followed).
+    report["fetch"] = [await call(s, "fetch", {"url": u}) for u in urls]
+
+
 async def exports_poisoned(s, report):
     report["crash"] = await call(s, "crash", {"msg": "boom"})
     report["after_crash"] = await call(s, "add", {"a": 1, "b": 1})
@@ -170,6 +176,8 @@ async def main():
                 await exports(s, report)
             elif scenario == "guest":
                 await guest(s, report)
+            elif scenario == "fetch":
+                await fetch(s, report, extra)
             elif scenario == "exports-poisoned":
                 await exports_poisoned(s, report)
             elif scenario == "bench":
