@@ -69,6 +69,8 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
     if let Some(path) = &args.policy_file {
         report["policy_file"] = Value::from(path.display().to_string());
     }
+    let net = args.sandbox.net_policy()?;
+    report["net"] = serde_json::to_value(&net)?;
     if plugin.kind() != PluginKind::NativeUnsandboxed {
         let policy = args.sandbox.policy(super::plugin_args(&args.plugin_args))?;
         report["grants"] = Value::Array(
@@ -177,6 +179,27 @@ fn print_text(r: &Value) {
     }
     if let Some(p) = r.get("policy_file") {
         println!("policy:    {}", p.as_str().unwrap_or_default());
+    }
+    if let Some(n) = r.get("net") {
+        let list = |k: &str| -> Vec<String> {
+            n[k].as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        };
+        let allow = list("allow");
+        if allow.is_empty() {
+            println!("network:   none (no --allow-net)");
+        } else {
+            println!("network:   {}", allow.join(", "));
+            for pin in list("resolve") {
+                println!("  resolve  {pin}");
+            }
+            for header in list("http_headers") {
+                println!("  header   {header}");
+            }
+        }
     }
     if let Some(grants) = r.get("grants").and_then(Value::as_array) {
         println!("grants:    what each import gets under this policy");
@@ -323,9 +346,28 @@ fn import_grant(policy: &Policy, import: &str) -> String {
             })
             .collect::<Vec<_>>()
             .join(", "),
-        ("wasi:sockets", _) => {
-            "linked, every socket refused (sandpipe grants no network)".to_owned()
+        ("wasi:sockets" | "wasi:http", _) if policy.net.is_closed() => {
+            "linked, every connection refused (no --allow-net)".to_owned()
         }
+        ("wasi:sockets", _) => format!(
+            "TCP to {} (names looked up by sandpipe and pinned); no UDP, no listening",
+            allowed_list(policy)
+        ),
+        ("wasi:http", _) => format!(
+            "outgoing requests to {}{}",
+            allowed_list(policy),
+            if policy.net.http_headers.is_empty() {
+                String::new()
+            } else {
+                let added: Vec<String> = policy
+                    .net
+                    .http_headers
+                    .iter()
+                    .map(|h| h.to_string())
+                    .collect();
+                format!(", adding {}", added.join(", "))
+            }
+        ),
         ("wasi:cli", "environment") => {
             let names: Vec<&str> = policy.env.iter().map(|(k, _)| k.as_str()).collect();
             format!(
@@ -353,6 +395,12 @@ fn import_grant(policy: &Policy, import: &str) -> String {
         ("wasi:io", _) => "streams and polling (no capability by itself)".to_owned(),
         _ => "not provided by sandpipe (the plugin will not instantiate)".to_owned(),
     }
+}
+
+/// The allow-list as `a, b, c`.
+fn allowed_list(policy: &Policy) -> String {
+    let rules: Vec<String> = policy.net.allow.iter().map(|r| r.to_string()).collect();
+    rules.join(", ")
 }
 
 /// Grants `policy` makes that no import of the plugin can use: a directory for a component
