@@ -6,6 +6,7 @@
 //! cargo run --release -p sandpipe-bench -- --quick # smoke mode: every figure, a few iterations,
 //!                                                  # prints the tables, writes nothing
 //! cargo run --release -p sandpipe-bench -- --process-only  # only `sandpipe run` over pipes
+//! cargo run --release -p sandpipe-bench -- --net   # only the network allow-list, printed
 //! ```
 //!
 //! ```text
@@ -40,6 +41,7 @@
 mod framings;
 mod machine;
 mod measure;
+mod net;
 mod pin;
 mod process;
 mod report;
@@ -86,6 +88,7 @@ impl Phase {
 struct Args {
     quick: bool,
     process_only: bool,
+    net: bool,
     static_build: bool,
     phase: Option<Phase>,
     wasm: Option<PathBuf>,
@@ -93,8 +96,9 @@ struct Args {
     profile: Option<String>,
 }
 
-const USAGE: &str = "usage: sandpipe-bench [--quick] [--process-only] [--static]\n\
+const USAGE: &str = "usage: sandpipe-bench [--quick] [--process-only] [--net] [--static]\n\
     \x20      --process-only: only the process-level section (`sandpipe run` over pipes), printed, not written\n\
+    \x20      --net: only the network section (the allow-list's proxy per connection and per request, a native start), printed\n\
     \x20      --static: also build the static non-PIE sandpipe and measure its start (a full build of its own)\n\
     \x20      (internal) sandpipe-bench --phase pinned|unpinned --wasm PATH --native PATH [--quick]\n\
     \x20      (profiling) ... --phase pinned --wasm PATH --native PATH --profile start|start-pooled|start-warm|rt100|rt64k|native100|native64k\n\
@@ -111,6 +115,7 @@ fn parse_args() -> anyhow::Result<Args> {
         match arg.as_str() {
             "--quick" => args.quick = true,
             "--process-only" => args.process_only = true,
+            "--net" => args.net = true,
             "--static" => args.static_build = true,
             "--phase" => {
                 args.phase = Some(match value()?.as_str() {
@@ -134,6 +139,15 @@ fn parse_args() -> anyhow::Result<Args> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(net::CLIENT_FLAG) {
+        return match net::client(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("sandpipe-bench: net client: {err:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if args.first().map(String::as_str) == Some(process::RELAY_FLAG) {
         return match process::relay_floor(&args[1..]) {
             Ok(()) => ExitCode::SUCCESS,
@@ -162,6 +176,11 @@ fn main() -> ExitCode {
 
 /// The parent: build the plugins, run each phase in a child process, report.
 fn run_all(args: &Args) -> anyhow::Result<()> {
+    if args.net {
+        eprintln!("sandpipe-bench: building the sandpipe binary (this bench's profile)");
+        let sandpipe = process::build_sandpipe()?;
+        return net::run(&sandpipe, args.quick);
+    }
     let load1_before = machine::load1();
     eprintln!("sandpipe-bench: building the echo-lines plugin (wasm and native)");
     let wasm = sandpipe_tests::plugin("echo-lines", Target::Wasm);
