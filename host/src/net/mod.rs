@@ -23,6 +23,7 @@
 //! UDP (no plugin gets UDP; DNS goes through sandpipe's resolver).
 
 mod audit;
+mod proxy;
 mod resolve;
 
 use std::fmt;
@@ -32,6 +33,7 @@ use std::str::FromStr;
 use ipnet::IpNet;
 
 pub use audit::{AuditEvent, AuditLog, Decision, Via};
+pub use proxy::{MAX_CONNECTIONS, MAX_HEAD_BYTES, MAX_HEADERS, ProxyHandle, spawn as spawn_proxy};
 pub use resolve::{Admitted, Refused, Resolver, is_public};
 
 /// One allow-list entry: a host pattern and, optionally, a port.
