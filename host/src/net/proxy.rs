@@ -53,6 +53,10 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// the error response before the client reads it.
 const DRAIN_BYTES: u64 = 64 * 1024;
 
+/// How long the accept loop pauses after an error that is not one connection's (out of
+/// descriptors or memory) before accepting again.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The running proxy. Dropping it aborts the accept loop and every relay at once;
 /// [`ProxyHandle::close`] stops accepting and waits for the open connections to end.
 #[derive(Debug)]
@@ -119,6 +123,9 @@ async fn accept_loop(
 ) {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut relays = JoinSet::new();
+    // Whether the limit was reported since it was last not reached: one line per episode,
+    // not one per refused connection, so a plugin cannot flood sandpipe's log.
+    let mut at_limit = false;
     loop {
         tokio::select! {
             _ = &mut stopped => break,
@@ -128,24 +135,31 @@ async fn accept_loop(
                     // Past the limit the connection is dropped at once: the client sees it
                     // closed instead of waiting in the backlog.
                     let Ok(permit) = permits.clone().try_acquire_owned() else {
-                        tracing::warn!(
-                            "proxy: closed a connection past the limit of {MAX_CONNECTIONS} at once"
-                        );
+                        if !std::mem::replace(&mut at_limit, true) {
+                            tracing::warn!(
+                                "proxy: closing new connections past the limit of {MAX_CONNECTIONS} at once"
+                            );
+                        }
                         continue;
                     };
+                    at_limit = false;
                     let resolver = resolver.clone();
                     relays.spawn(async move {
                         serve(client, &resolver).await;
                         drop(permit);
                     });
                 }
+                Err(e) if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionAborted
+                        | io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::Interrupted
+                ) => {}
                 Err(e) => {
+                    // Out of descriptors or memory: retrying at once would spin on the same
+                    // error, so pause before accepting again (as hyper's and axum's servers do).
                     tracing::warn!("proxy: accepting a connection: {e}");
-                    // Out of descriptors or memory: let relays end before accepting again,
-                    // instead of spinning on the same error.
-                    if relays.join_next().await.is_none() {
-                        tokio::task::yield_now().await;
-                    }
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                 }
             },
         }
@@ -1209,9 +1223,8 @@ mod tests {
         for _ in 0..MAX_CONNECTIONS {
             held.push(socks_greet(&proxy).await);
         }
-        let mut past = TcpStream::connect(proxy.local_addr())
-            .await
-            .expect("connect");
+        // Served, it would be answered; closed, it reads its end (or a reset).
+        let mut past = send(&proxy, &[0x05, 0x01, 0x00]).await;
         let mut byte = [0u8; 1];
         assert!(
             !matches!(past.read(&mut byte).await, Ok(1..)),
@@ -1232,6 +1245,8 @@ mod tests {
         assert!(read_head(&mut conn).await.starts_with("HTTP/1.1 200 "));
         let addr = proxy.local_addr();
         drop(proxy);
+        // A live tunnel would echo this byte back.
+        let _ = conn.write_all(b"x").await;
         let mut byte = [0u8; 1];
         assert!(
             !matches!(conn.read(&mut byte).await, Ok(1..)),
