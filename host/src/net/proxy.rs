@@ -352,7 +352,10 @@ mod http {
             Ok(None) => return,
             Err(e) => return answer_error(client, &e).await,
         };
-        let rest = &buf[head_len..filled];
+        // What followed the head goes to the server first; the head buffer is freed before the
+        // relay, which may last as long as the plugin wants.
+        let rest = buf[head_len..filled].to_vec();
+        drop(buf);
         if head.method.eq_ignore_ascii_case("CONNECT") {
             let (host, port) = match authority(&head.target, None) {
                 Ok(hp) => hp,
@@ -368,7 +371,7 @@ mod http {
             {
                 return;
             }
-            relay(client, server, &to, rest, resolver).await;
+            relay(client, server, &to, &rest, resolver).await;
         } else {
             let (url, host, port) = match absolute(&head.target) {
                 Ok(parts) => parts,
@@ -378,7 +381,7 @@ mod http {
                 return close_after_answer(client).await;
             };
             let mut first = origin_form(&head, &url);
-            first.extend_from_slice(rest);
+            first.extend_from_slice(&rest);
             relay(client, server, &to, &first, resolver).await;
         }
     }
