@@ -141,7 +141,9 @@ impl SandboxArgs {
         }
         for spec in &self.http_headers {
             net.http_headers
-                .push(crate::net::HttpHeader::parse(spec, |v| std::env::var(v).ok())?);
+                .push(crate::net::HttpHeader::parse(spec, |v| {
+                    std::env::var(v).ok()
+                })?);
         }
         if net.is_closed() && !(net.resolve.is_empty() && net.http_headers.is_empty()) {
             anyhow::bail!("--resolve and --http-header need --allow-net: the network is closed");

@@ -278,7 +278,11 @@ impl HttpHeader {
         let (host, rest) = spec.split_once(':').ok_or_else(|| bad("no `:`"))?;
         let (name, source) = rest.split_once('=').ok_or_else(|| bad("no `=`"))?;
         let host = check_name(host)
-            .or_else(|e| host.parse::<IpAddr>().map(|ip| ip.to_string()).map_err(|_| e))
+            .or_else(|e| {
+                host.parse::<IpAddr>()
+                    .map(|ip| ip.to_string())
+                    .map_err(|_| e)
+            })
             .map_err(bad)?;
         if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b':') {
             return Err(bad("not a header name"));
@@ -412,7 +416,10 @@ mod tests {
         ] {
             assert_eq!(rule(s).to_string(), s, "{s}");
         }
-        assert_eq!(rule("API.Example.COM.:8080").to_string(), "api.example.com:8080");
+        assert_eq!(
+            rule("API.Example.COM.:8080").to_string(),
+            "api.example.com:8080"
+        );
         assert_eq!(rule("10.1.2.3/8").to_string(), "10.0.0.0/8");
         assert_eq!(rule("[::ffff:127.0.0.1]").to_string(), "127.0.0.1");
     }
@@ -475,7 +482,10 @@ mod tests {
     fn headers_come_from_the_environment_and_never_print() {
         let env = |v: &str| (v == "TOKEN").then(|| "s3cret".to_owned());
         let h = HttpHeader::parse("api.test:Authorization=env:TOKEN", env).expect("header");
-        assert_eq!((h.host.as_str(), h.name.as_str()), ("api.test", "Authorization"));
+        assert_eq!(
+            (h.host.as_str(), h.name.as_str()),
+            ("api.test", "Authorization")
+        );
         assert_eq!(h.value, "s3cret");
         assert!(!format!("{h:?} {h}").contains("s3cret"));
         assert!(HttpHeader::parse("api.test:Authorization=s3cret", env).is_err());

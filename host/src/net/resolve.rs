@@ -181,7 +181,10 @@ impl Resolver {
             Some(a) => {
                 tracing::info!(
                     "allowed a connection to {}{} by --allow-net {} ({via})",
-                    a.name.as_deref().map(|n| format!("{n} = ")).unwrap_or_default(),
+                    a.name
+                        .as_deref()
+                        .map(|n| format!("{n} = "))
+                        .unwrap_or_default(),
                     a.addr,
                     a.rule
                 );
@@ -215,15 +218,13 @@ impl Resolver {
 
     /// Resolve `host` and admit each of its addresses on `port`: what a proxy or an outgoing
     /// HTTP request connects to, in the resolver's order.
-    pub async fn targets(
-        &self,
-        host: &str,
-        port: u16,
-        via: Via,
-    ) -> Result<Vec<Admitted>, Refused> {
+    pub async fn targets(&self, host: &str, port: u16, via: Via) -> Result<Vec<Admitted>, Refused> {
         let ips = self.lookup(host, Some(port), via).await?;
         let literal = host.trim_start_matches('[').trim_end_matches(']');
-        let name = literal.parse::<IpAddr>().is_err().then(|| literal.to_ascii_lowercase());
+        let name = literal
+            .parse::<IpAddr>()
+            .is_err()
+            .then(|| literal.to_ascii_lowercase());
         ips.into_iter()
             .map(|ip| self.admit(SocketAddr::new(ip, port), name.as_deref(), via))
             .collect()
@@ -232,8 +233,8 @@ impl Resolver {
     fn report_refusal(&self, refused: &Refused, addr: Option<IpAddr>, via: Via) {
         tracing::warn!("{refused} ({via})");
         if let Some(audit) = &self.audit {
-            let name = (addr.is_none_or(|a| a.to_string() != refused.host))
-                .then(|| refused.host.clone());
+            let name =
+                (addr.is_none_or(|a| a.to_string() != refused.host)).then(|| refused.host.clone());
             audit.record(&AuditEvent::Net {
                 decision: Decision::Refuse,
                 via,
@@ -335,29 +336,52 @@ mod tests {
     #[tokio::test]
     async fn a_pinned_name_admits_its_addresses_and_nothing_else() {
         let r = resolver(&["api.test:8443"], &["api.test=127.0.0.1"]);
-        let ips = r.lookup("API.test.", None, Via::WasiSockets).await.expect("lookup");
+        let ips = r
+            .lookup("API.test.", None, Via::WasiSockets)
+            .await
+            .expect("lookup");
         assert_eq!(ips, ["127.0.0.1".parse::<IpAddr>().unwrap()]);
-        let a = r.admit(sa("127.0.0.1:8443"), None, Via::WasiSockets).expect("admitted");
-        assert_eq!((a.name.as_deref(), a.rule.as_str()), (Some("api.test"), "api.test:8443"));
+        let a = r
+            .admit(sa("127.0.0.1:8443"), None, Via::WasiSockets)
+            .expect("admitted");
+        assert_eq!(
+            (a.name.as_deref(), a.rule.as_str()),
+            (Some("api.test"), "api.test:8443")
+        );
         // Another port of the same name, and another address, are refused.
         assert!(r.admit(sa("127.0.0.1:22"), None, Via::WasiSockets).is_err());
-        assert!(r.admit(sa("127.0.0.2:8443"), None, Via::WasiSockets).is_err());
+        assert!(
+            r.admit(sa("127.0.0.2:8443"), None, Via::WasiSockets)
+                .is_err()
+        );
         // A name the connection claims must be the one that was pinned.
-        assert!(r.admit(sa("127.0.0.1:8443"), Some("other.test"), Via::Proxy).is_err());
-        let t = r.targets("api.test", 8443, Via::Proxy).await.expect("targets");
+        assert!(
+            r.admit(sa("127.0.0.1:8443"), Some("other.test"), Via::Proxy)
+                .is_err()
+        );
+        let t = r
+            .targets("api.test", 8443, Via::Proxy)
+            .await
+            .expect("targets");
         assert_eq!(t.len(), 1);
     }
 
     #[tokio::test]
     async fn names_off_the_list_and_literals_off_the_list_are_refused() {
         let r = resolver(&["api.test", "10.0.0.0/8:80"], &["api.test=127.0.0.1"]);
-        let e = r.lookup("evil.test", None, Via::Proxy).await.expect_err("refused");
+        let e = r
+            .lookup("evil.test", None, Via::Proxy)
+            .await
+            .expect_err("refused");
         assert!(e.reason.contains("no --allow-net rule"), "{e}");
         assert!(r.lookup("127.0.0.1", Some(80), Via::Proxy).await.is_err());
         assert!(r.lookup("10.2.3.4", Some(80), Via::Proxy).await.is_ok());
         assert!(r.lookup("10.2.3.4", Some(81), Via::Proxy).await.is_err());
         assert!(r.admit(sa("10.2.3.4:80"), None, Via::WasiSockets).is_ok());
-        assert!(r.admit(sa("[::ffff:10.2.3.4]:80"), None, Via::WasiSockets).is_ok());
+        assert!(
+            r.admit(sa("[::ffff:10.2.3.4]:80"), None, Via::WasiSockets)
+                .is_ok()
+        );
         assert!(r.admit(sa("1.1.1.1:80"), None, Via::WasiSockets).is_err());
     }
 
@@ -365,10 +389,16 @@ mod tests {
     async fn a_name_the_system_resolves_to_loopback_is_refused_unless_its_address_is_named() {
         // `localhost` is in /etc/hosts on every machine this runs on: DNS-rebinding's shape.
         let r = resolver(&["localhost"], &[]);
-        let e = r.lookup("localhost", Some(80), Via::Proxy).await.expect_err("refused");
+        let e = r
+            .lookup("localhost", Some(80), Via::Proxy)
+            .await
+            .expect_err("refused");
         assert!(e.reason.contains("not public"), "{e}");
         let r = resolver(&["localhost", "127.0.0.0/8"], &[]);
-        let ips = r.lookup("localhost", Some(80), Via::Proxy).await.expect("allowed");
+        let ips = r
+            .lookup("localhost", Some(80), Via::Proxy)
+            .await
+            .expect("allowed");
         assert!(ips.iter().all(|ip| ip.is_loopback()), "{ips:?}");
     }
 }
