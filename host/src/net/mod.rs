@@ -454,19 +454,19 @@ mod tests {
         let r = rule("example.com");
         assert!(r.matches_name("example.com", Some(1)));
         assert!(!r.matches_name("a.example.com", Some(1)));
-        assert!(!r.matches_addr("127.0.0.1".parse().unwrap(), None));
+        assert!(!r.matches_addr("127.0.0.1".parse().expect("ip"), None));
     }
 
     #[test]
     fn addresses_and_ranges_match() {
         let r = rule("10.0.0.0/8:443");
-        assert!(r.matches_addr("10.9.8.7".parse().unwrap(), Some(443)));
-        assert!(!r.matches_addr("11.0.0.1".parse().unwrap(), Some(443)));
-        assert!(!r.matches_addr("10.0.0.1".parse().unwrap(), Some(80)));
+        assert!(r.matches_addr("10.9.8.7".parse().expect("ip"), Some(443)));
+        assert!(!r.matches_addr("11.0.0.1".parse().expect("ip"), Some(443)));
+        assert!(!r.matches_addr("10.0.0.1".parse().expect("ip"), Some(80)));
         assert!(!r.matches_name("10.0.0.1", Some(443)));
-        let mapped: IpAddr = "::ffff:10.1.1.1".parse().unwrap();
+        let mapped: IpAddr = "::ffff:10.1.1.1".parse().expect("ip");
         assert!(r.matches_addr(mapped, Some(443)));
-        assert!(rule("::1").matches_addr("::1".parse().unwrap(), Some(9)));
+        assert!(rule("::1").matches_addr("::1".parse().expect("ip"), Some(9)));
     }
 
     #[test]

@@ -340,7 +340,7 @@ mod tests {
             .lookup("API.test.", None, Via::WasiSockets)
             .await
             .expect("lookup");
-        assert_eq!(ips, ["127.0.0.1".parse::<IpAddr>().unwrap()]);
+        assert_eq!(ips, ["127.0.0.1".parse::<IpAddr>().expect("ip")]);
         let a = r
             .admit(sa("127.0.0.1:8443"), None, Via::WasiSockets)
             .expect("admitted");
