@@ -245,13 +245,27 @@ struct Seen {
 /// `hello from the server` (never echoing a header back), one request per connection. Its
 /// port and what it has seen.
 fn http_server() -> (u16, Arc<Mutex<Vec<Seen>>>) {
+    serve_http(None)
+}
+
+/// [`http_server`] behind TLS with `tls`'s certificate.
+fn serve_http(tls: Option<Arc<rustls::ServerConfig>>) -> (u16, Arc<Mutex<Vec<Seen>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind the HTTP server");
     let port = listener.local_addr().expect("local address").port();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let record = seen.clone();
     std::thread::spawn(move || {
-        for conn in listener.incoming().flatten() {
-            let mut reader = BufReader::new(conn.try_clone().expect("clone the connection"));
+        for tcp in listener.incoming().flatten() {
+            let mut conn: Box<dyn ReadWrite> = match &tls {
+                Some(config) => {
+                    let Ok(server) = rustls::ServerConnection::new(config.clone()) else {
+                        continue;
+                    };
+                    Box::new(rustls::StreamOwned::new(server, tcp))
+                }
+                None => Box::new(tcp),
+            };
+            let mut reader = BufReader::new(&mut conn);
             let mut line = String::new();
             if reader.read_line(&mut line).is_err() {
                 continue;
@@ -273,21 +287,25 @@ fn http_server() -> (u16, Arc<Mutex<Vec<Seen>>>) {
             }
             let mut body = vec![0; length];
             let _ = reader.read_exact(&mut body);
+            drop(reader);
             record.lock().expect("lock").push(Seen {
                 line: line.trim_end().to_owned(),
                 headers,
             });
             let body = "hello from the server";
-            let mut conn = conn;
             let _ = write!(
                 conn,
                 "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
+            let _ = conn.flush();
         }
     });
     (port, seen)
 }
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
 
 /// Run `http-client` under `policy` with one command per frame; its answers, in order.
 async fn http_client(host: &Host, policy: &Policy, commands: &[String]) -> Vec<Value> {
@@ -465,4 +483,70 @@ fn the_cli_sets_an_http_header_from_its_own_environment() {
             .contains(&("authorization".to_owned(), SECRET.to_owned())),
         "{seen:?}"
     );
+}
+
+#[test]
+fn wasi_https_verifies_the_name_against_ssl_cert_file_and_reaches_the_pinned_address() {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "sandpipe test CA");
+    let ca_key = KeyPair::generate().expect("ca key");
+    let ca = ca_params.self_signed(&ca_key).expect("ca certificate");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().expect("leaf key");
+    let leaf = CertificateParams::new(vec!["api.test".to_owned()])
+        .expect("leaf params")
+        .signed_by(&leaf_key, &issuer)
+        .expect("leaf certificate");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).expect("write the CA");
+
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("tls versions")
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+    )
+    .expect("server certificate");
+    let (port, seen) = serve_http(Some(Arc::new(config)));
+
+    let plugin = cli::path("http-client", Target::Wasm);
+    let run = |ca: Option<&Path>| {
+        let mut cmd = std::process::Command::new(peers::sandpipe());
+        cmd.args([
+            "run",
+            "--allow-net",
+            &format!("api.test:{port}"),
+            "--resolve",
+            "api.test=127.0.0.1",
+            &plugin,
+        ]);
+        match ca {
+            Some(ca) => cmd.env("SSL_CERT_FILE", ca),
+            None => cmd.env_remove("SSL_CERT_FILE"),
+        };
+        let out = cli::run_command(
+            cmd,
+            format!("\"get https://api.test:{port}/tls\"\n").as_bytes(),
+        );
+        assert!(out.status.success(), "{}", cli::text(&out.stderr));
+        serde_json::from_str::<Value>(cli::text(&out.stdout).trim()).expect("a JSON answer")
+    };
+    // Without the test CA the server's certificate is not trusted.
+    let untrusted = run(None);
+    assert_eq!(untrusted["ok"], json!(false), "{untrusted}");
+    let trusted = run(Some(&ca_file));
+    assert_eq!(trusted["body"], json!("hello from the server"), "{trusted}");
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].line, "GET /tls HTTP/1.1", "{seen:?}");
 }
