@@ -426,6 +426,16 @@ async fn wasi_http_reaches_an_allowed_host_with_the_secret_header_the_guest_neve
             && l["name"] == "evil.test"),
         "{lines:#?}"
     );
+    // The one request that reached the server: the body it read back.
+    let closes: Vec<&Value> = lines.iter().filter(|l| l["event"] == "net-close").collect();
+    let [close] = &closes[..] else {
+        panic!("{lines:#?}");
+    };
+    assert_eq!(close["via"], "wasi-http", "{close}");
+    assert_eq!(close["name"], "api.test", "{close}");
+    assert_eq!(close["port"], port, "{close}");
+    assert_eq!(close["bytes_in"], "hello from the server".len(), "{close}");
+    assert_eq!(close["bytes_out"], 0, "{close}");
 }
 
 #[tokio::test]

@@ -8,12 +8,16 @@
 //!     second lookup) ─► TLS with the name as SNI (webpki roots + $SSL_CERT_FILE) ─► HTTP/1.1
 //! ```
 //!
+//! Each request that reached its server is one `net-close` line in the audit log, with the
+//! body bytes it carried each way, once its response body is gone.
+//!
 //! The interface is linked for every component (toolchains import it unused) and refuses
 //! every request when the allow-list is empty. The guest never sees a `--http-header` value:
 //! it is set on the request after the guest handed it over.
 
 use std::future::Future;
 use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
@@ -26,7 +30,7 @@ use tokio::net::TcpStream;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
-use crate::net::{Resolver, Via};
+use crate::net::{AuditEvent, Resolver, Via};
 
 /// What a request's response future resolves to: the response, and the connection's own
 /// future (which wasmtime-wasi-http drives until the body is read).
@@ -98,14 +102,31 @@ async fn send(
     for target in &targets {
         match within(connect_timeout, TcpStream::connect(target.addr)).await {
             Some(Ok(tcp)) => {
-                connected = Some(tcp);
+                connected = Some((tcp, target));
                 break;
             }
             Some(Err(e)) => failed = Error::Connect(e),
             None => failed = Error::ConnectionTimeout,
         }
     }
-    let tcp = connected.ok_or(failed)?;
+    let (tcp, target) = connected.ok_or(failed)?;
+    let bytes_out = Arc::new(AtomicU64::new(0));
+    let bytes_in = Arc::new(AtomicU64::new(0));
+    let tally = Tally {
+        resolver: resolver.clone(),
+        name: target.name.clone(),
+        addr: target.addr,
+        bytes_out: bytes_out.clone(),
+        bytes_in: bytes_in.clone(),
+    };
+    let request = request.map(|body| {
+        Counted {
+            body,
+            counter: bytes_out,
+            _tally: None,
+        }
+        .boxed_unsync()
+    });
     let stream: Box<dyn Stream> = if tls {
         let server = rustls::pki_types::ServerName::try_from(name)
             .map_err(|_| Error::HttpRequestUriInvalid)?;
@@ -115,6 +136,7 @@ async fn send(
         Box::new(tcp)
     };
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    let mut request = request;
 
     // The request line carries only the path: the scheme and authority are for a proxy.
     *request.uri_mut() = http::Uri::builder()
@@ -154,9 +176,79 @@ async fn send(
         }
     };
     Ok((
-        response.map(|b| b.map_err(Error::from).boxed_unsync()),
+        response.map(|b| {
+            Counted {
+                body: b.map_err(Error::from).boxed_unsync(),
+                counter: bytes_in,
+                _tally: Some(tally),
+            }
+            .boxed_unsync()
+        }),
         Box::new(io),
     ))
+}
+
+/// The bytes one request carried, written to the audit log as `net-close` when the response
+/// body is gone: read to its end (wasmtime-wasi-http drops it then, before the guest hears of
+/// the end) or dropped by the guest. Owned by the response body alone, so the line is written
+/// at a point the guest's own actions decide, not when a connection task happens to end.
+struct Tally {
+    resolver: Arc<Resolver>,
+    name: Option<String>,
+    addr: std::net::SocketAddr,
+    bytes_out: Arc<AtomicU64>,
+    bytes_in: Arc<AtomicU64>,
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        if let Some(audit) = self.resolver.audit() {
+            audit.record(&AuditEvent::NetClose {
+                via: Via::WasiHttp,
+                name: self.name.clone(),
+                addr: self.addr.ip().to_string(),
+                port: self.addr.port(),
+                bytes_out: self.bytes_out.load(Ordering::Relaxed),
+                bytes_in: self.bytes_in.load(Ordering::Relaxed),
+            });
+        }
+    }
+}
+
+/// A request or response body whose data bytes are added to `counter`; the response body
+/// also holds its request's [`Tally`].
+struct Counted {
+    body: WasiBody,
+    counter: Arc<AtomicU64>,
+    // Held only to be dropped with the body (its Drop writes the line).
+    _tally: Option<Tally>,
+}
+
+impl http_body::Body for Counted {
+    type Data = bytes::Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let frame = std::task::ready!(Pin::new(&mut self.body).poll_frame(cx));
+        if let Some(Ok(f)) = &frame
+            && let Some(data) = f.data_ref()
+        {
+            let n = u64::try_from(data.len()).unwrap_or(u64::MAX);
+            self.counter.fetch_add(n, Ordering::Relaxed);
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 async fn within<T>(limit: Option<Duration>, f: impl Future<Output = T>) -> Option<T> {
