@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!   Host::load(path) ──► Plugin ─┬─ Component / CoreModule  (wasmtime: fuel, memory cap,
-//!                                │                            deadline, preopens, no sockets)
+//!                                │                            deadline, preopens, network
+//!                                │                            by allow-list only)
 //!                                └─ NativeUnsandboxed        (child process: env, rlimit,
 //!                                                             process group, deadline)
 //!   Host::start(&plugin, &policy, &options) ──► Session { send, recv, close_stdin,

@@ -71,9 +71,9 @@ impl std::fmt::Display for Fuel {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ImportPolicy {
-    /// Link the whole `wasi:cli` world (filesystem and sockets included) and deny at run time.
-    /// Components from Python and JS toolchains import sockets and filesystem even when they
-    /// never use them, so this is the default.
+    /// Link the whole `wasi:cli` world (filesystem and sockets included) and `wasi:http`, and
+    /// decide at run time (preopens, [`Policy::net`]). Components from Python and JS toolchains
+    /// import sockets, filesystem and HTTP even when they never use them, so this is the default.
     #[default]
     LinkAll,
     /// Refuse, before instantiating, a component that imports anything outside this list.
@@ -93,8 +93,10 @@ pub enum ImportPolicy {
 /// - `preopens`: none, the plugin sees no filesystem at all;
 /// - `env`: empty, nothing is inherited from the host;
 /// - `args`: none beyond argv\[0\] (the plugin's file name);
-/// - `net`: empty, so no address may be bound or connected and no name looked up (see
-///   [`NetPolicy`]);
+/// - `net`: empty, so no connection, no name lookup and no `wasi:http` request (see
+///   [`NetPolicy`]); with rules, a component connects over TCP and sends `wasi:http`
+///   requests only to what they admit, looks names up only through sandpipe's resolver,
+///   and never binds, listens or uses UDP;
 /// - `audit`: `None`, no audit trail;
 /// - `imports`: [`ImportPolicy::LinkAll`];
 /// - `deterministic`: `None`, real clocks and random;

@@ -5,7 +5,7 @@
 //!   load: walk the component type's exports ─► [ExportedFunc] (full name, WIT signature,
 //!                                                codec types) + export indices
 //!   ExportsRunner::instantiate ─► ExportInstance { Store { WasiCtx (no preopens, env or
-//!        sockets unless granted; stdin empty; stdout/stderr drained, never to the engine),
+//!        network unless granted; stdin empty; stdout/stderr drained, never to the engine),
 //!        Limiter, OpenFiles }, the exported Funcs }
 //!   ExportInstance::call(i, args, timeout): fuel re-armed (per-call budget), epoch deadline
 //!        and an outer timer; Func::call_async; Val ⇄ proto Value
@@ -19,17 +19,15 @@ use std::time::{Duration, Instant};
 
 use sandpipe_proto::oracle::wasm::{CodecError, MAX_TYPE_DEPTH, Ty, Value};
 use wasmtime::component::types::ComponentItem;
-use wasmtime::component::{
-    Component, ComponentExportIndex, Func, InstancePre, ResourceTable, Type, Val,
-};
+use wasmtime::component::{Component, ComponentExportIndex, Func, InstancePre, Type, Val};
 use wasmtime::{Engine, Store, UpdateDeadline};
 
-use super::open_files::OpenFiles;
 use super::{
     DeadlineHit, Limiter, Limits, Metering, PIPE_BYTES, State2, classify, instantiate_err, stdio,
     wasi_builder,
 };
 use crate::error::{Exit, HostError};
+use crate::net::Resolver;
 use crate::policy::{Fuel, Policy};
 use crate::stderr::{StderrMode, StderrTail};
 use crate::transport::Meter;
@@ -358,7 +356,8 @@ impl ExportsRunner {
         drop(host_in); // the guest reads EOF
         let (guest_out, host_out) = stdio::stdout_pipe(PIPE_BYTES);
         let (guest_err, host_err) = stdio::stdout_pipe(PIPE_BYTES);
-        let mut builder = wasi_builder(policy, label, guest_in, guest_out, guest_err)?;
+        let resolver = Arc::new(Resolver::new(policy.net.clone(), policy.audit.clone()));
+        let mut builder = wasi_builder(policy, label, guest_in, guest_out, guest_err, &resolver)?;
         let meter = Arc::new(Meter::default());
         let denied = Arc::new(AtomicBool::new(false));
         let stderr = StderrTail::new(tail_lines);
@@ -366,13 +365,12 @@ impl ExportsRunner {
             tokio::spawn(stderr.clone().drain(host_err, mode, label.to_owned())),
             tokio::spawn(StderrTail::new(0).drain(host_out, mode, label.to_owned())),
         ];
-        let state = State2 {
-            ctx: builder.build(),
-            table: ResourceTable::new(),
-            limiter: Limiter::new(policy, denied.clone(), meter.clone()),
-            open_files: OpenFiles::new(policy.max_open_files, policy.preopens.len()),
-            disk: super::disk_quota::DiskQuota::new(policy.max_disk_write),
-        };
+        let state = State2::new(
+            policy,
+            builder.build(),
+            Limiter::new(policy, denied.clone(), meter.clone()),
+            resolver,
+        );
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|s| &mut s.limiter);
         let fuel = policy.fuel;

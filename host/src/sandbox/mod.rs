@@ -4,7 +4,8 @@
 //!  Sandbox (one Engine: fuel + epochs compiled in, a 10 ms epoch ticker thread)
 //!    ├─ load(bytes)  ─ sha256 ─► in-process map ─► on-disk .cwasm cache ─► compile
 //!    │                               └──────────────► Compiled { CommandPre | InstancePre }
-//!    └─ start(compiled, policy) ─► Store { WasiCtx, Limiter, OpenFiles (open_files.rs) }
+//!    └─ start(compiled, policy) ─► Store { WasiCtx, Limiter, OpenFiles (open_files.rs),
+//!                                          Resolver (the allow-list: sockets.rs, http.rs) }
 //!                                    + stdio pipes (stdio.rs)
 //!                                    └─ runner task: instantiate, call run, classify ─► Exit
 //! ```
@@ -13,8 +14,10 @@ mod cache;
 mod determinism;
 mod disk_quota;
 pub(crate) mod exports;
+mod http;
 mod open_files;
 mod pool;
+mod sockets;
 mod stdio;
 
 use std::collections::HashMap;
@@ -39,6 +42,7 @@ use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::error::{Exit, HostError};
+use crate::net::Resolver;
 use crate::policy::{Access, Fuel, ImportPolicy, Policy, import_allowed};
 use crate::stderr::{StderrMode, StderrTail};
 use crate::transport::{KillSwitch, Meter, Transport, killed};
@@ -141,6 +145,26 @@ pub(crate) struct State2 {
     limiter: Limiter,
     open_files: OpenFiles,
     disk: std::sync::Arc<DiskQuota>,
+    /// The session's allow-list and pins: every `wasi:sockets` and `wasi:http` decision.
+    resolver: Arc<Resolver>,
+    http: wasmtime_wasi_http::WasiHttpCtx,
+    http_hooks: http::HttpHooks,
+}
+
+impl State2 {
+    /// The store state of one component session.
+    fn new(policy: &Policy, ctx: WasiCtx, limiter: Limiter, resolver: Arc<Resolver>) -> Self {
+        State2 {
+            ctx,
+            table: ResourceTable::new(),
+            limiter,
+            open_files: OpenFiles::new(policy.max_open_files, policy.preopens.len()),
+            disk: DiskQuota::new(policy.max_disk_write),
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            http_hooks: http::HttpHooks::new(resolver.clone()),
+            resolver,
+        }
+    }
 }
 
 impl WasiView for State2 {
@@ -148,6 +172,16 @@ impl WasiView for State2 {
         WasiCtxView {
             ctx: &mut self.ctx,
             table: &mut self.table,
+        }
+    }
+}
+
+impl wasmtime_wasi_http::WasiHttpView for State2 {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_hooks,
         }
     }
 }
@@ -362,7 +396,9 @@ impl Sandbox {
         }
         let mut linker = wasmtime::component::Linker::new(&self.engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_err)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_err)?;
         open_files::link_p2(&mut linker).map_err(engine_err)?;
+        sockets::link_p2(&mut linker).map_err(engine_err)?;
         disk_quota::link_p2(&mut linker).map_err(engine_err)?;
         Ok(self.linker2.get_or_init(|| linker))
     }
@@ -587,7 +623,8 @@ impl Sandbox {
         let (host_in, guest_in) = stdio::stdin_pipe(PIPE_BYTES);
         let (guest_out, host_out) = stdio::stdout_pipe(PIPE_BYTES);
         let (guest_err, host_err) = stdio::stdout_pipe(PIPE_BYTES);
-        let builder = wasi_builder(policy, argv0, guest_in, guest_out, guest_err)?;
+        let resolver = Arc::new(Resolver::new(policy.net.clone(), policy.audit.clone()));
+        let builder = wasi_builder(policy, argv0, guest_in, guest_out, guest_err, &resolver)?;
 
         let denied = Arc::new(AtomicBool::new(false));
         let limiter = Limiter::new(policy, denied.clone(), meter.clone());
@@ -619,13 +656,7 @@ impl Sandbox {
                     });
                 };
                 let mut b = builder;
-                let state = State2 {
-                    ctx: b.build(),
-                    table: ResourceTable::new(),
-                    limiter,
-                    open_files: OpenFiles::new(policy.max_open_files, policy.preopens.len()),
-                    disk: DiskQuota::new(policy.max_disk_write),
-                };
+                let state = State2::new(policy, b.build(), limiter, resolver);
                 let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);
                 arm(&mut store, &limits, self.metering)?;
@@ -884,6 +915,7 @@ fn wasi_builder(
     stdin: stdio::GuestStdin,
     stdout: stdio::GuestStdout,
     stderr: stdio::GuestStdout,
+    resolver: &Arc<Resolver>,
 ) -> Result<WasiCtxBuilder, HostError> {
     let mut b = WasiCtxBuilder::new();
     b.stdin(stdin).stdout(stdout).stderr(stderr);
@@ -908,12 +940,9 @@ fn wasi_builder(
     if let Some(seed) = policy.deterministic {
         determinism::apply(&mut b, seed);
     }
-    // The whole wasi:sockets world is linked (toolchains import it unconditionally) but no
-    // address may be used and no name looked up.
-    b.allow_tcp(false)
-        .allow_udp(false)
-        .allow_ip_name_lookup(false)
-        .socket_addr_check(|_, _| Box::pin(async { false }));
+    // The whole wasi:sockets world is linked (toolchains import it unconditionally); what
+    // the guest may use of it is the allow-list's (`sockets.rs`), nothing when it is empty.
+    sockets::configure(&mut b, resolver);
     Ok(b)
 }
 
