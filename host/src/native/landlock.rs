@@ -187,8 +187,8 @@ pub(crate) struct Confinement(Option<landlock::RulesetCreated>);
 pub(crate) struct Confinement;
 
 /// Paths every program needs to start and run, granted read-only when they exist.
-const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64"];
-const SYSTEM_FILES: &[&str] = &[
+pub(super) const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64"];
+pub(super) const SYSTEM_FILES: &[&str] = &[
     "/etc/ld.so.cache",
     "/etc/ld.so.preload",
     "/etc/localtime",
@@ -197,7 +197,7 @@ const SYSTEM_FILES: &[&str] = &[
     "/dev/random",
 ];
 /// Devices a shell redirection or a library may open for writing.
-const SINK_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
+pub(super) const SINK_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
 
 /// Whether `path` lies under a system directory every plugin may already read.
 pub(crate) fn is_system_path(path: &Path) -> bool {
@@ -289,12 +289,12 @@ pub(crate) fn confinement(
     Ok(Confinement)
 }
 
-/// Every preopen must be a directory, with or without Landlock, as under wasm.
+/// Every preopen must exist, with or without Landlock: a directory, or (natively only) a
+/// single file.
 fn check_preopens(preopens: &[Preopen]) -> Result<(), HostError> {
     for preopen in preopens {
         let message = match std::fs::metadata(&preopen.host) {
-            Ok(meta) if meta.is_dir() => continue,
-            Ok(_) => "not a directory".to_owned(),
+            Ok(_) => continue,
             Err(e) => e.to_string(),
         };
         return Err(HostError::Preopen {
