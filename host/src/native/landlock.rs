@@ -177,10 +177,15 @@ fn query_abi() -> Result<i32, i32> {
     Err(libc::ENOSYS)
 }
 
-/// A built ruleset, waiting to be applied in the child.
+/// A built ruleset, waiting to be applied in the child: its descriptor, and the fresh `/proc`
+/// mounts of a namespaced plugin granted with `--dir /proc`, each a guest path and its rights,
+/// whose rules can only be added once they are mounted.
 #[cfg(target_os = "linux")]
 #[derive(Debug)]
-pub(crate) struct Confinement(Option<landlock::RulesetCreated>);
+pub(crate) struct Confinement {
+    ruleset: Option<std::os::fd::OwnedFd>,
+    proc_rules: Vec<(std::ffi::CString, u64)>,
+}
 
 #[cfg(not(target_os = "linux"))]
 #[derive(Debug)]
@@ -211,6 +216,7 @@ pub(crate) fn confinement(
     program: &Path,
     preopens: &[Preopen],
     grants: &[StartupGrant],
+    namespaced: bool,
 ) -> Result<Confinement, HostError> {
     use landlock::{
         ABI, Access as _, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
@@ -222,7 +228,10 @@ pub(crate) fn confinement(
         LandlockSupport::detect(),
         LandlockSupport::Unavailable { .. }
     ) {
-        return Ok(Confinement(None));
+        return Ok(Confinement {
+            ruleset: None,
+            proc_rules: Vec::new(),
+        });
     }
     let fail = |message: String| HostError::Landlock {
         program: program.to_owned(),
@@ -260,11 +269,25 @@ pub(crate) fn confinement(
         // A grant that vanished since it was computed is simply not granted.
         rules.extend(rule(&grant.path, read, false).map_err(&fail)?);
     }
+    let mut proc_rules = Vec::new();
     for preopen in preopens {
         let access = match preopen.access {
             Access::ReadOnly => read,
             Access::ReadWrite => AccessFs::from_all(abi),
         };
+        if namespaced && super::namespace::is_host_proc(&preopen.host) {
+            // The plugin gets a fresh /proc of its own there, not the host's: its rule is on
+            // that mount, added in the child (read rights: /proc is not for writing).
+            let guest = super::namespace::guest_path(&preopen.guest)
+                .ok()
+                .and_then(|g| std::ffi::CString::new(g.into_os_string().into_encoded_bytes()).ok())
+                .ok_or_else(|| HostError::Preopen {
+                    host: preopen.host.clone(),
+                    message: format!("invalid guest path {}", preopen.guest),
+                })?;
+            proc_rules.push((guest, read.bits()));
+            continue;
+        }
         let preopen_error = |message: String| HostError::Preopen {
             host: preopen.host.clone(),
             message,
@@ -276,7 +299,10 @@ pub(crate) fn confinement(
             .add_rule(rule)
             .map_err(|e| fail(format!("{}: {e}", path.display())))?;
     }
-    Ok(Confinement(Some(ruleset)))
+    Ok(Confinement {
+        ruleset: Option::<std::os::fd::OwnedFd>::from(ruleset),
+        proc_rules,
+    })
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -284,6 +310,7 @@ pub(crate) fn confinement(
     _program: &Path,
     preopens: &[Preopen],
     _grants: &[StartupGrant],
+    _namespaced: bool,
 ) -> Result<Confinement, HostError> {
     check_preopens(preopens)?;
     Ok(Confinement)
@@ -306,14 +333,54 @@ fn check_preopens(preopens: &[Preopen]) -> Result<(), HostError> {
 }
 
 impl Confinement {
-    /// Confine the calling process. Runs in the forked child before exec: `prctl` and
-    /// `landlock_restrict_self` on a ruleset built before the fork; no allocation on success.
+    /// Confine the calling process. Runs in the forked child before exec: `open`,
+    /// `landlock_add_rule` for a fresh `/proc`, `prctl` and `landlock_restrict_self` on a
+    /// ruleset built before the fork; no allocation.
     #[cfg(target_os = "linux")]
+    #[allow(unsafe_code)]
     pub(crate) fn apply(&mut self) -> std::io::Result<()> {
-        if let Some(ruleset) = self.0.take() {
-            ruleset
-                .restrict_self()
-                .map_err(|_| std::io::Error::last_os_error())?;
+        use std::os::fd::AsRawFd;
+        /// `struct landlock_path_beneath_attr`, packed as the kernel declares it.
+        #[repr(C, packed)]
+        struct PathBeneath {
+            allowed_access: u64,
+            parent_fd: i32,
+        }
+        const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+        let Some(ruleset) = self.ruleset.take() else {
+            return Ok(());
+        };
+        let os = std::io::Error::last_os_error;
+        // SAFETY: open, close, prctl and the Landlock system calls on C strings prepared
+        // before the fork, a packed attribute on our stack and descriptors we own.
+        unsafe {
+            for (path, access) in &self.proc_rules {
+                let fd = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(os());
+                }
+                let attr = PathBeneath {
+                    allowed_access: *access,
+                    parent_fd: fd,
+                };
+                let r = libc::syscall(
+                    libc::SYS_landlock_add_rule,
+                    ruleset.as_raw_fd(),
+                    LANDLOCK_RULE_PATH_BENEATH,
+                    &raw const attr,
+                    0u32,
+                );
+                let e = os();
+                libc::close(fd);
+                if r != 0 {
+                    return Err(e);
+                }
+            }
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) != 0
+            {
+                return Err(os());
+            }
         }
         Ok(())
     }

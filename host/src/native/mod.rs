@@ -77,8 +77,13 @@ pub(crate) fn spawn(
     } else {
         Vec::new()
     };
-    let mut confinement = landlock::confinement(program, &policy.preopens, &grants)?;
     let namespaces = NamespaceSupport::detect();
+    let mut confinement = landlock::confinement(
+        program,
+        &policy.preopens,
+        &grants,
+        namespaces.is_available(),
+    )?;
     // Landlock's port rules cannot tell one host from another: without a network namespace
     // and the proxy, an allow-list could only be approximated by a hole.
     if let (false, NamespaceSupport::Unavailable { reason }) =

@@ -283,9 +283,9 @@ enum Kind {
     File,
     /// A symbolic link, as on the host (`/bin -> usr/bin`).
     Symlink(CString),
-    /// A fresh `/proc` of the plugin's PID namespace; bound first over the host's `/proc` when
-    /// a `--dir` grants it, so the Landlock rule on the host's `/proc` covers the fresh one.
-    Proc { over_host: bool },
+    /// A fresh `/proc` of the plugin's PID namespace (Landlock's rule for it, when a `--dir`
+    /// grants it, is added in the plugin once it is mounted).
+    Proc,
 }
 
 /// One entry of the new root, prepared for the child.
@@ -421,7 +421,7 @@ impl Jail {
             let meta = std::fs::metadata(&host).map_err(|e| fail(e.to_string()))?;
             let kind = if host == Path::new("/proc") {
                 proc_granted |= guest == Path::new("/proc");
-                Kind::Proc { over_host: true }
+                Kind::Proc
             } else if meta.is_dir() {
                 Kind::Dir
             } else {
@@ -440,7 +440,7 @@ impl Jail {
             planned.push(Planned {
                 host: PathBuf::from("/proc"),
                 guest: PathBuf::from("/proc"),
-                kind: Kind::Proc { over_host: false },
+                kind: Kind::Proc,
                 access: Access::ReadOnly,
                 device: false,
                 required: true,
@@ -611,23 +611,14 @@ impl Jail {
                             std::ptr::null(),
                         ) == 0
                     }
-                    Kind::Proc { over_host } => {
+                    Kind::Proc => {
                         libc::mkdir(entry.target.as_ptr(), 0o755);
-                        let bound = !over_host
-                            || libc::mount(
-                                entry.source.as_ptr(),
-                                entry.target.as_ptr(),
-                                null,
-                                libc::MS_BIND | libc::MS_REC,
-                                std::ptr::null(),
-                            ) == 0;
                         let ro = if entry.attr & MOUNT_ATTR_RDONLY != 0 {
                             libc::MS_RDONLY
                         } else {
                             0
                         };
-                        bound
-                            && libc::mount(
+                        libc::mount(
                                 c"proc".as_ptr(),
                                 entry.target.as_ptr(),
                                 c"proc".as_ptr(),
@@ -642,7 +633,7 @@ impl Jail {
                     }
                     continue;
                 }
-                if entry.attr != 0 && !matches!(entry.kind, Kind::Proc { .. }) {
+                if entry.attr != 0 && entry.kind != Kind::Proc {
                     set_mount_attr(entry.target.as_ptr(), entry.attr, true)?;
                 }
             }
@@ -1023,6 +1014,11 @@ fn drop_capabilities() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Whether `host` is the host's `/proc`, which a namespaced plugin gets a fresh one of instead.
+pub(super) fn is_host_proc(host: &Path) -> bool {
+    host.canonicalize().is_ok_and(|p| p == Path::new("/proc"))
+}
+
 /// Drop entries another directory entry already shows at the same place with at least their
 /// access, and order the rest so that a directory is mounted before what lies inside it.
 fn without_covered(planned: Vec<Planned>) -> Vec<Planned> {
@@ -1054,7 +1050,7 @@ fn without_covered(planned: Vec<Planned>) -> Vec<Planned> {
 
 /// A guest path as the plugin will see it: absolute (relative to the working directory
 /// otherwise), without `.` or `..`.
-fn guest_path(guest: &str) -> Result<PathBuf, String> {
+pub(super) fn guest_path(guest: &str) -> Result<PathBuf, String> {
     let path = Path::new(guest);
     let absolute = if path.is_absolute() {
         path.to_owned()
