@@ -29,7 +29,7 @@ fn run_echoes_a_frame_wasm_and_native() {
         );
         assert_eq!(out.stdout, b"{\"id\":1}\n", "{target:?}: {}", stderr(&out));
         assert_eq!(out.status.code(), Some(0), "{target:?}: {}", stderr(&out));
-        let notice = stderr(&out).contains("NOT sandboxed");
+        let notice = stderr(&out).contains("is not wasm; running it natively");
         assert_eq!(
             notice,
             target == Target::Native,

@@ -342,6 +342,11 @@ pub(crate) struct ProxyHandle {
     _resolver: Arc<crate::net::Resolver>,
 }
 
+/// Whether native plugins get a seccomp system-call filter on this kernel.
+pub fn seccomp_available() -> bool {
+    seccomp::available()
+}
+
 /// Fork every native plugin from one thread that lives as long as the process: the kernel sends
 /// `PR_SET_PDEATHSIG` when the *thread* that forked the child ends, so a plugin started from a
 /// short-lived thread (a `spawn_blocking` worker, a thread running its own runtime) would be
