@@ -218,7 +218,7 @@ async fn a_dir_is_seen_at_its_guest_path_and_a_single_file_can_be_granted() {
 async fn a_wasm_plugin_is_told_that_only_native_plugins_take_a_single_file() {
     let file = tempfile::NamedTempFile::new().expect("tempfile");
     let host = host();
-    let fs = host.load(plugin("fs", Target::Wasip2)).expect("load");
+    let fs = host.load(plugin("fs", Target::Wasm)).expect("load");
     let policy = Policy::default().preopen(file.path(), "/one.txt", Access::ReadOnly);
     let err = host
         .start(&fs, &policy, &opts(Framing::JsonLines))
