@@ -174,9 +174,15 @@ pub(crate) fn spawn(
         cmd.pre_exec(move || {
             die_with_parent(parent)?;
             close_inherited_descriptors();
-            limits.apply()?;
-            if let Some(jail) = jail.as_mut() {
-                jail.enter()?;
+            match jail.as_mut() {
+                // In the plugin: the jail's own steps open descriptors (the status pipe, the
+                // sources of the binds) while sandpipe's inherited ones are still open, which
+                // a small RLIMIT_NOFILE would refuse; and the monitor and PID 1 need no limit.
+                Some(jail) => {
+                    jail.enter()?;
+                    limits.apply()?;
+                }
+                None => limits.apply()?,
             }
             confinement.apply()?;
             if let Some(filter) = &filter {
