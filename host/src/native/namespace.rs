@@ -386,7 +386,24 @@ impl Jail {
             }
         }
         for file in SYSTEM_FILES {
-            planned.extend(ro(Path::new(file), false, file.starts_with("/dev/")));
+            let path = Path::new(file);
+            let device = file.starts_with("/dev/");
+            match (std::fs::read_link(path), path.canonicalize()) {
+                // A link stays a link (`/etc/localtime` names the zone a plugin reports), its
+                // target bound where it is unless a system directory already shows it.
+                (Ok(link), Ok(real)) => {
+                    planned.push(Planned {
+                        host: path.to_owned(),
+                        guest: path.to_owned(),
+                        kind: Kind::Symlink(c_path(&link)?),
+                        access: Access::ReadOnly,
+                        device,
+                        required: false,
+                    });
+                    planned.extend(ro(&real, false, device));
+                }
+                _ => planned.extend(ro(path, false, device)),
+            }
         }
         for dev in SINK_DEVICES {
             planned.extend(ro(Path::new(dev), false, true));
