@@ -38,12 +38,7 @@ pub(crate) fn backstop(cap: u64) -> u64 {
 /// The peak is the plugin's own: `wait4`'s `ru_maxrss` is not, because a forked child starts
 /// with its parent's resident set (`dup_mm` copies the high-water mark), so before `exec` a
 /// plugin spawned from a large host process "used" the host's memory.
-pub(crate) async fn exceeded(
-    pid: u32,
-    depth: u8,
-    cap: u64,
-    peak: &std::sync::atomic::AtomicU64,
-) {
+pub(crate) async fn exceeded(pid: u32, depth: u8, cap: u64, peak: &std::sync::atomic::AtomicU64) {
     let page = page_size();
     loop {
         let resident = group_resident_pages(pid, depth).saturating_mul(page);

@@ -54,8 +54,8 @@ use crate::stderr::{StderrMode, StderrTail};
 use crate::transport::{KillSwitch, Transport, killed};
 
 pub use landlock::{LANDLOCK_TARGET_ABI, LandlockSupport};
-pub use namespace::{NamespaceSupport, PROXY_PORT};
 pub(crate) use memory::plugin_resident;
+pub use namespace::{NamespaceSupport, PROXY_PORT};
 pub(crate) use rlimit::Limits;
 pub use startup::{StartupGrant, startup_grants};
 
@@ -86,8 +86,7 @@ pub(crate) fn spawn(
     )?;
     // Landlock's port rules cannot tell one host from another: without a network namespace
     // and the proxy, an allow-list could only be approximated by a hole.
-    if let (false, NamespaceSupport::Unavailable { reason }) =
-        (policy.net.is_closed(), &namespaces)
+    if let (false, NamespaceSupport::Unavailable { reason }) = (policy.net.is_closed(), &namespaces)
     {
         return Err(HostError::NativeNetworkNeedsNamespaces {
             program: program.to_owned(),
@@ -95,10 +94,12 @@ pub(crate) fn spawn(
         });
     }
     let filter = if seccomp::available() {
-        Some(seccomp::SyscallFilter::build().map_err(|message| HostError::Seccomp {
-            program: program.to_owned(),
-            message,
-        })?)
+        Some(
+            seccomp::SyscallFilter::build().map_err(|message| HostError::Seccomp {
+                program: program.to_owned(),
+                message,
+            })?,
+        )
     } else {
         None
     };

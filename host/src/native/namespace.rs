@@ -119,7 +119,11 @@ fn probe() -> NamespaceSupport {
                 Ok(()) => [0i32, 0],
                 Err((step, errno)) => [step as i32 + 1, errno],
             };
-            libc::write(write_end, answer.as_ptr().cast(), std::mem::size_of_val(&answer));
+            libc::write(
+                write_end,
+                answer.as_ptr().cast(),
+                std::mem::size_of_val(&answer),
+            );
             libc::_exit(0);
         }
     }
@@ -134,12 +138,14 @@ fn probe() -> NamespaceSupport {
     let mut answer = [0i32; 2];
     // SAFETY: read fills at most `answer`'s bytes; waitpid reaps our own child.
     let got = unsafe {
-        let n = libc::read(read_end, answer.as_mut_ptr().cast(), std::mem::size_of_val(&answer));
+        let n = libc::read(
+            read_end,
+            answer.as_mut_ptr().cast(),
+            std::mem::size_of_val(&answer),
+        );
         libc::close(read_end);
         let mut status = 0;
-        while libc::waitpid(pid, &mut status, 0) < 0
-            && *libc::__errno_location() == libc::EINTR
-        {}
+        while libc::waitpid(pid, &mut status, 0) < 0 && *libc::__errno_location() == libc::EINTR {}
         n
     };
     match (got, answer) {
@@ -433,7 +439,10 @@ impl Jail {
                 host: preopen.host.clone(),
                 message,
             };
-            let host = preopen.host.canonicalize().map_err(|e| fail(e.to_string()))?;
+            let host = preopen
+                .host
+                .canonicalize()
+                .map_err(|e| fail(e.to_string()))?;
             let guest = guest_path(&preopen.guest).map_err(fail)?;
             let meta = std::fs::metadata(&host).map_err(|e| fail(e.to_string()))?;
             let kind = if host == Path::new("/proc") {
@@ -540,7 +549,13 @@ impl Jail {
             if init > 0 {
                 monitor(init, status_read);
             }
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
             libc::close(status_read);
             self.build_root()?;
             let plugin = libc::fork();
@@ -550,7 +565,13 @@ impl Jail {
             if plugin > 0 {
                 init_process(plugin, status_write);
             }
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
             if libc::getppid() != 1 {
                 libc::_exit(137);
             }
@@ -636,12 +657,12 @@ impl Jail {
                             0
                         };
                         libc::mount(
-                                c"proc".as_ptr(),
-                                entry.target.as_ptr(),
-                                c"proc".as_ptr(),
-                                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | ro,
-                                std::ptr::null(),
-                            ) == 0
+                            c"proc".as_ptr(),
+                            entry.target.as_ptr(),
+                            c"proc".as_ptr(),
+                            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | ro,
+                            std::ptr::null(),
+                        ) == 0
                     }
                 };
                 if !done {
@@ -1007,7 +1028,13 @@ fn drop_capabilities() -> std::io::Result<()> {
             // EINVAL past the kernel's last capability.
             libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
         }
-        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
         let header = Header {
             version: LINUX_CAPABILITY_VERSION_3,
             pid: 0,
@@ -1054,9 +1081,9 @@ fn without_covered(planned: Vec<Planned>) -> Vec<Planned> {
     for (i, p) in planned.iter().enumerate() {
         let covered = planned.iter().any(|o| covers(o, p));
         // Exact duplicates: keep the first.
-        let duplicate = planned[..i]
-            .iter()
-            .any(|o| o.host == p.host && o.guest == p.guest && o.access == p.access && o.kind == p.kind);
+        let duplicate = planned[..i].iter().any(|o| {
+            o.host == p.host && o.guest == p.guest && o.access == p.access && o.kind == p.kind
+        });
         if !covered && !duplicate {
             kept.push(p.clone());
         }
@@ -1162,7 +1189,12 @@ mod tests {
         let kept = without_covered(vec![
             planned("/opt/py/lib", "/opt/py/lib", Kind::Dir, Access::ReadOnly),
             planned("/opt/py", "/opt/py", Kind::Dir, Access::ReadOnly),
-            planned("/opt/py/bin/x", "/opt/py/bin/x", Kind::File, Access::ReadOnly),
+            planned(
+                "/opt/py/bin/x",
+                "/opt/py/bin/x",
+                Kind::File,
+                Access::ReadOnly,
+            ),
             planned("/work", "/data", Kind::Dir, Access::ReadOnly),
             planned("/work/out", "/data/out", Kind::Dir, Access::ReadWrite),
             planned("/work/in", "/in", Kind::Dir, Access::ReadOnly),

@@ -80,11 +80,7 @@ impl SyscallFilter {
                 .map_err(|e| e.to_string())
         };
         let rule = |conditions| SeccompRule::new(conditions).map_err(|e| e.to_string());
-        let unix = rule(vec![dword(
-            0,
-            SeccompCmpOp::Eq,
-            libc::AF_UNIX as u64,
-        )?])?;
+        let unix = rule(vec![dword(0, SeccompCmpOp::Eq, libc::AF_UNIX as u64)?])?;
         let mut eperm: BTreeMap<i64, Vec<SeccompRule>> =
             REFUSED.iter().map(|&nr| (nr, Vec::new())).collect();
         let mut clone_rules = Vec::new();
@@ -98,7 +94,10 @@ impl SyscallFilter {
                 BTreeMap::from([(libc::SYS_socket, vec![unix])]),
                 libc::EACCES,
             ),
-            (BTreeMap::from([(libc::SYS_clone3, Vec::new())]), libc::ENOSYS),
+            (
+                BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+                libc::ENOSYS,
+            ),
             (eperm, libc::EPERM),
         ];
         let mut programs = Vec::with_capacity(filters.len());

@@ -151,7 +151,8 @@ mod linux {
     pub(crate) fn exit_on_term(code: i32) -> io::Result<()> {
         EXIT_CODE.store(code, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: installs a handler that only calls _exit.
-        let previous = unsafe { libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t) };
+        let previous =
+            unsafe { libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t) };
         if previous == libc::SIG_ERR {
             return Err(io::Error::last_os_error());
         }
