@@ -311,3 +311,41 @@ fn the_start_up_line_names_the_namespaces_and_the_filter() {
     );
     assert!(!stderr.contains("NOT sandboxed"), "{stderr}");
 }
+
+#[tokio::test]
+async fn with_allowed_hosts_the_plugin_reaches_sandpipes_proxy_and_nothing_else() {
+    require_namespaces();
+    let host = host();
+    let fs = host.load(plugin("fs", Target::Native)).expect("load");
+    let mut policy = Policy::default();
+    policy.net = sandpipe::net::NetPolicy::default()
+        .allow("example.com")
+        .expect("rule");
+    let port = sandpipe::PROXY_PORT;
+    for op in [
+        "env:HTTP_PROXY".to_owned(),
+        "env:all_proxy".to_owned(),
+        format!("connect:127.0.0.1:{port}"),
+        format!("connect:127.0.0.1:{}", port + 1),
+    ] {
+        policy = policy.arg(op);
+    }
+    let mut s = host
+        .start(&fs, &policy, &opts(Framing::JsonLines))
+        .await
+        .expect("start");
+    let (frames, exit) = replies(&mut s).await;
+    assert_eq!(exit, Exit::Exited(0), "{frames:?}");
+    assert_eq!(
+        frames[0]["value"],
+        json!(format!("http://127.0.0.1:{port}")),
+        "{frames:?}"
+    );
+    assert_eq!(
+        frames[1]["value"],
+        json!(format!("socks5h://127.0.0.1:{port}")),
+        "{frames:?}"
+    );
+    assert_eq!(frames[2]["ok"], json!(true), "{frames:?}");
+    assert_eq!(frames[3]["ok"], json!(false), "{frames:?}");
+}

@@ -217,6 +217,7 @@ pub(crate) fn confinement(
     preopens: &[Preopen],
     grants: &[StartupGrant],
     namespaced: bool,
+    proxied: bool,
 ) -> Result<Confinement, HostError> {
     use landlock::{
         ABI, Access as _, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
@@ -294,6 +295,16 @@ pub(crate) fn confinement(
         };
         rules.extend(rule(&preopen.host, access, true).map_err(preopen_error)?);
     }
+    if proxied {
+        // The plugin's network namespace has loopback alone, and on this port sandpipe's
+        // proxy: the one TCP connection it may make.
+        ruleset = ruleset
+            .add_rule(landlock::NetPort::new(
+                super::namespace::PROXY_PORT,
+                AccessNet::ConnectTcp,
+            ))
+            .map_err(|e| fail(format!("the proxy port: {e}")))?;
+    }
     for (path, rule) in rules {
         ruleset = ruleset
             .add_rule(rule)
@@ -311,6 +322,7 @@ pub(crate) fn confinement(
     preopens: &[Preopen],
     _grants: &[StartupGrant],
     _namespaced: bool,
+    _proxied: bool,
 ) -> Result<Confinement, HostError> {
     check_preopens(preopens)?;
     Ok(Confinement)

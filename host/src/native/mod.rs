@@ -83,6 +83,7 @@ pub(crate) fn spawn(
         &policy.preopens,
         &grants,
         namespaces.is_available(),
+        namespaces.is_available() && !policy.net.is_closed(),
     )?;
     // Landlock's port rules cannot tell one host from another: without a network namespace
     // and the proxy, an allow-list could only be approximated by a hole.
@@ -205,14 +206,12 @@ pub(crate) fn spawn(
     let proxy = match proxy_ours {
         Some(channel) => {
             let received = namespace::receive_listener(&std::os::fd::OwnedFd::from(channel));
-            match received {
-                Ok(listener) => Some(serve_proxy(
-                    listener,
-                    Arc::new(crate::net::Resolver::new(
-                        policy.net.clone(),
-                        policy.audit.clone(),
-                    )),
-                )),
+            let resolver = Arc::new(crate::net::Resolver::new(
+                policy.net.clone(),
+                policy.audit.clone(),
+            ));
+            match received.and_then(|listener| crate::net::spawn_proxy(listener, resolver)) {
+                Ok(handle) => Some(handle),
                 Err(e) => {
                     group.signal(libc::SIGKILL);
                     let _ = child.wait();
@@ -327,26 +326,6 @@ pub(crate) fn spawn(
         pid,
         plugin_depth,
     })
-}
-
-/// Serve sandpipe's proxy to a native plugin on `listener` (bound to `127.0.0.1:PROXY_PORT` in
-/// its network namespace), admitting what `resolver` admits, until the handle is dropped.
-pub(crate) fn serve_proxy(
-    listener: std::net::TcpListener,
-    resolver: Arc<crate::net::Resolver>,
-) -> ProxyHandle {
-    ProxyHandle {
-        _listener: listener,
-        _resolver: resolver,
-    }
-}
-
-/// The proxy serving one native plugin; dropping it stops the proxy (and closes the listener,
-/// so the plugin's next connection is refused).
-#[derive(Debug)]
-pub(crate) struct ProxyHandle {
-    _listener: std::net::TcpListener,
-    _resolver: Arc<crate::net::Resolver>,
 }
 
 /// Whether native plugins get a seccomp system-call filter on this kernel.
