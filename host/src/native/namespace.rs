@@ -1200,6 +1200,6 @@ mod tests {
             planned("/work/in", "/in", Kind::Dir, Access::ReadOnly),
         ]);
         let kept: Vec<_> = kept.iter().map(|p| p.guest.display().to_string()).collect();
-        assert_eq!(kept, ["/opt/py", "/data", "/in", "/data/out"]);
+        assert_eq!(kept, ["/data", "/in", "/opt/py", "/data/out"]);
     }
 }
