@@ -87,6 +87,26 @@ pub enum HostError {
         /// wasmtime's message, naming the limit and what ran out.
         message: String,
     },
+    /// A native plugin was allowed hosts (`Policy::net`), but the kernel gives it no network
+    /// namespace: without one, the allow-list could not be enforced by host.
+    #[error(
+        "native plugin {} needs its own network namespace for --allow-net, and this kernel gives none ({reason}); run a wasm build, or drop --allow-net",
+        program.display()
+    )]
+    NativeNetworkNeedsNamespaces {
+        /// The program.
+        program: PathBuf,
+        /// Why there are no namespaces.
+        reason: String,
+    },
+    /// The system-call filter of a native plugin could not be compiled.
+    #[error("filtering the system calls of native plugin {}: {message}", program.display())]
+    Seccomp {
+        /// The program.
+        program: PathBuf,
+        /// What failed.
+        message: String,
+    },
     /// A native plugin could not be spawned.
     #[error("spawning native plugin {}: {source}", program.display())]
     Spawn {

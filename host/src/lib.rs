@@ -86,7 +86,10 @@ use std::time::{Duration, Instant};
 
 pub use error::{Exit, HostError, SessionError, Stopped};
 pub use memory::MemoryPlugin;
-pub use native::{LANDLOCK_TARGET_ABI, LandlockSupport, StartupGrant, startup_grants};
+pub use native::{
+    LANDLOCK_TARGET_ABI, LandlockSupport, NamespaceSupport, PROXY_PORT, StartupGrant,
+    startup_grants,
+};
 pub use policy::{
     Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, Fuel, ImportPolicy, Policy, Preopen,
 };

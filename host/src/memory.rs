@@ -151,6 +151,7 @@ impl Session {
             kill,
             stderr,
             pid: None,
+            plugin_depth: 0,
         };
         Session::new(transport, options, meter)
     }

@@ -147,6 +147,8 @@ pub struct SessionReader {
 pub struct SessionControl {
     record: Option<Arc<Recorder>>,
     pid: Option<u32>,
+    /// See `Transport::plugin_depth`.
+    plugin_depth: u8,
     exit: watch::Receiver<Option<Exit>>,
     kill: KillSwitch,
     stderr: StderrTail,
@@ -197,6 +199,7 @@ impl Session {
             control: SessionControl {
                 record: opts.record.clone(),
                 pid: t.pid,
+                plugin_depth: t.plugin_depth,
                 exit: t.exit,
                 kill: t.kill,
                 stderr: t.stderr,
@@ -498,15 +501,14 @@ impl SessionControl {
     }
 
     /// Memory the plugin holds now, in bytes: linear memory for wasm (all memories of the
-    /// instance), resident set size for a native plugin (`/proc/<pid>/statm`). `None` when
-    /// it cannot be read (a native plugin that is gone).
+    /// instance), the resident set of a native plugin and the processes it started
+    /// (`/proc/<pid>/statm`). `None` when it cannot be read (a native plugin that is gone).
     pub fn memory_in_use(&self) -> Option<u64> {
         match self.pid {
             None => Some(self.meter.memory.load(Ordering::Relaxed)),
             Some(pid) => {
-                let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
-                let resident: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-                Some(resident * crate::native::page_size())
+                std::fs::metadata(format!("/proc/{pid}")).ok()?;
+                Some(crate::native::plugin_resident(pid, self.plugin_depth))
             }
         }
     }

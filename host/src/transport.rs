@@ -20,6 +20,9 @@ pub(crate) struct Transport {
     pub(crate) stderr: StderrTail,
     /// The child's process id (native plugins only).
     pub(crate) pid: Option<u32>,
+    /// How many of sandpipe's own processes stand between `pid` and the plugin (a namespaced
+    /// native plugin's monitor and PID 1: 2), left out when its memory is measured.
+    pub(crate) plugin_depth: u8,
 }
 
 /// Counters a running plugin shares with its session.

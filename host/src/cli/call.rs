@@ -46,7 +46,7 @@ pub struct CallArgs {
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
     /// The plugin (.wasm, sandboxed; a policy file, *.toml, naming one; anything else runs
-    /// natively, NOT sandboxed).
+    /// natively, in a sandbox of namespaces, seccomp and Landlock where the kernel allows).
     pub(super) plugin: PathBuf,
     /// Arguments for the plugin (e.g. the guest path of a state directory): everything after
     /// PLUGIN goes to the plugin, as with `run` and `wasmtime run` (a leading `--` is dropped).

@@ -64,7 +64,8 @@ pub struct RunArgs {
     record: Option<PathBuf>,
     /// The plugin: a .wasm component or p1 module (sandboxed), an
     /// oci://HOST[:PORT]/REPO[:TAG][@sha256:HEX] reference, a policy file (*.toml) naming
-    /// one, or any other executable (run natively, NOT sandboxed).
+    /// one, or any other executable (run natively, in a sandbox of namespaces, seccomp and
+    /// Landlock where the kernel allows; see SECURITY.md).
     pub(super) plugin: PathBuf,
     /// Arguments for the plugin: everything after PLUGIN goes to the plugin, as with
     /// `wasmtime run` (a leading `--` is dropped).

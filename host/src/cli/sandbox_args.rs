@@ -7,7 +7,9 @@ use anyhow::Result;
 use sandpipe_proto::frame::FrameLimits;
 
 use super::{CacheArgs, MemoryCap, parse_duration, parse_memory, parse_size};
-use crate::{Access, Fuel, ImportPolicy, LandlockSupport, Plugin, PluginKind, Policy};
+use crate::{
+    Access, Fuel, ImportPolicy, LandlockSupport, NamespaceSupport, Plugin, PluginKind, Policy,
+};
 
 /// The sandbox policy on the command line.
 #[derive(Debug, Clone, clap::Args)]
@@ -188,30 +190,45 @@ pub(crate) fn recorder(
     Ok(Some(std::sync::Arc::new(r)))
 }
 
-/// The one-line notice printed whenever a plugin runs natively (naming what it may read to
-/// start), and the one-line warning when Landlock cannot confine it (fully).
+/// The one-line notice printed whenever a plugin runs natively: what confines it (namespaces,
+/// seccomp, Landlock, and what it may read to start) or what is missing, and the one-line
+/// warning when Landlock cannot confine it (fully).
 pub(crate) fn warn_if_native(plugin: &Plugin, policy: &Policy) {
     if plugin.kind() == PluginKind::NativeUnsandboxed {
         let support = LandlockSupport::detect();
-        let confined = match support {
-            LandlockSupport::Unavailable { .. } => {
-                "fuel, filesystem and network are not restricted".to_owned()
-            }
-            _ => {
-                let grants = native_grants(plugin, policy);
-                let grants = if grants.is_empty() {
-                    String::new()
-                } else {
-                    format!(", read-only for start-up: {grants}")
-                };
-                format!(
-                    "Landlock limits its files to --dir{grants}, and refuses TCP, but there is no fuel and no system-call filter"
-                )
-            }
+        let namespaces = NamespaceSupport::detect();
+        let mut parts = vec![namespaces.describe()];
+        if crate::native::seccomp_available() {
+            parts.push("seccomp".to_owned());
+        } else {
+            parts.push("no system-call filter".to_owned());
+        }
+        match &support {
+            LandlockSupport::Unavailable { .. } => parts.push("no Landlock".to_owned()),
+            _ => parts.push(format!("Landlock ABI {}", support.abi().unwrap_or(0))),
+        }
+        let grants = native_grants(plugin, policy);
+        if !grants.is_empty() {
+            parts.push(format!("read-only for start-up: {grants}"));
+        }
+        if !namespaces.is_available() {
+            parts.push(match support {
+                LandlockSupport::Unavailable { .. } => {
+                    "files, network, UDP and /proc are not restricted".to_owned()
+                }
+                _ => "files limited to --dir and TCP refused, but UDP, other processes' /proc and --dir's guest paths are not".to_owned(),
+            });
+        }
+        parts.push("no fuel".to_owned());
+        let how = if namespaces.is_available() {
+            "in a sandbox"
+        } else {
+            "partly sandboxed"
         };
         eprintln!(
-            "sandpipe: {} is not wasm; running it natively, NOT sandboxed ({confined})",
-            plugin.path().display()
+            "sandpipe: {} is not wasm; running it natively {how} ({})",
+            plugin.path().display(),
+            parts.join("; ")
         );
         if let Some(warning) = support.warning() {
             eprintln!("{warning}");
@@ -258,7 +275,11 @@ pub(crate) fn explain_failed_start(plugin: &Plugin, policy: &Policy, before_outp
         } else {
             ""
         };
-        format!("--dir {}{ro}", p.host.display())
+        if p.guest == p.host.display().to_string() {
+            format!("--dir {}{ro}", p.host.display())
+        } else {
+            format!("--dir {}::{}{ro}", p.host.display(), p.guest)
+        }
     }));
     let when = if before_output {
         "the plugin failed before writing any output"

@@ -177,18 +177,23 @@ fn query_abi() -> Result<i32, i32> {
     Err(libc::ENOSYS)
 }
 
-/// A built ruleset, waiting to be applied in the child.
+/// A built ruleset, waiting to be applied in the child: its descriptor, and the fresh `/proc`
+/// mounts of a namespaced plugin granted with `--dir /proc`, each a guest path and its rights,
+/// whose rules can only be added once they are mounted.
 #[cfg(target_os = "linux")]
 #[derive(Debug)]
-pub(crate) struct Confinement(Option<landlock::RulesetCreated>);
+pub(crate) struct Confinement {
+    ruleset: Option<std::os::fd::OwnedFd>,
+    proc_rules: Vec<(std::ffi::CString, u64)>,
+}
 
 #[cfg(not(target_os = "linux"))]
 #[derive(Debug)]
 pub(crate) struct Confinement;
 
 /// Paths every program needs to start and run, granted read-only when they exist.
-const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64"];
-const SYSTEM_FILES: &[&str] = &[
+pub(super) const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64"];
+pub(super) const SYSTEM_FILES: &[&str] = &[
     "/etc/ld.so.cache",
     "/etc/ld.so.preload",
     "/etc/localtime",
@@ -197,7 +202,7 @@ const SYSTEM_FILES: &[&str] = &[
     "/dev/random",
 ];
 /// Devices a shell redirection or a library may open for writing.
-const SINK_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
+pub(super) const SINK_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
 
 /// Whether `path` lies under a system directory every plugin may already read.
 pub(crate) fn is_system_path(path: &Path) -> bool {
@@ -211,6 +216,8 @@ pub(crate) fn confinement(
     program: &Path,
     preopens: &[Preopen],
     grants: &[StartupGrant],
+    namespaced: bool,
+    proxied: bool,
 ) -> Result<Confinement, HostError> {
     use landlock::{
         ABI, Access as _, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
@@ -222,7 +229,10 @@ pub(crate) fn confinement(
         LandlockSupport::detect(),
         LandlockSupport::Unavailable { .. }
     ) {
-        return Ok(Confinement(None));
+        return Ok(Confinement {
+            ruleset: None,
+            proc_rules: Vec::new(),
+        });
     }
     let fail = |message: String| HostError::Landlock {
         program: program.to_owned(),
@@ -260,23 +270,50 @@ pub(crate) fn confinement(
         // A grant that vanished since it was computed is simply not granted.
         rules.extend(rule(&grant.path, read, false).map_err(&fail)?);
     }
+    let mut proc_rules = Vec::new();
     for preopen in preopens {
         let access = match preopen.access {
             Access::ReadOnly => read,
             Access::ReadWrite => AccessFs::from_all(abi),
         };
+        if namespaced && super::namespace::is_host_proc(&preopen.host) {
+            // The plugin gets a fresh /proc of its own there, not the host's: its rule is on
+            // that mount, added in the child (read rights: /proc is not for writing).
+            let guest = super::namespace::guest_path(&preopen.guest)
+                .ok()
+                .and_then(|g| std::ffi::CString::new(g.into_os_string().into_encoded_bytes()).ok())
+                .ok_or_else(|| HostError::Preopen {
+                    host: preopen.host.clone(),
+                    message: format!("invalid guest path {}", preopen.guest),
+                })?;
+            proc_rules.push((guest, read.bits()));
+            continue;
+        }
         let preopen_error = |message: String| HostError::Preopen {
             host: preopen.host.clone(),
             message,
         };
         rules.extend(rule(&preopen.host, access, true).map_err(preopen_error)?);
     }
+    if proxied {
+        // The plugin's network namespace has loopback alone, and on this port sandpipe's
+        // proxy: the one TCP connection it may make.
+        ruleset = ruleset
+            .add_rule(landlock::NetPort::new(
+                super::namespace::PROXY_PORT,
+                AccessNet::ConnectTcp,
+            ))
+            .map_err(|e| fail(format!("the proxy port: {e}")))?;
+    }
     for (path, rule) in rules {
         ruleset = ruleset
             .add_rule(rule)
             .map_err(|e| fail(format!("{}: {e}", path.display())))?;
     }
-    Ok(Confinement(Some(ruleset)))
+    Ok(Confinement {
+        ruleset: Option::<std::os::fd::OwnedFd>::from(ruleset),
+        proc_rules,
+    })
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -284,17 +321,19 @@ pub(crate) fn confinement(
     _program: &Path,
     preopens: &[Preopen],
     _grants: &[StartupGrant],
+    _namespaced: bool,
+    _proxied: bool,
 ) -> Result<Confinement, HostError> {
     check_preopens(preopens)?;
     Ok(Confinement)
 }
 
-/// Every preopen must be a directory, with or without Landlock, as under wasm.
+/// Every preopen must exist, with or without Landlock: a directory, or (natively only) a
+/// single file.
 fn check_preopens(preopens: &[Preopen]) -> Result<(), HostError> {
     for preopen in preopens {
         let message = match std::fs::metadata(&preopen.host) {
-            Ok(meta) if meta.is_dir() => continue,
-            Ok(_) => "not a directory".to_owned(),
+            Ok(_) => continue,
             Err(e) => e.to_string(),
         };
         return Err(HostError::Preopen {
@@ -306,14 +345,54 @@ fn check_preopens(preopens: &[Preopen]) -> Result<(), HostError> {
 }
 
 impl Confinement {
-    /// Confine the calling process. Runs in the forked child before exec: `prctl` and
-    /// `landlock_restrict_self` on a ruleset built before the fork; no allocation on success.
+    /// Confine the calling process. Runs in the forked child before exec: `open`,
+    /// `landlock_add_rule` for a fresh `/proc`, `prctl` and `landlock_restrict_self` on a
+    /// ruleset built before the fork; no allocation.
     #[cfg(target_os = "linux")]
+    #[allow(unsafe_code)]
     pub(crate) fn apply(&mut self) -> std::io::Result<()> {
-        if let Some(ruleset) = self.0.take() {
-            ruleset
-                .restrict_self()
-                .map_err(|_| std::io::Error::last_os_error())?;
+        use std::os::fd::AsRawFd;
+        /// `struct landlock_path_beneath_attr`, packed as the kernel declares it.
+        #[repr(C, packed)]
+        struct PathBeneath {
+            allowed_access: u64,
+            parent_fd: i32,
+        }
+        const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+        let Some(ruleset) = self.ruleset.take() else {
+            return Ok(());
+        };
+        let os = std::io::Error::last_os_error;
+        // SAFETY: open, close, prctl and the Landlock system calls on C strings prepared
+        // before the fork, a packed attribute on our stack and descriptors we own.
+        unsafe {
+            for (path, access) in &self.proc_rules {
+                let fd = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(os());
+                }
+                let attr = PathBeneath {
+                    allowed_access: *access,
+                    parent_fd: fd,
+                };
+                let r = libc::syscall(
+                    libc::SYS_landlock_add_rule,
+                    ruleset.as_raw_fd(),
+                    LANDLOCK_RULE_PATH_BENEATH,
+                    &raw const attr,
+                    0u32,
+                );
+                let e = os();
+                libc::close(fd);
+                if r != 0 {
+                    return Err(e);
+                }
+            }
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) != 0
+            {
+                return Err(os());
+            }
         }
         Ok(())
     }

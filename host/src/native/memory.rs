@@ -30,16 +30,18 @@ pub(crate) fn backstop(cap: u64) -> u64 {
     cap.saturating_mul(4).max(1 << 30)
 }
 
-/// Resolves once the resident set of `pid` and its descendants exceeds `cap`; never while it
-/// cannot be read. Every sample raises `peak` to the largest resident set seen.
+/// Resolves once the resident set of `pid`'s descendants `depth` levels down and below exceeds
+/// `cap`; never while it cannot be read. Every sample raises `peak` to the largest resident set
+/// seen. `depth` skips sandpipe's own processes above the plugin (a namespaced plugin's monitor
+/// and PID 1 are forks of sandpipe that never exec: their resident set is sandpipe's).
 ///
 /// The peak is the plugin's own: `wait4`'s `ru_maxrss` is not, because a forked child starts
 /// with its parent's resident set (`dup_mm` copies the high-water mark), so before `exec` a
 /// plugin spawned from a large host process "used" the host's memory.
-pub(crate) async fn exceeded(pid: u32, cap: u64, peak: &std::sync::atomic::AtomicU64) {
+pub(crate) async fn exceeded(pid: u32, depth: u8, cap: u64, peak: &std::sync::atomic::AtomicU64) {
     let page = page_size();
     loop {
-        let resident = group_resident_pages(pid).saturating_mul(page);
+        let resident = group_resident_pages(pid, depth).saturating_mul(page);
         peak.fetch_max(resident, std::sync::atomic::Ordering::Relaxed);
         if resident > cap {
             tracing::debug!(pid, resident, cap, "native plugin over its memory cap");
@@ -49,18 +51,26 @@ pub(crate) async fn exceeded(pid: u32, cap: u64, peak: &std::sync::atomic::Atomi
     }
 }
 
-/// Resident pages of `pid` and all its descendants (0 for processes already gone).
-fn group_resident_pages(pid: u32) -> u64 {
+/// Resident bytes of the plugin below `pid`, `depth` levels down, and all its descendants.
+pub(crate) fn plugin_resident(pid: u32, depth: u8) -> u64 {
+    group_resident_pages(pid, depth).saturating_mul(page_size())
+}
+
+/// Resident pages of `pid`'s descendants from `depth` levels down (0 for processes already
+/// gone).
+fn group_resident_pages(pid: u32, depth: u8) -> u64 {
     let mut total = 0;
-    let mut todo = vec![pid];
+    let mut todo = vec![(pid, 0u8)];
     // Bounded: a process tree deeper or wider than this is counted as far as this goes.
     let mut visited = 0;
-    while let Some(p) = todo.pop() {
+    while let Some((p, level)) = todo.pop() {
         visited += 1;
         if visited > 4096 {
             break;
         }
-        total += resident_pages(p).unwrap_or(0);
+        if level >= depth {
+            total += resident_pages(p).unwrap_or(0);
+        }
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
             continue;
         };
@@ -69,7 +79,8 @@ fn group_resident_pages(pid: u32) -> u64 {
                 todo.extend(
                     children
                         .split_whitespace()
-                        .filter_map(|c| c.parse::<u32>().ok()),
+                        .filter_map(|c| c.parse::<u32>().ok())
+                        .map(|c| (c, level.saturating_add(1))),
                 );
             }
         }
@@ -103,6 +114,6 @@ mod tests {
 
     #[test]
     fn this_process_has_a_resident_set() {
-        assert!(group_resident_pages(std::process::id()) > 0);
+        assert!(group_resident_pages(std::process::id(), 0) > 0);
     }
 }

@@ -1,6 +1,13 @@
-//! Native plugins: real child processes, not sandboxed. The only module that spawns processes.
+//! Native plugins: real child processes in a sandbox of the kernel's own parts. The only module
+//! that spawns processes.
 //!
 //! What is enforced (see `SECURITY.md`, "Native mode", for the whole list, and what is not):
+//! - where the kernel allows it ([`NamespaceSupport`]), the plugin's own user, mount, PID, IPC,
+//!   network and UTS namespaces ([`namespace`]): a tmpfs root holding only what it may read,
+//!   `--dir` at its guest path, a fresh `/proc`, loopback alone (and sandpipe's proxy when the
+//!   policy allows hosts), no capabilities;
+//! - a seccomp filter ([`seccomp`]): no Unix sockets, ptrace, mounts, namespaces, BPF, keyrings,
+//!   kernel modules;
 //! - the environment is cleared to the policy's list;
 //! - the child gets its own process group, killed (SIGKILL to the group) on deadline, on kill
 //!   and when the session is dropped; a waiter thread reaps it, so no zombie is left;
@@ -12,19 +19,22 @@
 //!   [`LandlockSupport::warning`] says so;
 //! - stdin/stdout/stderr are pipes.
 //!
-//! What is NOT enforced: fuel (CPU time is the coarse counterpart), system calls, UDP and Unix
-//! sockets, /proc of other processes when Landlock is missing, determinism.
+//! What is NOT enforced: fuel (CPU time is the coarse counterpart), determinism; without
+//! namespaces, UDP, the network namespace's isolation and other processes' /proc.
 //!
 //! ```text
-//! spawn: Limits::for_policy + Landlock ruleset (host) ─ fork ─► pre_exec: setrlimit,
-//!        restrict_self ─► exec plugin
+//! spawn: Limits::for_policy + Landlock ruleset + seccomp programs + the jail's plan (host)
+//!        ─ fork ─► pre_exec: setrlimit, [namespaces: monitor ─ fork ─► PID 1: new root
+//!        ─ fork ─► plugin], restrict_self, seccomp ─► exec plugin
 //! waiter thread: waitid(WNOWAIT) ─► lock ─► wait4 (status + rusage) ─► oneshot
 //! task: select { waited → classify | deadline → killpg | kill switch → killpg } → Exit
 //! ```
 
 mod landlock;
 mod memory;
+mod namespace;
 mod rlimit;
+mod seccomp;
 mod startup;
 
 use std::os::fd::{AsRawFd, RawFd};
@@ -44,7 +54,8 @@ use crate::stderr::{StderrMode, StderrTail};
 use crate::transport::{KillSwitch, Transport, killed};
 
 pub use landlock::{LANDLOCK_TARGET_ABI, LandlockSupport};
-pub(crate) use memory::page_size;
+pub(crate) use memory::plugin_resident;
+pub use namespace::{NamespaceSupport, PROXY_PORT};
 pub(crate) use rlimit::Limits;
 pub use startup::{StartupGrant, startup_grants};
 
@@ -66,7 +77,33 @@ pub(crate) fn spawn(
     } else {
         Vec::new()
     };
-    let mut confinement = landlock::confinement(program, &policy.preopens, &grants)?;
+    let namespaces = NamespaceSupport::detect();
+    let mut confinement = landlock::confinement(
+        program,
+        &policy.preopens,
+        &grants,
+        namespaces.is_available(),
+        namespaces.is_available() && !policy.net.is_closed(),
+    )?;
+    // Landlock's port rules cannot tell one host from another: without a network namespace
+    // and the proxy, an allow-list could only be approximated by a hole.
+    if let (false, NamespaceSupport::Unavailable { reason }) = (policy.net.is_closed(), &namespaces)
+    {
+        return Err(HostError::NativeNetworkNeedsNamespaces {
+            program: program.to_owned(),
+            reason: reason.clone(),
+        });
+    }
+    let filter = if seccomp::available() {
+        Some(
+            seccomp::SyscallFilter::build().map_err(|message| HostError::Seccomp {
+                program: program.to_owned(),
+                message,
+            })?,
+        )
+    } else {
+        None
+    };
     // The plugin must not outlive sandpipe, even one killed with SIGKILL: the child asks for
     // SIGKILL when the thread that forked it (the spawner thread, which lives as long as
     // sandpipe) dies, and checks that sandpipe did not die before the request took effect.
@@ -78,12 +115,52 @@ pub(crate) fn spawn(
     } else {
         program.to_owned()
     };
-    let mut cmd = std::process::Command::new(&file);
-    cmd.args(&policy.args)
+    // In its own root the plugin is found by absolute path (the working directory there is a
+    // copy of sandpipe's); argv[0] stays the name it was given.
+    let exec_path = if namespaces.is_available() {
+        std::path::absolute(&file).map_err(spawn_error)?
+    } else {
+        file.clone()
+    };
+    let proxy_channel = if namespaces.is_available() && !policy.net.is_closed() {
+        Some(std::os::unix::net::UnixStream::pair().map_err(spawn_error)?)
+    } else {
+        None
+    };
+    let (proxy_ours, proxy_theirs) = match proxy_channel {
+        Some((ours, theirs)) => (Some(ours), Some(std::os::fd::OwnedFd::from(theirs))),
+        None => (None, None),
+    };
+    let mut jail = if namespaces.is_available() {
+        Some(namespace::Jail::plan(
+            program,
+            &exec_path,
+            &policy.preopens,
+            &grants,
+            proxy_theirs,
+        )?)
+    } else {
+        None
+    };
+    let plugin_depth = if jail.is_some() { 2 } else { 0 };
+    let mut cmd = std::process::Command::new(&exec_path);
+    cmd.arg0(&file)
+        .args(&policy.args)
         .env_clear()
         .envs(policy.env.iter().map(|(k, v)| (k, v)))
         .stderr(Stdio::piped())
         .process_group(0);
+    if proxy_ours.is_some() {
+        let http = format!("http://127.0.0.1:{PROXY_PORT}");
+        let socks = format!("socks5h://127.0.0.1:{PROXY_PORT}");
+        for (name, value) in [
+            ("HTTP_PROXY", &http),
+            ("HTTPS_PROXY", &http),
+            ("ALL_PROXY", &socks),
+        ] {
+            cmd.env(name, value).env(name.to_lowercase(), value);
+        }
+    }
     let inherit = stdio == NativeStdio::Inherit;
     if inherit {
         cmd.stdin(Stdio::inherit()).stdout(Stdio::inherit());
@@ -92,14 +169,28 @@ pub(crate) fn spawn(
     }
     #[allow(unsafe_code)]
     // SAFETY: the closure runs in the forked child before exec. It calls close_range (or
-    // fcntl), setrlimit, prctl and landlock_restrict_self on values computed before the fork
+    // fcntl), setrlimit, prctl, the jail's system calls (unshare, mount, fork, ...: see
+    // `Jail::enter`), landlock_restrict_self and seccomp on values computed before the fork
     // (no allocation, no lock on the success path); the ruleset it takes is the child's copy.
     unsafe {
         cmd.pre_exec(move || {
             die_with_parent(parent)?;
             close_inherited_descriptors();
-            limits.apply()?;
-            confinement.apply()
+            match jail.as_mut() {
+                // In the plugin: the jail's own steps open descriptors (the status pipe, the
+                // sources of the binds) while sandpipe's inherited ones are still open, which
+                // a small RLIMIT_NOFILE would refuse; and the monitor and PID 1 need no limit.
+                Some(jail) => {
+                    jail.enter()?;
+                    limits.apply()?;
+                }
+                None => limits.apply()?,
+            }
+            confinement.apply()?;
+            if let Some(filter) = &filter {
+                filter.apply()?;
+            }
+            Ok(())
         });
     }
     let started = Instant::now();
@@ -112,6 +203,24 @@ pub(crate) fn spawn(
     // A process of its own that SIGKILLs the plugin's group when sandpipe dies, however it
     // dies: PR_SET_PDEATHSIG reaches the plugin alone, not what the plugin started.
     let guard = GroupGuard::start(group.pgid);
+    let proxy = match proxy_ours {
+        Some(channel) => {
+            let received = namespace::receive_listener(&std::os::fd::OwnedFd::from(channel));
+            let resolver = Arc::new(crate::net::Resolver::new(
+                policy.net.clone(),
+                policy.audit.clone(),
+            ));
+            match received.and_then(|listener| crate::net::spawn_proxy(listener, resolver)) {
+                Ok(handle) => Some(handle),
+                Err(e) => {
+                    group.signal(libc::SIGKILL);
+                    let _ = child.wait();
+                    return Err(spawn_error(e));
+                }
+            }
+        }
+        None => None,
+    };
     let waited = match wait_in_thread(group.clone()) {
         Ok(waited) => waited,
         Err(e) => {
@@ -164,6 +273,7 @@ pub(crate) fn spawn(
         // Dropped with this task (runtime shutdown) before the child is reaped: kill it.
         let _guard = KillOnDrop(group.clone());
         let _group_guard = guard;
+        let _proxy = proxy;
         let mut waited = waited;
         let timer = async {
             match deadline {
@@ -174,7 +284,7 @@ pub(crate) fn spawn(
         let peak = std::sync::atomic::AtomicU64::new(0);
         let over_memory = async {
             match memory_limit {
-                Some(cap) => memory::exceeded(group.pgid as u32, cap, &peak).await,
+                Some(cap) => memory::exceeded(group.pgid as u32, plugin_depth, cap, &peak).await,
                 None => std::future::pending().await,
             }
         };
@@ -214,7 +324,13 @@ pub(crate) fn spawn(
         kill,
         stderr,
         pid,
+        plugin_depth,
     })
+}
+
+/// Whether native plugins get a seccomp system-call filter on this kernel.
+pub fn seccomp_available() -> bool {
+    seccomp::available()
 }
 
 /// Fork every native plugin from one thread that lives as long as the process: the kernel sends

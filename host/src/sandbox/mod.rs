@@ -721,6 +721,7 @@ impl Sandbox {
             kill,
             stderr,
             pid: None,
+            plugin_depth: 0,
         })
     }
 }
@@ -927,6 +928,12 @@ fn wasi_builder(
         b.env(k, v);
     }
     for p in &policy.preopens {
+        if std::fs::metadata(&p.host).is_ok_and(|m| !m.is_dir()) {
+            return Err(HostError::Preopen {
+                host: p.host.clone(),
+                message: "not a directory: a wasm plugin is granted directories; a single file can be granted only to a native plugin".to_owned(),
+            });
+        }
         let perms = match p.access {
             Access::ReadOnly => FsPerms::ReadOnly,
             Access::ReadWrite => FsPerms::ReadWrite,
