@@ -82,7 +82,7 @@ fn python_urllib_reaches_the_allowed_host_over_http_and_https_and_nothing_else()
     let audit = dir.path().join("audit.jsonl");
     let mut flags = allow_api(&[http.port, https.port], &audit);
     flags.extend(ca_flags(&ca, "SSL_CERT_FILE"));
-    let urls = vec![
+    let urls = [
         format!("http://api.test:{}/text", http.port),
         format!("https://api.test:{}/text", https.port),
         format!("http://evil.test:{}/text", http.port),
@@ -229,7 +229,7 @@ fn mcp_server_fetch_fetches_the_allowed_page_and_refuses_the_others_as_its_own_e
     let audit = dir.path().join("audit.jsonl");
     let flags = allow_api(&[http.port], &audit);
     let evil = format!("http://evil.test:{}/page", http.port);
-    let urls = vec![
+    let urls = [
         format!("http://api.test:{}/page", http.port),
         evil.clone(),
         format!("http://api.test:{}/redirect?to={evil}", http.port),

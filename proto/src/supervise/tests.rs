@@ -168,6 +168,7 @@ impl Harness {
                     }
                     Action::ToEngine(frame) => self.to_engine.push(frame),
                     Action::Incident(i) => self.incidents.push(i),
+                    Action::Refused { .. } => {}
                     Action::MeasureMemory { instance } => {
                         self.sup.handle_memory(instance, self.memory, self.now)
                     }
