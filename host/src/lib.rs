@@ -169,7 +169,8 @@ pub enum PluginKind {
     Component,
     /// A WASI preview 1 core module (`_start`), sandboxed.
     CoreModule,
-    /// Anything else: run as a native child process, NOT sandboxed.
+    /// Anything else: run as a native child process, in the kernel's sandbox where it allows
+    /// one (namespaces, seccomp, Landlock), never in wasmtime's: no fuel.
     NativeUnsandboxed,
 }
 
