@@ -328,7 +328,8 @@ pub(crate) fn spawn(
     })
 }
 
-/// Whether native plugins get a seccomp system-call filter on this kernel.
+/// Whether native plugins get a seccomp system-call filter on this kernel (the start-up line).
+#[cfg(feature = "cli")]
 pub fn seccomp_available() -> bool {
     seccomp::available()
 }
