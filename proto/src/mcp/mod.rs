@@ -961,12 +961,10 @@ pub fn fuzz(data: &[u8]) {
     let _ = client.call_tool("t", json!({}), Some(json!(1)));
     let _ = client.list_tools(None);
     let mut server = Server::new();
-    let rules = Supervised {
-        filter: ToolFilter {
-            allow: Vec::new(),
-            deny: vec!["hidden".into()],
-        },
-    };
+    let rules = Supervised::new(ToolFilter {
+        allow: Vec::new(),
+        deny: vec!["hidden".into()],
+    });
     for line in data.split(|b| *b == b'\n') {
         let _ = client.handle_frame(line);
         let _ = server.handle_frame(line);

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::*;
+use crate::jsonrpc::INVALID_PARAMS;
 use crate::stopped::Exit;
 use crate::supervise::{Action, Budgets, Ended, InstanceId, Supervisor};
 
@@ -253,12 +254,10 @@ fn a_line_that_is_not_json_gets_a_parse_error_to_null() {
 // --- under the supervisor -----------------------------------------------------------------
 
 fn filtered(allow: &[&str], deny: &[&str]) -> Supervised {
-    Supervised {
-        filter: ToolFilter {
-            allow: allow.iter().map(|s| s.to_string()).collect(),
-            deny: deny.iter().map(|s| s.to_string()).collect(),
-        },
-    }
+    Supervised::new(ToolFilter {
+        allow: allow.iter().map(|s| s.to_string()).collect(),
+        deny: deny.iter().map(|s| s.to_string()).collect(),
+    })
 }
 
 fn drain(sup: &mut Supervisor) -> Vec<Action> {
@@ -362,11 +361,11 @@ fn the_filter_hides_tools_from_the_list_and_answers_their_calls_itself() {
 }
 
 #[test]
-fn a_tools_call_over_its_timeout_gets_an_is_error_result_and_the_handshake_is_replayed() {
+fn a_tools_call_over_its_timeout_is_cancelled_and_answered_at_once_and_a_deaf_server_replaced() {
     let t0 = Instant::now();
+    // No `restart`: the replacement is the timeout's, so the session goes on all the same.
     let budgets = Budgets {
         request_timeout: Some(Duration::from_secs(1)),
-        restart: true,
         ..Budgets::default()
     };
     let mut sup = supervised(Supervised::default(), budgets, t0);
@@ -375,7 +374,6 @@ fn a_tools_call_over_its_timeout_gets_an_is_error_result_and_the_handshake_is_re
         br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"sleep","arguments":{}}}"#.to_vec(),
         t0,
     );
-    // A moment later, so the two fail in their order of arrival.
     let t_list = t0 + Duration::from_millis(1);
     sup.handle_engine_frame(
         br#"{"jsonrpc":"2.0","id":6,"method":"tools/list"}"#.to_vec(),
@@ -384,29 +382,52 @@ fn a_tools_call_over_its_timeout_gets_an_is_error_result_and_the_handshake_is_re
     drain(&mut sup);
     let t1 = t0 + Duration::from_secs(1);
     sup.handle_timeout(t1);
+    let actions = drain(&mut sup);
+    // The server is told, the engine answered at once, and the server probed.
+    let sent = to_plugin(&actions);
+    assert_eq!(sent[0]["method"], CANCELLED);
+    assert_eq!(sent[0]["params"]["requestId"], 5);
+    assert_eq!(sent[1]["method"], PING);
+    let seen = to_engine(&actions);
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0]["id"], 5);
+    assert_eq!(seen[0]["result"]["isError"], true);
+    assert!(
+        seen[0]["result"].get("resultType").is_none(),
+        "2025 has none"
+    );
+    let text = seen[0]["result"]["content"][0]["text"]
+        .as_str()
+        .expect("text");
+    assert!(text.starts_with("request 5 timed out after 1s"), "{text}");
+    // Engine frames wait while the probe is out.
+    assert!(!sup.accepts_engine_frames());
+    // Deaf for the whole grace: stopped.
+    let t2 = t1 + Duration::from_secs(2);
+    assert_eq!(sup.poll_timeout(), Some(t2));
+    sup.handle_timeout(t2);
     assert_eq!(drain(&mut sup), vec![Action::Kill { instance: i0 }]);
     let ended = Ended {
         exit: Exit::Killed { signal: Some(9) },
         stderr_tail: vec!["sleeping".into()],
         framing_error: None,
     };
-    sup.handle_plugin_stopped(i0, ended, t1);
+    sup.handle_plugin_stopped(i0, ended, t2);
     let seen = to_engine(&drain(&mut sup));
-    assert_eq!(seen.len(), 2);
-    assert_eq!(seen[0]["id"], 5);
-    assert_eq!(seen[0]["result"]["isError"], true);
-    let text = seen[0]["result"]["content"][0]["text"]
-        .as_str()
-        .expect("text");
-    assert!(text.starts_with("request 5 timed out after 1s"), "{text}");
-    assert!(text.ends_with("stderr:\nsleeping"), "{text}");
-    assert_eq!(seen[1]["id"], 6);
-    assert_eq!(seen[1]["error"]["code"], INTERNAL_ERROR);
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0]["id"], 6);
+    assert_eq!(seen[0]["error"]["code"], INTERNAL_ERROR);
+    let message = seen[0]["error"]["message"].as_str().expect("message");
+    assert!(
+        message.contains("after request 5 was cancelled"),
+        "{message}"
+    );
+    assert!(!sup.is_done());
     // The next call starts a fresh instance: initialize, its answer swallowed, initialized,
     // then the call.
     sup.handle_engine_frame(
         br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#.to_vec(),
-        t1,
+        t2,
     );
     let actions = drain(&mut sup);
     let i1 = InstanceId(1);
@@ -415,7 +436,7 @@ fn a_tools_call_over_its_timeout_gets_an_is_error_result_and_the_handshake_is_re
         cause: crate::supervise::Cause::Restart
     }));
     assert_eq!(to_plugin(&actions)[0]["method"], "initialize");
-    sup.handle_plugin_frame(i1, INIT_ANSWER.as_bytes(), t1);
+    sup.handle_plugin_frame(i1, INIT_ANSWER.as_bytes(), t2);
     let actions = drain(&mut sup);
     assert!(
         to_engine(&actions).is_empty(),
@@ -424,6 +445,284 @@ fn a_tools_call_over_its_timeout_gets_an_is_error_result_and_the_handshake_is_re
     let sent = to_plugin(&actions);
     assert_eq!(sent[0]["method"], INITIALIZED);
     assert_eq!(sent[1]["id"], 7);
+}
+
+#[test]
+fn a_server_that_heeds_the_cancellation_keeps_serving_and_its_late_answer_is_dropped() {
+    let t0 = Instant::now();
+    let budgets = Budgets {
+        request_timeout: Some(Duration::from_secs(1)),
+        ..Budgets::default()
+    };
+    let mut sup = supervised(Supervised::default(), budgets, t0);
+    let i0 = InstanceId(0);
+    sup.handle_engine_frame(
+        br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"sleep","arguments":{}}}"#.to_vec(),
+        t0,
+    );
+    drain(&mut sup);
+    let t1 = t0 + Duration::from_secs(1);
+    sup.handle_timeout(t1);
+    let sent = to_plugin(&drain(&mut sup));
+    let probe = sent[1]["id"].clone();
+    // It answers the call late, then the probe.
+    sup.handle_plugin_frame(
+        i0,
+        br#"{"jsonrpc":"2.0","id":5,"result":{"content":[]}}"#,
+        t1,
+    );
+    let pong = json!({"jsonrpc": "2.0", "id": probe, "result": {}}).to_string();
+    sup.handle_plugin_frame(i0, pong.as_bytes(), t1);
+    assert!(
+        to_engine(&drain(&mut sup)).is_empty(),
+        "neither reaches the engine"
+    );
+    assert!(sup.accepts_engine_frames());
+    assert_eq!(sup.poll_timeout(), None);
+    sup.handle_engine_frame(
+        br#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#.to_vec(),
+        t1,
+    );
+    let actions = drain(&mut sup);
+    assert_eq!(to_plugin(&actions)[0]["id"], 8);
+    assert!(!actions.iter().any(|a| matches!(a, Action::Start { .. })));
+    assert_eq!(sup.report().restarts, 0);
+}
+
+/// The 2026-07-28 envelope of a request from the Python SDK.
+const ENVELOPE: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"mcp","version":"0.1.0"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
+
+fn modern(id: u64, method: &str, params: &str) -> Vec<u8> {
+    let sep = if params.is_empty() { "" } else { "," };
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{{params}{sep}{ENVELOPE}}}}}"#
+    )
+    .into_bytes()
+}
+
+#[test]
+fn a_pinned_2026_client_s_first_request_waits_for_a_discover_probe_and_start_up_is_not_billed() {
+    let t0 = Instant::now();
+    let budgets = Budgets {
+        request_timeout: Some(Duration::from_secs(1)),
+        start_timeout: Some(Duration::from_secs(60)),
+        ..Budgets::default()
+    };
+    let mut sup = Supervisor::new(Box::new(Supervised::default()), budgets);
+    drain(&mut sup);
+    let i0 = InstanceId(0);
+    sup.handle_engine_frame(modern(1, TOOLS_LIST, ""), t0);
+    let sent = to_plugin(&drain(&mut sup));
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["method"], DISCOVER);
+    assert_eq!(
+        sent[0]["params"]["_meta"][META_PROTOCOL_VERSION],
+        MODERN_VERSION
+    );
+    // Only the start timeout runs while the server starts.
+    assert_eq!(sup.poll_timeout(), Some(t0 + Duration::from_secs(60)));
+    // It takes five seconds to start, far over the request timeout.
+    let up = t0 + Duration::from_secs(5);
+    let discovered = json!({"jsonrpc": "2.0", "id": sent[0]["id"], "result": {
+        "capabilities": {}, "supportedVersions": [MODERN_VERSION], "resultType": "complete"}});
+    sup.handle_plugin_frame(i0, discovered.to_string().as_bytes(), up);
+    let actions = drain(&mut sup);
+    assert!(
+        to_engine(&actions).is_empty(),
+        "the probe's answer is swallowed"
+    );
+    assert_eq!(to_plugin(&actions)[0]["id"], 1);
+    // The request's clock starts now.
+    assert_eq!(sup.poll_timeout(), Some(up + Duration::from_secs(1)));
+}
+
+#[test]
+fn a_server_that_never_answers_its_handshake_is_stopped_by_the_start_timeout() {
+    let t0 = Instant::now();
+    let budgets = Budgets {
+        request_timeout: Some(Duration::from_secs(1)),
+        start_timeout: Some(Duration::from_secs(30)),
+        ..Budgets::default()
+    };
+    let mut sup = Supervisor::new(Box::new(Supervised::default()), budgets);
+    drain(&mut sup);
+    let i0 = InstanceId(0);
+    sup.handle_engine_frame(modern(1, DISCOVER, ""), t0);
+    assert_eq!(to_plugin(&drain(&mut sup))[0]["method"], DISCOVER);
+    let due = t0 + Duration::from_secs(30);
+    assert_eq!(sup.poll_timeout(), Some(due));
+    sup.handle_timeout(due);
+    assert_eq!(drain(&mut sup), vec![Action::Kill { instance: i0 }]);
+    let ended = Ended {
+        exit: Exit::Killed { signal: Some(9) },
+        stderr_tail: vec![],
+        framing_error: None,
+    };
+    sup.handle_plugin_stopped(i0, ended, due);
+    let seen = to_engine(&drain(&mut sup));
+    assert_eq!(seen[0]["id"], 1);
+    assert_eq!(
+        seen[0]["error"]["message"],
+        "the plugin did not answer its handshake within 30s (start timeout)"
+    );
+}
+
+#[test]
+fn answers_of_its_own_in_a_2026_session_carry_result_type_and_a_hidden_tool_looks_unknown() {
+    let t0 = Instant::now();
+    let budgets = Budgets {
+        request_timeout: Some(Duration::from_secs(1)),
+        ..Budgets::default()
+    };
+    let mut sup = Supervisor::new(Box::new(filtered(&[], &["rm"])), budgets);
+    drain(&mut sup);
+    let i0 = InstanceId(0);
+    sup.handle_engine_frame(modern(1, DISCOVER, ""), t0);
+    drain(&mut sup);
+    let discovered = br#"{"jsonrpc":"2.0","id":1,"result":{"capabilities":{},"supportedVersions":["2026-07-28"],"resultType":"complete"}}"#;
+    sup.handle_plugin_frame(i0, discovered, t0);
+    drain(&mut sup);
+    sup.handle_engine_frame(modern(2, TOOLS_CALL, r#""name":"rm","arguments":{}"#), t0);
+    let actions = drain(&mut sup);
+    assert!(to_plugin(&actions).is_empty());
+    let seen = to_engine(&actions);
+    assert_eq!(
+        seen[0]["result"],
+        json!({"content": [{"type": "text", "text": "Unknown tool: rm"}], "isError": true,
+            "resultType": "complete"})
+    );
+    // The list keeps the revision's members.
+    sup.handle_engine_frame(modern(3, TOOLS_LIST, ""), t0);
+    drain(&mut sup);
+    let list = r#"{"jsonrpc":"2.0","id":3,"result":{"cacheScope":"private","resultType":"complete","tools":[{"name":"ls","inputSchema":{}},{"name":"rm","inputSchema":{}}],"ttlMs":0}}"#;
+    sup.handle_plugin_frame(i0, list.as_bytes(), t0);
+    let seen = to_engine(&drain(&mut sup));
+    assert_eq!(
+        seen[0]["result"],
+        json!({"cacheScope": "private", "resultType": "complete",
+            "tools": [{"name": "ls", "inputSchema": {}}], "ttlMs": 0})
+    );
+    // A call over its timeout: the answer is a complete result.
+    sup.handle_engine_frame(modern(4, TOOLS_CALL, r#""name":"ls","arguments":{}"#), t0);
+    drain(&mut sup);
+    let t1 = t0 + Duration::from_secs(1);
+    sup.handle_timeout(t1);
+    let actions = drain(&mut sup);
+    let seen = to_engine(&actions);
+    assert_eq!(seen[0]["id"], 4);
+    assert_eq!(seen[0]["result"]["resultType"], "complete");
+    assert_eq!(seen[0]["result"]["isError"], true);
+    // The probe is a discover with the session's envelope.
+    let sent = to_plugin(&actions);
+    assert_eq!(sent[1]["method"], DISCOVER);
+    assert_eq!(sent[1]["params"]["_meta"][META_CLIENT_INFO]["name"], "mcp");
+}
+
+#[test]
+fn a_subscription_is_not_timed_and_a_restart_ends_it_with_an_error() {
+    let t0 = Instant::now();
+    let budgets = Budgets {
+        request_timeout: Some(Duration::from_secs(1)),
+        restart: true,
+        ..Budgets::default()
+    };
+    let mut sup = Supervisor::new(Box::new(Supervised::default()), budgets);
+    drain(&mut sup);
+    let i0 = InstanceId(0);
+    sup.handle_engine_frame(modern(1, DISCOVER, ""), t0);
+    drain(&mut sup);
+    sup.handle_plugin_frame(i0, br#"{"jsonrpc":"2.0","id":1,"result":{}}"#, t0);
+    drain(&mut sup);
+    let listen = r#"{"jsonrpc":"2.0","id":"listen-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true}}}"#;
+    sup.handle_engine_frame(listen.into(), t0);
+    assert_eq!(to_plugin(&drain(&mut sup))[0]["id"], "listen-1");
+    assert_eq!(sup.poll_timeout(), None, "nothing timed");
+    // Its events pass through.
+    let event = r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"listen-1"}}}"#;
+    sup.handle_plugin_frame(i0, event.as_bytes(), t0 + Duration::from_secs(100));
+    assert_eq!(
+        to_engine(&drain(&mut sup))[0]["method"],
+        "notifications/tools/list_changed"
+    );
+    // The server dies: the subscription ends with the error, and the next listen gets a
+    // fresh instance.
+    let ended = Ended {
+        exit: Exit::Exited(1),
+        stderr_tail: vec![],
+        framing_error: None,
+    };
+    sup.handle_plugin_stopped(i0, ended, t0 + Duration::from_secs(100));
+    let seen = to_engine(&drain(&mut sup));
+    assert_eq!(seen[0]["id"], "listen-1");
+    assert_eq!(seen[0]["error"]["code"], INTERNAL_ERROR);
+    assert!(!sup.is_done());
+}
+
+#[test]
+fn a_retry_whose_request_state_was_sealed_by_a_stopped_instance_is_answered_not_forwarded() {
+    let t0 = Instant::now();
+    let budgets = Budgets {
+        restart: true,
+        ..Budgets::default()
+    };
+    let mut sup = Supervisor::new(Box::new(Supervised::default()), budgets);
+    drain(&mut sup);
+    let i0 = InstanceId(0);
+    sup.handle_engine_frame(modern(1, DISCOVER, ""), t0);
+    drain(&mut sup);
+    sup.handle_plugin_frame(i0, br#"{"jsonrpc":"2.0","id":1,"result":{}}"#, t0);
+    drain(&mut sup);
+    sup.handle_engine_frame(
+        modern(2, TOOLS_CALL, r#""name":"greet","arguments":{}"#),
+        t0,
+    );
+    drain(&mut sup);
+    let asks = r#"{"jsonrpc":"2.0","id":2,"result":{"inputRequests":{"k":{"method":"elicitation/create","params":{}}},"requestState":"sealed-by-0","resultType":"input_required"}}"#;
+    sup.handle_plugin_frame(i0, asks.as_bytes(), t0);
+    assert_eq!(
+        to_engine(&drain(&mut sup))[0]["result"]["resultType"],
+        "input_required"
+    );
+    // The retry reaches the same instance while it lives.
+    let retry = |id| {
+        modern(
+            id,
+            TOOLS_CALL,
+            r#""name":"greet","arguments":{},"inputResponses":{"k":{"action":"accept"}},"requestState":"sealed-by-0""#,
+        )
+    };
+    sup.handle_engine_frame(retry(3), t0);
+    assert_eq!(to_plugin(&drain(&mut sup))[0]["id"], 3);
+    sup.handle_plugin_frame(
+        i0,
+        br#"{"jsonrpc":"2.0","id":3,"result":{"content":[],"resultType":"complete"}}"#,
+        t0,
+    );
+    drain(&mut sup);
+    // It dies; a retry with its state is answered by the supervisor.
+    let ended = Ended {
+        exit: Exit::Exited(1),
+        stderr_tail: vec![],
+        framing_error: None,
+    };
+    sup.handle_plugin_stopped(i0, ended, t0);
+    drain(&mut sup);
+    sup.handle_engine_frame(retry(4), t0);
+    let actions = drain(&mut sup);
+    let i1 = InstanceId(1);
+    // The fresh instance is restored (discover replayed) before the retry is looked at.
+    assert_eq!(to_plugin(&actions)[0]["method"], DISCOVER);
+    sup.handle_plugin_frame(i1, br#"{"jsonrpc":"2.0","id":1,"result":{}}"#, t0);
+    let actions = drain(&mut sup);
+    assert!(to_plugin(&actions).is_empty(), "{actions:?}");
+    let seen = to_engine(&actions);
+    assert_eq!(seen[0]["id"], 4);
+    assert_eq!(seen[0]["result"]["isError"], true);
+    assert_eq!(seen[0]["result"]["resultType"], "complete");
+    let text = seen[0]["result"]["content"][0]["text"]
+        .as_str()
+        .expect("text");
+    assert!(text.contains("requestState"), "{text}");
 }
 
 #[test]

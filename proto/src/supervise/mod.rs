@@ -127,7 +127,13 @@ pub struct Budgets {
     /// it between requests costs a handshake instead of a failed request. Relative to `base`,
     /// so a guest that starts large is not recycled after every request.
     pub recycle_before_cap: Option<u64>,
-    /// How long a recycled instance gets to exit after its stdin closes.
+    /// How long a fresh instance gets to answer its handshake (or the supervisor's probe),
+    /// from when the first frame of it was written. Start-up is never billed to a request:
+    /// this bounds it instead.
+    pub start_timeout: Option<Duration>,
+    /// How long a recycled instance gets to exit after its stdin closes, and how long an
+    /// instance whose request was cancelled for its timeout gets to answer a probe before it
+    /// is replaced.
     pub grace: Duration,
 }
 
@@ -141,6 +147,7 @@ impl Default for Budgets {
             recycle_after: None,
             recycle_memory: None,
             recycle_before_cap: None,
+            start_timeout: None,
             grace: Duration::from_secs(2),
         }
     }
@@ -196,6 +203,15 @@ pub enum FromEngine {
         /// The key its answer comes back under.
         key: String,
         /// The method, for JSON-RPC protocols.
+        method: Option<String>,
+    },
+    /// A request that stays open until the engine cancels it or the plugin closes it (MCP
+    /// `subscriptions/listen`): forwarded, pending, never timed; a stop answers it with the
+    /// protocol's error, as any request.
+    Stream {
+        /// The key its answer comes back under.
+        key: String,
+        /// The method.
         method: Option<String>,
     },
     /// Part of the handshake: replayed to fresh instances; `awaits` is the key of its answer.
@@ -272,6 +288,37 @@ pub trait SupervisedProtocol: Debug + Send + Sync {
     /// (MCP: hidden tools taken out of `tools/list`). Default: none, it goes on as written.
     fn rewrite_answer(&self, _method: Option<&str>, _frame: &[u8]) -> Option<Vec<u8>> {
         None
+    }
+    /// A request of the supervisor's own, whose answer says the plugin is up and listening,
+    /// with the key of that answer (`n` makes its id unique). With `before`, the engine request
+    /// about to reach a fresh instance that has answered nothing yet and has no handshake to
+    /// replay (MCP 2026: `server/discover`, so the server's start-up is bounded by the start
+    /// timeout and not billed to that request). With `None`, a check that an instance whose
+    /// request was cancelled still listens (MCP: `ping`, or `server/discover`). Default: none.
+    fn probe(&self, _before: Option<&[u8]>, _n: u64) -> Option<(Vec<u8>, String)> {
+        None
+    }
+    /// The frame telling the plugin that the engine no longer waits for request `key` (MCP
+    /// `notifications/cancelled`). With one, a request over its timeout is cancelled and
+    /// answered at once, and its instance is replaced only if it does not answer a
+    /// [`probe`](Self::probe) within the grace. Default: none, the instance is stopped.
+    fn cancel(&self, _key: &str, _reason: &str) -> Option<Vec<u8>> {
+        None
+    }
+    /// The token a plugin's answer hands the engine to continue its request with (MCP: the
+    /// `requestState` of an `input_required` result). Default: none.
+    fn issued_token(&self, _answer: &[u8]) -> Option<String> {
+        None
+    }
+    /// The token an engine request continues with (MCP: its `requestState`). Default: none.
+    fn carried_token(&self, _request: &[u8]) -> Option<String> {
+        None
+    }
+    /// Why a request that continues with a token issued by an instance that has since stopped
+    /// is answered by the supervisor.
+    fn stale_token_reason(&self) -> &'static str {
+        "the request continues one that an instance of the plugin began, and that instance has \
+         since stopped: send it again from the start"
     }
 }
 
@@ -461,6 +508,18 @@ struct Live {
     measuring: Option<bool>,
     /// Why it was started.
     cause: Cause,
+    /// It answered something: it is up and listening.
+    ready: bool,
+    /// When the first frame that waits for its answer was written while it was not ready
+    /// (the start timeout runs from there).
+    starting_since: Option<Instant>,
+    /// Set when the supervisor stopped it for the start timeout.
+    start_timed_out: Option<Duration>,
+    /// A request of it was cancelled for its timeout: unless it answers the probe by then, it
+    /// is replaced.
+    draining_until: Option<Instant>,
+    /// The supervisor asked for it to be killed: no more timeouts for it.
+    killing: bool,
 }
 
 /// An instance being brought up to where the engine's view of the session is.
@@ -481,7 +540,13 @@ struct Restoring {
 struct Pending {
     method: Option<String>,
     since: Instant,
+    /// Subject to the request timeout (a stream is not).
+    timed: bool,
 }
+
+/// Tokens from stopped instances remembered, so a retry that carries one is answered instead
+/// of reaching an instance that cannot open it; a few, so a plugin cannot grow it.
+const MAX_STALE_TOKENS: usize = 1024;
 
 /// Fresh instances in a row that may die during the handshake replay before the session ends
 /// (as a service manager's start limit: systemd's `StartLimitBurst`). A restore that completes
@@ -529,6 +594,15 @@ pub struct Supervisor {
     /// An instance stopped under [`Budgets::poison`]: every later request gets the stopped
     /// answer with this stop's reason (as [`poisoned`]), until the engine closes.
     poisoned: Option<Stopped>,
+    /// Keys of requests the supervisor answered itself after cancelling them: the plugin's
+    /// late answer is dropped.
+    answered_here: HashSet<String>,
+    /// Continuation tokens the current instance handed out.
+    issued: HashSet<String>,
+    /// Continuation tokens of instances that stopped, oldest first.
+    stale: VecDeque<String>,
+    /// Probes sent so far (their ids).
+    probes: u64,
     actions: VecDeque<Action>,
     report: Report,
 }
@@ -557,6 +631,10 @@ impl Supervisor {
             handshake_pending: Vec::new(),
             dead: None,
             poisoned: None,
+            answered_here: HashSet::new(),
+            issued: HashSet::new(),
+            stale: VecDeque::new(),
+            probes: 0,
             actions: VecDeque::new(),
             report: Report {
                 exit: Exit::Exited(0),
@@ -580,13 +658,27 @@ impl Supervisor {
     /// When [`handle_timeout`](Self::handle_timeout) is next due: the oldest pending request's
     /// deadline, while an instance runs it.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let limit = self.budgets.request_timeout?;
         let inst = self.instance.as_ref()?;
-        if inst.timed_out.is_some() {
+        if inst.killing {
             return None;
         }
-        let oldest = self.pending.values().map(|p| p.since).min()?;
-        Some(oldest + limit)
+        if let Some(until) = inst.draining_until {
+            return Some(until);
+        }
+        let starting = match (self.budgets.start_timeout, inst.ready, inst.starting_since) {
+            (Some(limit), false, Some(since)) => Some(since + limit),
+            _ => None,
+        };
+        let request = self.budgets.request_timeout.and_then(|limit| {
+            let oldest = self
+                .pending
+                .values()
+                .filter(|p| p.timed)
+                .map(|p| p.since)
+                .min()?;
+            Some(oldest + limit)
+        });
+        starting.into_iter().chain(request).min()
     }
 
     /// Whether the host should read the engine now. While a fresh instance is brought up to
@@ -627,7 +719,7 @@ impl Supervisor {
             return;
         }
         if let Some(first) = self.poisoned.clone() {
-            if let FromEngine::Request { key, method } = self.rules.classify_engine(&frame) {
+            if let Some((key, method)) = request_of(self.rules.classify_engine(&frame)) {
                 self.report.requests += 1;
                 let incident = Incident {
                     request: key,
@@ -642,7 +734,9 @@ impl Supervisor {
         }
         if let Some(stopped) = self.dead.clone() {
             let request = match self.rules.classify_engine(&frame) {
-                FromEngine::Request { key, method } => Some((key, method)),
+                FromEngine::Request { key, method } | FromEngine::Stream { key, method } => {
+                    Some((key, method))
+                }
                 FromEngine::Handshake { awaits: Some(key) } => Some((
                     key,
                     Head::of(&frame).and_then(|h| h.method().map(str::to_owned)),
@@ -738,7 +832,15 @@ impl Supervisor {
         let mut answered = false;
         let mut mine = false;
         let mut rewritten = None;
-        match self.rules.classify_plugin(frame) {
+        let class = self.rules.classify_plugin(frame);
+        if let FromPlugin::Answer { key } = &class {
+            self.instance.as_mut().expect("current").ready = true;
+            if self.answered_here.remove(key) {
+                // The engine already has the supervisor's answer to it.
+                return;
+            }
+        }
+        match class {
             FromPlugin::Answer { key } if self.swallow.remove(&key) => {
                 if let Some(r) = self
                     .restoring
@@ -757,6 +859,9 @@ impl Supervisor {
                     self.report.answered += 1;
                     answered = true;
                     rewritten = self.rules.rewrite_answer(p.method.as_deref(), frame);
+                    if let Some(token) = self.rules.issued_token(frame) {
+                        self.issued.insert(token);
+                    }
                 }
             }
             FromPlugin::HandshakeRequest { id, method } => {
@@ -825,29 +930,47 @@ impl Supervisor {
     }
 
     /// An instance ended (on its own, by a limit, killed, or for breaking the framing).
-    pub fn handle_plugin_stopped(&mut self, instance: InstanceId, ended: Ended, _now: Instant) {
+    pub fn handle_plugin_stopped(&mut self, instance: InstanceId, ended: Ended, now: Instant) {
         if self.done || self.current() != Some(instance) {
             return;
         }
         let inst = self.instance.take().expect("current");
         let was_restoring = self.restoring.take();
+        self.retire_tokens();
         let Ended {
             exit,
             stderr_tail,
             framing_error,
         } = ended;
-        let reason = match (&inst.timed_out, &framing_error) {
-            (Some((key, limit)), _) => {
+        let reason = match (&inst.timed_out, &framing_error, inst.start_timed_out) {
+            (Some((key, limit)), _, _) if inst.draining_until.is_some() => format!(
+                "the plugin did not answer for {:?} after request {key} was cancelled for its \
+                 timeout of {limit:?} (request timeout)",
+                self.budgets.grace
+            ),
+            (Some((key, limit)), _, _) => {
                 format!("request {key} timed out after {limit:?} (request timeout)")
             }
-            (None, Some(e)) => format!("plugin broke the framing: {e}"),
-            (None, None) => describe(&exit, self.budgets.fuel_per_request),
+            (None, _, Some(limit)) => {
+                format!("the plugin did not answer its handshake within {limit:?} (start timeout)")
+            }
+            (None, Some(e), None) => format!("plugin broke the framing: {e}"),
+            (None, None, None) => describe(&exit, self.budgets.fuel_per_request),
         };
         // A request that ran over stopped the plugin: report the deadline, not the kill.
-        let exit = match (&inst.timed_out, exit) {
-            (Some((_, limit)), Exit::Killed { .. }) => Exit::DeadlineExceeded { limit: *limit },
+        let limit = inst
+            .timed_out
+            .as_ref()
+            .map(|(_, l)| *l)
+            .or(inst.start_timed_out);
+        let exit = match (limit, exit) {
+            (Some(limit), Exit::Killed { .. }) => Exit::DeadlineExceeded { limit },
             (_, exit) => exit,
         };
+        // An instance replaced because it stayed deaf after a cancelled request is replaced
+        // whatever `restart` says: the timeout was the supervisor's doing, and the session
+        // goes on (unless the session is poisoned by design).
+        let replace = inst.draining_until.is_some() && !self.budgets.poison;
         self.report.exit = exit.clone();
         self.swallow.clear();
         // A handshake request it never answered (MCP's initialize from a server that died
@@ -855,9 +978,9 @@ impl Supervisor {
         // handshake fail, so there is nothing to restore (and a plugin that dies at start-up
         // is not restarted in a loop).
         let handshake_pending = std::mem::take(&mut self.handshake_pending);
-        let restart = self.budgets.restart
+        let restart = (self.budgets.restart || replace)
             && self.engine_open
-            && was_restoring.is_none()
+            && (was_restoring.is_none() || replace)
             && handshake_pending.is_empty();
         let mut failed: Vec<(String, Pending)> = self.pending.drain().collect();
         failed.sort_by_key(|(_, p)| p.since);
@@ -881,7 +1004,20 @@ impl Supervisor {
             };
             self.fail(incident, &stderr_tail);
         }
-        if let Some(r) = was_restoring {
+        if let (true, Some(r)) = (restart && replace, &was_restoring)
+            && !r.held.is_empty()
+        {
+            // Engine frames wait for it: the fresh instance starts now.
+            let held = was_restoring.map(|r| r.held).unwrap_or_default();
+            self.report.restarts += 1;
+            self.start(Cause::Restart);
+            let mut r = self.restoring();
+            r.held = held;
+            self.restoring = Some(r);
+            self.advance(now);
+            return;
+        }
+        if let (false, Some(r)) = (replace, was_restoring) {
             self.failed_restores += 1;
             let again = self.budgets.restart
                 && self.engine_open
@@ -966,22 +1102,99 @@ impl Supervisor {
         self.done = true;
     }
 
-    /// Time passed: a request over its timeout stops the instance.
+    /// Time passed: a fresh instance over its start timeout is stopped; a request over its
+    /// timeout is cancelled and answered (the rules permitting), or stops the instance; an
+    /// instance that stayed deaf after such a cancellation is stopped, and replaced.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let Some(limit) = self.budgets.request_timeout else {
-            return;
-        };
         if self.done || self.poll_timeout().is_none_or(|due| now < due) {
             return;
         }
-        let Some((key, _)) = self.pending.iter().min_by_key(|(_, p)| p.since) else {
+        let grace = self.budgets.grace;
+        let inst = self.instance.as_mut().expect("poll_timeout saw it");
+        let instance = inst.id;
+        if inst.draining_until.is_some() {
+            inst.killing = true;
+            self.actions.push_back(Action::Kill { instance });
+            return;
+        }
+        if let (Some(limit), false, Some(since)) =
+            (self.budgets.start_timeout, inst.ready, inst.starting_since)
+            && now >= since + limit
+        {
+            inst.start_timed_out = Some(limit);
+            inst.killing = true;
+            self.actions.push_back(Action::Kill { instance });
+            return;
+        }
+        let Some(limit) = self.budgets.request_timeout else {
+            return;
+        };
+        let Some((key, _)) = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.timed)
+            .min_by_key(|(_, p)| p.since)
+        else {
             return;
         };
         let key = key.clone();
+        let reason = format!("request {key} timed out after {limit:?} (request timeout)");
+        let cancel = match (self.budgets.poison, &self.restoring) {
+            (false, None) => self.rules.cancel(&key, &reason),
+            _ => None,
+        };
+        let probe = cancel
+            .as_ref()
+            .and_then(|_| self.rules.probe(None, self.probes));
+        let (Some(cancel), Some((probe, probe_key))) = (cancel, probe) else {
+            let inst = self.instance.as_mut().expect("poll_timeout saw it");
+            inst.timed_out = Some((key, limit));
+            inst.killing = true;
+            self.actions.push_back(Action::Kill { instance });
+            return;
+        };
+        // Tell the plugin, answer the engine now, then make sure the plugin still listens:
+        // engine frames wait until it answers the probe, or a fresh instance takes over.
+        self.probes += 1;
+        let p = self
+            .pending
+            .remove(&key)
+            .expect("the oldest pending request");
+        self.answered_here.insert(key.clone());
+        self.actions.push_back(Action::ToPlugin {
+            instance,
+            frame: cancel,
+        });
+        let incident = Incident {
+            request: key.clone(),
+            method: p.method,
+            reason,
+            exit: None,
+            restarting: false,
+        };
+        self.fail(incident, &[]);
+        self.swallow.insert(probe_key.clone());
+        self.restoring = Some(Restoring {
+            to_send: VecDeque::from([(probe, Some(probe_key))]),
+            awaiting: None,
+            plugin_items: 0,
+            held: VecDeque::new(),
+        });
         let inst = self.instance.as_mut().expect("poll_timeout saw it");
         inst.timed_out = Some((key, limit));
-        let instance = inst.id;
-        self.actions.push_back(Action::Kill { instance });
+        inst.draining_until = Some(now + grace);
+        self.advance(now);
+    }
+
+    /// The current instance stopped or was retired: the tokens it handed out can no longer be
+    /// used.
+    fn retire_tokens(&mut self) {
+        for token in self.issued.drain() {
+            if self.stale.len() == MAX_STALE_TOKENS {
+                self.stale.pop_front();
+            }
+            self.stale.push_back(token);
+        }
     }
 
     fn current(&self) -> Option<InstanceId> {
@@ -998,6 +1211,11 @@ impl Supervisor {
             timed_out: None,
             measuring: None,
             cause,
+            ready: false,
+            starting_since: None,
+            start_timed_out: None,
+            draining_until: None,
+            killing: false,
         });
         self.actions.push_back(Action::Start { instance, cause });
     }
@@ -1027,6 +1245,9 @@ impl Supervisor {
             };
             if let Some(key) = &awaits {
                 self.swallow.insert(key.clone());
+                if let Some(inst) = self.instance.as_mut().filter(|i| !i.ready) {
+                    inst.starting_since.get_or_insert(now);
+                }
             }
             r.awaiting = awaits;
             self.actions.push_back(Action::ToPlugin { instance, frame });
@@ -1037,6 +1258,15 @@ impl Supervisor {
         let held = std::mem::take(&mut r.held);
         self.restoring = None;
         self.failed_restores = 0;
+        if let Some(inst) = self
+            .instance
+            .as_mut()
+            .filter(|i| i.draining_until.is_some())
+        {
+            // It answered the probe: it still listens, and keeps serving.
+            inst.draining_until = None;
+            inst.timed_out = None;
+        }
         for frame in held {
             self.forward(frame, now);
         }
@@ -1053,14 +1283,75 @@ impl Supervisor {
         };
         match self.rules.classify_engine(&frame) {
             FromEngine::Request { key, method } => {
+                if let Some(token) = self.rules.carried_token(&frame)
+                    && self.stale.contains(&token)
+                {
+                    self.report.requests += 1;
+                    let incident = Incident {
+                        request: key,
+                        method,
+                        reason: self.rules.stale_token_reason().to_owned(),
+                        exit: None,
+                        restarting: false,
+                    };
+                    self.fail(incident, &[]);
+                    return;
+                }
+                let ready = self.instance.as_ref().is_some_and(|i| i.ready);
+                if !ready
+                    && self.restoring.is_none()
+                    && let Some((probe, probe_key)) = self.rules.probe(Some(&frame), self.probes)
+                {
+                    // Its start-up is not this request's: the request waits for the probe's
+                    // answer, under the start timeout.
+                    self.probes += 1;
+                    self.restoring = Some(Restoring {
+                        to_send: VecDeque::from([(probe, Some(probe_key))]),
+                        awaiting: None,
+                        plugin_items: 0,
+                        held: VecDeque::from([frame]),
+                    });
+                    self.advance(now);
+                    return;
+                }
                 self.report.requests += 1;
-                self.pending.insert(key, Pending { method, since: now });
+                let timed = true;
+                self.pending.insert(
+                    key,
+                    Pending {
+                        method,
+                        since: now,
+                        timed,
+                    },
+                );
                 self.actions.push_back(Action::BeginRequest { instance });
             }
+            FromEngine::Stream { key, method } => {
+                self.report.requests += 1;
+                let timed = false;
+                self.pending.insert(
+                    key,
+                    Pending {
+                        method,
+                        since: now,
+                        timed,
+                    },
+                );
+            }
             FromEngine::Handshake { awaits } => {
+                let method = Head::of(&frame).and_then(|h| h.method().map(str::to_owned));
                 if let Some(key) = &awaits {
-                    let method = Head::of(&frame).and_then(|h| h.method().map(str::to_owned));
-                    self.handshake_pending.push((key.clone(), method));
+                    self.handshake_pending.push((key.clone(), method.clone()));
+                    if let Some(inst) = self.instance.as_mut().filter(|i| !i.ready) {
+                        inst.starting_since.get_or_insert(now);
+                    }
+                }
+                // A handshake request sent again (a client probing twice) replaces the earlier
+                // one: a fresh instance is told the latest.
+                if method.is_some() {
+                    self.replay.retain(|(f, _)| {
+                        Head::of(f).and_then(|h| h.method().map(str::to_owned)) != method
+                    });
                 }
                 self.replay.push((frame.clone(), awaits));
             }
@@ -1109,6 +1400,7 @@ impl Supervisor {
             return;
         }
         let old = inst.id;
+        self.retire_tokens();
         self.actions.push_back(Action::Retire {
             instance: old,
             grace: self.budgets.grace,
@@ -1128,7 +1420,7 @@ impl Supervisor {
         tail: &[String],
         restarting: bool,
     ) {
-        if let FromEngine::Request { key, method } = self.rules.classify_engine(frame) {
+        if let Some((key, method)) = request_of(self.rules.classify_engine(frame)) {
             self.report.requests += 1;
             let incident = Incident {
                 request: key,
@@ -1155,6 +1447,16 @@ impl Supervisor {
         self.report.incidents.push(incident.clone());
         self.actions.push_back(Action::Incident(incident));
         self.actions.push_back(Action::ToEngine(frame));
+    }
+}
+
+/// The key and method of a frame that expects an answer: a request or a stream.
+fn request_of(class: FromEngine) -> Option<(String, Option<String>)> {
+    match class {
+        FromEngine::Request { key, method } | FromEngine::Stream { key, method } => {
+            Some((key, method))
+        }
+        _ => None,
     }
 }
 
