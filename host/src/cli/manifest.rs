@@ -151,6 +151,7 @@ struct Requests {
     recycle_after: Option<u64>,
     recycle_memory: Option<Quantity>,
     recycle_grace: Option<String>,
+    start_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -365,6 +366,7 @@ impl Requests {
             && self.recycle_after.is_none()
             && self.recycle_memory.is_none()
             && self.recycle_grace.is_none()
+            && self.start_timeout.is_none()
     }
 }
 
@@ -533,6 +535,15 @@ fn merge_budgets(b: &mut super::proxy::BudgetArgs, m: &Manifest, cli: &ArgMatche
         |t| parse_duration(t),
     )? {
         b.recycle_grace = v;
+    }
+    if let Some(v) = from_file(
+        cli,
+        "start_timeout",
+        "requests.start-timeout",
+        r.start_timeout.as_ref(),
+        |t| parse_duration(t),
+    )? {
+        b.start_timeout = v;
     }
     Ok(())
 }

@@ -21,11 +21,19 @@ pub struct BudgetArgs {
     /// (a JSON-RPC id, an ATP run, an oracle invoke) reaches the plugin; idle time is not billed.
     #[arg(long, value_name = "N", conflicts_with = "fuel")]
     pub(crate) fuel_per_request: Option<u64>,
-    /// Wall-clock limit from a request reaching the plugin to its response (e.g. 2s). A
-    /// request that runs over stops the plugin; the time between requests is not counted. For
-    /// a component that exports functions, each call's deadline inside the instance.
+    /// Wall-clock limit from a request reaching a started plugin to its response (e.g. 2s);
+    /// neither start-up nor the time between requests is counted. A request that runs over
+    /// gets the protocol's error at once. MCP: the server is sent notifications/cancelled and
+    /// keeps serving; only if it then stays deaf for --recycle-grace is it replaced, with or
+    /// without --restart. Other protocols: the plugin is stopped. For a component that exports
+    /// functions, each call's deadline inside the instance.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) request_timeout: Option<Duration>,
+    /// How long a fresh instance gets to answer its handshake (MCP: initialize or
+    /// server/discover, or the discover sandpipe sends before a 2026-07-28 client's first
+    /// request), from when it was sent. Start-up is bounded by this, never billed to a request.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
+    pub(crate) start_timeout: Duration,
     /// After a request's budget stops the plugin (or it dies), give the next request a fresh
     /// instance, replaying the protocol's handshake to it, instead of ending the session (for a
     /// component that exports functions: instead of poisoning it, where every later request
@@ -42,7 +50,8 @@ pub struct BudgetArgs {
     /// request would otherwise meet the cap mid-request). none: never.
     #[arg(long, value_name = "SIZE|auto|none", default_value = "auto", value_parser = parse_recycle_memory)]
     pub(crate) recycle_memory: RecycleMemory,
-    /// How long a recycled instance gets to exit after its stdin closes.
+    /// How long a recycled instance gets to exit after its stdin closes, and how long an MCP
+    /// server gets to answer sandpipe's probe after a request was cancelled for its timeout.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
     pub(crate) recycle_grace: Duration,
     /// MCP: only this tool is listed and callable (repeat for more; default: every tool).
@@ -83,6 +92,7 @@ impl BudgetArgs {
             // Scarb's semantics for a `wasm:` oracle: after a stop, every later call fails.
             poison: plugin.exports_functions(),
             recycle_after: self.recycle_after,
+            start_timeout: Some(self.start_timeout),
             grace: self.recycle_grace,
             ..Budgets::default()
         };

@@ -85,7 +85,7 @@ pub static PROTOCOLS: &[ProtocolSpec] = {
         ProtocolSpec { protocol: Protocol::DenoBridge, name: "denobridge", help: "terraform-provider-denobridge", framing: JsonLines, supervised: || Box::new(d::Supervised), tool_filter: None, call: |l, r| Box::pin(denobridge::one_call(l, r)), describe: |l| Box::pin(denobridge::describe(l)) },
         ProtocolSpec { protocol: Protocol::Atp, name: "atp", help: "Arcaflow ATP v1/v3 (CBOR)", framing: CborSeq, supervised: || Box::new(a::Supervised), tool_filter: None, call: |l, r| Box::pin(atp::one_call(l, r)), describe: |l| Box::pin(atp::describe(l)) },
         ProtocolSpec { protocol: Protocol::FineCode, name: "finecode", help: "FineCode WM-ER (LSP Content-Length)", framing: ContentLength, supervised: || Box::new(f::Supervised), tool_filter: None, call: |l, r| Box::pin(finecode::one_call(l, r)), describe: |l| Box::pin(finecode::describe(l)) },
-        ProtocolSpec { protocol: Protocol::Mcp, name: "mcp", help: "Model Context Protocol servers (stdio), or a component's exported functions as tools", framing: JsonLines, supervised: || Box::new(m::Supervised::default()), tool_filter: Some(|filter| Box::new(m::Supervised { filter })), call: |l, r| Box::pin(mcp::one_call(l, r)), describe: |l| Box::pin(mcp::describe(l)) },
+        ProtocolSpec { protocol: Protocol::Mcp, name: "mcp", help: "Model Context Protocol servers (stdio), or a component's exported functions as tools", framing: JsonLines, supervised: || Box::new(m::Supervised::default()), tool_filter: Some(|filter| Box::new(m::Supervised::new(filter))), call: |l, r| Box::pin(mcp::one_call(l, r)), describe: |l| Box::pin(mcp::describe(l)) },
     ]
 };
 
