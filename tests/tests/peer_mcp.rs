@@ -6,7 +6,7 @@
 //! `.ci/setup`. The client must see the same thing either way: the tools listed, calls, a
 //! progress stream, a 2 MB argument, a tool's own error, and the shutdown ending when stdin
 //! closes (the SDK never had to SIGTERM). Behind sandpipe also: a filtered tool is gone from the
-//! list and refused, a hanging tool is stopped by `--request-timeout` and the next call is
+//! list and refused, a hanging tool is cancelled by `--request-timeout` and the next call is
 //! answered, a server that dies answers with the stopped error, and `call`, `inspect`,
 //! `--record` and `replay` speak MCP.
 
@@ -95,7 +95,7 @@ fn server_everything_answers_the_sdk_client_the_same_behind_sandpipe() {
 }
 
 #[test]
-fn a_hanging_tool_is_stopped_by_the_request_timeout_and_the_next_call_is_answered() {
+fn a_hanging_tool_is_cancelled_by_the_request_timeout_and_the_next_call_is_answered() {
     let server = peers::mcp_npm_server("mcp-server-everything");
     let report = drive(
         &["hang"],
@@ -112,11 +112,14 @@ fn a_hanging_tool_is_stopped_by_the_request_timeout_and_the_next_call_is_answere
         text.contains("timed out after 2s (request timeout)"),
         "{text}"
     );
+    // The server was sent notifications/cancelled, still answered sandpipe's ping, and so
+    // serves the next call itself. server-everything lets the cancelled operation run on, so
+    // at shutdown it is still busy, as it would be without sandpipe: whether the client had to
+    // escalate is the server's business, not asserted here.
     assert_eq!(
         report["after"]["result"]["content"][0]["text"],
         "Echo: still here"
     );
-    assert_eq!(report["shutdown_escalated"], false);
 }
 
 #[test]
