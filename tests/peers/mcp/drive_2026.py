@@ -17,11 +17,15 @@ The server is tests/peers/mcp/server_2026.py. Cases:
 - deaf: `hog` for 30 s, holding the server's event loop, then `add`;
 - listen: a `subscriptions/listen` held for 1.5 s (past a 1 s request timeout), then `grow`
   and its event (2026-07-28 only; `legacy` reports it unsupported);
-- cancel: `slow` for 30 s given up by the client after 0.3 s, then `add`.
+- cancel: `slow` for 30 s given up by the client after 0.3 s, then `add`;
+- bench:N: timings only: `start_s` (from starting the server to the end of the connect: the
+  handshake, or nothing when pinned) and `round_trip_s`, the mean of N `add` calls after 10
+  warm-up calls.
 """
 
 import json
 import sys
+import time
 
 import anyio
 from mcp.client import Client
@@ -100,6 +104,15 @@ async def cancel(c, report):
     report["add"] = await call(c, "add", {"a": 5, "b": 5})
 
 
+async def bench(c, report, n):
+    for i in range(10):
+        await c.call_tool("add", {"a": i, "b": 1})
+    t0 = time.perf_counter()
+    for i in range(n):
+        await c.call_tool("add", {"a": i, "b": 1})
+    report["round_trip_s"] = (time.perf_counter() - t0) / n
+
+
 CASES = {f.__name__: f for f in (basic, deny, unknown, timeout, deaf, listen, cancel)}
 
 
@@ -110,9 +123,19 @@ async def elicit(context, params):
 async def main(mode, cases, command):
     server = StdioServerParameters(command=command[0], args=command[1:])
     report = {"mode": mode}
+    t0 = time.perf_counter()
     async with Client(server, mode=mode, elicitation_callback=elicit) as c:
         report["version"] = c.session.protocol_version
+        if mode != "legacy" and mode != "auto":
+            # Pinned: the connect sends nothing, so the first request is what waits for the
+            # server to start.
+            await c.call_tool("add", {"a": 0, "b": 0})
+        start = time.perf_counter() - t0
         for name in cases:
+            if name.startswith("bench:"):
+                report["start_s"] = start
+                await bench(c, report, int(name.split(":", 1)[1]))
+                continue
             report[name] = {}
             await CASES[name](c, report[name])
     print(json.dumps(report, sort_keys=True))
