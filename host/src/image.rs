@@ -400,9 +400,17 @@ pub fn cgroup_memory_limit() -> Option<u64> {
         .find(|&limit| limit < 1 << 60)
 }
 
-/// The default memory cap under a cgroup limit of `limit` bytes: what sandpipe itself needs
-/// (its code, the compiled plugin, buffers; about 20 MiB measured in a container) is kept
-/// free, or a quarter of the limit if that is more; under a tiny limit, half of it.
+/// The default memory cap under a cgroup memory `limit`, when it differs from `default`:
+/// [`memory_cap_under`] the limit, when that is lower than the default, or whenever `raise`
+/// (an image, whose container limit is the plugin's to use).
+pub fn default_memory_cap(limit: u64, default: u64, raise: bool) -> Option<u64> {
+    let cap = memory_cap_under(limit);
+    (cap < default || (raise && cap != default)).then_some(cap)
+}
+
+/// The memory cap under a cgroup limit of `limit` bytes: what sandpipe itself needs (its code,
+/// the compiled plugin, buffers; about 20 MiB measured in a container) is kept free, or a
+/// quarter of the limit if that is more; under a tiny limit, half of it.
 pub fn memory_cap_under(limit: u64) -> u64 {
     const HEADROOM: u64 = 24 << 20;
     limit.saturating_sub(HEADROOM.max(limit / 4)).max(limit / 2)
@@ -441,6 +449,21 @@ mod tests {
         assert_eq!(memory_cap_under(64 << 20), 40 << 20);
         assert_eq!(memory_cap_under(1 << 30), 768 << 20);
         assert_eq!(memory_cap_under(16 << 20), 8 << 20);
+    }
+
+    #[test]
+    fn a_cgroup_limit_only_lowers_the_default_cap_outside_an_image() {
+        let default = 256 << 20;
+        // A container or CI job with 128 MiB: lowered, to stay under it.
+        assert_eq!(
+            default_memory_cap(128 << 20, default, false),
+            Some(96 << 20)
+        );
+        // A CI runner or systemd unit with 16 GiB: the default stays.
+        assert_eq!(default_memory_cap(16 << 30, default, false), None);
+        // An image asks for its container's limit, up as well as down.
+        assert_eq!(default_memory_cap(16 << 30, default, true), Some(12 << 30));
+        assert_eq!(default_memory_cap(128 << 20, default, true), Some(96 << 20));
     }
 
     #[test]

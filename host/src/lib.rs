@@ -88,7 +88,7 @@ pub use error::{Exit, HostError, SessionError, Stopped};
 pub use memory::MemoryPlugin;
 pub use native::{
     LANDLOCK_TARGET_ABI, LandlockSupport, NamespaceSupport, PROXY_PORT, StartupGrant,
-    startup_grants,
+    WithheldGrant, startup_grants, withheld_startup_grants,
 };
 pub use policy::{
     Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, Fuel, ImportPolicy, Policy, Preopen,

@@ -111,6 +111,7 @@ pub(crate) async fn image(args: ImageArgs) -> Result<i32> {
     let mut env = vec![
         format!("SANDPIPE_CACHE_DIR={CACHE_DIR}"),
         "SANDPIPE_STDERR=/dev/null".to_owned(),
+        format!("{FOLLOW_CGROUP_ENV}=1"),
     ];
     for e in &args.container_env {
         let Some((name, _)) = e.split_once('=') else {
@@ -291,10 +292,17 @@ fn collect_cache(root: &Path) -> Result<Vec<ImageFile>> {
     Ok(files)
 }
 
-/// In a container with a memory limit (its cgroup's), `run`'s default `--max-memory` follows
-/// that limit, a bit under it: a guest that keeps growing then meets sandpipe's cap (exit
-/// status 122, one line saying so) before the kernel's OOM killer ends the whole container with
-/// no word. A cap from the command line, `SANDPIPE_MAX_MEMORY` or a policy file still wins.
+/// Set to `1` in the environment of the images `sandpipe image` builds: there the container's
+/// memory limit is the plugin's to use, so the default cap follows it up as well as down.
+pub(crate) const FOLLOW_CGROUP_ENV: &str = "SANDPIPE_MEMORY_FOLLOWS_CGROUP";
+
+/// Under a memory limit (the cgroup's), `run`'s default `--max-memory` is a bit under that
+/// limit when that is lower than the default: a guest that keeps growing then meets sandpipe's
+/// cap (exit status 122, one line saying so) before the kernel's OOM killer ends the whole
+/// container (or CI job) with no word. It is never raised above the default by a limit found
+/// on the machine (a CI runner's or systemd's 16 GiB), only in an image, which asks for it with
+/// [`FOLLOW_CGROUP_ENV`]. A cap from the command line, `SANDPIPE_MAX_MEMORY` or a policy file
+/// still wins.
 pub(crate) fn follow_cgroup_memory(
     sandbox: &mut super::sandbox_args::SandboxArgs,
     run: &clap::ArgMatches,
@@ -305,7 +313,11 @@ pub(crate) fn follow_cgroup_memory(
     let Some(limit) = crate::image::cgroup_memory_limit() else {
         return;
     };
-    let cap = crate::image::memory_cap_under(limit);
+    let raise = std::env::var_os(FOLLOW_CGROUP_ENV).is_some_and(|v| v == "1");
+    let default = sandbox.max_memory.0.unwrap_or(crate::DEFAULT_MAX_MEMORY);
+    let Some(cap) = crate::image::default_memory_cap(limit, default, raise) else {
+        return;
+    };
     tracing::info!("the cgroup's memory limit is {limit} bytes: --max-memory defaults to {cap}");
     sandbox.max_memory = super::MemoryCap(Some(cap));
 }

@@ -268,7 +268,13 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
             }
             merge_budgets(&mut args.budgets, &m, sub)?;
             // Lists: the file's, then the command line's.
-            prepend(&mut args.budgets.allow_tools, &m.tools.allow);
+            widen(
+                sub,
+                ("allow_tools", "SANDPIPE_ALLOW_TOOL", "tools.allow"),
+                &mut args.budgets.allow_tools,
+                &m.tools.allow,
+                String::clone,
+            );
             prepend(&mut args.budgets.deny_tools, &m.tools.deny);
             if args.protocol.is_none() && !m.requests.is_empty() {
                 bail!(
@@ -432,9 +438,32 @@ fn merge_sandbox(s: &mut SandboxArgs, m: &Manifest, base: &Path, cli: &ArgMatche
         .iter()
         .map(|d| dir_spec(d, base))
         .collect::<Result<Vec<_>>>()?;
-    prepend(&mut s.dirs, &dirs);
-    prepend(&mut s.envs, &g.env);
-    prepend(&mut s.allow_imports, &g.allow_imports);
+    let same = String::clone;
+    widen(
+        cli,
+        ("dirs", "SANDPIPE_DIR", "grants.dirs"),
+        &mut s.dirs,
+        &dirs,
+        same,
+    );
+    widen(
+        cli,
+        ("envs", "SANDPIPE_ENV", "grants.env"),
+        &mut s.envs,
+        &g.env,
+        same,
+    );
+    widen(
+        cli,
+        (
+            "allow_imports",
+            "SANDPIPE_ALLOW_IMPORT",
+            "grants.allow-imports",
+        ),
+        &mut s.allow_imports,
+        &g.allow_imports,
+        same,
+    );
     if g.startup_grants == Some(false) {
         s.no_startup_grants = true;
     }
@@ -443,15 +472,27 @@ fn merge_sandbox(s: &mut SandboxArgs, m: &Manifest, base: &Path, cli: &ArgMatche
         rule.parse::<crate::net::NetRule>()
             .map_err(|e| key_error("net.allow", e.to_string()))?;
     }
-    if !n.allow.is_empty() && !s.allow_net.is_empty() && from_env(cli, "allow_net") {
-        eprintln!(
-            "sandpipe: note: SANDPIPE_ALLOW_NET adds {} to the policy file's [net] allow list",
-            s.allow_net.join(",")
-        );
-    }
-    prepend(&mut s.allow_net, &n.allow);
-    prepend(&mut s.resolve, &n.resolve);
-    prepend(&mut s.http_headers, &n.http_headers);
+    widen(
+        cli,
+        ("allow_net", "SANDPIPE_ALLOW_NET", "[net] allow list"),
+        &mut s.allow_net,
+        &n.allow,
+        same,
+    );
+    widen(
+        cli,
+        ("resolve", "SANDPIPE_RESOLVE", "net.resolve"),
+        &mut s.resolve,
+        &n.resolve,
+        same,
+    );
+    widen(
+        cli,
+        ("http_headers", "SANDPIPE_HTTP_HEADER", "net.http-headers"),
+        &mut s.http_headers,
+        &n.http_headers,
+        same,
+    );
     s.deterministic |= m.deterministic;
     if let Some(v) = from_file(cli, "seed", "seed", m.seed.as_ref(), |n| Ok(*n))? {
         s.seed = Some(v);
@@ -468,7 +509,13 @@ fn merge_sandbox(s: &mut SandboxArgs, m: &Manifest, base: &Path, cli: &ArgMatche
         d.sha256 = Some(v);
     }
     let keys: Vec<PathBuf> = t.trusted_keys.iter().map(|k| base.join(k)).collect();
-    prepend(&mut d.trusted_keys, &keys);
+    widen(
+        cli,
+        ("trusted_keys", "SANDPIPE_TRUSTED_KEY", "trust.trusted-keys"),
+        &mut d.trusted_keys,
+        &keys,
+        |k: &PathBuf| k.display().to_string(),
+    );
     d.require_signature |= t.require_signature;
     if let Some(v) = from_file(
         cli,
@@ -484,7 +531,17 @@ fn merge_sandbox(s: &mut SandboxArgs, m: &Manifest, base: &Path, cli: &ArgMatche
     }
     d.locked |= t.locked;
     d.offline |= t.offline;
-    prepend(&mut d.insecure_registries, &t.insecure_registries);
+    widen(
+        cli,
+        (
+            "insecure_registries",
+            "SANDPIPE_INSECURE_REGISTRY",
+            "trust.insecure-registries",
+        ),
+        &mut d.insecure_registries,
+        &t.insecure_registries,
+        String::clone,
+    );
     Ok(())
 }
 
@@ -550,6 +607,10 @@ fn merge_budgets(b: &mut super::proxy::BudgetArgs, m: &Manifest, cli: &ArgMatche
 
 /// The file's `value` for the flag `id`, through the flag's own `parse`, unless the command
 /// line gave the flag itself (which wins). Errors name the file's `key`.
+///
+/// One rule for the environment: a `SANDPIPE_*` variable counts as the command line, so it
+/// wins too, but never silently: a note names the variable and the file's key it overrides (a
+/// limit raised, a pin replaced), so a policy file read by a reviewer is not quietly loosened.
 fn from_file<V, T>(
     cli: &ArgMatches,
     id: &str,
@@ -559,8 +620,32 @@ fn from_file<V, T>(
 ) -> Result<Option<T>> {
     match value {
         Some(v) if !given(cli, id) => parse(v).map(Some).map_err(|e| key_error(key, e)),
+        Some(_) if from_env(cli, id) => {
+            let var = format!("SANDPIPE_{}", id.to_uppercase());
+            eprintln!("sandpipe: note: {var} overrides the policy file's {key}");
+            Ok(None)
+        }
         _ => Ok(None),
     }
+}
+
+/// A list the file sets and a `SANDPIPE_*` variable adds to (`var`, for the flag `id`): the
+/// file's entries first, then the variable's, with a note naming what the variable adds.
+fn widen<T: Clone>(
+    cli: &ArgMatches,
+    (id, var, key): (&str, &str, &str),
+    list: &mut Vec<T>,
+    from_file: &[T],
+    show: impl Fn(&T) -> String,
+) {
+    if !from_file.is_empty() && !list.is_empty() && from_env(cli, id) {
+        let added: Vec<String> = list.iter().map(show).collect();
+        eprintln!(
+            "sandpipe: note: {var} adds {} to the policy file's {key}",
+            added.join(",")
+        );
+    }
+    prepend(list, from_file);
 }
 
 /// Whether `id`'s value came from its `SANDPIPE_*` variable rather than the command line.

@@ -233,6 +233,16 @@ pub(crate) fn warn_if_native(plugin: &Plugin, policy: &Policy) {
         if let Some(warning) = support.warning() {
             eprintln!("{warning}");
         }
+        if policy.startup_grants {
+            for w in crate::withheld_startup_grants(plugin.path(), &policy.args) {
+                eprintln!(
+                    "sandpipe: note: {} (the plugin's {}) is not granted: {}; if the plugin needs more of it, grant the narrower directory with --dir PATH:ro",
+                    w.path.display(),
+                    w.reason,
+                    w.why
+                );
+            }
+        }
         if policy.max_disk_write.is_some() {
             eprintln!(
                 "sandpipe: note: --max-disk-write has no effect on a native plugin (see SECURITY.md, \"disk writes\")"

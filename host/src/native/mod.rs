@@ -57,7 +57,7 @@ pub use landlock::{LANDLOCK_TARGET_ABI, LandlockSupport};
 pub(crate) use memory::plugin_resident;
 pub use namespace::{NamespaceSupport, PROXY_PORT};
 pub(crate) use rlimit::Limits;
-pub use startup::{StartupGrant, startup_grants};
+pub use startup::{StartupGrant, WithheldGrant, startup_grants, withheld_startup_grants};
 
 /// Start `program` as a child process under what `policy` can express natively.
 pub(crate) fn spawn(

@@ -21,7 +21,11 @@
 //! ```
 //!
 //! Nothing here is writable, and nothing outside these paths is added: a compiled plugin in
-//! `target/release/` gets its own file, not its directory. [`crate::Policy::startup_grants`]
+//! `target/release/` gets its own file, not its directory. **No directory grant is ever the
+//! user's home, an ancestor of it, or a directory holding `.ssh`, `.gnupg`, `.aws` or
+//! `.config`**: a program at `~/bin/x` with a `~/lib` beside it would otherwise hand the plugin
+//! `~/.ssh`. Such a grant is withheld ([`withheld_startup_grants`]); for an install prefix the
+//! narrower `P/lib` is granted instead, and the command line says which `--dir` grants the rest. [`crate::Policy::startup_grants`]
 //! (`--no-startup-grants`) turns this off. The grants are listed in the not-sandboxed notice and
 //! by `sandpipe inspect`.
 
@@ -37,10 +41,60 @@ pub struct StartupGrant {
     pub reason: &'static str,
 }
 
+/// A directory grant the rules found and withheld, because it would hand the plugin the user's
+/// home or secrets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WithheldGrant {
+    /// The directory.
+    pub path: PathBuf,
+    /// Why it would have been granted (as [`StartupGrant::reason`]).
+    pub reason: &'static str,
+    /// Why it was not: `the home directory`, `an ancestor of the home directory`, or
+    /// `it holds .ssh` (or `.gnupg`, `.aws`, `.config`).
+    pub why: String,
+}
+
 /// The read-only grants `program` started with `args` needs (see the module docs). Paths
-/// already covered by the system directories Landlock always allows are left out.
+/// already covered by the system directories Landlock always allows are left out, and so are
+/// the [withheld](withheld_startup_grants) ones.
 pub fn startup_grants(program: &Path, args: &[String]) -> Vec<StartupGrant> {
-    let mut grants = Grants::default();
+    plan(program, args, home().as_deref()).grants
+}
+
+/// The directory grants the rules found for `program` and withheld (see the module docs).
+pub fn withheld_startup_grants(program: &Path, args: &[String]) -> Vec<WithheldGrant> {
+    plan(program, args, home().as_deref()).withheld
+}
+
+/// `$HOME`, resolved, when it is set and exists.
+fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME").and_then(|h| PathBuf::from(h).canonicalize().ok())
+}
+
+/// The files in a directory that mark it as a home: granting it would grant them.
+const SECRETS: [&str; 4] = [".ssh", ".gnupg", ".aws", ".config"];
+
+/// Why `dir` must not be granted whole, if it must not.
+fn too_wide(dir: &Path, home: Option<&Path>) -> Option<String> {
+    if let Some(home) = home {
+        if dir == home {
+            return Some("it is the home directory".into());
+        }
+        if home.starts_with(dir) {
+            return Some("it holds the home directory".into());
+        }
+    }
+    SECRETS
+        .iter()
+        .find(|s| dir.join(s).exists())
+        .map(|s| format!("it holds {s}"))
+}
+
+fn plan(program: &Path, args: &[String], home: Option<&Path>) -> Grants {
+    let mut grants = Grants {
+        home: home.map(Path::to_owned),
+        ..Grants::default()
+    };
     grants.executable(program, "program");
     if let Some(interpreter) = shebang_interpreter(program) {
         grants.executable(&interpreter, "interpreter");
@@ -57,22 +111,52 @@ pub fn startup_grants(program: &Path, args: &[String]) -> Vec<StartupGrant> {
             grants.add(real, "script");
         }
     }
-    grants.0
+    grants
 }
 
 #[derive(Debug, Default)]
-struct Grants(Vec<StartupGrant>);
+struct Grants {
+    grants: Vec<StartupGrant>,
+    withheld: Vec<WithheldGrant>,
+    home: Option<PathBuf>,
+}
 
 impl Grants {
-    fn add(&mut self, path: PathBuf, reason: &'static str) {
+    /// Grant `path`, unless a wider grant covers it or it is a directory too wide to grant.
+    fn add(&mut self, path: PathBuf, reason: &'static str) -> bool {
         if super::landlock::is_system_path(&path)
-            || self.0.iter().any(|g| path.starts_with(&g.path))
+            || self.grants.iter().any(|g| path.starts_with(&g.path))
         {
-            return;
+            return true;
+        }
+        if path.is_dir()
+            && let Some(why) = too_wide(&path, self.home.as_deref())
+        {
+            if !self.withheld.iter().any(|w| w.path == path) {
+                self.withheld.push(WithheldGrant { path, reason, why });
+            }
+            return false;
         }
         // A wider grant replaces the narrower ones it covers.
-        self.0.retain(|g| !g.path.starts_with(&path));
-        self.0.push(StartupGrant { path, reason });
+        self.grants.retain(|g| !g.path.starts_with(&path));
+        self.grants.push(StartupGrant { path, reason });
+        true
+    }
+
+    /// Grant install prefix `prefix`, unless it is too wide or sits directly in the home
+    /// directory (`~/.local`, whose `share/` holds keyrings and browser profiles).
+    fn add_prefix(&mut self, prefix: &Path) -> bool {
+        if let Some(home) = &self.home
+            && prefix.parent() == Some(home.as_path())
+        {
+            self.withheld.push(WithheldGrant {
+                path: prefix.to_owned(),
+                reason: "install prefix",
+                why: "it is directly in the home directory".into(),
+            });
+            return false;
+        }
+        self.add(prefix.to_owned(), "install prefix")
     }
 
     /// An executable as named, the file it resolves to, and the install prefix or venv that
@@ -123,8 +207,10 @@ impl Grants {
             && let Some(prefix) = bin.parent()
             && prefix.parent().is_some()
             && prefix.join("lib").is_dir()
+            && !self.add_prefix(prefix)
         {
-            self.add(prefix.to_owned(), "install prefix");
+            // Too wide (a program in ~/bin with a ~/lib beside it): the libraries alone.
+            self.add(prefix.join("lib"), "install prefix");
         }
     }
 }
@@ -283,6 +369,65 @@ mod tests {
             &[site.join("main.py").display().to_string()],
         );
         assert_eq!(paths(&grants, &root), [("venv".to_owned(), "venv")]);
+    }
+
+    /// A home directory with secrets, a program in `~/bin` beside `~/lib`, and one in
+    /// `~/.local/bin` beside `~/.local/lib`.
+    fn home_tree() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = dir.path();
+        for d in [
+            ".ssh",
+            "bin",
+            "lib",
+            ".local/bin",
+            ".local/lib",
+            ".local/share/keyrings",
+        ] {
+            std::fs::create_dir_all(home.join(d)).expect("mkdir");
+        }
+        for f in ["bin/x", ".local/bin/y"] {
+            std::fs::write(home.join(f), b"\x7fELF").expect("write");
+        }
+        dir
+    }
+
+    #[test]
+    fn a_program_in_home_bin_never_gets_the_home_directory_only_its_lib() {
+        let dir = home_tree();
+        let home = dir.path().canonicalize().expect("canonical");
+        let plan = plan(&home.join("bin/x"), &[], Some(&home));
+        assert_eq!(
+            paths(&plan.grants, &home),
+            [
+                ("lib".into(), "install prefix"),
+                ("bin/x".into(), "program")
+            ]
+        );
+        assert_eq!(plan.withheld.len(), 1, "{:?}", plan.withheld);
+        assert_eq!(plan.withheld[0].path, home);
+        assert_eq!(plan.withheld[0].why, "it is the home directory");
+        // An ancestor of home, or any directory with secrets in it, is withheld the same way.
+        assert_eq!(
+            too_wide(home.parent().expect("parent"), Some(&home)).as_deref(),
+            Some("it holds the home directory")
+        );
+        assert_eq!(too_wide(&home, None).as_deref(), Some("it holds .ssh"));
+    }
+
+    #[test]
+    fn a_program_in_dot_local_bin_gets_dot_local_lib_not_dot_local() {
+        let dir = home_tree();
+        let home = dir.path().canonicalize().expect("canonical");
+        let plan = plan(&home.join(".local/bin/y"), &[], Some(&home));
+        assert_eq!(
+            paths(&plan.grants, &home),
+            [
+                (".local/lib".into(), "install prefix"),
+                (".local/bin/y".into(), "program")
+            ]
+        );
+        assert_eq!(plan.withheld[0].path, home.join(".local"));
     }
 
     #[test]
