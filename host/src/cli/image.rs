@@ -7,7 +7,8 @@
 //!            /cache/wasmtime-*/*.cwasm  the plugin compiled by that same sandpipe
 //!            /policy.toml               with --policy
 //!   entrypoint  /sandpipe run [--policy /policy.toml] /plugin.wasm   (+ the container's args)
-//!   env         SANDPIPE_CACHE_DIR=/cache, SANDPIPE_STDERR=/dev/null, and --container-env
+//!   env         SANDPIPE_CACHE_DIR=/cache, SANDPIPE_STDERR=/dev/null,
+//!               SANDPIPE_MEMORY_FOLLOWS_CGROUP=1, and --container-env
 //! ```
 //!
 //! The image's sandpipe compiles the plugin itself (`sandpipe compile`, run as a child), so the
