@@ -1,4 +1,4 @@
-//! Plugins by reference (issue 14), against a real registry: Debian's `docker-registry`
+//! Plugins by reference, against a real registry: Debian's `docker-registry`
 //! (CNCF distribution 2.8) started here on 127.0.0.1 with a temporary storage dir, without auth
 //! and with htpasswd. Cross-checked with clients nobody here wrote: skopeo, oras (PyPI) and
 //! minisign.

@@ -32,7 +32,7 @@ fn installed(path: PathBuf, what: &str) -> PathBuf {
     path
 }
 
-// --- Python peers (one venv; .ci/setup's "Python peers" section) --------------------------
+// --- Python peers (one venv; .ci/setup's "Python peers" section) --------------------------------
 
 /// The venv holding the Python peers (`arcaflow-plugin-sdk`, `python-lsp-server`,
 /// `finecode-extension-runner`, `arcaflow`), made from the machine's `python3`.
@@ -68,7 +68,7 @@ pub fn source(name: &str) -> PathBuf {
     p
 }
 
-// --- the sandpipe binary --------------------------------------------------------------------
+// --- the sandpipe binary ------------------------------------------------------------------------
 
 /// The `sandpipe` binary of this workspace, built (once per test process) into the target
 /// directory this test binary runs from, with its profile. The test crate cannot name another
@@ -145,7 +145,7 @@ pub fn sandpipe_static() -> PathBuf {
         .clone()
 }
 
-// --- issue 22 (container): real Podman -------------------------------------------------------
+// --- container: real Podman ---------------------------------------------------------------------
 
 /// `podman` from Debian (`.ci/setup`), with the `containers.conf` `.ci/setup` writes selected
 /// by `CONTAINERS_CONF` (runc, the machine's open-file limit, no network namespace).
@@ -169,7 +169,7 @@ pub fn containers_conf() -> PathBuf {
     installed(dir().join("containers.conf"), "containers.conf")
 }
 
-// --- issue 12 (peers-rs-deno): the Cairo oracle on the real SDK, and Deno from npm ----------
+// --- the Cairo oracle on the real SDK, and Deno from npm ----------------------------------------
 
 /// `deno` from the npm package `deno` (pinned in `.ci/setup`), as an engine's configuration
 /// names it: `node_modules/.bin/deno`, a symlink to the binary the package ships.
@@ -239,7 +239,7 @@ pub fn cairo_oracle(target: Target) -> PathBuf {
     .clone()
 }
 
-// --- pyjs: componentize-py, and the interpreter of the native Python builds ----------------
+// --- pyjs: componentize-py, and the interpreter of the native Python builds ---------------------
 
 /// The shared venv's Python (componentize-py 0.25.1 lives there too).
 pub fn venv_python() -> PathBuf {
@@ -260,7 +260,7 @@ pub fn system_python() -> PathBuf {
     installed(PathBuf::from("/usr/bin/python3"), "the system python3")
 }
 
-// --- oci (issue 14): Debian's registry, skopeo, minisign, htpasswd; the oras SDK ------------
+// --- oci: Debian's registry, skopeo, minisign, htpasswd; the oras SDK ---------------------------
 
 /// A program from a Debian package (`/usr/bin/NAME`).
 pub fn debian(name: &str) -> PathBuf {
@@ -275,7 +275,7 @@ pub fn oras_python() -> PathBuf {
     installed(dir().join("oras-venv/bin/python"), "the oras Python SDK")
 }
 
-// --- js (issue 17): the JS guest toolchain ---------------------------------------------------
+// --- js: the JS guest toolchain -----------------------------------------------------------------
 
 /// The system `node` that runs the native builds of JS plugins (a path Landlock lets a native
 /// plugin read: `/usr`).
@@ -298,7 +298,7 @@ pub fn js_toolchain() -> PathBuf {
     dir
 }
 
-// --- mcp (issue 23): the official MCP Python SDK client and real MCP servers ----------------
+// --- mcp: the official MCP Python SDK client and real MCP servers -------------------------------
 
 /// The Python of the venv holding the MCP Python SDK (PyPI `mcp`) and `mcp-server-time`.
 pub fn mcp_python() -> PathBuf {

@@ -1,7 +1,7 @@
 //! A real OCI registry for tests: Debian's `docker-registry` (CNCF distribution 2.8) started on
 //! 127.0.0.1 with a temporary storage dir, without auth or with htpasswd; and minisign key
-//! pairs made by minisign itself. Used by the registry tests (issue 14) and the container
-//! image tests (issue 22).
+//! pairs made by minisign itself. Used by the registry tests and the container
+//! image tests.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

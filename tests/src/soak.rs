@@ -8,7 +8,7 @@
 //!  every 10 %: VmRSS and /proc/PID/fd of sandpipe and of its plugin (native only)
 //! ```
 //!
-//! The bars (issue 25): the resident memory at the end within 10 % (+4 MiB) of what it was at
+//! The bars: the resident memory at the end within 10 % (+4 MiB) of what it was at
 //! the first tenth, and the descriptor counts flat.
 
 use std::io::{BufRead, BufReader, Write};

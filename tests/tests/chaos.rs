@@ -1,4 +1,4 @@
-//! Chaos under load (issue 25): 100 concurrent `sandpipe run --protocol oracle` sessions at
+//! Chaos under load: 100 concurrent `sandpipe run --protocol oracle` sessions at
 //! once, wasm and native, whose requests ask the plugin to trap, spin past its fuel or time,
 //! allocate past its memory cap, or get it killed from outside mid-request; a fifth of the
 //! engines close their pipes early. Every request the engine waits for is answered, with the

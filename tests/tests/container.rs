@@ -1,4 +1,4 @@
-//! Plugins as container images (issue 22): `sandpipe image` builds an image FROM scratch around
+//! Plugins as container images: `sandpipe image` builds an image FROM scratch around
 //! a static sandpipe (`scripts/build-static static-test`) and the plugin, compiled; real Podman
 //! (Debian's, with the `containers.conf` `.ci/setup` writes) loads and runs it, and the real
 //! Arcaflow engine (PyPI `arcaflow` 0.21.0) runs it with its real Podman and Docker deployers.

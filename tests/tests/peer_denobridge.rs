@@ -121,7 +121,7 @@ fn behind_sandpipe(framing: Option<&str>, steps: &[Step]) -> Transcript {
     if let Some(framing) = framing {
         cmd.args(["--framing", framing]);
     }
-    // What Deno needs beyond the automatic grants, each named (see the report on issue 12):
+    // What Deno needs beyond the automatic grants, each named:
     // - a cache directory: sandpipe empties the environment, and without DENO_DIR (or HOME)
     //   Deno stops at once ("Could not resolve global Deno cache directory"); a cache it
     //   cannot write makes Deno 2.9.6 panic in `stacker` (pthread_getattr_np reads

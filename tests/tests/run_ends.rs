@@ -1,4 +1,4 @@
-//! How `sandpipe run` ends when it is abused (issue 25), driven as a separate process as an
+//! How `sandpipe run` ends when it is abused, driven as a separate process as an
 //! engine drives it: it never ends by a SIGKILL it sent itself, a signal it did not send is
 //! mirrored, its log lines are plain text unless stderr is a terminal, and an engine that
 //! goes away passes the broken pipe on to the plugin, wasm and native alike.

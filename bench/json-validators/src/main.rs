@@ -1,4 +1,4 @@
-//! JSON validators compared on the frame shapes sandpipe carries (issue 26): proto's own
+//! JSON validators compared on the frame shapes sandpipe carries: proto's own
 //! (`json_check`, compiled in from its source), serde_json, simd-json, sonic-rs, and the
 //! `simdutf8` and `memchr` floors. Outside the workspace (own `[workspace]` and lock file) so
 //! that neither simd-json nor sonic-rs is built by `cargo test`.
