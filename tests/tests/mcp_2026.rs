@@ -139,6 +139,12 @@ fn a_denied_tool_looks_like_one_the_server_does_not_have_in_each_revision() {
             // finishes; everything else answers as without the filter.
             assert!(answers(&r["basic"]["greet"], "hello, Ada"), "{r}");
             assert!(answers(&r["basic"]["add"], "3"), "{r}");
+            // After the list changed, the list the client fetches again is filtered too.
+            let after = r["basic"]["tools_after"].as_array().expect("tools");
+            assert!(
+                after.contains(&json!("extra")) && !after.contains(&json!("boom")),
+                "{r}"
+            );
         }
     }
 }

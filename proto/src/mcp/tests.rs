@@ -582,15 +582,21 @@ fn answers_of_its_own_in_a_2026_session_carry_result_type_and_a_hidden_tool_look
     let discovered = br#"{"jsonrpc":"2.0","id":1,"result":{"capabilities":{},"supportedVersions":["2026-07-28"],"resultType":"complete"}}"#;
     sup.handle_plugin_frame(i0, discovered, t0);
     drain(&mut sup);
-    sup.handle_engine_frame(modern(2, TOOLS_CALL, r#""name":"rm","arguments":{}"#), t0);
-    let actions = drain(&mut sup);
-    assert!(to_plugin(&actions).is_empty());
-    let seen = to_engine(&actions);
-    assert_eq!(
-        seen[0]["result"],
-        json!({"content": [{"type": "text", "text": "Unknown tool: rm"}], "isError": true,
-            "resultType": "complete"})
-    );
+    // The first round of a call, and a retry round carrying input responses, alike.
+    for params in [
+        r#""name":"rm","arguments":{}"#,
+        r#""name":"rm","arguments":{},"inputResponses":{"k":{"action":"accept"}},"requestState":"s""#,
+    ] {
+        sup.handle_engine_frame(modern(2, TOOLS_CALL, params), t0);
+        let actions = drain(&mut sup);
+        assert!(to_plugin(&actions).is_empty());
+        let seen = to_engine(&actions);
+        assert_eq!(
+            seen[0]["result"],
+            json!({"content": [{"type": "text", "text": "Unknown tool: rm"}], "isError": true,
+                "resultType": "complete"})
+        );
+    }
     // The list keeps the revision's members.
     sup.handle_engine_frame(modern(3, TOOLS_LIST, ""), t0);
     drain(&mut sup);
