@@ -35,7 +35,7 @@
 //! first, waits until the plugin ends. The plugin's end always gets through: the reader stops
 //! waiting for the handler then, and every request in flight gets the stop.
 //!
-//! Every protocol's typed client (`protocols/*`, `rpc::JsonRpcPeer`) is a thin layer on this:
+//! Every protocol's typed client (`protocols/*`, `protocols::jsonrpc::JsonRpcPeer`) is a thin layer on this:
 //! it makes requests on its machine and turns completion events into typed results. The
 //! protocol's rules (what completes what, what a failure answer looks like, timeouts) live in
 //! the machine, in `sandpipe-proto`; what "the plugin stopped" means lives here, once.
@@ -778,9 +778,9 @@ mod tests {
     use crate::error::Exit;
     use crate::memory::MemoryPlugin;
     use crate::protocols::atp::{AtpClient, AtpFailure, ErrorOrigin, RunEvent};
+    use crate::protocols::jsonrpc::{JsonRpcPeer, RpcError};
     use crate::protocols::oracle::OracleClient;
     use crate::protocols::orchard::OrchardClient;
-    use crate::rpc::{JsonRpcPeer, RpcError};
     use crate::session::{Session, SessionOptions};
 
     fn json_lines() -> SessionOptions {

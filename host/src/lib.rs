@@ -52,7 +52,7 @@
 mod cbor_note;
 pub mod driver;
 mod error;
-pub mod export_session;
+pub mod exports;
 mod hash_index;
 pub mod image;
 pub mod lock;
@@ -65,7 +65,6 @@ pub mod record;
 #[cfg(feature = "registry")]
 pub mod registry;
 pub mod replay;
-pub mod rpc;
 mod sandbox;
 mod session;
 pub mod signing;
@@ -73,7 +72,6 @@ mod stderr;
 pub mod store;
 pub mod supervise;
 mod transport;
-pub mod wasm_oracle;
 
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -269,7 +267,7 @@ impl Plugin {
     }
     /// True for a component that exports functions instead of `wasi:cli/run`: a Cairo
     /// `wasm:` oracle, served in process as a session by [`Host::start_speaking`] (see
-    /// [`export_session`]) or called directly with [`wasm_oracle::WasmOracle`].
+    /// [`exports::session`]) or called directly with [`exports::oracle::WasmOracle`].
     pub fn exports_functions(&self) -> bool {
         self.compiled
             .as_ref()

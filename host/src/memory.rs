@@ -11,7 +11,7 @@
 //!
 //! The same loop, with an asynchronous handler whose stop is any [`Exit`] (crate-private
 //! `InProcess`), presents a component that exports functions as a session
-//! (`crate::export_session`): the supervisor sees no difference.
+//! (`crate::exports::session`): the supervisor sees no difference.
 //!
 //! The pipes are bounded (64 KiB), so backpressure behaves as with a real plugin, and frames go
 //! through the session's framer both ways, so a frame a plugin writes is checked as any

@@ -42,7 +42,7 @@ pub enum Fuel {
     /// the guest is stopped with [`Exit::OutOfFuel`](crate::Exit::OutOfFuel) if one request
     /// uses it all. Time the guest spends blocked waiting for input burns no fuel, so idle time
     /// is never billed. For an exported-function plugin
-    /// ([`WasmOracle`](crate::wasm_oracle::WasmOracle)) it is re-armed before every call.
+    /// ([`WasmOracle`](crate::exports::oracle::WasmOracle)) it is re-armed before every call.
     PerRequest(u64),
 }
 

@@ -19,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::error::{Exit, SessionError};
+pub use crate::native::NativeStdio;
 use crate::record::Recorder;
 use crate::stderr::{StderrMode, StderrTail};
 use crate::transport::{KillSwitch, Meter, Transport};
@@ -63,21 +64,6 @@ pub struct SessionOptions {
     pub record: Option<Arc<Recorder>>,
     /// How a native plugin's stdin and stdout are connected (ignored for wasm).
     pub native_stdio: NativeStdio,
-}
-
-/// How a native plugin's stdin and stdout are connected.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum NativeStdio {
-    /// Pipes to the session: frames are sent, received, checked and recorded.
-    #[default]
-    Piped,
-    /// The plugin gets this process's own stdin and stdout: no copy and no hop, and nothing
-    /// for the session to send, receive, check or record (`send` writes nowhere, `recv` sees
-    /// end of stream at once). For a caller that only stands in for the plugin with raw bytes:
-    /// `sandpipe run` without `--framing` for a native plugin. Limits, Landlock, signals and the
-    /// exit work as with pipes.
-    Inherit,
 }
 
 impl Default for SessionOptions {

@@ -19,7 +19,7 @@
 //! The clock is tokio's ([`crate::driver::now`]), so a test under a paused clock drives the
 //! request timers; [`Supervisor::memory`] runs the loop over [`Session::memory`] instances
 //! (the test seam), [`Supervisor::new`] over a real plugin: a stdio plugin, or a component
-//! that exports functions behind its in-process server ([`crate::export_session`]), so a
+//! that exports functions behind its in-process server ([`crate::exports::session`]), so a
 //! `wasm:` oracle or a component's MCP tools get the same budgets, restarts, poisoning,
 //! recycling and stopped answers as any plugin.
 //!
@@ -114,7 +114,7 @@ impl<'a> Supervisor<'a> {
     /// A supervisor for `plugin` speaking `protocol`, each instance started with `policy` and
     /// `options` (whose framing is replaced by the protocol's). A component that exports
     /// functions is served in process ([`Host::start_speaking`]); its `request_timeout` is
-    /// each call's deadline inside the instance (see [`crate::export_session`]).
+    /// each call's deadline inside the instance (see [`crate::exports::session`]).
     pub fn new(
         host: &'a Host,
         plugin: &'a Plugin,

@@ -30,6 +30,7 @@
 //! ```
 
 pub mod atp;
+mod choices;
 pub mod denobridge;
 pub mod finecode;
 pub mod frame;

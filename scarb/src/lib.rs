@@ -12,7 +12,7 @@
 //!     oracle_invoke cheatcode: ByteArray(connection) ByteArray(selector) calldata…
 //!       └─ "wasm:<asset>" ─► SandpipeWasm::connect (once per connection string)
 //!            asset path checked (no absolute path, no `..` out of the executable's directory)
-//!            └─ a worker thread: current-thread runtime + sandpipe::wasm_oracle::WasmOracle
+//!            └─ a worker thread: current-thread runtime + sandpipe::exports::oracle::WasmOracle
 //!       └─ Connection::call(selector, calldata) ─► felts, or an error Cairo reads as
 //!          oracle::Error ([1, ByteArray(message)])
 //! ```
@@ -46,7 +46,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
-use sandpipe::wasm_oracle::{WasmOracle, WasmOracleOptions};
+use sandpipe::exports::oracle::{WasmOracle, WasmOracleOptions};
 use sandpipe::{Host, Policy};
 use scarb_oracle_hint_service::{ConnectCtx, Connection, Protocol};
 use starknet_core::types::Felt as StarkFelt;

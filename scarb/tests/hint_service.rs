@@ -32,7 +32,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandpipe::wasm_oracle::WasmOracleOptions;
+use sandpipe::exports::oracle::WasmOracleOptions;
 use sandpipe_scarb::{Limits, SandpipeWasm};
 use scarb_oracle_hint_service::OracleHintService;
 use starknet_core::codec::Encode;

@@ -8,8 +8,8 @@ use sandpipe_proto::denobridge::ProviderKind;
 use std::time::Duration;
 
 use sandpipe::protocols::denobridge::DenoBridgeClient;
+use sandpipe::protocols::jsonrpc::RpcError;
 use sandpipe::protocols::oracle::OracleClient;
-use sandpipe::rpc::RpcError;
 use sandpipe::{Host, Policy, Session};
 use sandpipe_proto::frame::Framing;
 use sandpipe_proto::jsonrpc::{ErrorCode, INTERNAL_ERROR};

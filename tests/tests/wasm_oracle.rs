@@ -1,4 +1,4 @@
-//! Cairo `wasm:` oracles under limits (`sandpipe::wasm_oracle`, `run`/`call`/`inspect
+//! Cairo `wasm:` oracles under limits (`sandpipe::exports::oracle`, `run`/`call`/`inspect
 //! --protocol oracle`) against `examples/wasm-oracle`, a component built with wit-bindgen.
 //!
 //! Covered: the codec through a real component (ByteArrays across the 31-byte boundary,
@@ -11,7 +11,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use sandpipe::wasm_oracle::{AfterTrap, InvokeError, WasmOracle, WasmOracleOptions};
+use sandpipe::exports::oracle::{AfterTrap, InvokeError, WasmOracle, WasmOracleOptions};
 use sandpipe::{Access, Exit, Fuel, Host, HostOptions, Plugin, Policy, StderrMode};
 use sandpipe_proto::oracle::Felt;
 use sandpipe_proto::oracle::wasm::{CodecError, SelectorError, decode_byte_array, felt_from_i64};

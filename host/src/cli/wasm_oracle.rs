@@ -1,6 +1,6 @@
 //! `inspect --protocol oracle` for a component that exports functions (a Cairo `wasm:`
 //! oracle): its selectors with their WIT signatures. `run`, `call` and `inspect --protocol mcp`
-//! need nothing of their own: the component is a session ([`crate::export_session`]), served
+//! need nothing of their own: the component is a session ([`crate::exports::session`]), served
 //! in the protocol's frames, and goes through the same supervisor and clients as any plugin.
 
 use serde_json::{Value, json};

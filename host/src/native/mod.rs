@@ -49,7 +49,6 @@ use tokio::sync::{oneshot, watch};
 use crate::error::{Exit, HostError};
 use crate::policy::Policy;
 use crate::sandbox::finish;
-use crate::session::NativeStdio;
 use crate::stderr::{StderrMode, StderrTail};
 use crate::transport::{KillSwitch, Transport, killed};
 
@@ -58,6 +57,21 @@ pub(crate) use memory::plugin_resident;
 pub use namespace::{NamespaceSupport, PROXY_PORT};
 pub(crate) use rlimit::Limits;
 pub use startup::{StartupGrant, WithheldGrant, startup_grants, withheld_startup_grants};
+
+/// How a native plugin's stdin and stdout are connected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NativeStdio {
+    /// Pipes to the session: frames are sent, received, checked and recorded.
+    #[default]
+    Piped,
+    /// The plugin gets this process's own stdin and stdout: no copy and no hop, and nothing
+    /// for the session to send, receive, check or record (`send` writes nowhere, `recv` sees
+    /// end of stream at once). For a caller that only stands in for the plugin with raw bytes:
+    /// `sandpipe run` without `--framing` for a native plugin. Limits, Landlock, signals and the
+    /// exit work as with pipes.
+    Inherit,
+}
 
 /// Start `program` as a child process under what `policy` can express natively.
 pub(crate) fn spawn(

@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::driver::{Completion, Driver, Refused, Unasked};
 use crate::error::{Exit, Stopped};
 use crate::protocols::hooks::{CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Launch};
-use crate::rpc::RpcError;
+use crate::protocols::jsonrpc::RpcError;
 use crate::session::{Session, SessionControl};
 
 /// A denobridge provider plugin of one [`ProviderKind`]. Calls may run concurrently (`&self`).

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::driver::{Completion, Driver, Refused, Unasked};
 use crate::error::{Exit, Stopped};
-use crate::rpc::RpcError;
+use crate::protocols::jsonrpc::RpcError;
 use crate::session::{Session, SessionControl};
 
 /// How many `tools/list` pages [`McpClient::list_tools`] follows before it stops: a server

@@ -382,13 +382,13 @@ pub struct Supervised;
 
 impl crate::supervise::SupervisedProtocol for Supervised {
     fn classify_engine(&self, frame: &[u8]) -> crate::supervise::FromEngine {
-        crate::supervise::classify_jsonrpc_engine(frame, &["health"])
+        crate::jsonrpc::classify_engine(frame, &["health"])
     }
     fn classify_plugin(&self, frame: &[u8]) -> crate::supervise::FromPlugin {
-        crate::supervise::classify_jsonrpc_plugin(frame, &[])
+        crate::jsonrpc::classify_plugin(frame, &[])
     }
     fn stopped_answer(&self, key: &str, _method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
-        crate::supervise::jsonrpc_error_answer(key, Dialect::JsonRpc2, stopped_error(stopped))
+        crate::jsonrpc::error_answer(key, Dialect::JsonRpc2, stopped_error(stopped))
     }
 }
 

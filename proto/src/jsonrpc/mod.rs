@@ -10,12 +10,14 @@
 //! Batches are not supported: none of the hosted protocols use them.
 
 mod peer;
+mod supervised;
 
 use std::fmt;
 
 pub(crate) use peer::MAX_CANCELLED;
 pub use peer::{Event, Peer, Request};
 use serde_json::{Map, Value};
+pub use supervised::{classify_engine, classify_plugin, error_answer, id_of};
 use thiserror::Error;
 
 use crate::frame::escape_snippet;
@@ -308,14 +310,14 @@ pub struct Supervised;
 
 impl crate::supervise::SupervisedProtocol for Supervised {
     fn classify_engine(&self, frame: &[u8]) -> crate::supervise::FromEngine {
-        crate::supervise::classify_jsonrpc_engine(frame, &[])
+        crate::jsonrpc::classify_engine(frame, &[])
     }
     fn classify_plugin(&self, frame: &[u8]) -> crate::supervise::FromPlugin {
-        crate::supervise::classify_jsonrpc_plugin(frame, &[])
+        crate::jsonrpc::classify_plugin(frame, &[])
     }
     fn stopped_answer(&self, key: &str, _method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
         let error = stopped_error(Dialect::JsonRpc2, stopped);
-        crate::supervise::jsonrpc_error_answer(key, Dialect::JsonRpc2, error)
+        crate::jsonrpc::error_answer(key, Dialect::JsonRpc2, error)
     }
 }
 

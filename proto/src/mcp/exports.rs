@@ -1,6 +1,6 @@
 //! A component's exported functions as MCP tools, sans-IO: tool names, input and output JSON
 //! Schemas from WIT signatures, JSON arguments to component values and results back to a
-//! tool result. The host (`sandpipe::export_session`) calls the guest; this module
+//! tool result. The host (`sandpipe::exports::session`) calls the guest; this module
 //! never does.
 //!
 //! ```text

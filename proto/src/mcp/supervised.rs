@@ -246,21 +246,21 @@ impl SupervisedProtocol for Supervised {
         }
     }
     fn classify_plugin(&self, frame: &[u8]) -> FromPlugin {
-        crate::supervise::classify_jsonrpc_plugin(frame, &[])
+        crate::jsonrpc::classify_plugin(frame, &[])
     }
     fn engine_speaks_first(&self) -> bool {
         true
     }
     fn stopped_answer(&self, key: &str, method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
         if method == Some(TOOLS_CALL) {
-            let id = crate::supervise::id_of(key);
+            let id = crate::jsonrpc::id_of(key);
             let mut result = stopped_tool_result(stopped);
             if self.modern() {
                 result = complete(result);
             }
             return Message::response(id, Ok(result)).encode(Dialect::JsonRpc2);
         }
-        crate::supervise::jsonrpc_error_answer(key, Dialect::JsonRpc2, stopped_error(stopped))
+        crate::jsonrpc::error_answer(key, Dialect::JsonRpc2, stopped_error(stopped))
     }
     fn answer_engine(&self, frame: &[u8]) -> Option<Vec<u8>> {
         if self.filter.is_open() {
@@ -278,7 +278,7 @@ impl SupervisedProtocol for Supervised {
         if self.filter.permits(name) {
             return None;
         }
-        let id = crate::supervise::id_of(&crate::supervise::key_of(&id));
+        let id = crate::jsonrpc::id_of(&crate::supervise::key_of(&id));
         let modern = params
             .meta
             .as_ref()

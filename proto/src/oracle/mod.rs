@@ -532,14 +532,14 @@ pub struct Supervised;
 
 impl crate::supervise::SupervisedProtocol for Supervised {
     fn classify_engine(&self, frame: &[u8]) -> crate::supervise::FromEngine {
-        crate::supervise::classify_jsonrpc_engine(frame, &[])
+        crate::jsonrpc::classify_engine(frame, &[])
     }
     fn classify_plugin(&self, frame: &[u8]) -> crate::supervise::FromPlugin {
-        crate::supervise::classify_jsonrpc_plugin(frame, &["ready"])
+        crate::jsonrpc::classify_plugin(frame, &["ready"])
     }
     fn stopped_answer(&self, key: &str, _method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
         let error = stopped_error(stopped).to_error_object();
-        crate::supervise::jsonrpc_error_answer(key, Dialect::JsonRpc2, error)
+        crate::jsonrpc::error_answer(key, Dialect::JsonRpc2, error)
     }
 }
 

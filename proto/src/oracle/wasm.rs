@@ -935,7 +935,7 @@ impl Selectors {
 /// - a selector resolves only to a function with that full name, or to the one function
 ///   with that short name; otherwise the error lists the candidates or every name.
 pub fn fuzz(data: &[u8]) {
-    let mut c = crate::fuzz::Choices::new(data);
+    let mut c = crate::choices::Choices::new(data);
     let params: Vec<Ty> = (0..c.below(4)).map(|_| gen_ty(&mut c, 0)).collect();
     let count = c.below(64);
     let calldata: Vec<Felt> = (0..count).map(|_| gen_felt(&mut c)).collect();
@@ -959,7 +959,7 @@ pub fn fuzz(data: &[u8]) {
     fuzz_selectors(&mut c);
 }
 
-fn gen_ty(c: &mut crate::fuzz::Choices<'_>, depth: usize) -> Ty {
+fn gen_ty(c: &mut crate::choices::Choices<'_>, depth: usize) -> Ty {
     let leaf = depth >= 4;
     match c.below(if leaf { 11 } else { 16 }) {
         0 => Ty::Bool,
@@ -986,7 +986,7 @@ fn gen_ty(c: &mut crate::fuzz::Choices<'_>, depth: usize) -> Ty {
     }
 }
 
-fn gen_felt(c: &mut crate::fuzz::Choices<'_>) -> Felt {
+fn gen_felt(c: &mut crate::choices::Choices<'_>) -> Felt {
     match c.below(8) {
         0..=2 => Felt::from(u128::from(c.byte() % 4)),
         3 => Felt::from(u128::from(c.byte())),
@@ -1005,7 +1005,7 @@ fn gen_felt(c: &mut crate::fuzz::Choices<'_>) -> Felt {
     }
 }
 
-fn gen_value(c: &mut crate::fuzz::Choices<'_>, ty: &Ty) -> Value {
+fn gen_value(c: &mut crate::choices::Choices<'_>, ty: &Ty) -> Value {
     match ty {
         Ty::Bool => Value::Bool(c.byte() & 1 == 1),
         Ty::S8 => Value::S8(i8::from_le_bytes(c.array())),
@@ -1042,7 +1042,7 @@ fn gen_value(c: &mut crate::fuzz::Choices<'_>, ty: &Ty) -> Value {
     }
 }
 
-fn fuzz_selectors(c: &mut crate::fuzz::Choices<'_>) {
+fn fuzz_selectors(c: &mut crate::choices::Choices<'_>) {
     const PARTS: [&str; 4] = ["add", "f", "a:b/i@1.0.0", "c:d/j"];
     let names: Vec<String> = (0..c.below(6))
         .map(|_| match c.below(3) {

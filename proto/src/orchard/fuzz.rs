@@ -250,7 +250,7 @@ fn fuzz_server(lines: &[&[u8]]) {
 /// the provider died; the timer is the pending `describe`'s deadline; and a pair that
 /// delivers everything and answers everything ends with no call outstanding.
 pub fn fuzz_pair(epoch: Instant, data: &[u8]) {
-    let mut input = crate::fuzz::Choices::new(data);
+    let mut input = crate::choices::Choices::new(data);
     let mut pair = Pair::new(epoch);
     while !input.is_empty() {
         match input.byte() % 9 {

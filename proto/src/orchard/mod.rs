@@ -771,14 +771,14 @@ pub struct Supervised;
 
 impl crate::supervise::SupervisedProtocol for Supervised {
     fn classify_engine(&self, frame: &[u8]) -> crate::supervise::FromEngine {
-        crate::supervise::classify_jsonrpc_engine(frame, &["describe", "configure"])
+        crate::jsonrpc::classify_engine(frame, &["describe", "configure"])
     }
     fn classify_plugin(&self, frame: &[u8]) -> crate::supervise::FromPlugin {
-        crate::supervise::classify_jsonrpc_plugin(frame, &[])
+        crate::jsonrpc::classify_plugin(frame, &[])
     }
     fn stopped_answer(&self, key: &str, method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
         let error = stopped_error(method.and_then(Method::from_name), stopped).into();
-        crate::supervise::jsonrpc_error_answer(key, Dialect::Orchard, error)
+        crate::jsonrpc::error_answer(key, Dialect::Orchard, error)
     }
 }
 

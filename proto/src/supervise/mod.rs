@@ -88,14 +88,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::jsonrpc::{Dialect, ErrorObject, Id, Message};
 use crate::stopped::{Exit, Stopped};
 
-mod fuzz;
 #[cfg(test)]
 mod tests;
-
-pub use fuzz::fuzz;
 
 /// Per-request limits and renewal. Defaults: no per-request limits, no restart, no poisoning,
 /// no recycling, a 2 s grace for recycled instances. Build one with `..Budgets::default()`.
@@ -322,25 +318,16 @@ pub trait SupervisedProtocol: Debug + Send + Sync {
     }
 }
 
-/// The two members the supervisor reads from a JSON-RPC frame. Params, results and errors
-/// are skipped, not built into `Value`s: classification runs on every frame both ways.
-#[derive(serde::Deserialize)]
-struct Head {
-    #[serde(default)]
-    method: Option<Value>,
-    /// `None` for a missing or `null` id.
-    #[serde(default)]
-    id: Option<Value>,
-}
-
-impl Head {
-    fn of(frame: &[u8]) -> Option<Head> {
-        serde_json::from_slice(frame).ok()
+/// The `method` of a frame that has one (a JSON-RPC request or notification), for the
+/// handshake's bookkeeping and the incidents' wording; `None` for any other frame (CBOR ATP).
+fn method_of(frame: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(default)]
+        method: Option<Value>,
     }
-
-    fn method(&self) -> Option<&str> {
-        self.method.as_ref().and_then(Value::as_str)
-    }
+    let head: Head = serde_json::from_slice(frame).ok()?;
+    Some(head.method?.as_str()?.to_owned())
 }
 
 /// The reason a request fails with once an earlier stop poisoned the session
@@ -352,55 +339,6 @@ pub fn poisoned(first: &str) -> String {
 /// A request id as a key: its JSON text (so `1` and `"1"` differ).
 pub fn key_of(id: &Value) -> String {
     id.to_string()
-}
-
-/// An engine frame of a JSON-RPC protocol: `handshake` names the methods that are handshake.
-pub fn classify_jsonrpc_engine(frame: &[u8], handshake: &[&str]) -> FromEngine {
-    let Some(head) = Head::of(frame) else {
-        return FromEngine::Other;
-    };
-    let id = head.id.as_ref().map(key_of);
-    match (head.method(), id) {
-        (Some(method), id) if handshake.contains(&method) => FromEngine::Handshake { awaits: id },
-        (Some(method), Some(key)) => FromEngine::Request {
-            key,
-            method: Some(method.to_owned()),
-        },
-        (None, Some(key)) => FromEngine::Answer { key },
-        (Some(_), None) | (None, None) => FromEngine::Other,
-    }
-}
-
-/// A plugin frame of a JSON-RPC protocol: `handshake` names the plugin's handshake requests.
-pub fn classify_jsonrpc_plugin(frame: &[u8], handshake: &[&str]) -> FromPlugin {
-    let Some(head) = Head::of(frame) else {
-        return FromPlugin::Other;
-    };
-    match (head.method(), &head.id) {
-        (Some(method), Some(id)) if handshake.contains(&method) => FromPlugin::HandshakeRequest {
-            id: id.clone(),
-            method: method.to_owned(),
-        },
-        (None, Some(id)) => FromPlugin::Answer { key: key_of(id) },
-        _ => FromPlugin::Other,
-    }
-}
-
-/// The error response to the request `key` (an id's JSON text) in `dialect`.
-pub fn jsonrpc_error_answer(key: &str, dialect: Dialect, error: ErrorObject) -> Vec<u8> {
-    Message::response(id_of(key), Err(error)).encode(dialect)
-}
-
-/// The request id whose JSON text is `key` (`null` for one that is not a number or string).
-pub fn id_of(key: &str) -> Id {
-    serde_json::from_str::<Value>(key)
-        .ok()
-        .and_then(|v| match v {
-            Value::Number(n) => n.as_i64().map(Id::Num),
-            Value::String(s) => Some(Id::Str(s)),
-            _ => None,
-        })
-        .unwrap_or(Id::Null)
 }
 
 /// Names one instance of the plugin; frames and ends are fed back tagged with it.
@@ -737,10 +675,7 @@ impl Supervisor {
                 FromEngine::Request { key, method } | FromEngine::Stream { key, method } => {
                     Some((key, method))
                 }
-                FromEngine::Handshake { awaits: Some(key) } => Some((
-                    key,
-                    Head::of(&frame).and_then(|h| h.method().map(str::to_owned)),
-                )),
+                FromEngine::Handshake { awaits: Some(key) } => Some((key, method_of(&frame))),
                 _ => None,
             };
             if let Some((key, method)) = request {
@@ -1339,7 +1274,7 @@ impl Supervisor {
                 );
             }
             FromEngine::Handshake { awaits } => {
-                let method = Head::of(&frame).and_then(|h| h.method().map(str::to_owned));
+                let method = method_of(&frame);
                 if let Some(key) = &awaits {
                     self.handshake_pending.push((key.clone(), method.clone()));
                     if let Some(inst) = self.instance.as_mut().filter(|i| !i.ready) {
@@ -1349,9 +1284,7 @@ impl Supervisor {
                 // A handshake request sent again (a client probing twice) replaces the earlier
                 // one: a fresh instance is told the latest.
                 if method.is_some() {
-                    self.replay.retain(|(f, _)| {
-                        Head::of(f).and_then(|h| h.method().map(str::to_owned)) != method
-                    });
+                    self.replay.retain(|(f, _)| method_of(f) != method);
                 }
                 self.replay.push((frame.clone(), awaits));
             }

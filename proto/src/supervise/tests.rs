@@ -1208,7 +1208,7 @@ fn fuzz_body_over_a_generated_corpus() {
     for _ in 0..4_000 {
         let len = (next() % 400) as usize;
         let input: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-        let report = super::fuzz::run(&input);
+        let report = crate::fuzz::supervise::run(&input);
         answered += report.answered;
         incidents += report.incidents.len();
         restarts += report.restarts;

@@ -28,7 +28,7 @@
 //!   supervisor's decision ([`sandpipe_proto::supervise::Budgets::poison`]), and the failed
 //!   call's answer is the protocol's stopped answer, as for every plugin.
 //! - **The deadline is per call, and enforced inside the instance** (epochs and an outer
-//!   timer, as [`WasmOracle`](crate::wasm_oracle::WasmOracle) does): `Policy::deadline` is
+//!   timer, as [`WasmOracle`](crate::exports::oracle::WasmOracle) does): `Policy::deadline` is
 //!   each call's limit here, not the session's. The supervisor moves `--request-timeout` into
 //!   it ([`Supervisor::new`](crate::supervise::Supervisor::new)), so a runaway call ends as
 //!   `DeadlineExceeded` with the guest's stderr tail, never as a kill from outside.
@@ -49,17 +49,17 @@ use sandpipe_proto::oracle::{OracleServer, ServerEvent as OracleEvent};
 use serde_json::{Value as Json, json};
 
 use crate::error::{Exit, HostError};
+use crate::exports::oracle::{InvokeError, prepare};
 use crate::memory::InProcess;
 use crate::protocols::Protocol;
 use crate::sandbox::exports::{CallFailure, ExportInstance, ExportsRunner};
 use crate::session::{Session, SessionOptions};
-use crate::wasm_oracle::{InvokeError, prepare};
 use crate::{ExportedFunc, Host, Plugin, Policy};
 
 impl Host {
     /// Start `plugin` for a session speaking `protocol`. A component that exports functions
     /// (see [`Plugin::exports_functions`]) is served in process, each function an oracle
-    /// selector or an MCP tool (see [`crate::export_session`]), from a fresh instance made now
+    /// selector or an MCP tool (see [`crate::exports::session`]), from a fresh instance made now
     /// (one that cannot start is an error here), with `policy.deadline` as each call's limit;
     /// any other plugin starts as [`Host::start`] starts it.
     pub async fn start_speaking(

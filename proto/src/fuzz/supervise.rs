@@ -3,11 +3,12 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use super::{
-    Action, Budgets, Ended, FromPlugin, Incident, InstanceId, SupervisedProtocol, Supervisor,
-};
-use crate::fuzz::Choices;
+use super::Choices;
 use crate::stopped::Exit;
+use crate::supervise::{
+    Action, Budgets, Ended, FromPlugin, Incident, InstanceId, Report, SupervisedProtocol,
+    Supervisor,
+};
 use crate::{atp, jsonrpc, oracle, orchard};
 
 /// Drive one supervisor through a sequence the input chooses: engine frames (requests with a
@@ -20,12 +21,12 @@ use crate::{atp, jsonrpc, oracle, orchard};
 ///   every incident is followed by its error answer;
 /// - every action names an instance the supervisor started, and none after the session is done;
 /// - a memory reading asked for is given before anything else, as the host's loop does.
-pub fn fuzz(data: &[u8]) {
+pub fn supervisor(data: &[u8]) {
     run(data);
 }
 
-/// [`fuzz`], returning the supervisor's report (the corpus test checks what it reached).
-pub(super) fn run(data: &[u8]) -> super::Report {
+/// [`supervisor`], returning its report (the corpus test checks what it reached).
+pub(crate) fn run(data: &[u8]) -> Report {
     let mut input = Choices::new(data);
     // Bare JSON-RPC, the oracle (a plugin-side handshake) and Orchard (an engine-side one)
     // cover the JSON-RPC family's classifiers; ATP its own.
@@ -132,7 +133,7 @@ struct Check {
 
 impl Check {
     fn sent(&mut self, classify: &dyn SupervisedProtocol, frame: &[u8]) {
-        if let super::FromEngine::Request { key, .. } = classify.classify_engine(frame) {
+        if let crate::supervise::FromEngine::Request { key, .. } = classify.classify_engine(frame) {
             *self.requests.entry(key).or_default() += 1;
         }
     }
@@ -150,7 +151,8 @@ impl Check {
                 }
                 Action::ToPlugin { instance, frame } => {
                     self.known(instance);
-                    if let super::FromEngine::Request { key, .. } = classify.classify_engine(&frame)
+                    if let crate::supervise::FromEngine::Request { key, .. } =
+                        classify.classify_engine(&frame)
                     {
                         *self.delivered.entry(key).or_default() += 1;
                     }

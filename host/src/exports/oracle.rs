@@ -17,7 +17,7 @@
 //! - **Direct calls, for a caller with no engine.** `WasmOracle` is the library API (Scarb's
 //!   hint service in `sandpipe-scarb` is built on it): it calls the exports on one instance,
 //!   with no frames, driver or supervisor between. The CLI does not use it: `run`, `call` and
-//!   `inspect` serve the component as a session ([`crate::export_session`]) under the same
+//!   `inspect` serve the component as a session ([`crate::exports::session`]) under the same
 //!   supervisor as every plugin, where restart, poisoning and recycling are
 //!   `sandpipe_proto::supervise`'s. Both paths share the selector and codec step
 //!   (`prepare`) and the sandbox's call and stop handling (`sandbox/exports.rs`), so a call
@@ -227,7 +227,7 @@ impl WasmOracle {
         policy: &Policy,
         options: WasmOracleOptions,
     ) -> Result<WasmOracle, HostError> {
-        let runner = crate::export_session::exports_runner(host, plugin, policy)?;
+        let runner = crate::exports::session::exports_runner(host, plugin, policy)?;
         let label = crate::sandbox::argv0_for(plugin.path());
         let first = runner
             .instantiate(policy, &label, options.stderr, options.stderr_tail_lines)
