@@ -30,8 +30,8 @@ pub struct CallArgs {
     /// Parameters as JSON; for the oracle, the calldata array of hex felts.
     #[arg(long, value_name = "JSON", visible_alias = "calldata")]
     params: Option<String>,
-    /// Read the plugin, its limits and grants from a policy file (TOML; see the README's
-    /// "Policy files"); flags given here override it. PLUGIN may be the file itself.
+    /// Read the plugin, its limits and grants from a policy file (TOML; see docs/policy.md);
+    /// flags given here override it. PLUGIN may be the file itself.
     #[arg(long, value_name = "FILE")]
     pub(super) policy: Option<PathBuf>,
     #[command(flatten)]

@@ -3,7 +3,7 @@
 //! A manifest holds everything the command line can say about a plugin (where it comes from
 //! and its digest, framing or protocol, limits, grants, per-request budgets, trust), so an
 //! engine's command line becomes `sandpipe run oracle.toml`. The format, with every key, is in
-//! the README ("Policy files"); unknown keys are errors, so a misspelt limit never goes
+//! docs/policy.md; unknown keys are errors, so a misspelt limit never goes
 //! unnoticed.
 //!
 //! Merging, decided here and documented in the README:

@@ -33,8 +33,8 @@ pub struct RunArgs {
     /// each invoke calls its export.
     #[arg(long, value_enum, value_name = "P", conflicts_with = "framing")]
     pub(super) protocol: Option<crate::protocols::Protocol>,
-    /// Read the plugin, its limits, grants and budgets from a policy file (TOML; see the
-    /// README's "Policy files"); flags given here override it. `sandpipe run FILE.toml` is
+    /// Read the plugin, its limits, grants and budgets from a policy file (TOML; see
+    /// docs/policy.md); flags given here override it. `sandpipe run FILE.toml` is
     /// the same with the file's plugin.
     #[arg(long, value_name = "FILE")]
     pub(super) policy: Option<PathBuf>,

@@ -82,7 +82,7 @@ pub struct SandboxArgs {
     #[arg(long = "http-header", value_name = "HOST:NAME=env:VAR")]
     pub(crate) http_headers: Vec<String>,
     /// Append one JSON line per enforcement decision to FILE: connections allowed and refused,
-    /// limits reached, tools and requests refused (format: README, "Network").
+    /// limits reached, tools and requests refused (format: docs/network.md).
     #[arg(long, value_name = "FILE")]
     pub(crate) audit: Option<PathBuf>,
     #[command(flatten)]
