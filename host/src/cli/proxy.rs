@@ -45,13 +45,8 @@ pub struct BudgetArgs {
     /// How long a recycled instance gets to exit after its stdin closes.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
     pub(crate) recycle_grace: Duration,
-    /// MCP: only this tool is listed and callable (repeat for more; default: every tool).
-    #[arg(long = "allow-tool", value_name = "NAME")]
-    pub(crate) allow_tools: Vec<String>,
-    /// MCP: this tool is taken out of tools/list and a tools/call of it is refused (-32602
-    /// unknown tool), as if the server did not have it (repeatable).
-    #[arg(long = "deny-tool", value_name = "NAME")]
-    pub(crate) deny_tools: Vec<String>,
+    #[command(flatten)]
+    pub(crate) tools: super::tool_args::ToolArgs,
 }
 
 impl BudgetArgs {
@@ -67,7 +62,7 @@ impl BudgetArgs {
             Some("--recycle-after")
         } else if matches!(self.recycle_memory, RecycleMemory::Above(_)) {
             Some("--recycle-memory")
-        } else if !self.allow_tools.is_empty() || !self.deny_tools.is_empty() {
+        } else if self.tools.given() {
             Some("--allow-tool/--deny-tool")
         } else {
             None
@@ -145,10 +140,7 @@ pub(crate) async fn run_proxy(
     let input = tokio::spawn(read_engine(in_tx, framing, limits));
     let output = tokio::spawn(write_engine(out_rx, framing, limits));
     let budgets = args.budgets(plugin, &policy);
-    let filter = sandpipe_proto::mcp::ToolFilter {
-        allow: args.allow_tools.clone(),
-        deny: args.deny_tools.clone(),
-    };
+    let filter = args.tools.filter();
     let filtered = match (filter.is_open(), protocol.spec().tool_filter) {
         (true, _) => None,
         (false, Some(rules)) => Some(rules(filter)),

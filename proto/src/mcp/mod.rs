@@ -338,16 +338,21 @@ impl Client {
     /// revision) makes the machine send `initialize` itself. Either way the connection
     /// completes with one [`ClientEvent::Initialized`] under the probe's id: the discover
     /// result, or the `initialize` result (then send [`Client::initialized`]). Only a
-    /// `-32022` naming no revision this client speaks fails it.
+    /// `-32022` naming no revision this client speaks fails it. A probe still unanswered at
+    /// `deadline` counts as refused, as in the SDK (whose bound is 10 s): a server of an
+    /// older SDK may leave a request before `initialize` unanswered.
     pub fn discover(
         &mut self,
         client_info: Value,
         capabilities: Value,
+        deadline: Option<Instant>,
     ) -> Result<Id, ProtocolError> {
         self.expect(&[ClientState::Start], DISCOVER)?;
         let envelope = envelope(&client_info, &capabilities);
         let params = json!({"_meta": envelope});
-        let id = self.peer.request(DISCOVER, Some(params));
+        let id = self
+            .peer
+            .request_with_deadline(DISCOVER, Some(params), deadline);
         self.probe = Some(Probe {
             id: id.clone(),
             client_info,
@@ -437,15 +442,21 @@ impl Client {
                 reason: format!("token {t} is already used by a request in flight"),
             });
         }
-        let params = match (&self.envelope, self.revision) {
-            (Some(envelope), Some(Revision::Modern)) => Some(enveloped(params, envelope)),
-            _ => params,
-        };
+        let params = self.wire_params(params);
         let id = self.peer.request(method, params);
         if let Some(t) = token {
             self.tokens.insert(t, id.clone());
         }
         Ok(id)
+    }
+
+    /// `params` as a request of this session carries them: with the 2026-07-28 envelope in
+    /// `_meta` in such a session, as given otherwise.
+    pub fn wire_params(&self, params: Option<Value>) -> Option<Value> {
+        match (&self.envelope, self.revision) {
+            (Some(envelope), Some(Revision::Modern)) => Some(enveloped(params, envelope)),
+            _ => params,
+        }
     }
 
     /// `tools/list`, from `cursor` (`None`: the first page).

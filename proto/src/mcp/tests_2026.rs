@@ -31,7 +31,7 @@ fn info() -> Value {
 fn modern() -> (Client, Server) {
     let mut client = Client::new();
     let mut server = Server::new();
-    let probe = client.discover(info(), json!({})).expect("fresh");
+    let probe = client.discover(info(), json!({}), None).expect("fresh");
     pump(&mut client, &mut server);
     let Some(ServerEvent::Discover { id, params }) = server.poll_event() else {
         panic!("no discover")
@@ -142,7 +142,9 @@ fn a_probe_refused_by_a_handshake_server_falls_back_to_initialize_under_the_prob
         json!({"result": {"supportedVersions": ["2025-11-25"], "capabilities": {}}}),
     ] {
         let mut client = Client::new();
-        let probe = client.discover(info(), json!({"x": {}})).expect("fresh");
+        let probe = client
+            .discover(info(), json!({"x": {}}), None)
+            .expect("fresh");
         let sent = frames(&mut || client.poll_transmit());
         assert_eq!(sent[0]["method"], DISCOVER);
         let mut refusal_frame = refusal.clone();
@@ -195,7 +197,7 @@ fn a_probe_refused_by_a_handshake_server_falls_back_to_initialize_under_the_prob
 #[test]
 fn a_server_of_no_revision_this_client_speaks_fails_the_connection_and_a_stop_ends_the_probe() {
     let mut client = Client::new();
-    client.discover(info(), json!({})).expect("fresh");
+    client.discover(info(), json!({}), None).expect("fresh");
     client
         .handle_frame(
             br#"{"jsonrpc":"2.0","id":0,"error":{"code":-32022,"message":"no","data":{"supported":["2027-01-01"],"requested":"2026-07-28"}}}"#,
@@ -213,7 +215,7 @@ fn a_server_of_no_revision_this_client_speaks_fails_the_connection_and_a_stop_en
     assert!(client.poll_transmit().is_none());
 
     let mut client = Client::new();
-    let probe = client.discover(info(), json!({})).expect("fresh");
+    let probe = client.discover(info(), json!({}), None).expect("fresh");
     let _ = client.poll_transmit();
     client.fail_pending(&Stopped::by_host("gone", Vec::new()));
     let Some(ClientEvent::Initialized { id, result: Err(_) }) = client.poll_event() else {
@@ -224,6 +226,33 @@ fn a_server_of_no_revision_this_client_speaks_fails_the_connection_and_a_stop_en
         client.poll_transmit().is_none(),
         "fell back to a server that is gone"
     );
+}
+
+#[test]
+fn a_probe_unanswered_by_its_deadline_falls_back_and_the_late_answer_is_dropped() {
+    let t0 = Instant::now();
+    let deadline = t0 + std::time::Duration::from_secs(10);
+    let mut client = Client::new();
+    let probe = client
+        .discover(info(), json!({}), Some(deadline))
+        .expect("fresh");
+    let _ = client.poll_transmit();
+    assert_eq!(ClientMachine::poll_timeout(&client), Some(deadline));
+    ClientMachine::handle_timeout(&mut client, deadline);
+    let sent = frames(&mut || client.poll_transmit());
+    assert_eq!(sent[0]["method"], INITIALIZE);
+    client
+        .handle_frame(br#"{"jsonrpc":"2.0","id":0,"result":{"supportedVersions":["2026-07-28"],"capabilities":{}}}"#)
+        .expect("a late answer is not an error");
+    assert!(client.poll_event().is_none());
+    let answer = json!({"jsonrpc": "2.0", "id": sent[0]["id"], "result": {"protocolVersion": LATEST_VERSION, "capabilities": {}}});
+    client
+        .handle_frame(&serde_json::to_vec(&answer).expect("json"))
+        .expect("valid");
+    let Some(ClientEvent::Initialized { id, result: Ok(_) }) = client.poll_event() else {
+        panic!("not connected")
+    };
+    assert_eq!((id, client.revision()), (probe, Some(Revision::Handshake)));
 }
 
 #[test]
