@@ -1,6 +1,8 @@
 //! `sandpipe run --protocol P`: the protocol-aware bridge, with per-request budgets, restarts
 //! and recycling (see [`crate::supervise`]).
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -12,7 +14,7 @@ use super::status::{exit_code, exit_status};
 use super::{parse_duration, parse_size};
 use crate::protocols::Protocol;
 use crate::supervise::{Budgets, Incident, Supervisor};
-use crate::{Host, Plugin, PluginKind, Policy, SessionOptions};
+use crate::{Host, Plugin, PluginKind, Policy, SessionGroup, SessionOptions};
 
 /// Per-request limits and instance renewal (`run --protocol` only).
 #[derive(Debug, Clone, clap::Args)]
@@ -116,7 +118,9 @@ pub(crate) fn parse_recycle_memory(s: &str) -> Result<RecycleMemory, String> {
 ///
 /// Signals: SIGINT is dropped where `run` would drop it; any other handled signal ends the
 /// engine's input as EOF would, so the supervisor closes the plugin's stdin and the plugin
-/// ends through its protocol; a second one ends sandpipe at once (a native plugin dies with it).
+/// ends through its protocol; once the input has ended, it reaches the plugin instead
+/// (forwarded to a native one, the grace started for wasm); a second one ends sandpipe at once
+/// (a native plugin dies with it).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_proxy(
     host: &Host,
@@ -137,7 +141,8 @@ pub(crate) async fn run_proxy(
     let limits = options.frame_limits;
     let (in_tx, in_rx) = mpsc::channel::<Vec<u8>>(16);
     let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(16);
-    let input = tokio::spawn(read_engine(in_tx, framing, limits));
+    let input_ended = Arc::new(AtomicBool::new(false));
+    let input = tokio::spawn(read_engine(in_tx, framing, limits, input_ended.clone()));
     let output = tokio::spawn(write_engine(out_rx, framing, limits));
     let budgets = args.budgets(plugin, &policy);
     let filter = args.tools.filter();
@@ -150,6 +155,10 @@ pub(crate) async fn run_proxy(
         }
     };
     let poison = budgets.poison;
+    // Every instance joins the group, so that a signal after the input ended reaches it.
+    let group = SessionGroup::new();
+    let mut options = options;
+    options.group = Some(group.clone());
     let mut supervisor = Supervisor::new(host, plugin, policy, options, protocol, budgets)
         .on_incident(move |i| print_incident(i, poison));
     if let Some(rules) = filtered {
@@ -161,6 +170,8 @@ pub(crate) async fn run_proxy(
         &mut signals,
         &on_signal,
         &input.abort_handle(),
+        &input_ended,
+        &group,
     )
     .await
     {
