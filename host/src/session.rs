@@ -73,13 +73,22 @@ pub struct SessionOptions {
 /// The sessions started with one [`SessionOptions`], as far as signalling them goes. It holds
 /// no session alive: a session dropped by its owner is killed as always, and leaves the group.
 #[derive(Debug, Clone, Default)]
-pub struct SessionGroup(Arc<std::sync::Mutex<Vec<Member>>>);
+pub struct SessionGroup(Arc<std::sync::Mutex<Members>>);
+
+#[derive(Debug, Default)]
+struct Members {
+    /// The sessions that may still run.
+    running: Vec<Member>,
+    /// The one started last, running or not.
+    last: Option<Member>,
+}
 
 #[derive(Debug, Clone)]
 struct Member {
     pid: Option<u32>,
     exit: watch::Receiver<Option<Exit>>,
     kill: crate::transport::WeakKillSwitch,
+    stderr: StderrTail,
 }
 
 impl Member {
@@ -95,20 +104,32 @@ impl SessionGroup {
     }
 
     fn join(&self, control: &SessionControl) {
-        let mut members = self.members();
-        members.retain(Member::running);
-        members.push(Member {
+        let member = Member {
             pid: control.pid,
             exit: control.exit.clone(),
             kill: control.kill.downgrade(),
-        });
+            stderr: control.stderr.clone(),
+        };
+        let mut members = self.members();
+        members.running.retain(Member::running);
+        members.running.push(member.clone());
+        members.last = Some(member);
     }
 
-    fn members(&self) -> std::sync::MutexGuard<'_, Vec<Member>> {
+    fn members(&self) -> std::sync::MutexGuard<'_, Members> {
         // A panic while the list was held leaves it whole: the guard is still good.
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How the session started last ended (`None` while it runs, or if none started), with
+    /// its last stderr lines: what `run`, `call` and `inspect` explain a failed start from.
+    pub fn last_ended(&self) -> Option<(Exit, Vec<String>)> {
+        let members = self.members();
+        let last = members.last.as_ref()?;
+        let exit = last.exit.borrow().clone()?;
+        Some((exit, last.stderr.lines()))
     }
 
     /// Send `signal` to the process group of each native session still running; returns how
@@ -116,7 +137,7 @@ impl SessionGroup {
     pub fn signal(&self, signal: i32) -> usize {
         let members = self.members();
         let mut sent = 0;
-        for m in members.iter().filter(|m| m.running()) {
+        for m in members.running.iter().filter(|m| m.running()) {
             if let Some(pid) = m.pid {
                 crate::native::signal_group(pid, signal);
                 sent += 1;
@@ -130,6 +151,7 @@ impl SessionGroup {
     pub fn kill_after(&self, grace: Duration) {
         let wasm: Vec<Member> = self
             .members()
+            .running
             .iter()
             .filter(|m| m.pid.is_none() && m.running())
             .cloned()

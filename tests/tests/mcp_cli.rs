@@ -53,7 +53,14 @@ fn tool_names(report: &Value) -> Vec<String> {
 #[test]
 fn inspect_speaks_each_servers_revision_and_shows_the_tools_a_filtered_client_sees() {
     let modern = sandpipe(
-        &["inspect", "--json", "--protocol", "mcp", "--deny-tool", "add"],
+        &[
+            "inspect",
+            "--json",
+            "--protocol",
+            "mcp",
+            "--deny-tool",
+            "add",
+        ],
         &server_2026(),
     );
     let report = stdout_json(&modern);
@@ -72,7 +79,14 @@ fn inspect_speaks_each_servers_revision_and_shows_the_tools_a_filtered_client_se
     // A server of the handshake revisions: the probe falls back to initialize.
     let everything = vec![peers::mcp_npm_server("mcp-server-everything")];
     let legacy = sandpipe(
-        &["inspect", "--json", "--protocol", "mcp", "--allow-tool", "echo"],
+        &[
+            "inspect",
+            "--json",
+            "--protocol",
+            "mcp",
+            "--allow-tool",
+            "echo",
+        ],
         &everything,
     );
     let report = stdout_json(&legacy);
@@ -92,7 +106,11 @@ fn call_speaks_2026_and_refuses_a_tool_the_filter_or_the_policy_hides() {
     };
     let add = r#"{"name":"add","arguments":{"a":1,"b":2}}"#;
     let out = call(&[], add);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let result = stdout_json(&out);
     assert_eq!(result["structuredContent"]["result"], 3, "{result}");
     // A 2026-07-28 result: the session was not the handshake's.
@@ -103,7 +121,9 @@ fn call_speaks_2026_and_refuses_a_tool_the_filter_or_the_policy_hides() {
     let stderr = String::from_utf8_lossy(&denied.stderr);
     let stdout = String::from_utf8_lossy(&denied.stdout);
     assert!(
-        format!("{stdout}{stderr}").to_lowercase().contains("unknown tool"),
+        format!("{stdout}{stderr}")
+            .to_lowercase()
+            .contains("unknown tool"),
         "{stdout}\n{stderr}"
     );
     assert!(!stdout.contains("\"result\":3"), "{stdout}");
@@ -234,4 +254,85 @@ fn one_sigterm_after_the_input_ended_reaches_a_busy_server_as_without_sandpipe()
     assert!(stderr.contains("busy server: SIGTERM"), "{stderr}");
     assert_eq!(status, Some(42), "{stderr}");
     eprintln!("one SIGTERM to the end: {direct_took:?} direct, {took:?} behind sandpipe");
+}
+
+/// A native server that dies at start-up for want of a grant gets the note plain `run` gives,
+/// under `run --protocol mcp`, `call` and `inspect`, and the advice fits what it was refused:
+/// read-write for a write, `:ro` for a read.
+#[test]
+fn a_server_refused_a_path_at_start_up_gets_the_note_with_advice_that_fits() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).expect("state dir");
+    let writes = dir.path().join("writes.js");
+    let reads = dir.path().join("reads.js");
+    std::fs::write(
+        &writes,
+        format!(
+            "require('fs').mkdirSync({:?});\n",
+            state.join("cache").display().to_string()
+        ),
+    )
+    .expect("script");
+    std::fs::write(
+        &reads,
+        format!(
+            "require('fs').readdirSync({:?});\n",
+            state.display().to_string()
+        ),
+    )
+    .expect("script");
+    let state = state.display().to_string();
+    let initialize = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let run = |script: &PathBuf| {
+        let mut child = Command::new(peers::sandpipe())
+            .args(["run", "--protocol", "mcp"])
+            .arg(peers::node())
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sandpipe run");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin");
+            writeln!(stdin, "{initialize}").expect("write");
+        }
+        let out = child.wait_with_output().expect("wait");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let tools = |command: &str, script: &PathBuf| {
+        let mut cmd = Command::new(peers::sandpipe());
+        cmd.args([command, "--protocol", "mcp"]);
+        if command == "call" {
+            cmd.args(["--method", "tools/list"]);
+        }
+        let out = cmd
+            .arg(peers::node())
+            .arg(script)
+            .stdin(Stdio::null())
+            .output()
+            .expect("sandpipe");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let write_advice =
+        format!("it was refused a write under {state}: grant it with --dir {state}\n");
+    let read_advice =
+        format!("it was refused a read under {state}: grant it with --dir {state}:ro\n");
+    for (how, stderr, advice) in [
+        ("run --protocol mcp", run(&writes), &write_advice),
+        ("run --protocol mcp", run(&reads), &read_advice),
+        ("call", tools("call", &writes), &write_advice),
+        ("inspect", tools("inspect", &reads), &read_advice),
+    ] {
+        let note = stderr
+            .lines()
+            .find(|l| l.starts_with("sandpipe: note: the plugin failed"))
+            .unwrap_or_else(|| panic!("{how}: no note in {stderr}"));
+        assert!(
+            format!("{note}\n").ends_with(advice.as_str()),
+            "{how}: {note}"
+        );
+    }
 }

@@ -80,6 +80,9 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     let mut options =
         SessionOptions::framed(protocol.framing()).frame_limits(args.sandbox.frame_limits());
     options.stderr = StderrMode::Inherit;
+    // Whatever the protocol's hook starts joins it, so a failed start can be explained.
+    let group = crate::SessionGroup::new();
+    options.group = Some(group.clone());
     options.record = super::sandbox_args::recorder(
         args.record.as_deref(),
         &plugin,
@@ -97,7 +100,14 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
         Launch::new(&host, &plugin, &policy, &options, protocol).with_tools(tools),
         request,
     );
-    match answer.await {
+    let answer = answer.await;
+    if answer.is_err()
+        && let Some((exit, tail)) = group.last_ended()
+        && super::status::failed_by_itself(&exit)
+    {
+        super::sandbox_args::explain_failed_start(&plugin, &policy, false, &tail);
+    }
+    match answer {
         Err(CallError::Start(e)) => {
             Err(anyhow::Error::from(e)
                 .context(format!("starting plugin {}", plugin.path().display())))

@@ -125,6 +125,8 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         let mut options =
             SessionOptions::framed(protocol.framing()).frame_limits(args.sandbox.frame_limits());
         options.stderr = StderrMode::Discard;
+        let group = crate::SessionGroup::new();
+        options.group = Some(group.clone());
         let described: Result<Value, String> = match protocol {
             Protocol::Oracle if plugin.exports_functions() => {
                 super::wasm_oracle::describe(&host, &plugin, &policy, &options).await
@@ -139,6 +141,12 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
                 }
             }
         };
+        if described.is_err()
+            && let Some((exit, tail)) = group.last_ended()
+            && super::status::failed_by_itself(&exit)
+        {
+            super::sandbox_args::explain_failed_start(&plugin, &policy, false, &tail);
+        }
         report["protocol"] = Value::from(protocol.name());
         match described {
             Ok(v) => report["self_description"] = v,

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use super::engine::{read_engine, write_engine};
 use super::signals::{SignalPolicy, Signals};
-use super::status::{exit_code, exit_status};
+use super::status::{exit_code, exit_status, failed_by_itself};
 use super::{parse_duration, parse_size};
 use crate::protocols::Protocol;
 use crate::supervise::{Budgets, Incident, Supervisor};
@@ -159,7 +159,7 @@ pub(crate) async fn run_proxy(
     let group = SessionGroup::new();
     let mut options = options;
     options.group = Some(group.clone());
-    let mut supervisor = Supervisor::new(host, plugin, policy, options, protocol, budgets)
+    let mut supervisor = Supervisor::new(host, plugin, policy.clone(), options, protocol, budgets)
         .on_incident(move |i| print_incident(i, poison));
     if let Some(rules) = filtered {
         supervisor = supervisor.rules(rules);
@@ -193,6 +193,14 @@ pub(crate) async fn run_proxy(
         recycles = report.recycles,
         "supervised session ended"
     );
+    // A plugin that died by itself before answering anything may have been refused a file it
+    // needs at start-up, as under plain `run`.
+    if report.answered == 0
+        && let Some((exit, tail)) = group.last_ended()
+        && failed_by_itself(&exit)
+    {
+        super::sandbox_args::explain_failed_start(plugin, &policy, true, &tail);
+    }
     if let Some(e) = bad_input {
         eprintln!("sandpipe: bad frame on stdin: {e}");
         return Ok(exit_code::BAD_FRAME);
