@@ -336,3 +336,51 @@ fn a_server_refused_a_path_at_start_up_gets_the_note_with_advice_that_fits() {
         );
     }
 }
+
+/// The official SDK's `Client` in auto mode (`tests/peers/mcp/drive_auto.py`): its report.
+fn drive_auto(tool: &str, args: &str, command: &[PathBuf]) -> Value {
+    let out = Command::new(peers::mcp_python())
+        .arg(peers::source("mcp/drive_auto.py"))
+        .args([tool, args, "--"])
+        .args(command)
+        .output()
+        .expect("running the SDK client");
+    assert!(
+        out.status.success(),
+        "{command:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout_json(&out)
+}
+
+#[test]
+fn sandpipes_own_servers_speak_2026_to_the_sdks_client_in_auto_mode() {
+    // The Python guest SDK's server, natively.
+    let guest = sandpipe_tests::guests::python(
+        "examples/python/example_mcp.py",
+        sandpipe_tests::Target::Native,
+    );
+    let report = drive_auto("add", r#"{"a": 2, "b": 40}"#, &[guest]);
+    assert_eq!(report["protocolVersion"], "2026-07-28", "{report}");
+    assert_eq!(report["result"]["content"][0]["text"], "42", "{report}");
+
+    // A component's exports as tools, behind run --protocol mcp, with a tool filtered out.
+    let command = vec![
+        peers::sandpipe(),
+        "run".into(),
+        "--protocol".into(),
+        "mcp".into(),
+        "--deny-tool".into(),
+        "crash".into(),
+        sandpipe_tests::mcp_tools(),
+    ];
+    let report = drive_auto("add", r#"{"a": 40, "b": 2}"#, &command);
+    assert_eq!(report["protocolVersion"], "2026-07-28", "{report}");
+    assert_eq!(
+        report["result"]["structuredContent"]["result"], 42,
+        "{report}"
+    );
+    let tools = report["tools"].as_array().expect("tools");
+    assert!(tools.contains(&Value::from("add")), "{report}");
+    assert!(!tools.contains(&Value::from("crash")), "{report}");
+}
