@@ -9,6 +9,14 @@
 //!   whose server answers a revision it does not speak completes `initialize` with an error
 //!   ([`ClientEvent::Initialized`]). Shutdown has no message: the client closes the server's
 //!   stdin, then SIGTERM, then SIGKILL (the host's business).
+//! - **2026-07-28** ([`MODERN_VERSION`]), stateless: no `initialize`; every request carries the
+//!   revision, client info and capabilities in `params._meta`; results carry `resultType`.
+//!   [`Client::discover`] probes `server/discover` as the official SDK's auto mode does and
+//!   falls back to `initialize` by itself when the server does not speak it;
+//!   [`Client::pin_modern`] skips the probe. [`Server`] settles the revision on the client's
+//!   first request (an enveloped one, or `initialize`), answers `server/discover`
+//!   ([`ServerEvent::Discover`]), refuses the other era's requests as the SDK's servers do,
+//!   and adds the members a 2026-07-28 result must have ([`Server::respond`]).
 //! - **Requests** (`tools/list`, `tools/call`, `resources/list`, `resources/read`,
 //!   `resources/templates/list`, `prompts/list`, `prompts/get`, `completion/complete`, …) are
 //!   JSON-RPC requests with their params and results kept as JSON ([`Client::request`]);
@@ -1391,6 +1399,15 @@ pub fn fuzz(data: &[u8]) {
     let _ = client.initialized();
     let _ = client.call_tool("t", json!({}), Some(json!(1)));
     let _ = client.list_tools(None);
+    // A client in a 2026-07-28 session, and one still probing (a stray answer may fall it back).
+    let mut modern = Client::new();
+    let _ = modern.discover(json!({"name": "fuzz"}), json!({}), None);
+    let _ = modern.handle_frame(
+        br#"{"jsonrpc":"2.0","id":0,"result":{"supportedVersions":["2026-07-28"],"capabilities":{}}}"#,
+    );
+    let _ = modern.call_tool("t", json!({}), Some(json!(1)));
+    let mut probing = Client::new();
+    let _ = probing.discover(json!({"name": "fuzz"}), json!({}), None);
     let mut server = Server::new();
     let rules = Supervised {
         filter: ToolFilter {
@@ -1400,6 +1417,9 @@ pub fn fuzz(data: &[u8]) {
     };
     for line in data.split(|b| *b == b'\n') {
         let _ = client.handle_frame(line);
+        let _ = modern.handle_frame(line);
+        let _ = probing.handle_frame(line);
+        while modern.poll_event().is_some() || probing.poll_event().is_some() {}
         let _ = server.handle_frame(line);
         let _ = rules.classify_engine(line);
         let _ = rules.classify_plugin(line);
@@ -1437,7 +1457,11 @@ pub fn fuzz(data: &[u8]) {
     }
     client.fail_pending(&Stopped::by_host("fuzz", Vec::new()));
     while client.poll_event().is_some() {}
+    modern.fail_pending(&Stopped::by_host("fuzz", Vec::new()));
+    probing.fail_pending(&Stopped::by_host("fuzz", Vec::new()));
     for frame in std::iter::from_fn(|| client.poll_transmit())
+        .chain(std::iter::from_fn(|| modern.poll_transmit()))
+        .chain(std::iter::from_fn(|| probing.poll_transmit()))
         .chain(std::iter::from_fn(|| server.poll_transmit()))
     {
         assert!(
