@@ -1,5 +1,7 @@
-//! The on-disk index from a wasm plugin file's identity to its sha256, so a process start does
-//! not read and hash an unchanged file again (an 18 MB component costs ~40 ms to read and hash).
+//! The on-disk index from a plugin file's identity to its sha256, so a process start does not
+//! read and hash an unchanged file again (an 18 MB component costs ~40 ms to read and hash;
+//! node's 99 MB binary, the plugin of every Node MCP server run as `node server.js`, 150-330
+//! ms).
 //!
 //! ```text
 //!   <cache root>/index/<dev>-<ino>   one line: "sandpipe-index 1 <len> <mtime s> <mtime ns>
@@ -10,9 +12,10 @@
 //! ctime to the nanosecond, all equal, and the file not modified within the racy window when
 //! the entry was written. Any change to the file (a write moves mtime and ctime, a rename over
 //! it gives a new inode, a chmod moves ctime) misses the index and the file is read and hashed.
-//! Only wasm plugins use it (what runs is the compiled artifact keyed by that sha256, which
-//! lives in the same cache directory under the same trust; see SECURITY.md); a native
-//! plugin is always hashed, since the file itself is what runs.
+//! For a wasm plugin what runs is the compiled artifact keyed by that sha256, which lives in
+//! the same cache directory under the same trust (see SECURITY.md). For a native program the
+//! file itself runs and the digest only names it (`inspect`, a recording's header, a
+//! `--sha256` pin, whose resolution hashes the file itself before loading).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -95,7 +95,8 @@ pub use sandbox::{
     ExportedFunc, InstanceAllocator, LoadSource, Metering, PoolNeeds, Pooling, default_cache_dir,
 };
 pub use session::{
-    NativeStdio, Session, SessionControl, SessionOptions, SessionReader, SessionWriter, TERM_GRACE,
+    NativeStdio, Session, SessionControl, SessionGroup, SessionOptions, SessionReader,
+    SessionWriter, TERM_GRACE,
 };
 pub use stderr::{StderrMode, StderrTail};
 
@@ -111,7 +112,7 @@ pub struct Host {
     /// Plugins loaded so far by path, with the file's identity when it was read: a second
     /// `load` of an unchanged file neither reads nor hashes it again.
     loaded: Mutex<HashMap<PathBuf, (FileStamp, Plugin)>>,
-    /// The same rule on disk, across processes (wasm plugins only; see [`hash_index`]).
+    /// The same rule on disk, across processes (see [`hash_index`]).
     index: Option<hash_index::HashIndex>,
     /// [`HostOptions::allow_native_unsandboxed`].
     allow_native: bool,
@@ -378,9 +379,10 @@ impl Host {
     /// Loading a file again while it is unchanged (same inode, size, mtime and ctime) returns
     /// the plugin loaded before without reading or hashing it, with [`LoadSource::Memory`]
     /// (a file modified in the last two seconds is always read again). With a cache directory
-    /// the same rule holds across processes for wasm plugins: an on-disk index maps the file's
-    /// identity to its sha256, so an unchanged file whose compiled artifact is cached is not
-    /// read or hashed at all (only its 8-byte header is read).
+    /// the same rule holds across processes: an on-disk index maps the file's identity to its
+    /// sha256, so an unchanged wasm file whose compiled artifact is cached, or an unchanged
+    /// native program (an interpreter: node's binary is 99 MB), is not read or hashed at all
+    /// (only its 8-byte header is read).
     pub fn load(&self, path: impl AsRef<Path>) -> Result<Plugin, HostError> {
         let started = Instant::now();
         let path = resolve_program(path.as_ref());
@@ -400,8 +402,10 @@ impl Host {
             Some(plugin) => plugin,
             None => {
                 let plugin = self.read_and_load(path.clone(), started)?;
+                let indexed =
+                    plugin.compiled.is_some() || plugin.kind == PluginKind::NativeUnsandboxed;
                 if let Some(index) = &self.index
-                    && plugin.compiled.is_some()
+                    && indexed
                     && !stamp.racy()
                 {
                     index.put(&stamp, &plugin.sha256);
@@ -441,7 +445,23 @@ impl Host {
             return Ok(None);
         }
         let Some(wasm_kind) = sandbox::detect(&header) else {
-            return Ok(None);
+            // A native program (an interpreter such as node's 99 MB binary) is run, not
+            // compiled: its known digest is all a start needs. A host that refuses native
+            // plugins says so from the full load.
+            if !self.allow_native {
+                return Ok(None);
+            }
+            tracing::debug!(plugin = %path.display(), "native plugin's hash taken from the index");
+            return Ok(Some(Plugin {
+                path: path.to_owned(),
+                kind: PluginKind::NativeUnsandboxed,
+                size: stamp.len,
+                sha256,
+                load_source: None,
+                load_time: started.elapsed(),
+                compiled: None,
+                cache_mismatch: None,
+            }));
         };
         let Some((compiled, source, cache_mismatch)) =
             self.sandbox.load(path, None, &sha256, wasm_kind)?

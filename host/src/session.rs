@@ -48,7 +48,8 @@ fn unreachable_exit() -> Exit {
 /// - `stderr`: [`StderrMode::Log`];
 /// - `stderr_tail_lines`: 20;
 /// - `record`: `None`;
-/// - `native_stdio`: [`NativeStdio::Piped`].
+/// - `native_stdio`: [`NativeStdio::Piped`];
+/// - `group`: `None`.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct SessionOptions {
@@ -64,6 +65,108 @@ pub struct SessionOptions {
     pub record: Option<Arc<Recorder>>,
     /// How a native plugin's stdin and stdout are connected (ignored for wasm).
     pub native_stdio: NativeStdio,
+    /// Join every session started with these options to this group, for a caller that does
+    /// not hold the sessions but must still signal them (`sandpipe run --protocol`, whose
+    /// supervisor starts, restarts and retires them).
+    pub group: Option<SessionGroup>,
+}
+
+/// The sessions started with one [`SessionOptions`], as far as signalling them goes. It holds
+/// no session alive: a session dropped by its owner is killed as always, and leaves the group.
+#[derive(Debug, Clone, Default)]
+pub struct SessionGroup(Arc<std::sync::Mutex<Members>>);
+
+#[derive(Debug, Default)]
+struct Members {
+    /// The sessions that may still run.
+    running: Vec<Member>,
+    /// The one started last, running or not.
+    last: Option<Member>,
+}
+
+#[derive(Debug, Clone)]
+struct Member {
+    pid: Option<u32>,
+    exit: watch::Receiver<Option<Exit>>,
+    kill: crate::transport::WeakKillSwitch,
+    stderr: StderrTail,
+}
+
+impl Member {
+    fn running(&self) -> bool {
+        self.exit.borrow().is_none()
+    }
+}
+
+impl SessionGroup {
+    /// An empty group.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn join(&self, control: &SessionControl) {
+        let member = Member {
+            pid: control.pid,
+            exit: control.exit.clone(),
+            kill: control.kill.downgrade(),
+            stderr: control.stderr.clone(),
+        };
+        let mut members = self.members();
+        members.running.retain(Member::running);
+        members.running.push(member.clone());
+        members.last = Some(member);
+    }
+
+    fn members(&self) -> std::sync::MutexGuard<'_, Members> {
+        // A panic while the list was held leaves it whole: the guard is still good.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How the session started last ended (`None` while it runs, or if none started), with
+    /// its last stderr lines: what `run`, `call` and `inspect` explain a failed start from.
+    pub fn last_ended(&self) -> Option<(Exit, Vec<String>)> {
+        let members = self.members();
+        let last = members.last.as_ref()?;
+        let exit = last.exit.borrow().clone()?;
+        Some((exit, last.stderr.lines()))
+    }
+
+    /// Send `signal` to the process group of each native session still running; returns how
+    /// many got it. Wasm sessions cannot receive signals ([`SessionGroup::kill_after`]).
+    pub fn signal(&self, signal: i32) -> usize {
+        let members = self.members();
+        let mut sent = 0;
+        for m in members.running.iter().filter(|m| m.running()) {
+            if let Some(pid) = m.pid {
+                crate::native::signal_group(pid, signal);
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    /// Kill each wasm session still running once `grace` has passed: the SIGTERM emulation's
+    /// second half, for sessions whose stdin is already closed. Needs a tokio runtime.
+    pub fn kill_after(&self, grace: Duration) {
+        let wasm: Vec<Member> = self
+            .members()
+            .running
+            .iter()
+            .filter(|m| m.pid.is_none() && m.running())
+            .cloned()
+            .collect();
+        if wasm.is_empty() {
+            return;
+        }
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            for m in wasm {
+                m.kill.kill();
+            }
+        });
+    }
 }
 
 impl Default for SessionOptions {
@@ -75,6 +178,7 @@ impl Default for SessionOptions {
             stderr_tail_lines: 20,
             record: None,
             native_stdio: NativeStdio::Piped,
+            group: None,
         }
     }
 }
@@ -164,7 +268,7 @@ impl Session {
         // size-checked but not parsed as JSON, since the plugin's side validates what it reads
         // (see `Framing::sender`).
         let sender = opts.framing.map(|f| f.sender(opts.frame_limits));
-        Session {
+        let session = Session {
             writer: SessionWriter {
                 record: opts.record.clone(),
                 stdin: Some(t.stdin),
@@ -191,7 +295,11 @@ impl Session {
                 stderr: t.stderr,
                 meter,
             },
+        };
+        if let Some(group) = &opts.group {
+            group.join(&session.control);
         }
+        session
     }
 
     /// Send one frame, framed per the session's framing. The framing is checked (size; for

@@ -58,6 +58,24 @@ impl KillSwitch {
     pub(crate) fn kill(&self) {
         let _ = self.0.0.send(true);
     }
+
+    /// A handle that can throw the switch but does not keep the plugin alive.
+    pub(crate) fn downgrade(&self) -> WeakKillSwitch {
+        WeakKillSwitch(Arc::downgrade(&self.0))
+    }
+}
+
+/// A [`KillSwitch`] that does not count as a holder: once every real one is dropped (and the
+/// plugin killed for it), it does nothing.
+#[derive(Debug, Clone)]
+pub(crate) struct WeakKillSwitch(std::sync::Weak<KillOnDrop>);
+
+impl WeakKillSwitch {
+    pub(crate) fn kill(&self) {
+        if let Some(k) = self.0.upgrade() {
+            let _ = k.0.send(true);
+        }
+    }
 }
 
 /// Resolves once the kill switch is thrown or dropped.

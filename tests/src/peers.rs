@@ -333,3 +333,15 @@ pub fn mcp_npm_server(name: &str) -> PathBuf {
         &format!("{name} (npm @modelcontextprotocol)"),
     )
 }
+
+/// The directory of the npm project `.ci/setup` installs from `tests/peers/mcp/package-lock.json`
+/// (the npm MCP servers and the official MCP TypeScript SDK, `@modelcontextprotocol/sdk`), for
+/// `tests/peers/mcp/drive.mjs` to load the SDK from (`SANDPIPE_MCP_NPM`).
+pub fn mcp_npm() -> PathBuf {
+    let dir = dir().join("mcp-npm");
+    installed(
+        dir.join("node_modules/@modelcontextprotocol/sdk/package.json"),
+        "the MCP TypeScript SDK (npm @modelcontextprotocol/sdk)",
+    );
+    dir
+}

@@ -760,3 +760,51 @@ async fn deterministic_mode_gives_identical_clocks_and_random_per_seed() {
     let v: serde_json::Value = serde_json::from_slice(&frames.concat()).expect("json");
     assert!(v["wall_ns"].as_u64().expect("wall") > 1_700_000_000_000_000_000);
 }
+
+/// A native program (an interpreter, for a script server) is indexed too: a new host takes an
+/// unchanged one's hash from the index instead of reading and hashing it on every start, and
+/// hashes it again once it changes.
+#[tokio::test]
+async fn a_new_host_takes_an_unchanged_native_programs_hash_from_the_disk_index() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let cache = tempfile::tempdir().expect("tempdir");
+    let files = tempfile::tempdir().expect("tempdir");
+    let program = files.path().join("tool");
+    std::fs::write(&program, "#!/bin/sh\ncat\n").expect("write");
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::File::options()
+        .write(true)
+        .open(&program)
+        .and_then(|f| f.set_modified(std::time::SystemTime::now() - Duration::from_secs(3600)))
+        .expect("set mtime");
+    let host = || {
+        Host::with_options(
+            &HostOptions::default()
+                .cache_dir(Some(cache.path().to_owned()))
+                .allow_native_unsandboxed(true),
+        )
+        .expect("host")
+    };
+    let sha = host().load(&program).expect("load").sha256().to_owned();
+    let m = std::fs::metadata(&program).expect("metadata");
+    let entry = cache
+        .path()
+        .join("index")
+        .join(format!("{:x}-{:x}", m.dev(), m.ino()));
+    let text = std::fs::read_to_string(&entry).expect("the program has an index entry");
+    assert!(text.trim_end().ends_with(&sha), "{text}");
+    // A planted digest is believed: the new host did not hash the file.
+    let planted = "0".repeat(64);
+    std::fs::write(&entry, text.replace(&sha, &planted)).expect("plant");
+    let believed = host().load(&program).expect("load");
+    assert_eq!(believed.kind(), sandpipe::PluginKind::NativeUnsandboxed);
+    assert_eq!(believed.sha256(), planted);
+    // A changed identity is hashed again.
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    assert_eq!(host().load(&program).expect("load").sha256(), sha);
+    // A host that refuses native plugins still refuses an indexed one.
+    let refusing =
+        Host::with_options(&HostOptions::default().cache_dir(Some(cache.path().to_owned())))
+            .expect("host");
+    assert!(refusing.load(&program).is_err());
+}

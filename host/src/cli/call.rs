@@ -36,6 +36,8 @@ pub struct CallArgs {
     pub(super) policy: Option<PathBuf>,
     #[command(flatten)]
     pub(super) sandbox: SandboxArgs,
+    #[command(flatten)]
+    pub(super) tools: super::tool_args::ToolArgs,
     /// Orchard: the config sent with `configure` before an `execute`.
     #[arg(long, value_name = "JSON", default_value = "{}")]
     config: String,
@@ -62,6 +64,7 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     let Some(protocol) = args.protocol else {
         anyhow::bail!("call needs --protocol (or `protocol = ...` in the policy file)");
     };
+    let tools = args.tools.for_protocol(protocol)?;
     let params: Option<Value> = match &args.params {
         Some(text) => Some(
             serde_json::from_str(text).with_context(|| format!("--params is not JSON: {text}"))?,
@@ -77,6 +80,9 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     let mut options =
         SessionOptions::framed(protocol.framing()).frame_limits(args.sandbox.frame_limits());
     options.stderr = StderrMode::Inherit;
+    // Whatever the protocol's hook starts joins it, so a failed start can be explained.
+    let group = crate::SessionGroup::new();
+    options.group = Some(group.clone());
     options.record = super::sandbox_args::recorder(
         args.record.as_deref(),
         &plugin,
@@ -91,10 +97,17 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
         grace: args.grace,
     };
     let answer = (protocol.spec().call)(
-        Launch::new(&host, &plugin, &policy, &options, protocol),
+        Launch::new(&host, &plugin, &policy, &options, protocol).with_tools(tools),
         request,
     );
-    match answer.await {
+    let answer = answer.await;
+    if answer.is_err()
+        && let Some((exit, tail)) = group.last_ended()
+        && super::status::failed_by_itself(&exit)
+    {
+        super::sandbox_args::explain_failed_start(&plugin, &policy, false, &tail);
+    }
+    match answer {
         Err(CallError::Start(e)) => {
             Err(anyhow::Error::from(e)
                 .context(format!("starting plugin {}", plugin.path().display())))

@@ -4,6 +4,9 @@
 //! and an export component's server take frames through channels ([`read_engine`],
 //! [`write_engine`]).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use bytes::BytesMut;
 use sandpipe_proto::frame::{
     AnyFramer, EngineSplitter, FrameError, FrameLimits, Framer, Framing, Piece,
@@ -124,26 +127,34 @@ impl EngineWriter {
 /// Frames from sandpipe's stdin into `tx` (`run --protocol`, an export component's server). A
 /// frame over the cap, or a CBOR or `Content-Length` stream that loses its framing (the
 /// supervisor tracks requests, so it needs frames), ends the input like EOF (requests before
-/// it are still answered) and is returned.
+/// it are still answered) and is returned. `ended` is set when the input has ended, whichever
+/// way.
 pub(crate) async fn read_engine(
     tx: mpsc::Sender<Vec<u8>>,
     framing: Framing,
     limits: FrameLimits,
+    ended: Arc<AtomicBool>,
 ) -> Result<(), FrameError> {
     let mut reader = EngineReader::open(Some(framing), limits);
-    while let Some(piece) = reader.next().await {
+    let result = loop {
+        let Some(piece) = reader.next().await else {
+            break Ok(());
+        };
         match piece {
             Piece::Frame { frame, .. } => {
                 if tx.send(frame.to_vec()).await.is_err() {
-                    return Ok(());
+                    break Ok(());
                 }
             }
             // A blank JSON Lines line: no frame, nothing to track.
             Piece::Raw(_) => {}
-            Piece::LostFraming(e) | Piece::TooLarge(e) => return Err(e),
+            Piece::LostFraming(e) | Piece::TooLarge(e) => break Err(e),
         }
-    }
-    Ok(())
+    };
+    // Set while `tx` still stands: whoever sees the channel close sees this too.
+    ended.store(true, Ordering::SeqCst);
+    drop(tx);
+    result
 }
 
 /// Frames from `rx` to sandpipe's stdout, each flushed, until `rx` closes or the engine does.

@@ -19,8 +19,9 @@ use crate::{
 pub struct InspectArgs {
     /// Also start the plugin and show its self-description: the Orchard schema (plan mode),
     /// the oracle's `ready` (a `wasm:` oracle component: its selectors with WIT signatures),
-    /// denobridge's `health`, or an MCP server's `initialize` result and its tools with their
-    /// input schemas.
+    /// denobridge's `health`, or an MCP server's revision, its `server/discover` or
+    /// `initialize` result, and the tools a client would see (after `--allow-tool`,
+    /// `--deny-tool` and the policy's `[tools]`) with their input schemas.
     #[arg(long, value_enum, value_name = "PROTOCOL")]
     protocol: Option<Protocol>,
     /// Print one JSON object instead of text.
@@ -32,6 +33,8 @@ pub struct InspectArgs {
     pub(super) policy: Option<PathBuf>,
     #[command(flatten)]
     pub(super) sandbox: SandboxArgs,
+    #[command(flatten)]
+    pub(super) tools: super::tool_args::ToolArgs,
     /// The plugin, or a policy file (*.toml) naming one.
     pub(super) plugin: PathBuf,
     /// Arguments for the plugin when --protocol starts it: everything after PLUGIN, as with
@@ -117,16 +120,20 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         report["native"]["startup_grants"] = Value::Array(grants);
     }
     if let Some(protocol) = args.protocol {
+        let tools = args.tools.for_protocol(protocol)?;
         let policy = args.sandbox.policy(super::plugin_args(&args.plugin_args))?;
         let mut options =
             SessionOptions::framed(protocol.framing()).frame_limits(args.sandbox.frame_limits());
         options.stderr = StderrMode::Discard;
+        let group = crate::SessionGroup::new();
+        options.group = Some(group.clone());
         let described: Result<Value, String> = match protocol {
             Protocol::Oracle if plugin.exports_functions() => {
                 super::wasm_oracle::describe(&host, &plugin, &policy, &options).await
             }
             _ => {
-                let launch = Launch::new(&host, &plugin, &policy, &options, protocol);
+                let launch =
+                    Launch::new(&host, &plugin, &policy, &options, protocol).with_tools(tools);
                 match (protocol.spec().describe)(launch).await {
                     Ok(v) => Ok(v),
                     Err(DescribeError::Failed(e)) => Err(e),
@@ -134,6 +141,12 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
                 }
             }
         };
+        if described.is_err()
+            && let Some((exit, tail)) = group.last_ended()
+            && super::status::failed_by_itself(&exit)
+        {
+            super::sandbox_args::explain_failed_start(&plugin, &policy, false, &tail);
+        }
         report["protocol"] = Value::from(protocol.name());
         match described {
             Ok(v) => report["self_description"] = v,

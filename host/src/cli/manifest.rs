@@ -55,7 +55,7 @@ pub(crate) struct Manifest {
     grants: Grants,
     #[serde(default)]
     requests: Requests,
-    /// MCP tool filters (`run --protocol mcp`).
+    /// MCP tool filters (`run --protocol mcp`, `call`, `inspect`).
     #[serde(default)]
     tools: Tools,
     #[serde(default)]
@@ -271,11 +271,11 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
             widen(
                 sub,
                 ("allow_tools", "SANDPIPE_ALLOW_TOOL", "tools.allow"),
-                &mut args.budgets.allow_tools,
+                &mut args.budgets.tools.allow_tools,
                 &m.tools.allow,
                 String::clone,
             );
-            prepend(&mut args.budgets.deny_tools, &m.tools.deny);
+            prepend(&mut args.budgets.tools.deny_tools, &m.tools.deny);
             if args.protocol.is_none() && !m.requests.is_empty() {
                 bail!(
                     "{}: [requests] budgets need a protocol (`protocol = ...` or --protocol)",
@@ -297,11 +297,13 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
             if args.protocol.is_none() {
                 args.protocol = m.protocol();
             }
+            prepend(&mut args.tools.allow_tools, &m.tools.allow);
+            prepend(&mut args.tools.deny_tools, &m.tools.deny);
         }
         Command::Inspect(args) => {
             // inspect starts the plugin only with --protocol: the manifest's protocol is not
             // turned into a self-description run the user did not ask for.
-            if let Some((_, path)) = fold(
+            if let Some((m, path)) = fold(
                 args.policy.as_deref(),
                 &mut args.plugin,
                 &mut args.plugin_args,
@@ -309,6 +311,8 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 sub,
             )? {
                 args.policy_file = Some(path);
+                prepend(&mut args.tools.allow_tools, &m.tools.allow);
+                prepend(&mut args.tools.deny_tools, &m.tools.deny);
             }
         }
         _ => {}

@@ -20,6 +20,7 @@ mod sandbox_args;
 mod signals;
 mod status;
 mod stdio;
+mod tool_args;
 mod wasm_oracle;
 
 use std::path::PathBuf;

@@ -1,6 +1,8 @@
 //! `sandpipe run --protocol P`: the protocol-aware bridge, with per-request budgets, restarts
 //! and recycling (see [`crate::supervise`]).
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -8,11 +10,11 @@ use tokio::sync::mpsc;
 
 use super::engine::{read_engine, write_engine};
 use super::signals::{SignalPolicy, Signals};
-use super::status::{exit_code, exit_status};
+use super::status::{exit_code, exit_status, failed_by_itself};
 use super::{parse_duration, parse_size};
 use crate::protocols::Protocol;
 use crate::supervise::{Budgets, Incident, Supervisor};
-use crate::{Host, Plugin, PluginKind, Policy, SessionOptions};
+use crate::{Host, Plugin, PluginKind, Policy, SessionGroup, SessionOptions};
 
 /// Per-request limits and instance renewal (`run --protocol` only).
 #[derive(Debug, Clone, clap::Args)]
@@ -54,13 +56,8 @@ pub struct BudgetArgs {
     /// server gets to answer sandpipe's probe after a request was cancelled for its timeout.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
     pub(crate) recycle_grace: Duration,
-    /// MCP: only this tool is listed and callable (repeat for more; default: every tool).
-    #[arg(long = "allow-tool", value_name = "NAME")]
-    pub(crate) allow_tools: Vec<String>,
-    /// MCP: this tool is taken out of tools/list and a tools/call of it is refused (-32602
-    /// unknown tool), as if the server did not have it (repeatable).
-    #[arg(long = "deny-tool", value_name = "NAME")]
-    pub(crate) deny_tools: Vec<String>,
+    #[command(flatten)]
+    pub(crate) tools: super::tool_args::ToolArgs,
 }
 
 impl BudgetArgs {
@@ -76,7 +73,7 @@ impl BudgetArgs {
             Some("--recycle-after")
         } else if matches!(self.recycle_memory, RecycleMemory::Above(_)) {
             Some("--recycle-memory")
-        } else if !self.allow_tools.is_empty() || !self.deny_tools.is_empty() {
+        } else if self.tools.given() {
             Some("--allow-tool/--deny-tool")
         } else {
             None
@@ -131,7 +128,9 @@ pub(crate) fn parse_recycle_memory(s: &str) -> Result<RecycleMemory, String> {
 ///
 /// Signals: SIGINT is dropped where `run` would drop it; any other handled signal ends the
 /// engine's input as EOF would, so the supervisor closes the plugin's stdin and the plugin
-/// ends through its protocol; a second one ends sandpipe at once (a native plugin dies with it).
+/// ends through its protocol; once the input has ended, it reaches the plugin instead
+/// (forwarded to a native one, the grace started for wasm); a second one ends sandpipe at once
+/// (a native plugin dies with it).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_proxy(
     host: &Host,
@@ -152,13 +151,11 @@ pub(crate) async fn run_proxy(
     let limits = options.frame_limits;
     let (in_tx, in_rx) = mpsc::channel::<Vec<u8>>(16);
     let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(16);
-    let input = tokio::spawn(read_engine(in_tx, framing, limits));
+    let input_ended = Arc::new(AtomicBool::new(false));
+    let input = tokio::spawn(read_engine(in_tx, framing, limits, input_ended.clone()));
     let output = tokio::spawn(write_engine(out_rx, framing, limits));
     let budgets = args.budgets(plugin, &policy);
-    let filter = sandpipe_proto::mcp::ToolFilter {
-        allow: args.allow_tools.clone(),
-        deny: args.deny_tools.clone(),
-    };
+    let filter = args.tools.filter();
     let filtered = match (filter.is_open(), protocol.spec().tool_filter) {
         (true, _) => None,
         (false, Some(rules)) => Some(rules(filter)),
@@ -168,7 +165,11 @@ pub(crate) async fn run_proxy(
         }
     };
     let poison = budgets.poison;
-    let mut supervisor = Supervisor::new(host, plugin, policy, options, protocol, budgets)
+    // Every instance joins the group, so that a signal after the input ended reaches it.
+    let group = SessionGroup::new();
+    let mut options = options;
+    options.group = Some(group.clone());
+    let mut supervisor = Supervisor::new(host, plugin, policy.clone(), options, protocol, budgets)
         .on_incident(move |i| print_incident(i, poison));
     if let Some(rules) = filtered {
         supervisor = supervisor.rules(rules);
@@ -179,6 +180,8 @@ pub(crate) async fn run_proxy(
         &mut signals,
         &on_signal,
         &input.abort_handle(),
+        &input_ended,
+        &group,
     )
     .await
     {
@@ -200,6 +203,14 @@ pub(crate) async fn run_proxy(
         recycles = report.recycles,
         "supervised session ended"
     );
+    // A plugin that died by itself before answering anything may have been refused a file it
+    // needs at start-up, as under plain `run`.
+    if report.answered == 0
+        && let Some((exit, tail)) = group.last_ended()
+        && failed_by_itself(&exit)
+    {
+        super::sandbox_args::explain_failed_start(plugin, &policy, true, &tail);
+    }
     if let Some(e) = bad_input {
         eprintln!("sandpipe: bad frame on stdin: {e}");
         return Ok(exit_code::BAD_FRAME);

@@ -208,7 +208,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         let exit = own_kill(exit, killed);
         if failed_by_itself(&exit) {
             // Its output went straight to the engine: whether it wrote any is unknown here.
-            super::sandbox_args::explain_failed_start(&plugin, &policy, false);
+            let tail = control.stderr_tail();
+            super::sandbox_args::explain_failed_start(&plugin, &policy, false, &tail);
         }
         if let Exit::Killed { signal: Some(sig) } = exit {
             super::status::end_by_signal_like_the_plugin(sig);
@@ -270,7 +271,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     let exit = own_kill(exit, killed);
     // A plugin that dies by itself before its first byte may have been refused a file it needs.
     if failed_by_itself(&exit) && written.get() == 0 && end.is_none() && bad_input.get().is_none() {
-        super::sandbox_args::explain_failed_start(&plugin, &policy, true);
+        let tail = control.stderr_tail();
+        super::sandbox_args::explain_failed_start(&plugin, &policy, true, &tail);
     }
     Ok(report(end, bad_input.get(), &exit))
 }

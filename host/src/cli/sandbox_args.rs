@@ -263,9 +263,16 @@ pub(crate) fn native_grants(plugin: &Plugin, policy: &Policy) -> String {
         .join(", ")
 }
 
-/// After a native plugin ended in failure (`before_output`: without writing a byte): what
-/// Landlock let it read, and how to grant more.
-pub(crate) fn explain_failed_start(plugin: &Plugin, policy: &Policy, before_output: bool) {
+/// After a native plugin ended in failure (`before_output`: without writing a byte, or for a
+/// protocol: without answering anything): what Landlock let it read, and how to grant more.
+/// The advice follows the refusal its last stderr lines name, when they name one: read-write
+/// for a write, `:ro` for a read.
+pub(crate) fn explain_failed_start(
+    plugin: &Plugin,
+    policy: &Policy,
+    before_output: bool,
+    stderr_tail: &[String],
+) {
     if plugin.kind() != PluginKind::NativeUnsandboxed
         || matches!(
             LandlockSupport::detect(),
@@ -296,10 +303,169 @@ pub(crate) fn explain_failed_start(plugin: &Plugin, policy: &Policy, before_outp
     } else {
         "the plugin failed"
     };
+    let advice = match refused_access(stderr_tail) {
+        Some(Refused { dir, op: Op::Write }) => {
+            format!("it was refused a write under {dir}: grant it with --dir {dir}")
+        }
+        Some(Refused { dir, op: Op::Read }) => {
+            format!("it was refused a read under {dir}: grant it with --dir {dir}:ro")
+        }
+        Some(Refused {
+            dir,
+            op: Op::Unknown,
+        }) => format!(
+            "it was refused {dir}: grant it with --dir {dir}:ro if it only reads there, or --dir {dir} if it writes"
+        ),
+        None => "if it needs more, grant it with --dir PATH:ro to read, or --dir PATH to write"
+            .to_owned(),
+    };
     eprintln!(
-        "sandpipe: note: {when}; under Landlock it could read only {}; if it needs more, grant it with --dir PATH:ro",
+        "sandpipe: note: {when}; under Landlock it could read only {}; {advice}",
         allowed.join(", ")
     );
+}
+
+/// What a refused file operation was, as far as the message says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Read,
+    Write,
+    Unknown,
+}
+
+/// The directory a failed plugin was refused, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Refused {
+    dir: String,
+    op: Op,
+}
+
+/// The last refusal in `tail` that names an absolute path. Landlock refuses with `EACCES`, and
+/// a path outside the sandbox's root is not there at all (`ENOENT`): such a line counts when
+/// the path is on the host (or, for a write, a directory above it is), so a file that is
+/// missing everywhere is not taken for a refusal. Node's `EACCES: permission denied, mkdir
+/// '/root/.npm'` names the call, so whether it read or wrote; Python's `PermissionError:
+/// [Errno 13] Permission denied: '/data/x'` does not. The directory to grant is the path
+/// itself for a directory, else the nearest directory above it that exists on the host.
+fn refused_access(tail: &[String]) -> Option<Refused> {
+    const WRITES: [&str; 12] = [
+        "mkdir",
+        "mkdtemp",
+        "write",
+        "unlink",
+        "rename",
+        "rmdir",
+        "symlink",
+        "link",
+        "copyfile",
+        "utime",
+        "chmod",
+        "appendfile",
+    ];
+    const READS: [&str; 7] = [
+        "scandir", "opendir", "stat", "lstat", "access", "readlink", "realpath",
+    ];
+    tail.iter().rev().find_map(|line| {
+        let lower = line.to_lowercase();
+        let read_only = lower.contains("erofs") || lower.contains("read-only file system");
+        let denied = lower.contains("eacces") || lower.contains("permission denied") || read_only;
+        let absent = lower.contains("enoent") || lower.contains("no such file or directory");
+        if !denied && !absent {
+            return None;
+        }
+        let start = line
+            .find(['\'', '"'])
+            .filter(|&i| line[i + 1..].starts_with('/'))?;
+        let quote = line[start..].chars().next()?;
+        let rest = &line[start + 1..];
+        let path = std::path::Path::new(&rest[..rest.find(quote)?]);
+        // The word before the path: Node names the call there ("denied, mkdir '/x'").
+        let call = lower[..start]
+            .trim_end()
+            .rsplit([' ', ','])
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let op = if read_only || WRITES.contains(&call.as_str()) {
+            Op::Write
+        } else if READS.contains(&call.as_str()) {
+            Op::Read
+        } else {
+            Op::Unknown
+        };
+        if !denied && !path.exists() && op != Op::Write {
+            return None;
+        }
+        let dir = if path.is_dir() {
+            path
+        } else {
+            path.ancestors().skip(1).find(|a| a.is_dir())?
+        };
+        // Granting the whole file system is no advice.
+        if dir == std::path::Path::new("/") && path != dir {
+            return None;
+        }
+        Some(Refused {
+            dir: dir.display().to_string(),
+            op,
+        })
+    })
+}
+
+#[cfg(test)]
+mod refused_tests {
+    use super::*;
+
+    #[test]
+    fn the_advice_follows_the_refusal_the_stderr_names() {
+        let tail = |l: &str| vec!["starting".to_owned(), l.to_owned(), "    at x".to_owned()];
+        for (line, want) in [
+            (
+                "Error: EACCES: permission denied, mkdir '/usr/.sp-absent'",
+                Some(("/usr", Op::Write)),
+            ),
+            (
+                "Error: EACCES: permission denied, open '/usr/share/.sp-absent.txt'",
+                Some(("/usr/share", Op::Unknown)),
+            ),
+            (
+                "Error: EACCES: permission denied, scandir '/usr'",
+                Some(("/usr", Op::Read)),
+            ),
+            (
+                "PermissionError: [Errno 13] Permission denied: '/usr/.sp-absent.json'",
+                Some(("/usr", Op::Unknown)),
+            ),
+            (
+                "OSError: [Errno 30] Read-only file system: '/usr/.sp-absent'",
+                Some(("/usr", Op::Write)),
+            ),
+            // Outside the sandbox's root a host path is absent: a refusal all the same.
+            (
+                "Error: ENOENT: no such file or directory, scandir '/usr/share'",
+                Some(("/usr/share", Op::Read)),
+            ),
+            (
+                "Error: ENOENT: no such file or directory, mkdir '/usr/.sp-absent/x'",
+                Some(("/usr", Op::Write)),
+            ),
+            // Missing on the host too: not a refusal.
+            (
+                "FileNotFoundError: [Errno 2] No such file or directory: '/usr/.sp-absent.json'",
+                None,
+            ),
+            (
+                "Error: EACCES: permission denied, mkdir '/.sp-absent'",
+                None,
+            ),
+            ("Error: something else '/usr'", None),
+            ("permission denied", None),
+        ] {
+            let got = refused_access(&tail(line)).map(|r| (r.dir, r.op));
+            let want = want.map(|(d, op)| (d.to_owned(), op));
+            assert_eq!(got, want, "{line}");
+        }
+    }
 }
 
 /// An open-file limit, or none. (A newtype for the same reason as `MemoryCap`.)

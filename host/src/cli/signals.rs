@@ -17,12 +17,13 @@
 //!
 //! Either way sandpipe exits with the plugin's own status.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 
-use crate::SessionControl;
+use crate::{SessionControl, SessionGroup};
 
 /// What SIGINT does (`--sigint`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -141,15 +142,23 @@ impl Stopping {
 }
 
 /// Drive `served` (a session answering the engine's frames: the supervisor, a `wasm:` oracle)
-/// to its end, with the signals sandpipe receives meanwhile: the first one `on_signal` does not
-/// ignore ends the engine's input (`input`, the engine reader, is aborted, which the session
-/// takes as EOF) so the session ends through its protocol; a second one ends sandpipe at once,
-/// `Err(128 + signal)`.
+/// to its end, with the signals sandpipe receives meanwhile. The first one `on_signal` does not
+/// ignore:
+/// - while the engine's input is open, ends it (`input`, the engine reader, is aborted, which
+///   the session takes as EOF), so the plugin's stdin closes and it ends through its protocol;
+/// - once the input has ended (`input_ended`), the plugin's stdin is already closed and an
+///   engine that signals now is escalating, as an MCP client does after closing stdin: the
+///   signal reaches the plugins of `group` as it would without sandpipe (forwarded to a native
+///   one; for wasm, the SIGTERM emulation's grace starts).
+///
+/// A second one ends sandpipe at once, `Err(128 + signal)`.
 pub(crate) async fn serve_until_done<T>(
     served: impl std::future::Future<Output = T>,
     signals: &mut Signals,
     on_signal: &SignalPolicy,
     input: &tokio::task::AbortHandle,
+    input_ended: &AtomicBool,
+    group: &SessionGroup,
 ) -> Result<T, i32> {
     tokio::pin!(served);
     let mut ending = false;
@@ -157,7 +166,8 @@ pub(crate) async fn serve_until_done<T>(
         tokio::select! {
             done = &mut served => return Ok(done),
             sig = signals.recv() => {
-                if on_signal.action(sig) == Action::Ignore {
+                let action = on_signal.action(sig);
+                if action == Action::Ignore {
                     continue;
                 }
                 if ending {
@@ -165,7 +175,24 @@ pub(crate) async fn serve_until_done<T>(
                     return Err(128 + sig);
                 }
                 ending = true;
-                input.abort();
+                if !input_ended.load(Ordering::SeqCst) {
+                    input.abort();
+                    continue;
+                }
+                match action {
+                    Action::Forward(s) => {
+                        tracing::info!("input has ended: forwarding signal {s} to the plugin");
+                        group.signal(s);
+                    }
+                    Action::Terminate => {
+                        tracing::info!(
+                            "input has ended: killing the plugin after {:?}",
+                            on_signal.grace
+                        );
+                        group.kill_after(on_signal.grace);
+                    }
+                    Action::Ignore => {}
+                }
             }
         }
     }

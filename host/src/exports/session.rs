@@ -312,6 +312,16 @@ impl ExportServer {
                     }
                     continue;
                 }
+                mcp::ServerEvent::Discover { id, .. } => {
+                    if let Speaks::Mcp(mcp) = &mut self.speaks {
+                        let info = mcp.info.clone();
+                        if let Err(e) = mcp.server.respond_discover(id, json!({"tools": {}}), info)
+                        {
+                            tracing::warn!("mcp: could not answer server/discover: {e}");
+                        }
+                    }
+                    continue;
+                }
                 mcp::ServerEvent::Request { id, method, .. } if method == mcp::TOOLS_LIST => {
                     let Speaks::Mcp(mcp) = &self.speaks else {
                         continue;

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use sandpipe_proto::mcp::ToolFilter;
 use serde_json::Value;
 
 use super::Protocol;
@@ -23,9 +24,13 @@ pub type CallHook = for<'a> fn(Launch<'a>, CallRequest) -> BoxFuture<'a, Result<
 pub type DescribeHook = for<'a> fn(Launch<'a>) -> BoxFuture<'a, Result<Value, DescribeError>>;
 
 /// What a hook runs: a plugin to start with its policy and session options, or a session
-/// already started ([`Launch::session`]: `Session::memory` in tests).
+/// already started ([`Launch::session`]: `Session::memory` in tests); and, for a protocol
+/// whose plugin offers tools, the tools the caller may see and call.
 #[derive(Debug)]
-pub struct Launch<'a>(Source<'a>);
+pub struct Launch<'a> {
+    source: Source<'a>,
+    tools: ToolFilter,
+}
 
 #[derive(Debug)]
 enum Source<'a> {
@@ -50,17 +55,36 @@ impl<'a> Launch<'a> {
         options: &'a SessionOptions,
         protocol: Protocol,
     ) -> Self {
-        Launch(Source::Plugin(host, plugin, policy, options, protocol))
+        Launch {
+            source: Source::Plugin(host, plugin, policy, options, protocol),
+            tools: ToolFilter::default(),
+        }
     }
 
     /// A session already started.
     pub fn session(session: Session) -> Launch<'static> {
-        Launch(Source::Session(Box::new(session)))
+        Launch {
+            source: Source::Session(Box::new(session)),
+            tools: ToolFilter::default(),
+        }
+    }
+
+    /// Show and call only the tools `filter` lets through (`--allow-tool`, `--deny-tool`, a
+    /// policy's `[tools]`), as `run` does: a hidden tool is absent from lists and a call of it
+    /// gets the answer the supervisor gives.
+    pub fn with_tools(mut self, filter: ToolFilter) -> Self {
+        self.tools = filter;
+        self
+    }
+
+    /// The tools the caller may see and call.
+    pub fn tools(&self) -> &ToolFilter {
+        &self.tools
     }
 
     /// Start the plugin's session (or take the one given).
     pub async fn start(self) -> Result<Session, HostError> {
-        match self.0 {
+        match self.source {
             Source::Plugin(host, plugin, policy, options, protocol) => {
                 host.start_speaking(plugin, policy, options, protocol).await
             }
@@ -71,7 +95,7 @@ impl<'a> Launch<'a> {
     /// The plugin, its policy and options, to run it another way than one session (Orchard's
     /// plan mode); `None` for a session already started.
     pub fn plugin(&self) -> Option<(&'a Host, &'a Plugin, &'a Policy, &'a SessionOptions)> {
-        match self.0 {
+        match self.source {
             Source::Plugin(host, plugin, policy, options, _) => {
                 Some((host, plugin, policy, options))
             }

@@ -1,7 +1,9 @@
 //! MCP (Model Context Protocol) over stdio, client side: the host is the MCP client, the
-//! plugin an MCP server. `initialize` and `notifications/initialized` on connect, then any
-//! request (several may be in flight); shutdown as the spec has it: close the server's stdin,
-//! then SIGTERM, then SIGKILL ([`McpClient::shutdown`]).
+//! plugin an MCP server. On connect, the official SDK's probe: `server/discover` at 2026-07-28,
+//! and `initialize` with `notifications/initialized` when the server does not speak it (the
+//! proto machine falls back by itself); then any request (several may be in flight);
+//! shutdown as the spec has it: close the server's stdin, then SIGTERM, then SIGKILL
+//! ([`McpClient::shutdown`]).
 //!
 //! ```text
 //!  call(method, params) ──► Driver::request(Client::request) ──► server stdin
@@ -29,28 +31,46 @@ use crate::session::{Session, SessionControl};
 /// that hands out cursors forever cannot keep the host listing.
 pub const MAX_TOOL_PAGES: usize = 100;
 
+/// How long the `server/discover` probe waits before taking the server for one of the
+/// handshake revisions, as the official SDK's client does.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A connected MCP server. Calls may run concurrently (`&self`).
 #[derive(Debug)]
 pub struct McpClient {
     driver: Driver<proto::Client>,
+    revision: proto::Revision,
 }
 
 impl McpClient {
-    /// Take over `session`, run the handshake as `client_info` (`{name, version}`) with no
-    /// client capabilities, and return the server's `initialize` result.
+    /// Take over `session`, connect as `client_info` (`{name, version}`) with no client
+    /// capabilities (the probe, then the handshake if the server wants it), and return the
+    /// server's `server/discover` or `initialize` result ([`McpClient::revision`] says which).
     pub async fn connect(session: Session, client_info: Value) -> Result<(Self, Value), RpcError> {
         // The server's own requests get -32601: this client offers no sampling, elicitation
         // or roots.
         let driver = Driver::serving(session, proto::Client::new(), Unasked);
-        let client = McpClient { driver };
-        let init = client
-            .wait(|m| m.initialize(client_info, json!({})))
-            .await?;
-        client
-            .driver
-            .act(proto::Client::initialized)
-            .map_err(RpcError::Refused)?;
-        Ok((client, init))
+        let deadline = crate::driver::now() + PROBE_TIMEOUT;
+        let init = finish(
+            driver
+                .request(|m| m.discover(client_info, json!({}), Some(deadline)))
+                .map_err(refused)?
+                .wait()
+                .await,
+        )?;
+        let revision = driver
+            .act(|m| {
+                m.initialized()?;
+                Ok(m.revision())
+            })
+            .map_err(RpcError::Refused)?
+            .unwrap_or(proto::Revision::Handshake);
+        Ok((McpClient { driver, revision }, init))
+    }
+
+    /// The revision the session speaks.
+    pub fn revision(&self) -> proto::Revision {
+        self.revision
     }
 
     /// The session's control half (exit, kill, stderr tail).
@@ -143,15 +163,22 @@ use crate::protocols::hooks::{
     CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch, client_info,
 };
 
-/// `sandpipe call --protocol mcp`: the handshake, METHOD (`tools/call`, `tools/list`,
-/// `resources/read`, …) with PARAMS, then the spec's shutdown. A tool's own failure
-/// (`isError: true`) is the plugin's error, with its result as the answer.
+/// `sandpipe call --protocol mcp`: the probe or the handshake, METHOD (`tools/call`,
+/// `tools/list`, `resources/read`, …) with PARAMS, then the spec's shutdown. A tool's own
+/// failure (`isError: true`) is the plugin's error, with its result as the answer. Under a tool
+/// filter, a `tools/list` answer loses the hidden tools and a `tools/call` of one is answered
+/// by the supervisor's own rules ([`proto::Supervised`]) without reaching the server, so
+/// `call` refuses exactly what `run` refuses, in the session's revision.
 pub(crate) async fn one_call(launch: Launch<'_>, request: CallRequest) -> Result<Value, CallError> {
+    let filter = launch.tools().clone();
     let session = launch.start().await.map_err(CallError::Start)?;
     let (client, _init) = McpClient::connect(session, client_info())
         .await
         .map_err(|e| e.call_error("mcp"))?;
-    let result = client.call(&request.method, request.params).await;
+    let result = match refused_call(&client, &filter, &request) {
+        Some(answer) => RpcError::from_answer(answer, None),
+        None => client.call(&request.method, request.params).await,
+    };
     let _ = client.shutdown(request.grace).await;
     match result {
         Ok(v) if request.method == proto::TOOLS_CALL && v.get("isError") == Some(&json!(true)) => {
@@ -161,22 +188,64 @@ pub(crate) async fn one_call(launch: Launch<'_>, request: CallRequest) -> Result
                 answer: Some(v),
             })
         }
-        Ok(v) => Ok(v),
+        Ok(mut v) => {
+            if request.method == proto::TOOLS_LIST {
+                filter.filter_list(&mut v);
+            }
+            Ok(v)
+        }
         Err(e) => Err(e.call_error("mcp")),
     }
 }
 
-/// `sandpipe inspect --protocol mcp`: the `initialize` result and every tool.
+/// The supervisor's answer to `request` when it calls a tool `filter` hides: the frame the
+/// client would send goes through the same rules `run` applies to an engine's.
+fn refused_call(
+    client: &McpClient,
+    filter: &proto::ToolFilter,
+    request: &CallRequest,
+) -> Option<Result<Value, jsonrpc::ErrorObject>> {
+    if filter.is_open() || request.method != proto::TOOLS_CALL {
+        return None;
+    }
+    let params = client
+        .driver
+        .inspect(|m| m.wire_params(request.params.clone()));
+    let frame =
+        jsonrpc::Message::request(0, proto::TOOLS_CALL, params).encode(jsonrpc::Dialect::JsonRpc2);
+    let rules = proto::Supervised {
+        filter: filter.clone(),
+    };
+    let answer = sandpipe_proto::supervise::SupervisedProtocol::answer_engine(&rules, &frame)?;
+    match jsonrpc::Message::decode(&answer, jsonrpc::Dialect::JsonRpc2) {
+        Ok(jsonrpc::Message::Response { result, .. }) => Some(result),
+        _ => None,
+    }
+}
+
+/// `sandpipe inspect --protocol mcp`: the revision, the `server/discover` or `initialize`
+/// result, and every tool a client would see (the filter's hidden ones left out).
 pub(crate) async fn describe(launch: Launch<'_>) -> Result<Value, DescribeError> {
+    let launch_tools = launch.tools().clone();
     let session = launch.start().await?;
     let (client, init) = McpClient::connect(session, client_info())
         .await
         .map_err(|e| DescribeError::Failed(e.to_string()))?;
-    let tools = client.list_tools().await;
+    let filter = launch_tools;
+    let tools = client.list_tools().await.map(|t| {
+        t.into_iter()
+            .filter(|t| filter.permits(&t.name))
+            .collect::<Vec<_>>()
+    });
+    let revision = client.revision();
     let _ = client.shutdown(DESCRIBE_GRACE).await;
+    let (key, version) = match revision {
+        proto::Revision::Modern => ("discover", json!(proto::MODERN_VERSION)),
+        proto::Revision::Handshake => ("initialize", init["protocolVersion"].clone()),
+    };
     tools
         .map_err(|e| e.to_string())
         .and_then(|t| serde_json::to_value(t).map_err(|e| e.to_string()))
-        .map(|tools| json!({"initialize": init, "tools": tools}))
+        .map(|tools| json!({"revision": version, key: init, "tools": tools}))
         .map_err(DescribeError::Failed)
 }

@@ -9,6 +9,14 @@
 //!   whose server answers a revision it does not speak completes `initialize` with an error
 //!   ([`ClientEvent::Initialized`]). Shutdown has no message: the client closes the server's
 //!   stdin, then SIGTERM, then SIGKILL (the host's business).
+//! - **2026-07-28** ([`MODERN_VERSION`]), stateless: no `initialize`; every request carries the
+//!   revision, client info and capabilities in `params._meta`; results carry `resultType`.
+//!   [`Client::discover`] probes `server/discover` as the official SDK's auto mode does and
+//!   falls back to `initialize` by itself when the server does not speak it;
+//!   [`Client::pin_modern`] skips the probe. [`Server`] settles the revision on the client's
+//!   first request (an enveloped one, or `initialize`), answers `server/discover`
+//!   ([`ServerEvent::Discover`]), refuses the other era's requests as the SDK's servers do,
+//!   and adds the members a 2026-07-28 result must have ([`Server::respond`]).
 //! - **Requests** (`tools/list`, `tools/call`, `resources/list`, `resources/read`,
 //!   `resources/templates/list`, `prompts/list`, `prompts/get`, `completion/complete`, …) are
 //!   JSON-RPC requests with their params and results kept as JSON ([`Client::request`]);
@@ -94,7 +102,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::jsonrpc::{
-    Dialect, ErrorObject, Event, INTERNAL_ERROR, INVALID_REQUEST, Id, Message, Peer, ProtocolError,
+    Dialect, ErrorCode, ErrorObject, Event, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, Id,
+    Message, Peer, ProtocolError,
 };
 use crate::machine::{ClientMachine, ServerMachine, Serves};
 use crate::stopped::Stopped;
@@ -104,6 +113,8 @@ pub mod exports;
 mod supervised;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_2026;
 
 pub use supervised::{Supervised, ToolFilter, stopped_error, stopped_tool_result, unknown_tool};
 
@@ -285,6 +296,12 @@ pub struct Client {
     peer: Peer,
     state: ClientState,
     initialize_id: Option<Id>,
+    /// The revision the session speaks, once settled.
+    revision: Option<Revision>,
+    /// A `server/discover` probe in flight, and what to fall back to `initialize` with.
+    probe: Option<Probe>,
+    /// The 2026-07-28 envelope every request carries once the session speaks that revision.
+    envelope: Option<Value>,
     /// Progress tokens of requests in flight (their JSON text), by request.
     tokens: BTreeMap<String, Id>,
     events: VecDeque<ClientEvent>,
@@ -303,6 +320,9 @@ impl Client {
             peer: Peer::new(Dialect::JsonRpc2),
             state: ClientState::Start,
             initialize_id: None,
+            revision: None,
+            probe: None,
+            envelope: None,
             tokens: BTreeMap::new(),
             events: VecDeque::new(),
         }
@@ -311,6 +331,58 @@ impl Client {
     /// The lifecycle state.
     pub fn state(&self) -> ClientState {
         self.state
+    }
+
+    /// The revision the session speaks: `None` until `initialize` or `server/discover` was
+    /// answered.
+    pub fn revision(&self) -> Option<Revision> {
+        self.revision
+    }
+
+    /// Probe the server with `server/discover` as `client_info` (`{name, version}`) with
+    /// `capabilities`, the way the official SDK's client connects: a server that answers it
+    /// and lists [`MODERN_VERSION`] makes a 2026-07-28 session; any other answer (a
+    /// `-32601`, a result without the revision, a `-32022` that still names a handshake
+    /// revision) makes the machine send `initialize` itself. Either way the connection
+    /// completes with one [`ClientEvent::Initialized`] under the probe's id: the discover
+    /// result, or the `initialize` result (then send [`Client::initialized`]). Only a
+    /// `-32022` naming no revision this client speaks fails it. A probe still unanswered at
+    /// `deadline` counts as refused, as in the SDK (whose bound is 10 s): a server of an
+    /// older SDK may leave a request before `initialize` unanswered.
+    pub fn discover(
+        &mut self,
+        client_info: Value,
+        capabilities: Value,
+        deadline: Option<Instant>,
+    ) -> Result<Id, ProtocolError> {
+        self.expect(&[ClientState::Start], DISCOVER)?;
+        let envelope = envelope(&client_info, &capabilities);
+        let params = json!({"_meta": envelope});
+        let id = self
+            .peer
+            .request_with_deadline(DISCOVER, Some(params), deadline);
+        self.probe = Some(Probe {
+            id: id.clone(),
+            client_info,
+            capabilities,
+        });
+        self.envelope = Some(envelope);
+        self.state = ClientState::Initializing;
+        Ok(id)
+    }
+
+    /// Start a 2026-07-28 session without probing (the SDK's pinned mode): every request
+    /// carries the envelope, and nothing is sent until the first of them.
+    pub fn pin_modern(
+        &mut self,
+        client_info: Value,
+        capabilities: Value,
+    ) -> Result<(), ProtocolError> {
+        self.expect(&[ClientState::Start], DISCOVER)?;
+        self.envelope = Some(envelope(&client_info, &capabilities));
+        self.revision = Some(Revision::Modern);
+        self.state = ClientState::Ready;
+        Ok(())
     }
 
     fn expect(&self, ok: &[ClientState], got: &str) -> Result<(), ProtocolError> {
@@ -342,8 +414,12 @@ impl Client {
         Ok(id)
     }
 
-    /// Send `notifications/initialized` once `initialize` was answered.
+    /// Send `notifications/initialized` once `initialize` was answered; nothing in a
+    /// 2026-07-28 session, which has no handshake to end.
     pub fn initialized(&mut self) -> Result<(), ProtocolError> {
+        if self.revision == Some(Revision::Modern) && self.state == ClientState::Ready {
+            return Ok(());
+        }
         self.expect(&[ClientState::Initialized], INITIALIZED)?;
         self.peer.notify(INITIALIZED, None);
         self.state = ClientState::Ready;
@@ -374,11 +450,21 @@ impl Client {
                 reason: format!("token {t} is already used by a request in flight"),
             });
         }
+        let params = self.wire_params(params);
         let id = self.peer.request(method, params);
         if let Some(t) = token {
             self.tokens.insert(t, id.clone());
         }
         Ok(id)
+    }
+
+    /// `params` as a request of this session carries them: with the 2026-07-28 envelope in
+    /// `_meta` in such a session, as given otherwise.
+    pub fn wire_params(&self, params: Option<Value>) -> Option<Value> {
+        match (&self.envelope, self.revision) {
+            (Some(envelope), Some(Revision::Modern)) => Some(enveloped(params, envelope)),
+            _ => params,
+        }
     }
 
     /// `tools/list`, from `cursor` (`None`: the first page).
@@ -406,7 +492,8 @@ impl Client {
     /// `notifications/cancelled`, and its late answer is dropped. False if `id` is not in
     /// flight (`initialize` cannot be cancelled).
     pub fn cancel(&mut self, id: &Id, reason: Option<&str>) -> bool {
-        if self.initialize_id.as_ref() == Some(id) || !self.peer.cancel(id) {
+        let probing = self.probe.as_ref().is_some_and(|p| p.id == *id);
+        if self.initialize_id.as_ref() == Some(id) || probing || !self.peer.cancel(id) {
             return false;
         }
         let mut params = json!({"requestId": id_value(id)});
@@ -448,9 +535,10 @@ impl Client {
 
     /// The server is gone: every request in flight completes with [`stopped_error`].
     pub fn fail_pending(&mut self, stopped: &Stopped) {
+        // Closed first, so that a probe failed here completes instead of falling back.
+        self.state = ClientState::Closed;
         self.peer.fail_pending(stopped_error(stopped));
         self.drain_local();
-        self.state = ClientState::Closed;
     }
 
     /// Route completions the machine made itself (a cancel, a stop): they are responses to
@@ -471,20 +559,73 @@ impl Client {
         self.events.pop_front()
     }
 
+    /// The probe's answer: a 2026-07-28 session, the `initialize` fallback, or (a server
+    /// that speaks only revisions this client does not) the connection's failure.
+    fn on_discovered(&mut self, id: Id, result: Result<Value, ErrorObject>) {
+        match probe_verdict(&result) {
+            Verdict::Modern => {
+                self.probe = None;
+                self.revision = Some(Revision::Modern);
+                if self.state == ClientState::Initializing {
+                    self.state = ClientState::Ready;
+                }
+                self.events
+                    .push_back(ClientEvent::Initialized { id, result });
+            }
+            Verdict::Fail(error) => {
+                self.probe = None;
+                self.envelope = None;
+                self.state = ClientState::Start;
+                self.events.push_back(ClientEvent::Initialized {
+                    id,
+                    result: Err(error),
+                });
+            }
+            Verdict::FallBack => {
+                let Some(probe) = &self.probe else { return };
+                if self.state != ClientState::Initializing {
+                    // The server is gone (the answer is the stopped error): nothing to fall
+                    // back to, so the probe completes with it.
+                    self.probe = None;
+                    self.events
+                        .push_back(ClientEvent::Initialized { id, result });
+                    return;
+                }
+                let params = json!({
+                    "protocolVersion": LATEST_VERSION,
+                    "capabilities": probe.capabilities,
+                    "clientInfo": probe.client_info,
+                });
+                self.envelope = None;
+                let init = self.peer.request(INITIALIZE, Some(params));
+                self.initialize_id = Some(init);
+            }
+        }
+    }
+
     fn on_event(&mut self, ev: Event) -> Result<(), ProtocolError> {
         match ev {
             Event::Response { id, method, result } => {
                 self.tokens.retain(|_, v| *v != id);
-                if self.initialize_id.as_ref() == Some(&id) {
+                if self.probe.as_ref().is_some_and(|p| p.id == id) && method == DISCOVER {
+                    self.on_discovered(id, result);
+                } else if self.initialize_id.as_ref() == Some(&id) {
                     self.initialize_id = None;
                     let result = result.and_then(check_version);
                     if self.state == ClientState::Initializing {
                         self.state = if result.is_ok() {
+                            self.revision = Some(Revision::Handshake);
                             ClientState::Initialized
                         } else {
                             ClientState::Start
                         };
                     }
+                    // A fallback after a probe completes under the probe's id: that is the
+                    // request the caller is waiting on.
+                    let id = match self.probe.take() {
+                        Some(probe) => probe.id,
+                        None => id,
+                    };
                     self.events
                         .push_back(ClientEvent::Initialized { id, result });
                 } else {
@@ -530,6 +671,172 @@ fn check_version(result: Value) -> Result<Value, ErrorObject> {
             "bad initialize result: no protocolVersion",
         )),
     }
+}
+
+/// A request the server has not answered yet.
+#[derive(Debug)]
+struct Open {
+    /// Its `_meta.progressToken`.
+    token: Option<Value>,
+    /// Its method, which decides the members a 2026-07-28 result must have.
+    method: String,
+}
+
+fn progress_token(params: Option<&Value>) -> Option<Value> {
+    params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get("progressToken"))
+        .cloned()
+}
+
+/// `-32022` for a revision this server does not speak, naming the one it does.
+fn unsupported_version(requested: Value) -> ErrorObject {
+    ErrorObject::new(
+        UNSUPPORTED_PROTOCOL_VERSION,
+        format!("unsupported protocol version; this connection speaks {MODERN_VERSION}"),
+    )
+    .with_data(json!({"supported": [MODERN_VERSION], "requested": requested}))
+}
+
+/// An enveloped request's `_meta`, checked as the official SDK's servers check it: the
+/// revision and the client capabilities are required, and the revision must be
+/// [`MODERN_VERSION`].
+fn check_envelope(params: Option<&Value>) -> Result<(), ErrorObject> {
+    let meta = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(Value::as_object);
+    let missing: Vec<&str> = [META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES]
+        .into_iter()
+        .filter(|k| !meta.is_some_and(|m| m.contains_key(*k)))
+        .collect();
+    if !missing.is_empty() {
+        return Err(ErrorObject::new(
+            INVALID_PARAMS,
+            format!(
+                "params._meta is missing the required envelope key(s): {}",
+                missing.join(", ")
+            ),
+        ));
+    }
+    match meta.and_then(|m| m.get(META_PROTOCOL_VERSION)) {
+        Some(Value::String(v)) if v == MODERN_VERSION => Ok(()),
+        Some(v @ Value::String(_)) => Err(unsupported_version(v.clone())),
+        _ => Err(ErrorObject::new(
+            INVALID_PARAMS,
+            format!("{META_PROTOCOL_VERSION} is not a string"),
+        )),
+    }
+}
+
+/// A 2026-07-28 result with the members that revision requires (see [`Server::respond`]).
+fn complete(method: &str, mut result: Value) -> Value {
+    let Some(members) = result.as_object_mut() else {
+        return result;
+    };
+    members
+        .entry("resultType")
+        .or_insert_with(|| json!("complete"));
+    if method == TOOLS_LIST || method == DISCOVER {
+        members.entry("ttlMs").or_insert_with(|| json!(0));
+        members
+            .entry("cacheScope")
+            .or_insert_with(|| json!("private"));
+    }
+    result
+}
+
+/// A `server/discover` in flight: its id, and the `initialize` to send when the server does
+/// not speak 2026-07-28.
+#[derive(Debug)]
+struct Probe {
+    id: Id,
+    client_info: Value,
+    capabilities: Value,
+}
+
+/// What a probe's answer means, as the official SDK reads it: only a discover result listing
+/// [`MODERN_VERSION`] is a 2026-07-28 server, and only a `-32022` naming no revision this
+/// client speaks is a server it cannot talk to; everything else is a server of the handshake
+/// revisions.
+enum Verdict {
+    Modern,
+    FallBack,
+    Fail(ErrorObject),
+}
+
+fn probe_verdict(result: &Result<Value, ErrorObject>) -> Verdict {
+    match result {
+        Ok(r) => {
+            let modern = r
+                .get("supportedVersions")
+                .and_then(Value::as_array)
+                .is_some_and(|v| v.iter().any(|v| v == MODERN_VERSION));
+            if modern && r.get("capabilities").is_some_and(Value::is_object) {
+                Verdict::Modern
+            } else {
+                Verdict::FallBack
+            }
+        }
+        Err(e) if e.code == ErrorCode::Int(UNSUPPORTED_PROTOCOL_VERSION) => {
+            let supported: Option<Vec<&str>> = e
+                .data
+                .as_ref()
+                .and_then(|d| d.get("supported"))
+                .and_then(Value::as_array)
+                .map(|v| v.iter().filter_map(Value::as_str).collect());
+            match supported {
+                Some(s) if !s.iter().any(|v| SUPPORTED_VERSIONS.contains(v)) => {
+                    Verdict::Fail(ErrorObject::new(
+                        UNSUPPORTED_PROTOCOL_VERSION,
+                        format!(
+                            "the server speaks MCP revisions {}; this client speaks {}, {}",
+                            s.join(", "),
+                            MODERN_VERSION,
+                            SUPPORTED_VERSIONS.join(" and ")
+                        ),
+                    ))
+                }
+                _ => Verdict::FallBack,
+            }
+        }
+        Err(_) => Verdict::FallBack,
+    }
+}
+
+/// The `params._meta` members of a 2026-07-28 request.
+fn envelope(client_info: &Value, capabilities: &Value) -> Value {
+    json!({
+        META_PROTOCOL_VERSION: MODERN_VERSION,
+        META_CLIENT_INFO: client_info,
+        META_CLIENT_CAPABILITIES: capabilities,
+    })
+}
+
+/// `params` with the envelope merged into its `_meta` (a `progressToken` there is kept).
+fn enveloped(params: Option<Value>, envelope: &Value) -> Value {
+    let mut params = match params {
+        Some(Value::Object(m)) => Value::Object(m),
+        _ => json!({}),
+    };
+    let meta = &mut params["_meta"];
+    if !meta.is_object() {
+        *meta = json!({});
+    }
+    if let (Some(meta), Some(envelope)) = (meta.as_object_mut(), envelope.as_object()) {
+        for (k, v) in envelope {
+            meta.insert(k.clone(), v.clone());
+        }
+    }
+    params
+}
+
+/// Whether a request's params carry the 2026-07-28 envelope: its revision key is the mark
+/// (a bare `_meta` is not: 2025 requests put `progressToken` there).
+pub fn has_envelope(params: Option<&Value>) -> bool {
+    params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(META_PROTOCOL_VERSION))
+        .is_some()
 }
 
 fn parse_progress(params: Option<&Value>) -> Result<Progress, ProtocolError> {
@@ -669,6 +976,13 @@ pub enum ServerEvent {
     },
     /// `notifications/initialized`.
     Initialized,
+    /// `server/discover` (2026-07-28): answer with [`Server::respond_discover`].
+    Discover {
+        /// The request's id.
+        id: Id,
+        /// Its params, as sent (the envelope under `_meta`).
+        params: Value,
+    },
     /// A request (`tools/call`, `resources/read`, …): answer with [`Server::respond`].
     Request {
         /// Its id.
@@ -707,8 +1021,10 @@ pub struct Server {
     peer: Peer,
     state: ServerState,
     initialize: Option<(Id, String)>,
-    /// Requests received and not yet answered, with their progress tokens.
-    open: BTreeMap<Id, Option<Value>>,
+    /// The revision the client's first request chose.
+    revision: Option<Revision>,
+    /// Requests received and not yet answered.
+    open: BTreeMap<Id, Open>,
     events: VecDeque<ServerEvent>,
     /// Frames sent outside the peer (a parse error to id `null`), in order.
     raw: VecDeque<Vec<u8>>,
@@ -727,6 +1043,7 @@ impl Server {
             peer: Peer::new(Dialect::JsonRpc2),
             state: ServerState::Start,
             initialize: None,
+            revision: None,
             open: BTreeMap::new(),
             events: VecDeque::new(),
             raw: VecDeque::new(),
@@ -738,9 +1055,20 @@ impl Server {
         self.state
     }
 
+    /// The revision the client's first request chose: `initialize` for the handshake
+    /// revisions, a request carrying the 2026-07-28 envelope for that one.
+    pub fn revision(&self) -> Option<Revision> {
+        self.revision
+    }
+
     /// Feed one frame. `ping` is answered here, a request before `initialize` is refused
-    /// with `-32600` (and [`ProtocolError::Unexpected`]), a line that is not a message gets
-    /// JSON-RPC's `-32700` to id `null`.
+    /// with `-32600` (and [`ProtocolError::Unexpected`]) unless it carries the 2026-07-28
+    /// envelope, a line that is not a message gets JSON-RPC's `-32700` to id `null`.
+    ///
+    /// The client's first request settles the revision, as the official SDK's servers do:
+    /// after `initialize`, an enveloped request is refused with `-32600`; after an enveloped
+    /// one, `initialize` gets `-32022` naming [`MODERN_VERSION`], as does an envelope naming
+    /// another revision, and a request without the envelope gets `-32602`.
     pub fn handle_frame(&mut self, frame: &[u8]) -> Result<(), ProtocolError> {
         if let Err(e) = self.peer.handle_frame(frame) {
             if matches!(
@@ -772,6 +1100,19 @@ impl Server {
                 self.peer.respond(id, Ok(json!({})))
             }
             Event::Request { id, method, params } if method == INITIALIZE => {
+                if self.revision == Some(Revision::Modern) {
+                    let requested = params
+                        .as_ref()
+                        .and_then(|p| p.get("protocolVersion"))
+                        .cloned()
+                        .unwrap_or(Value::Null);
+                    let error = unsupported_version(requested);
+                    self.peer.respond(id, Err(error))?;
+                    return Err(ProtocolError::Unexpected {
+                        state: "serving 2026-07-28",
+                        got: "request \"initialize\"".into(),
+                    });
+                }
                 if self.state != ServerState::Start {
                     let error =
                         ErrorObject::new(INVALID_REQUEST, "initialize was already received");
@@ -791,12 +1132,74 @@ impl Server {
                     .find(|v| *v == asked)
                     .unwrap_or(LATEST_VERSION);
                 self.state = ServerState::Initializing;
+                self.revision = Some(Revision::Handshake);
                 self.initialize = Some((id.clone(), version.to_owned()));
                 self.events.push_back(ServerEvent::Initialize {
                     id,
                     params: params.unwrap_or(Value::Null),
                 });
                 Ok(())
+            }
+            Event::Request { id, method, params }
+                if self.revision != Some(Revision::Handshake) && has_envelope(params.as_ref()) =>
+            {
+                if let Err(error) = check_envelope(params.as_ref()) {
+                    self.peer.respond(id, Err(error))?;
+                    return Err(ProtocolError::BadPayload {
+                        what: "params._meta",
+                        reason: format!("a {method:?} request's envelope is not one served"),
+                    });
+                }
+                self.revision = Some(Revision::Modern);
+                self.state = ServerState::Running;
+                let token = progress_token(params.as_ref());
+                self.open.insert(
+                    id.clone(),
+                    Open {
+                        token,
+                        method: method.clone(),
+                    },
+                );
+                let params = params.unwrap_or(Value::Null);
+                self.events.push_back(if method == DISCOVER {
+                    ServerEvent::Discover { id, params }
+                } else {
+                    ServerEvent::Request {
+                        id,
+                        method,
+                        params: Some(params),
+                    }
+                });
+                Ok(())
+            }
+            Event::Request { id, method, .. } if self.revision == Some(Revision::Modern) => {
+                let error = ErrorObject::new(
+                    INVALID_PARAMS,
+                    format!(
+                        "params._meta must carry {META_PROTOCOL_VERSION:?} and \
+                         {META_CLIENT_CAPABILITIES:?}: this server speaks {MODERN_VERSION} \
+                         on this connection"
+                    ),
+                );
+                self.peer.respond(id, Err(error))?;
+                Err(ProtocolError::BadPayload {
+                    what: "params._meta",
+                    reason: format!("a {method:?} request without the 2026-07-28 envelope"),
+                })
+            }
+            Event::Request { id, method, params }
+                if self.revision == Some(Revision::Handshake) && has_envelope(params.as_ref()) =>
+            {
+                let error = ErrorObject::new(
+                    INVALID_REQUEST,
+                    "this connection speaks the initialize handshake; requests carrying the \
+                     2026-07-28 envelope are not accepted on it",
+                );
+                self.peer.respond(id, Err(error))?;
+                Err(ProtocolError::Unexpected {
+                    state: "initialized",
+                    got: format!("enveloped request {method:?}"),
+                })
             }
             Event::Request { id, method, .. } if self.state == ServerState::Start => {
                 let error = ErrorObject::new(INVALID_REQUEST, "server not initialized");
@@ -807,12 +1210,14 @@ impl Server {
                 })
             }
             Event::Request { id, method, params } => {
-                let token = params
-                    .as_ref()
-                    .and_then(|p| p.get("_meta"))
-                    .and_then(|m| m.get("progressToken"))
-                    .cloned();
-                self.open.insert(id.clone(), token);
+                let token = progress_token(params.as_ref());
+                self.open.insert(
+                    id.clone(),
+                    Open {
+                        token,
+                        method: method.clone(),
+                    },
+                );
                 self.events
                     .push_back(ServerEvent::Request { id, method, params });
                 Ok(())
@@ -867,15 +1272,41 @@ impl Server {
         Ok(())
     }
 
-    /// Answer request `id` (not one that was cancelled).
+    /// Answer `server/discover` with `capabilities` and `server_info`: the revisions spoken
+    /// ([`MODERN_VERSION`] and the handshake ones, so a client may choose either), and the
+    /// cache hints 2026-07-28 asks of it (stale at once, private).
+    pub fn respond_discover(
+        &mut self,
+        id: Id,
+        capabilities: Value,
+        server_info: Value,
+    ) -> Result<(), ProtocolError> {
+        let mut versions = vec![MODERN_VERSION];
+        versions.extend(SUPPORTED_VERSIONS);
+        let result = json!({
+            "supportedVersions": versions,
+            "capabilities": capabilities,
+            "_meta": {META_SERVER_INFO: server_info},
+        });
+        self.respond(id, Ok(result))
+    }
+
+    /// Answer request `id` (not one that was cancelled). In a 2026-07-28 session a result
+    /// gets the members that revision requires when the caller left them out: `resultType`
+    /// `"complete"` on every result, and `ttlMs` 0 and `cacheScope` `"private"` on a
+    /// `tools/list` or `server/discover` one.
     pub fn respond(
         &mut self,
         id: Id,
         result: Result<Value, ErrorObject>,
     ) -> Result<(), ProtocolError> {
-        if self.open.remove(&id).is_none() {
+        let Some(open) = self.open.remove(&id) else {
             return Err(ProtocolError::NotAwaitingResponse { id: id.to_string() });
-        }
+        };
+        let result = match (self.revision, result) {
+            (Some(Revision::Modern), Ok(r)) => Ok(complete(&open.method, r)),
+            (_, result) => result,
+        };
         self.peer.respond(id, result)
     }
 
@@ -887,10 +1318,10 @@ impl Server {
         total: Option<f64>,
         message: Option<&str>,
     ) -> Result<bool, ProtocolError> {
-        let Some(token) = self.open.get(id) else {
+        let Some(open) = self.open.get(id) else {
             return Err(ProtocolError::NotAwaitingResponse { id: id.to_string() });
         };
-        let Some(token) = token.clone() else {
+        let Some(token) = open.token.clone() else {
             return Ok(false);
         };
         let mut params = json!({"progressToken": token, "progress": progress});
@@ -906,7 +1337,15 @@ impl Server {
 
     /// Ask the client something (`sampling/createMessage`, `roots/list`, …); the answer
     /// arrives as [`ServerEvent::Response`].
+    /// A 2026-07-28 session has no server requests (a tool asks through an `input_required`
+    /// result instead): refused there.
     pub fn request(&mut self, method: &str, params: Option<Value>) -> Result<Id, ProtocolError> {
+        if self.revision == Some(Revision::Modern) {
+            return Err(ProtocolError::Unexpected {
+                state: "serving 2026-07-28",
+                got: format!("server request {method:?}"),
+            });
+        }
         if self.state != ServerState::Running {
             return Err(ProtocolError::Unexpected {
                 state: "not initialized",
@@ -960,6 +1399,15 @@ pub fn fuzz(data: &[u8]) {
     let _ = client.initialized();
     let _ = client.call_tool("t", json!({}), Some(json!(1)));
     let _ = client.list_tools(None);
+    // A client in a 2026-07-28 session, and one still probing (a stray answer may fall it back).
+    let mut modern = Client::new();
+    let _ = modern.discover(json!({"name": "fuzz"}), json!({}), None);
+    let _ = modern.handle_frame(
+        br#"{"jsonrpc":"2.0","id":0,"result":{"supportedVersions":["2026-07-28"],"capabilities":{}}}"#,
+    );
+    let _ = modern.call_tool("t", json!({}), Some(json!(1)));
+    let mut probing = Client::new();
+    let _ = probing.discover(json!({"name": "fuzz"}), json!({}), None);
     let mut server = Server::new();
     let rules = Supervised::new(ToolFilter {
         allow: Vec::new(),
@@ -967,6 +1415,9 @@ pub fn fuzz(data: &[u8]) {
     });
     for line in data.split(|b| *b == b'\n') {
         let _ = client.handle_frame(line);
+        let _ = modern.handle_frame(line);
+        let _ = probing.handle_frame(line);
+        while modern.poll_event().is_some() || probing.poll_event().is_some() {}
         let _ = server.handle_frame(line);
         let _ = rules.classify_engine(line);
         let _ = rules.classify_plugin(line);
@@ -1004,7 +1455,11 @@ pub fn fuzz(data: &[u8]) {
     }
     client.fail_pending(&Stopped::by_host("fuzz", Vec::new()));
     while client.poll_event().is_some() {}
+    modern.fail_pending(&Stopped::by_host("fuzz", Vec::new()));
+    probing.fail_pending(&Stopped::by_host("fuzz", Vec::new()));
     for frame in std::iter::from_fn(|| client.poll_transmit())
+        .chain(std::iter::from_fn(|| modern.poll_transmit()))
+        .chain(std::iter::from_fn(|| probing.poll_transmit()))
         .chain(std::iter::from_fn(|| server.poll_transmit()))
     {
         assert!(
