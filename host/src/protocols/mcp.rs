@@ -213,9 +213,7 @@ fn refused_call(
         .inspect(|m| m.wire_params(request.params.clone()));
     let frame =
         jsonrpc::Message::request(0, proto::TOOLS_CALL, params).encode(jsonrpc::Dialect::JsonRpc2);
-    let rules = proto::Supervised {
-        filter: filter.clone(),
-    };
+    let rules = proto::Supervised::new(filter.clone());
     let answer = sandpipe_proto::supervise::SupervisedProtocol::answer_engine(&rules, &frame)?;
     match jsonrpc::Message::decode(&answer, jsonrpc::Dialect::JsonRpc2) {
         Ok(jsonrpc::Message::Response { result, .. }) => Some(result),
