@@ -16,6 +16,10 @@ use bytes::BytesMut;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 
+/// Capacity asked for on sandpipe's stdin and stdout when they are pipes: what a native
+/// plugin's pipes get (`native::PIPE_BYTES`), so a large frame crosses in one write.
+const PIPE_BYTES: libc::c_int = 1 << 20;
+
 /// A standard descriptor in non-blocking mode; its flags are restored on drop.
 #[derive(Debug)]
 pub(crate) struct NonBlocking {
@@ -43,6 +47,13 @@ impl NonBlocking {
             let kind = st.st_mode & libc::S_IFMT;
             if kind != libc::S_IFIFO && kind != libc::S_IFSOCK {
                 return None;
+            }
+            if kind == libc::S_IFIFO {
+                // A frame of 64 KiB and its newline do not fit the default 64 KiB pipe: the
+                // engine's write would stop part-way until sandpipe had read, a switch each way
+                // per frame. A refusal (EPERM above /proc/sys/fs/pipe-max-size) keeps the
+                // default size.
+                libc::fcntl(fd, libc::F_SETPIPE_SZ, PIPE_BYTES);
             }
             let flags = libc::fcntl(fd, libc::F_GETFL);
             if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
