@@ -167,6 +167,9 @@ fn round_trips(
     Ok(out)
 }
 
+/// Makes a fresh command for one contender's run.
+type MakeCommand<'a> = Box<dyn Fn() -> Command + 'a>;
+
 /// 64 KiB raw frames streamed back to back: MB/s of each contender, the median of 3 runs,
 /// contenders alternated run by run.
 fn streams(
@@ -177,7 +180,7 @@ fn streams(
     const FRAMES: u64 = 500;
     let frame = frame_for(Framing::JsonLines, KIB64)?;
     let wire = wire(Framing::JsonLines, &frame);
-    let mut contenders: Vec<(&'static str, Box<dyn Fn() -> Command>)> = vec![
+    let mut contenders: Vec<(&'static str, MakeCommand<'_>)> = vec![
         (DIRECT, Box::new(|| Command::new(&inputs.native))),
         (
             RUN_WASM,
@@ -519,7 +522,7 @@ pub fn profile(inputs: &Inputs, nosimd_wasm: Result<PathBuf, String>) -> anyhow:
     }
     let _ = writeln!(
         o,
-        "\nThe guest's own work per byte: wasm operators the echo component executes (wasmtime's fuel, one unit per operator) per byte of a frame, from the difference between {} frames and none in one instance fed from memory: the guest SDK's framer (read, newline search, UTF-8 and JSON check for JSON Lines, CBOR item scan), the handler's copy and the encoder. `simd128`: the workspace's build (`.cargo/config.toml`); without: the same source built with `-C target-feature=-simd128`.\n\n| plugin | frame | build | wasm operators a byte |\n|---|---|---|---:|",
+        "\nThe guest's own work per byte: wasm operators the echo component executes (wasmtime's fuel, one unit per operator) per byte of a frame, from the difference between {} frames and none in one instance fed from memory: the guest SDK's framer (read, newline search, UTF-8 and JSON check for JSON Lines, CBOR item scan, a `Content-Length` header and nothing else), the handler's copy and the encoder: `echo-content-length` is the floor of moving the bytes. `simd128`: the workspace's build (`.cargo/config.toml`); without: the same source built with `-C target-feature=-simd128`.\n\n| plugin | frame | build | wasm operators a byte |\n|---|---|---|---:|",
         FUEL_FRAMES
     );
     let builds = [
