@@ -87,6 +87,7 @@ pub(crate) enum WriteError {
 #[derive(Debug)]
 pub(crate) struct EngineWriter {
     stdout: EngineStdout,
+    framing: Option<Framing>,
     encoder: Option<AnyFramer>,
     out: BytesMut,
     written: u64,
@@ -97,7 +98,9 @@ impl EngineWriter {
     pub(crate) fn open(framing: Option<Framing>, limits: FrameLimits) -> EngineWriter {
         EngineWriter {
             stdout: EngineStdout::open(),
-            encoder: framing.map(|f| f.framer(limits)),
+            framing,
+            // The sender's checks: the engine validates what it reads, as any receiver does.
+            encoder: framing.map(|f| f.sender(limits)),
             out: BytesMut::new(),
             written: 0,
         }
@@ -129,6 +132,27 @@ impl EngineWriter {
         self.written += bytes.len() as u64;
         self.stdout
             .write_all(bytes)
+            .await
+            .map_err(|_| WriteError::Closed)
+    }
+
+    /// Write `frame`, just decoded from the plugin's stdout with this framing and limits (and,
+    /// for `Content-Length`, under the `headers` it came with): it is a valid frame already, so
+    /// it is not checked or copied again; it goes out with its delimiter in one `writev`.
+    pub(crate) async fn write_decoded(
+        &mut self,
+        frame: &[u8],
+        headers: Option<&[u8]>,
+    ) -> Result<(), WriteError> {
+        let parts: [&[u8]; 2] = match (self.framing, headers) {
+            (Some(Framing::JsonLines), _) => [frame, b"\n"],
+            (Some(Framing::CborSeq), _) | (None, _) => [frame, b""],
+            (Some(_), Some(headers)) => [headers, frame],
+            (Some(_), None) => return self.write(frame, None).await,
+        };
+        self.written += (parts[0].len() + parts[1].len()) as u64;
+        self.stdout
+            .write_all_parts(&parts)
             .await
             .map_err(|_| WriteError::Closed)
     }

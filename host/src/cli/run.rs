@@ -358,7 +358,7 @@ async fn pump_out(
                 return Ok(());
             }
         };
-        let sent = stdout.write(&frame, reader.last_headers()).await;
+        let sent = stdout.write_decoded(&frame, reader.last_headers()).await;
         written.set(stdout.written());
         match sent {
             Ok(()) => {}

@@ -79,6 +79,18 @@ impl NonBlocking {
     }
 
     #[allow(unsafe_code)]
+    fn write_vectored(&self, parts: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let count = libc::c_int::try_from(parts.len()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `IoSlice` is guaranteed ABI-compatible with `iovec` on Unix; writev reads
+        // `count` of them, each describing a slice we borrow for the call.
+        let n = unsafe { libc::writev(self.fd, parts.as_ptr().cast(), count) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+
+    #[allow(unsafe_code)]
     fn write(&self, bytes: &[u8]) -> io::Result<usize> {
         // SAFETY: write reads `bytes.len()` bytes from a slice we borrow for the call.
         let n = unsafe { libc::write(self.fd, bytes.as_ptr().cast(), bytes.len()) };
@@ -160,6 +172,39 @@ impl EngineStdout {
         match register(libc::STDOUT_FILENO, Interest::WRITABLE) {
             Some(fd) => EngineStdout::Reactor(fd),
             None => EngineStdout::Blocking(tokio::io::stdout()),
+        }
+    }
+
+    /// Write all of `parts`, in order, as one stream of bytes (and flush): one `writev` where
+    /// the pipe has room, so a frame and its delimiter go out without being copied together.
+    pub(crate) async fn write_all_parts(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        match self {
+            EngineStdout::Reactor(fd) => {
+                let mut slices: Vec<io::IoSlice<'_>> = parts
+                    .iter()
+                    .filter(|p| !p.is_empty())
+                    .map(|p| io::IoSlice::new(p))
+                    .collect();
+                let mut rest = &mut slices[..];
+                while !rest.is_empty() {
+                    match fd.get_ref().write_vectored(rest) {
+                        Ok(n) => io::IoSlice::advance_slices(&mut rest, n),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            let mut ready = fd.writable().await?;
+                            ready.clear_ready();
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            }
+            EngineStdout::Blocking(stdout) => {
+                for part in parts {
+                    stdout.write_all(part).await?;
+                }
+                stdout.flush().await
+            }
         }
     }
 
