@@ -404,7 +404,7 @@ pub fn profile(inputs: &Inputs, nosimd_wasm: Result<PathBuf, String>) -> anyhow:
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "Printed by `sandpipe-bench --profile-frames` (`bench/src/frames.rs`).\n\nSystem calls per 64 KiB round trip (`strace -f`, the difference between a run of {} and one of {} round trips, divided by {}): sandpipe's reads of its stdin and writes to its stdout (the engine's side), every other `read`/`write` (a native plugin's side), `futex` wakes (hand-offs between threads), `epoll_wait` (the reactor parking) and every system call.\n",
+        "Printed by `sandpipe-bench --profile-frames` (`bench/src/frames.rs`).\n\nSystem calls per 64 KiB round trip (`strace -f`, the difference between a run of {} and one of {} round trips, divided by {}): sandpipe's reads of its stdin and writes (`write` or `writev`) to its stdout (the engine's side), every other `read`/`write`/`writev` (a native plugin's side), `futex` wakes (hand-offs between threads), `epoll_wait` (the reactor parking) and every system call.\n",
         PROFILE_FRAMES.1,
         PROFILE_FRAMES.0,
         PROFILE_FRAMES.1 - PROFILE_FRAMES.0
@@ -473,7 +473,7 @@ pub fn profile(inputs: &Inputs, nosimd_wasm: Result<PathBuf, String>) -> anyhow:
                         "-s",
                         "0",
                         "-e",
-                        "trace=read,write,futex,epoll_wait",
+                        "trace=read,write,writev,futex,epoll_wait",
                     ])
                     .arg("-o")
                     .arg(&trace)
@@ -540,6 +540,7 @@ pub fn profile(inputs: &Inputs, nosimd_wasm: Result<PathBuf, String>) -> anyhow:
         for (bin, framing) in [
             ("echo-lines", Framing::JsonLines),
             ("echo-cbor", Framing::CborSeq),
+            ("echo-content-length", Framing::ContentLength),
         ] {
             let frame = frame_for(framing, KIB64)?;
             let wire = wire(framing, &frame);
@@ -606,7 +607,10 @@ fn count_trace(trace: &str) -> Counts {
             } else {
                 c.other_reads += 1;
             }
-        } else if let Some(args) = call.strip_prefix("write(") {
+        } else if let Some(args) = call
+            .strip_prefix("write(")
+            .or_else(|| call.strip_prefix("writev("))
+        {
             if ours && args.starts_with("1,") {
                 c.engine_writes += 1;
                 c.engine_write_bytes += result.unwrap_or(0);
