@@ -7,6 +7,8 @@
 //!                                                  # prints the tables, writes nothing
 //! cargo run --release -p sandpipe-bench -- --process-only  # only `sandpipe run` over pipes
 //! cargo run --release -p sandpipe-bench -- --net   # only the network allow-list, printed
+//! cargo run --release -p sandpipe-bench -- --frames          # 64 KiB frames vs the wasmtime CLI
+//! cargo run --release -p sandpipe-bench -- --profile-frames  # where a 64 KiB round trip goes
 //! ```
 //!
 //! ```text
@@ -38,7 +40,9 @@
 //! measure many-session scale, throughput, framer throughput or fuel/epoch overhead.
 //! No cargo features.
 
+mod frames;
 mod framings;
+mod fuel;
 mod machine;
 mod measure;
 mod net;
@@ -50,7 +54,7 @@ mod scale;
 mod startup;
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
@@ -89,6 +93,8 @@ struct Args {
     quick: bool,
     process_only: bool,
     net: bool,
+    frames: bool,
+    profile_frames: bool,
     static_build: bool,
     phase: Option<Phase>,
     wasm: Option<PathBuf>,
@@ -96,7 +102,9 @@ struct Args {
     profile: Option<String>,
 }
 
-const USAGE: &str = "usage: sandpipe-bench [--quick] [--process-only] [--net] [--static]\n\
+const USAGE: &str = "usage: sandpipe-bench [--quick] [--process-only] [--net] [--frames] [--profile-frames] [--static]\n\
+    \x20      --frames: 100 B and 64 KiB round trips and a 64 KiB stream through `sandpipe run`, against the plugin direct, the relay and the wasmtime CLI, printed\n\
+    \x20      --profile-frames: system calls per 64 KiB round trip (strace) and the guest's wasm operators per byte (fuel), printed\n\
     \x20      --process-only: only the process-level section (`sandpipe run` over pipes), printed, not written\n\
     \x20      --net: only the network section (the allow-list's proxy per connection and per request, a native start), printed\n\
     \x20      --static: also build the static non-PIE sandpipe and measure its start (a full build of its own)\n\
@@ -116,6 +124,8 @@ fn parse_args() -> anyhow::Result<Args> {
             "--quick" => args.quick = true,
             "--process-only" => args.process_only = true,
             "--net" => args.net = true,
+            "--frames" => args.frames = true,
+            "--profile-frames" => args.profile_frames = true,
             "--static" => args.static_build = true,
             "--phase" => {
                 args.phase = Some(match value()?.as_str() {
@@ -191,6 +201,23 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("finding the bench binary")?;
     eprintln!("sandpipe-bench: building the sandpipe binary (this bench's profile)");
     let sandpipe = process::build_sandpipe()?;
+    if args.frames || args.profile_frames {
+        let inputs = frames::Inputs {
+            sandpipe,
+            wasm,
+            native,
+        };
+        if args.profile_frames {
+            let target = exe
+                .parent()
+                .and_then(Path::parent)
+                .context("the target directory")?
+                .join("no-simd128");
+            eprintln!("sandpipe-bench: building the echo plugins without simd128");
+            return frames::profile(&inputs, frames::build_without_simd(&target));
+        }
+        return frames::run(&inputs);
+    }
     let python = process::python_plugins(args.quick);
     let oracle = process::oracle_plugins();
     let static_sandpipe = if args.static_build {

@@ -110,7 +110,7 @@ pub fn relay_floor(cmd: &[String]) -> anyhow::Result<()> {
 }
 
 /// `relay_floor` in front of `plugin`.
-fn relay_cmd(plugin: &Path) -> anyhow::Result<Command> {
+pub(crate) fn relay_cmd(plugin: &Path) -> anyhow::Result<Command> {
     let mut cmd = Command::new(std::env::current_exe().context("finding the bench binary")?);
     cmd.arg(RELAY_FLAG).arg(plugin);
     Ok(cmd)
@@ -389,16 +389,16 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
 }
 
 /// A plugin process and the driver's ends of its pipes.
-struct Peer {
-    child: Child,
-    stdin: Option<ChildStdin>,
+pub(crate) struct Peer {
+    pub(crate) child: Child,
+    pub(crate) stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     framing: Framing,
     reply: Vec<u8>,
 }
 
 impl Peer {
-    fn spawn(mut cmd: Command, framing: Framing, cache: &Path) -> anyhow::Result<Peer> {
+    pub(crate) fn spawn(mut cmd: Command, framing: Framing, cache: &Path) -> anyhow::Result<Peer> {
         let mut child = cmd
             .env("SANDPIPE_CACHE_DIR", cache)
             .env_remove("RUST_LOG")
@@ -468,7 +468,7 @@ impl Peer {
     }
 
     /// One frame out, its echo back: the echo's payload length.
-    fn echo(&mut self, wire: &[u8], payload: usize) -> anyhow::Result<usize> {
+    pub(crate) fn echo(&mut self, wire: &[u8], payload: usize) -> anyhow::Result<usize> {
         if self.framing == Framing::CborSeq {
             let stdin = self.stdin.as_mut().context("stdin closed")?;
             stdin.write_all(wire)?;
@@ -477,7 +477,7 @@ impl Peer {
         self.round_trip(wire)
     }
 
-    fn finish(mut self) -> anyhow::Result<()> {
+    pub(crate) fn finish(mut self) -> anyhow::Result<()> {
         drop(self.stdin.take());
         let status = self.child.wait()?;
         ensure!(status.success(), "plugin process ended with {status}");
@@ -486,7 +486,7 @@ impl Peer {
 }
 
 /// `frame` as it goes on the wire under `framing`.
-fn wire(framing: Framing, frame: &[u8]) -> Vec<u8> {
+pub(crate) fn wire(framing: Framing, frame: &[u8]) -> Vec<u8> {
     match framing {
         Framing::ContentLength => {
             let mut w = format!("Content-Length: {}\r\n\r\n", frame.len()).into_bytes();
@@ -503,7 +503,7 @@ fn wire(framing: Framing, frame: &[u8]) -> Vec<u8> {
 }
 
 /// `sandpipe run [--framing F] plugin`.
-fn run_cmd(sandpipe: &Path, mode: &str, plugin: &Path) -> Command {
+pub(crate) fn run_cmd(sandpipe: &Path, mode: &str, plugin: &Path) -> Command {
     let mut cmd = Command::new(sandpipe);
     cmd.arg("run");
     if mode != "raw" {
@@ -514,7 +514,7 @@ fn run_cmd(sandpipe: &Path, mode: &str, plugin: &Path) -> Command {
 }
 
 /// Compile `wasm` into `cache` once, so every later `sandpipe run` starts from the cache.
-fn warm(
+pub(crate) fn warm(
     sandpipe: &Path,
     mode: &str,
     wasm: &Path,
@@ -527,7 +527,7 @@ fn warm(
     peer.finish()
 }
 
-fn plans(quick: bool, size: usize) -> (Plan, usize) {
+pub(crate) fn plans(quick: bool, size: usize) -> (Plan, usize) {
     match (quick, size <= 1024) {
         (true, _) => (Plan::new(1, 5, 2_000), 2),
         (false, true) => (Plan::new(1_000, 10_000, 4_000), 200),
@@ -645,7 +645,12 @@ fn oracle_round_trips(
 }
 
 /// Frames sent back to back by a writer thread while this thread reads the echoes.
-fn stream(peer: &mut Peer, wire: &[u8], payload: usize, frames: u64) -> anyhow::Result<Duration> {
+pub(crate) fn stream(
+    peer: &mut Peer,
+    wire: &[u8],
+    payload: usize,
+    frames: u64,
+) -> anyhow::Result<Duration> {
     let mut stdin = peer.stdin.take().context("stdin closed")?;
     let wire = wire.to_vec();
     let t = Instant::now();

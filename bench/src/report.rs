@@ -379,6 +379,16 @@ pub fn render(run: &Run) -> String {
          under engines with fuel metering and epoch checks compiled in or out \
          (`HostOptions::metering`), pinned only.\n"
     );
+    let _ = writeln!(
+        w,
+        "Other generators, each printing its own section (kept below, by hand): \
+         `sandpipe-bench --frames` (`bench/src/frames.rs`: 100 B and 64 KiB round trips and a \
+         64 KiB stream through `sandpipe run`, against the plugin direct, the pass-through relay \
+         and the wasmtime CLI), `sandpipe-bench --profile-frames` (the same file: system calls \
+         per 64 KiB round trip from `strace`, and the guest's wasm operators per byte from \
+         wasmtime's fuel, with and without `simd128`), `sandpipe-bench --net` \
+         (`bench/src/net.rs`).\n"
+    );
     let _ = writeln!(w, "## Figures\n");
     let _ = writeln!(w, "{FIGURES_HEADER}");
     let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---|");

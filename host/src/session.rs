@@ -27,8 +27,11 @@ use sandpipe_proto::transcript::Direction;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// How stdout is read.
+/// How stdout is first read.
 const READ_CHUNK: usize = 64 * 1024;
+/// The largest read of stdout: a plugin pipe's capacity (`native::PIPE_BYTES`,
+/// `sandbox::PIPE_BYTES`), so a large frame the plugin wrote at once is taken at once.
+const MAX_READ_CHUNK: usize = 1 << 20;
 /// Grow the read buffer only when less than this is free. Frames are split off the buffer
 /// without copying and share its allocation, so reserving a whole `READ_CHUNK` before every
 /// read would allocate a fresh 64 KiB for every small frame while the last one is alive.
@@ -226,6 +229,9 @@ pub struct SessionReader {
     stdout: Pin<Box<dyn AsyncRead + Send>>,
     framer: Option<AnyFramer>,
     buf: BytesMut,
+    /// What a read reserves when the buffer runs low: doubled up to [`MAX_READ_CHUNK`] each
+    /// time a read fills the buffer, so a large frame takes one or two reads, not one per 64 KiB.
+    chunk: usize,
     eof: bool,
     failed: Option<sandpipe_proto::frame::FrameError>,
     stderr: StderrTail,
@@ -281,6 +287,7 @@ impl Session {
                 stdout: t.stdout,
                 framer: opts.framing.map(|f| f.framer(opts.frame_limits)),
                 buf: BytesMut::with_capacity(READ_CHUNK),
+                chunk: READ_CHUNK,
                 eof: false,
                 failed: None,
                 stderr: t.stderr.clone(),
@@ -483,8 +490,9 @@ impl SessionReader {
                 }
             }
             if self.buf.capacity() - self.buf.len() < MIN_SPARE {
-                self.buf.reserve(READ_CHUNK);
+                self.buf.reserve(self.chunk);
             }
+            let room = self.buf.capacity() - self.buf.len();
             let n = self
                 .stdout
                 .read_buf(&mut self.buf)
@@ -492,6 +500,9 @@ impl SessionReader {
                 .map_err(SessionError::Io)?;
             if n == 0 {
                 self.eof = true;
+            } else if n == room {
+                // The plugin writes faster than this buffer takes it: read more at a time.
+                self.chunk = (self.chunk * 2).min(MAX_READ_CHUNK);
             }
         }
     }

@@ -1,5 +1,6 @@
 //! `sandpipe compile`: fetch and compile a plugin ahead of time, so its first start loads the
-//! compiled artifact from the cache instead of compiling.
+//! compiled artifact from the cache instead of compiling: one artifact for the engine with fuel
+//! metering (runs with a fuel budget) and one for the engine without (every other run).
 
 use std::path::PathBuf;
 
@@ -25,8 +26,15 @@ pub(crate) async fn compile(args: CompileArgs) -> Result<i32> {
         anyhow::bail!("compile writes the artifact cache; --no-cache leaves nothing to do");
     }
     let root = store_root(&args.cache)?;
-    let host = super::host(Some(root))?;
+    let host = super::host(Some(root.clone()))?;
     let plugin = load(&host, &args.plugin, &args.dist, &args.cache).await?;
+    // `run` compiles fuel metering in only when it sets a fuel budget (see `run.rs`), and each
+    // engine has its own artifact: compile for the engine without fuel too, so any `run` of
+    // this plugin starts from the cache.
+    if plugin.load_source().is_some() {
+        let unmetered = super::host_metered(Some(root), crate::Metering::default().fuel(false))?;
+        load(&unmetered, &args.plugin, &args.dist, &args.cache).await?;
+    }
     let how = match plugin.load_source() {
         Some(LoadSource::Compiled) => "compiled",
         Some(LoadSource::DiskCache | LoadSource::Memory) => "already compiled",

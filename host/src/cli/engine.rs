@@ -15,8 +15,11 @@ use tokio::sync::mpsc;
 
 use super::stdio::{EngineStdin, EngineStdout};
 
-/// How much the reader asks of stdin at a time.
+/// How much the reader first asks of stdin at a time.
 const READ_SIZE: usize = 64 * 1024;
+/// The most it asks for: the capacity sandpipe gives its stdin pipe (`stdio::PIPE_BYTES`), so
+/// one read takes whatever one engine write put there.
+const MAX_READ_SIZE: usize = 1 << 20;
 
 /// sandpipe's stdin as the engine wrote it: split into frames by [`EngineSplitter`] (never
 /// judged: a malformed JSON line is a frame like any other) or, without a framing, raw bytes.
@@ -25,6 +28,9 @@ pub(crate) struct EngineReader {
     stdin: EngineStdin,
     splitter: Option<EngineSplitter>,
     buf: BytesMut,
+    /// How much the next read asks for: doubled (up to [`MAX_READ_SIZE`]) whenever a read
+    /// fills it, so a large frame is read in one or two reads, not one per 64 KiB.
+    read_size: usize,
     eof: bool,
 }
 
@@ -35,6 +41,7 @@ impl EngineReader {
             stdin: EngineStdin::open(),
             splitter: framing.map(|f| EngineSplitter::new(f, limits)),
             buf: BytesMut::with_capacity(READ_SIZE),
+            read_size: READ_SIZE,
             eof: false,
         }
     }
@@ -50,12 +57,23 @@ impl EngineReader {
             if piece.is_some() || self.eof {
                 return piece;
             }
-            self.buf.reserve(READ_SIZE);
+            self.buf.reserve(self.read_size);
+            let room = self.buf.capacity() - self.buf.len();
             match self.stdin.read_buf(&mut self.buf).await {
                 Ok(0) | Err(_) => self.eof = true,
-                Ok(_) => {}
+                Ok(n) => self.read_size = next_read_size(self.read_size, n, room),
             }
         }
+    }
+}
+
+/// The size of the next read after one of `n` bytes into `room`: doubled while reads fill the
+/// buffer (input arrives faster than it is taken), up to [`MAX_READ_SIZE`].
+fn next_read_size(current: usize, n: usize, room: usize) -> usize {
+    if n >= room {
+        (current * 2).min(MAX_READ_SIZE)
+    } else {
+        current
     }
 }
 
@@ -72,6 +90,7 @@ pub(crate) enum WriteError {
 #[derive(Debug)]
 pub(crate) struct EngineWriter {
     stdout: EngineStdout,
+    framing: Option<Framing>,
     encoder: Option<AnyFramer>,
     out: BytesMut,
     written: u64,
@@ -82,7 +101,9 @@ impl EngineWriter {
     pub(crate) fn open(framing: Option<Framing>, limits: FrameLimits) -> EngineWriter {
         EngineWriter {
             stdout: EngineStdout::open(),
-            encoder: framing.map(|f| f.framer(limits)),
+            framing,
+            // The sender's checks: the engine validates what it reads, as any receiver does.
+            encoder: framing.map(|f| f.sender(limits)),
             out: BytesMut::new(),
             written: 0,
         }
@@ -114,6 +135,27 @@ impl EngineWriter {
         self.written += bytes.len() as u64;
         self.stdout
             .write_all(bytes)
+            .await
+            .map_err(|_| WriteError::Closed)
+    }
+
+    /// Write `frame`, just decoded from the plugin's stdout with this framing and limits (and,
+    /// for `Content-Length`, under the `headers` it came with): it is a valid frame already, so
+    /// it is not checked or copied again; it goes out with its delimiter in one `writev`.
+    pub(crate) async fn write_decoded(
+        &mut self,
+        frame: &[u8],
+        headers: Option<&[u8]>,
+    ) -> Result<(), WriteError> {
+        let parts: [&[u8]; 2] = match (self.framing, headers) {
+            (Some(Framing::JsonLines), _) => [frame, b"\n"],
+            (Some(Framing::CborSeq), _) | (None, _) => [frame, b""],
+            (Some(_), Some(headers)) => [headers, frame],
+            (Some(_), None) => return self.write(frame, None).await,
+        };
+        self.written += (parts[0].len() + parts[1].len()) as u64;
+        self.stdout
+            .write_all_parts(&parts)
             .await
             .map_err(|_| WriteError::Closed)
     }
@@ -170,5 +212,24 @@ pub(crate) async fn write_engine(
             Err(WriteError::Frame(e)) => tracing::warn!("dropping a frame for the engine: {e}"),
             Err(WriteError::Closed) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_grow_while_they_fill_the_buffer_up_to_the_pipe_capacity() {
+        let mut size = READ_SIZE;
+        // A 64 KiB frame and its newline: the first read fills its room, the next one is larger.
+        size = next_read_size(size, READ_SIZE, READ_SIZE);
+        assert_eq!(size, 2 * READ_SIZE);
+        // A short read keeps the size.
+        assert_eq!(next_read_size(size, 100, size), size);
+        for _ in 0..10 {
+            size = next_read_size(size, size, size);
+        }
+        assert_eq!(size, MAX_READ_SIZE);
     }
 }

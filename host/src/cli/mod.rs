@@ -198,10 +198,19 @@ fn plugin_args(after_plugin: &[String]) -> Vec<String> {
 /// command line runs a file that is not wasm natively, unsandboxed, and says so on stderr
 /// (`sandbox_args::warn_if_native`).
 fn host(cache_dir: Option<PathBuf>) -> Result<crate::Host, crate::HostError> {
+    host_metered(cache_dir, crate::Metering::default())
+}
+
+/// [`host`] with an engine compiled with `metering`.
+fn host_metered(
+    cache_dir: Option<PathBuf>,
+    metering: crate::Metering,
+) -> Result<crate::Host, crate::HostError> {
     crate::Host::with_options(
         &crate::HostOptions::default()
             .cache_dir(cache_dir)
-            .allow_native_unsandboxed(true),
+            .allow_native_unsandboxed(true)
+            .metering(metering),
     )
 }
 

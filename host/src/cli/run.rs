@@ -110,7 +110,14 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         return Ok(2);
     }
     let mut signals = Signals::install().context("installing signal handlers")?;
-    let host = super::host(args.sandbox.cache.dir())?;
+    // Fuel metering costs a guest about a fifth of its speed in every loop (BENCHMARKS.md, the
+    // `lim.` rows): compiled in only when this run sets a fuel budget. Epoch checks stay, for
+    // deadlines and kills.
+    let fuel = args.sandbox.fuel.is_some() || args.budgets.fuel_per_request.is_some();
+    let host = super::host_metered(
+        args.sandbox.cache.dir(),
+        crate::Metering::default().fuel(fuel),
+    )?;
     let plugin =
         super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
     super::dist::note_slow_compile(&plugin, &args.plugin);
@@ -353,7 +360,7 @@ async fn pump_out(
                 return Ok(());
             }
         };
-        let sent = stdout.write(&frame, reader.last_headers()).await;
+        let sent = stdout.write_decoded(&frame, reader.last_headers()).await;
         written.set(stdout.written());
         match sent {
             Ok(()) => {}

@@ -16,6 +16,10 @@ use bytes::BytesMut;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 
+/// Capacity asked for on sandpipe's stdin and stdout when they are pipes: what a native
+/// plugin's pipes get (`native::PIPE_BYTES`), so a large frame crosses in one write.
+const PIPE_BYTES: libc::c_int = 1 << 20;
+
 /// A standard descriptor in non-blocking mode; its flags are restored on drop.
 #[derive(Debug)]
 pub(crate) struct NonBlocking {
@@ -44,6 +48,13 @@ impl NonBlocking {
             if kind != libc::S_IFIFO && kind != libc::S_IFSOCK {
                 return None;
             }
+            if kind == libc::S_IFIFO {
+                // A frame of 64 KiB and its newline do not fit the default 64 KiB pipe: the
+                // engine's write would stop part-way until sandpipe had read, a switch each way
+                // per frame. A refusal (EPERM above /proc/sys/fs/pipe-max-size) keeps the
+                // default size.
+                libc::fcntl(fd, libc::F_SETPIPE_SZ, PIPE_BYTES);
+            }
             let flags = libc::fcntl(fd, libc::F_GETFL);
             if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
                 return None;
@@ -65,6 +76,18 @@ impl NonBlocking {
         // SAFETY: the kernel initialized `n` bytes of the spare capacity.
         unsafe { buf.set_len(buf.len() + n) };
         Ok(n)
+    }
+
+    #[allow(unsafe_code)]
+    fn write_vectored(&self, parts: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let count = libc::c_int::try_from(parts.len()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `IoSlice` is guaranteed ABI-compatible with `iovec` on Unix; writev reads
+        // `count` of them, each describing a slice we borrow for the call.
+        let n = unsafe { libc::writev(self.fd, parts.as_ptr().cast(), count) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
     }
 
     #[allow(unsafe_code)]
@@ -149,6 +172,39 @@ impl EngineStdout {
         match register(libc::STDOUT_FILENO, Interest::WRITABLE) {
             Some(fd) => EngineStdout::Reactor(fd),
             None => EngineStdout::Blocking(tokio::io::stdout()),
+        }
+    }
+
+    /// Write all of `parts`, in order, as one stream of bytes (and flush): one `writev` where
+    /// the pipe has room, so a frame and its delimiter go out without being copied together.
+    pub(crate) async fn write_all_parts(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        match self {
+            EngineStdout::Reactor(fd) => {
+                let mut slices: Vec<io::IoSlice<'_>> = parts
+                    .iter()
+                    .filter(|p| !p.is_empty())
+                    .map(|p| io::IoSlice::new(p))
+                    .collect();
+                let mut rest = &mut slices[..];
+                while !rest.is_empty() {
+                    match fd.get_ref().write_vectored(rest) {
+                        Ok(n) => io::IoSlice::advance_slices(&mut rest, n),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            let mut ready = fd.writable().await?;
+                            ready.clear_ready();
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            }
+            EngineStdout::Blocking(stdout) => {
+                for part in parts {
+                    stdout.write_all(part).await?;
+                }
+                stdout.flush().await
+            }
         }
     }
 

@@ -51,8 +51,10 @@ use crate::transport::{KillSwitch, Meter, Transport, killed};
 /// to tokio (so kills and timeouts are noticed) and checks its deadline.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// Capacity of each in-memory stdio pipe (`stdio.rs`): unread bytes it holds before the writer
-/// waits, and so the most a guest's stdout write may carry.
-const PIPE_BYTES: usize = 64 * 1024;
+/// waits. A native plugin's OS pipes hold as much (`native::PIPE_BYTES`): a 64 KiB frame and its
+/// newline go into the guest's stdin in one host write, not one write and a wait for the guest.
+/// It is a bound, not an allocation: the pipe holds only what is unread.
+const PIPE_BYTES: usize = 1 << 20;
 /// Table elements one store may hold in all (a table-growth bomb stops here).
 const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 

@@ -1,0 +1,659 @@
+//! Large frames: `sandpipe-bench --frames` times 100 B and 64 KiB round trips and a 64 KiB
+//! stream through `sandpipe run` against the native plugin run directly, the pass-through relay
+//! and the wasmtime CLI (when installed); `sandpipe-bench --profile-frames` says where a 64 KiB
+//! round trip's time goes: system calls and bytes per call on each side (`strace`), and the
+//! guest's wasm operators per byte (fuel, counted by wasmtime), with and without `simd128`.
+//!
+//! ```text
+//!  sandpipe-bench --frames   (the process and every child pinned to CPU 0)
+//!    ├─ echo-X                               native plugin, direct
+//!    ├─ sandpipe run [--framing F] echo-X.wasm
+//!    ├─ sandpipe run [--framing F] echo-X    native fallback
+//!    ├─ sandpipe-bench --relay-floor echo-X  pass-through relay
+//!    └─ wasmtime run --allow-precompiled echo-lines.cwasm   (raw only; inherited stdio)
+//! ```
+//!
+//! Every contender of a row is alive at once and timed in blocks in turn (as in the process
+//! section), so the machine's swings fall on each alike; ratios divide p50s.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use sandpipe_proto::frame::Framing;
+
+use crate::framings::{frame_for, sibling};
+use crate::measure::{Sampler, Stats};
+use crate::process::{Peer, plans, relay_cmd, run_cmd, stream, warm, wire};
+use crate::report::fmt_duration;
+
+/// The wasmtime version sandpipe links, and so the CLI worth comparing with.
+const WASMTIME_VERSION: &str = "48.0.8";
+const KIB64: usize = 64 * 1024;
+const SIZES: [usize; 2] = [100, KIB64];
+/// The framings of the issue's targets: raw bytes (JSON Lines on the wire), JSON Lines, CBOR.
+const MODES: [(&str, Framing, &str); 3] = [
+    ("raw", Framing::JsonLines, "echo-lines"),
+    ("lines", Framing::JsonLines, "echo-lines"),
+    ("cbor", Framing::CborSeq, "echo-cbor"),
+];
+const DIRECT: &str = "native direct";
+const RUN_WASM: &str = "`sandpipe run` wasm";
+const RUN_NATIVE: &str = "`sandpipe run` native";
+const RELAY: &str = "pass-through relay";
+const CLI: &str = "wasmtime CLI";
+
+/// The wasmtime CLI at sandpipe's version, or why it is not a contender.
+fn wasmtime_cli() -> Result<PathBuf, String> {
+    let candidates = [
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo/bin/wasmtime")),
+        Some(PathBuf::from("wasmtime")),
+    ];
+    for exe in candidates.into_iter().flatten() {
+        let Ok(out) = Command::new(&exe).arg("--version").output() else {
+            continue;
+        };
+        let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if version.split_whitespace().nth(1) == Some(WASMTIME_VERSION) {
+            return Ok(exe);
+        }
+        return Err(format!(
+            "{} is {version:?}, not wasmtime {WASMTIME_VERSION} (`cargo install --locked wasmtime-cli@{WASMTIME_VERSION}`)",
+            exe.display()
+        ));
+    }
+    Err(format!(
+        "the wasmtime CLI is not installed (`cargo install --locked wasmtime-cli@{WASMTIME_VERSION}`)"
+    ))
+}
+
+/// Precompile `wasm` with the CLI (its own default engine) into `dir`.
+fn precompile(cli: &Path, wasm: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
+    let out = dir.join("echo-lines.cwasm");
+    let status = Command::new(cli)
+        .arg("compile")
+        .arg(wasm)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .context("running wasmtime compile")?;
+    ensure!(status.success(), "wasmtime compile failed ({status})");
+    Ok(out)
+}
+
+fn cli_cmd(cli: &Path, cwasm: &Path) -> Command {
+    let mut cmd = Command::new(cli);
+    cmd.args(["run", "--allow-precompiled"]).arg(cwasm);
+    cmd
+}
+
+/// What `--frames` needs: the `sandpipe` binary and the echo plugins' two builds.
+#[derive(Debug)]
+pub struct Inputs {
+    pub sandpipe: PathBuf,
+    /// `echo-lines.wasm`; `echo-cbor.wasm` is its sibling.
+    pub wasm: PathBuf,
+    /// The native `echo-lines`.
+    pub native: PathBuf,
+}
+
+/// Round trips of one framing and size, every contender alive, timed in blocks in turn.
+fn round_trips(
+    inputs: &Inputs,
+    mode: &str,
+    framing: Framing,
+    bin: &str,
+    size: usize,
+    cli: Option<(&Path, &Path)>,
+    cache: &Path,
+) -> anyhow::Result<Vec<(&'static str, Stats)>> {
+    let (plugin_wasm, plugin_native) = (sibling(&inputs.wasm, bin), sibling(&inputs.native, bin));
+    let frame = frame_for(framing, size)?;
+    let wire = wire(framing, &frame);
+    let (plan, block) = plans(false, size);
+    let mut peers = vec![
+        (
+            DIRECT,
+            Peer::spawn(Command::new(&plugin_native), framing, cache)?,
+        ),
+        (
+            RUN_WASM,
+            Peer::spawn(
+                run_cmd(&inputs.sandpipe, mode, &plugin_wasm),
+                framing,
+                cache,
+            )?,
+        ),
+        (
+            RUN_NATIVE,
+            Peer::spawn(
+                run_cmd(&inputs.sandpipe, mode, &plugin_native),
+                framing,
+                cache,
+            )?,
+        ),
+        (
+            RELAY,
+            Peer::spawn(relay_cmd(&plugin_native)?, framing, cache)?,
+        ),
+    ];
+    if let (Some((cli, cwasm)), "raw") = (cli, mode) {
+        peers.push((CLI, Peer::spawn(cli_cmd(cli, cwasm), framing, cache)?));
+    }
+    let mut samplers: Vec<Sampler> = peers.iter().map(|_| Sampler::new(&plan)).collect();
+    while samplers.iter_mut().all(Sampler::more) {
+        for ((_, peer), s) in peers.iter_mut().zip(&mut samplers) {
+            for _ in 0..block {
+                let t = std::time::Instant::now();
+                let got = peer.echo(&wire, frame.len())?;
+                s.record(t.elapsed());
+                ensure!(got == frame.len(), "echoed {got} bytes of {}", frame.len());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for ((who, peer), s) in peers.into_iter().zip(samplers) {
+        peer.finish()?;
+        let stats = s.finish();
+        eprintln!(
+            "  {mode} {size} {who}: p50 {} p99 {}",
+            fmt_duration(stats.p50),
+            fmt_duration(stats.p99)
+        );
+        out.push((who, stats));
+    }
+    Ok(out)
+}
+
+/// Makes a fresh command for one contender's run.
+type MakeCommand<'a> = Box<dyn Fn() -> Command + 'a>;
+
+/// 64 KiB raw frames streamed back to back: MB/s of each contender, the median of 3 runs,
+/// contenders alternated run by run.
+fn streams(
+    inputs: &Inputs,
+    cli: Option<(&Path, &Path)>,
+    cache: &Path,
+) -> anyhow::Result<Vec<(&'static str, f64)>> {
+    const FRAMES: u64 = 500;
+    let frame = frame_for(Framing::JsonLines, KIB64)?;
+    let wire = wire(Framing::JsonLines, &frame);
+    let mut contenders: Vec<(&'static str, MakeCommand<'_>)> = vec![
+        (DIRECT, Box::new(|| Command::new(&inputs.native))),
+        (
+            RUN_WASM,
+            Box::new(|| run_cmd(&inputs.sandpipe, "raw", &inputs.wasm)),
+        ),
+        (
+            RUN_NATIVE,
+            Box::new(|| run_cmd(&inputs.sandpipe, "raw", &inputs.native)),
+        ),
+    ];
+    if let Some((cli, cwasm)) = cli {
+        contenders.push((CLI, Box::new(move || cli_cmd(cli, cwasm))));
+    }
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); contenders.len()];
+    for _ in 0..3 {
+        for ((_, cmd), t) in contenders.iter().zip(&mut times) {
+            let mut peer = Peer::spawn(cmd(), Framing::JsonLines, cache)?;
+            peer.echo(&wire, frame.len())?;
+            t.push(stream(&mut peer, &wire, frame.len(), FRAMES)?);
+            let status = peer.child.wait()?;
+            ensure!(status.success(), "plugin process ended with {status}");
+        }
+    }
+    Ok(contenders
+        .iter()
+        .zip(times)
+        .map(|((who, _), mut t)| {
+            t.sort_unstable();
+            let median = t[t.len() / 2];
+            let mbs = (FRAMES * KIB64 as u64) as f64 / median.as_secs_f64().max(1e-9) / 1e6;
+            eprintln!("  stream 64 KiB {who}: {mbs:.1} MB/s");
+            (*who, mbs)
+        })
+        .collect())
+}
+
+fn cell(s: Option<&Stats>) -> String {
+    s.map_or("—".to_owned(), |s| {
+        format!("{} / {}", fmt_duration(s.p50), fmt_duration(s.p99))
+    })
+}
+
+fn ratio(a: Option<&Stats>, b: Option<&Stats>) -> Option<f64> {
+    Some(a?.p50.as_secs_f64() / b?.p50.as_secs_f64().max(1e-12))
+}
+
+fn fmt_ratio(r: Option<f64>) -> String {
+    r.map_or("—".to_owned(), |r| format!("{r:.2}×"))
+}
+
+/// `--frames`: measure, then print the markdown section.
+pub fn run(inputs: &Inputs) -> anyhow::Result<()> {
+    let scratch =
+        std::env::temp_dir().join(format!("sandpipe-bench-frames-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let result = measure(inputs, &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    print!("{}", result?);
+    Ok(())
+}
+
+fn measure(inputs: &Inputs, scratch: &Path) -> anyhow::Result<String> {
+    use std::fmt::Write as _;
+    let cache = scratch.join("cache");
+    let cli = wasmtime_cli();
+    let cli = match cli {
+        Ok(exe) => Ok((exe.clone(), precompile(&exe, &inputs.wasm, scratch)?)),
+        Err(why) => {
+            eprintln!("sandpipe-bench: wasmtime CLI rows skipped: {why}");
+            Err(why)
+        }
+    };
+    let cli_ref = cli.as_ref().ok().map(|(e, c)| (e.as_path(), c.as_path()));
+    crate::pin::to_cpu0().context("pinning to CPU 0")?;
+    let load1 = crate::machine::load1();
+    let before = crate::machine::CpuTicks::now();
+    let mut rows: BTreeMap<(usize, usize), Vec<(&'static str, Stats)>> = BTreeMap::new();
+    for (m, (mode, framing, bin)) in MODES.into_iter().enumerate() {
+        warm(
+            &inputs.sandpipe,
+            mode,
+            &sibling(&inputs.wasm, bin),
+            framing,
+            &cache,
+        )?;
+        for (s, size) in SIZES.into_iter().enumerate() {
+            eprintln!("sandpipe-bench: frames: {mode} {size} B");
+            rows.insert(
+                (m, s),
+                round_trips(inputs, mode, framing, bin, size, cli_ref, &cache)?,
+            );
+        }
+    }
+    eprintln!("sandpipe-bench: frames: streaming 64 KiB raw");
+    let rates = streams(inputs, cli_ref, &cache)?;
+    let after = crate::machine::CpuTicks::now();
+    let other = before
+        .zip(after)
+        .and_then(|(b, a)| b.other_load(&a, crate::machine::cpus()));
+
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Printed by `sandpipe-bench --frames` (`bench/src/frames.rs`): the bench process and every process it starts on CPU 0; every contender of a row alive at once, timed in blocks in turn (200 round trips at 100 B, 8 at 64 KiB); ratios divide p50s. `sandpipe` binary: `{}`. The wasmtime CLI runs the same `echo-lines` component, precompiled by `wasmtime compile` (its default engine: no fuel, no epochs) with `wasmtime run --allow-precompiled`, its stdio inherited from the driver's pipes; it speaks raw bytes only.\n",
+        inputs.sandpipe.display()
+    );
+    let _ = writeln!(
+        o,
+        "- 1-minute load average before: {}; other processes' CPU use while it ran: {}",
+        load1.map_or("unknown".to_owned(), |l| format!("{l:.2}")),
+        other.map_or("unknown".to_owned(), |l| format!("{l:.2} CPUs"))
+    );
+    if let Err(why) = &cli {
+        let _ = writeln!(o, "- wasmtime CLI rows **not measured**: {why}");
+    }
+    let _ = writeln!(
+        o,
+        "\n| framing | frame | {DIRECT} p50 / p99 | {RUN_WASM} p50 / p99 | wasm / direct | {RUN_NATIVE} p50 / p99 | {RELAY} p50 / p99 | `run` native / relay | {CLI} p50 / p99 | `run` wasm / CLI |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    let get = |row: &[(&'static str, Stats)], who: &str| {
+        row.iter().find(|(w, _)| *w == who).map(|(_, s)| *s)
+    };
+    let mut targets: Vec<(String, Option<f64>, &str, bool)> = Vec::new();
+    for (m, (mode, _, _)) in MODES.into_iter().enumerate() {
+        for (s, size) in SIZES.into_iter().enumerate() {
+            let row = &rows[&(m, s)];
+            let (d, w, n, r, c) = (
+                get(row, DIRECT),
+                get(row, RUN_WASM),
+                get(row, RUN_NATIVE),
+                get(row, RELAY),
+                get(row, CLI),
+            );
+            let name = if size == KIB64 { "64 KiB" } else { "100 B" };
+            let _ = writeln!(
+                o,
+                "| {mode} | {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                cell(d.as_ref()),
+                cell(w.as_ref()),
+                fmt_ratio(ratio(w.as_ref(), d.as_ref())),
+                cell(n.as_ref()),
+                cell(r.as_ref()),
+                fmt_ratio(ratio(n.as_ref(), r.as_ref())),
+                cell(c.as_ref()),
+                fmt_ratio(ratio(w.as_ref(), c.as_ref())),
+            );
+            if size == KIB64 {
+                let goal = if mode == "raw" {
+                    "≤ 1.3×"
+                } else {
+                    "≤ 1.5×"
+                };
+                let limit = if mode == "raw" { 1.3 } else { 1.5 };
+                let r_w = ratio(w.as_ref(), d.as_ref());
+                targets.push((
+                    format!("64 KiB {mode}, `run` wasm / native direct"),
+                    r_w,
+                    goal,
+                    r_w.is_some_and(|x| x <= limit),
+                ));
+                if mode != "raw" {
+                    let r_n = ratio(n.as_ref(), r.as_ref());
+                    targets.push((
+                        format!("64 KiB {mode}, `run` native / pass-through relay"),
+                        r_n,
+                        "≤ 1.2×",
+                        r_n.is_some_and(|x| x <= 1.2),
+                    ));
+                }
+            }
+            if mode == "raw" {
+                let r_c = ratio(w.as_ref(), c.as_ref());
+                targets.push((
+                    format!("{name} raw, `run` wasm / wasmtime CLI"),
+                    r_c,
+                    "≤ 1×",
+                    r_c.is_some_and(|x| x <= 1.0),
+                ));
+            }
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\nStreaming 64 KiB raw frames: a writer thread sends 500 frames back to back while the driver reads the echoes; the median of 3 runs per contender, alternated; MB/s counts payload one way.\n\n| contender | MB/s | vs native direct |\n|---|---:|---:|"
+    );
+    let direct_rate = rates.iter().find(|(w, _)| *w == DIRECT).map(|(_, r)| *r);
+    for (who, mbs) in &rates {
+        let rel = direct_rate.map(|d| mbs / d.max(1e-9));
+        let _ = writeln!(o, "| {who} | {mbs:.1} | {} |", fmt_ratio(rel));
+        if *who == RUN_WASM {
+            targets.push((
+                "streaming 64 KiB raw, `run` wasm / native direct".to_owned(),
+                rel,
+                "≥ 0.8×",
+                rel.is_some_and(|x| x >= 0.8),
+            ));
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\n| target | ratio | goal | result |\n|---|---:|---:|---|"
+    );
+    for (name, r, goal, met) in targets {
+        let result = match (r, met) {
+            (None, _) => "not measured",
+            (Some(_), true) => "met",
+            (Some(_), false) => "**missed**",
+        };
+        let _ = writeln!(o, "| {name} | {} | {goal} | {result} |", fmt_ratio(r));
+    }
+    Ok(o)
+}
+
+/// `--profile-frames`: system calls per 64 KiB round trip through `sandpipe run` (strace), and
+/// the guest's wasm operators per byte (fuel) with and without `simd128`.
+pub fn profile(inputs: &Inputs, nosimd_wasm: Result<PathBuf, String>) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    let scratch = std::env::temp_dir().join(format!("sandpipe-bench-prof-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let cache = scratch.join("cache");
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Printed by `sandpipe-bench --profile-frames` (`bench/src/frames.rs`).\n\nSystem calls per 64 KiB round trip (`strace -f`, the difference between a run of {} and one of {} round trips, divided by {}): sandpipe's reads of its stdin and writes (`write` or `writev`) to its stdout (the engine's side), every other `read`/`write`/`writev` (a native plugin's side), `futex` wakes (hand-offs between threads), `epoll_wait` (the reactor parking) and every system call.\n",
+        PROFILE_FRAMES.1,
+        PROFILE_FRAMES.0,
+        PROFILE_FRAMES.1 - PROFILE_FRAMES.0
+    );
+    match which("strace") {
+        None => {
+            let _ = writeln!(o, "strace rows **not measured**: strace is not installed.");
+        }
+        Some(strace) => {
+            let _ = writeln!(
+                o,
+                "| contender | engine reads | bytes a read | engine writes | bytes a write | other reads | other writes | futex wakes | epoll_wait | all calls |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            );
+            for (label, mode, framing, bin, wasm) in [
+                (
+                    "`sandpipe run` wasm, raw",
+                    "raw",
+                    Framing::JsonLines,
+                    "echo-lines",
+                    true,
+                ),
+                (
+                    "`sandpipe run` wasm, lines",
+                    "lines",
+                    Framing::JsonLines,
+                    "echo-lines",
+                    true,
+                ),
+                (
+                    "`sandpipe run` wasm, cbor",
+                    "cbor",
+                    Framing::CborSeq,
+                    "echo-cbor",
+                    true,
+                ),
+                (
+                    "`sandpipe run` native, lines",
+                    "lines",
+                    Framing::JsonLines,
+                    "echo-lines",
+                    false,
+                ),
+                (
+                    "`sandpipe run` native, cbor",
+                    "cbor",
+                    Framing::CborSeq,
+                    "echo-cbor",
+                    false,
+                ),
+            ] {
+                let plugin = if wasm {
+                    sibling(&inputs.wasm, bin)
+                } else {
+                    sibling(&inputs.native, bin)
+                };
+                if wasm {
+                    warm(&inputs.sandpipe, mode, &plugin, framing, &cache)?;
+                }
+                let mut counts = Vec::new();
+                for frames in [PROFILE_FRAMES.0, PROFILE_FRAMES.1] {
+                    let trace = scratch.join(format!("trace-{mode}-{frames}"));
+                    let mut cmd = Command::new(&strace);
+                    cmd.args([
+                        "-f",
+                        "-qq",
+                        "-s",
+                        "0",
+                        "-e",
+                        "trace=read,write,writev,futex,epoll_wait",
+                    ])
+                    .arg("-o")
+                    .arg(&trace)
+                    .arg(&inputs.sandpipe)
+                    .arg("run");
+                    if mode != "raw" {
+                        cmd.args(["--framing", mode]);
+                    }
+                    cmd.arg(&plugin);
+                    let frame = frame_for(framing, KIB64)?;
+                    let wire = wire(framing, &frame);
+                    let mut peer = Peer::spawn(cmd, framing, &cache)?;
+                    for _ in 0..frames {
+                        peer.echo(&wire, frame.len())?;
+                    }
+                    peer.finish()?;
+                    counts.push(count_trace(&std::fs::read_to_string(&trace)?));
+                }
+                let per = |f: fn(&Counts) -> u64| {
+                    (f(&counts[1]) as f64 - f(&counts[0]) as f64)
+                        / (PROFILE_FRAMES.1 - PROFILE_FRAMES.0) as f64
+                };
+                let per_call = |bytes: fn(&Counts) -> u64, calls: fn(&Counts) -> u64| {
+                    let c = per(calls);
+                    if c > 0.0 {
+                        format!("{:.0}", per(bytes) / c)
+                    } else {
+                        "—".to_owned()
+                    }
+                };
+                let _ = writeln!(
+                    o,
+                    "| {label} | {:.1} | {} | {:.1} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                    per(|c| c.engine_reads),
+                    per_call(|c| c.engine_read_bytes, |c| c.engine_reads),
+                    per(|c| c.engine_writes),
+                    per_call(|c| c.engine_write_bytes, |c| c.engine_writes),
+                    per(|c| c.other_reads),
+                    per(|c| c.other_writes),
+                    per(|c| c.futex_wakes),
+                    per(|c| c.epoll_waits),
+                    per(|c| c.all),
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\nThe guest's own work per byte: wasm operators the echo component executes (wasmtime's fuel, one unit per operator) per byte of a frame, from the difference between {} frames and none in one instance fed from memory: the guest SDK's framer (read, newline search, UTF-8 and JSON check for JSON Lines, CBOR item scan, a `Content-Length` header and nothing else), the handler's copy and the encoder: `echo-content-length` is the floor of moving the bytes. `simd128`: the workspace's build (`.cargo/config.toml`); without: the same source built with `-C target-feature=-simd128`.\n\n| plugin | frame | build | wasm operators a byte |\n|---|---|---|---:|",
+        FUEL_FRAMES
+    );
+    let builds = [
+        ("simd128", Ok(inputs.wasm.clone())),
+        ("no simd128", nosimd_wasm),
+    ];
+    for (build, wasm) in builds {
+        let wasm = match wasm {
+            Ok(w) => w,
+            Err(why) => {
+                let _ = writeln!(o, "| echo | 64 KiB | {build} | not measured: {why} |");
+                continue;
+            }
+        };
+        for (bin, framing) in [
+            ("echo-lines", Framing::JsonLines),
+            ("echo-cbor", Framing::CborSeq),
+            ("echo-content-length", Framing::ContentLength),
+        ] {
+            let frame = frame_for(framing, KIB64)?;
+            let wire = wire(framing, &frame);
+            let per_byte =
+                crate::fuel::operators_per_byte(&sibling(&wasm, bin), &wire, FUEL_FRAMES)?;
+            let _ = writeln!(o, "| `{bin}` | 64 KiB | {build} | {per_byte:.2} |");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    print!("{o}");
+    Ok(())
+}
+
+/// Round trips of the short and the long strace run.
+const PROFILE_FRAMES: (u64, u64) = (10, 50);
+/// Frames fed to one guest instance for the fuel count.
+const FUEL_FRAMES: usize = 20;
+
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    engine_reads: u64,
+    engine_read_bytes: u64,
+    engine_writes: u64,
+    engine_write_bytes: u64,
+    other_reads: u64,
+    other_writes: u64,
+    futex_wakes: u64,
+    epoll_waits: u64,
+    all: u64,
+}
+
+/// Count an `strace -f -s 0` trace. `sandpipe run` bridges on a current-thread runtime, so its
+/// reads of the engine's stdin and writes to its stdout are descriptors 0 and 1 of the first pid
+/// in the trace (a wasm guest runs on that thread too); every other `read` and `write` (a native
+/// plugin's own stdio, an eventfd, another thread) is counted as other.
+fn count_trace(trace: &str) -> Counts {
+    let mut c = Counts::default();
+    let first = trace.split_whitespace().next();
+    for line in trace.lines() {
+        let Some((pid, call)) = line.split_once(' ') else {
+            continue;
+        };
+        let call = call.trim_start();
+        if call.starts_with("<...") || call.starts_with("+++") || call.starts_with("---") {
+            continue;
+        }
+        c.all += 1;
+        let result = call
+            .rsplit_once("= ")
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .and_then(|r| r.parse::<u64>().ok());
+        let ours = Some(pid) == first;
+        if let Some(args) = call.strip_prefix("read(") {
+            if ours && args.starts_with("0,") {
+                c.engine_reads += 1;
+                c.engine_read_bytes += result.unwrap_or(0);
+            } else {
+                c.other_reads += 1;
+            }
+        } else if let Some(args) = call
+            .strip_prefix("write(")
+            .or_else(|| call.strip_prefix("writev("))
+        {
+            if ours && args.starts_with("1,") {
+                c.engine_writes += 1;
+                c.engine_write_bytes += result.unwrap_or(0);
+            } else {
+                c.other_writes += 1;
+            }
+        } else if call.starts_with("futex(") && call.contains("FUTEX_WAKE") {
+            c.futex_wakes += 1;
+        } else if call.starts_with("epoll_wait(") {
+            c.epoll_waits += 1;
+        }
+    }
+    c
+}
+
+/// Build `echo-lines.wasm` and `echo-cbor.wasm` without `simd128` into `target`.
+pub fn build_without_simd(target: &Path) -> Result<PathBuf, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(sandpipe_tests::workspace_root())
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "-p",
+            "sandpipe-example-echo",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
+        .arg(target)
+        .env("RUSTFLAGS", "-C target-feature=-simd128")
+        .stdin(Stdio::null())
+        .status()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "building the echo plugins without simd128 failed ({status})"
+        ));
+    }
+    let wasm = target.join("wasm32-wasip2/release/echo-lines.wasm");
+    if !wasm.is_file() {
+        return Err(format!("{} was not built", wasm.display()));
+    }
+    Ok(wasm)
+}
