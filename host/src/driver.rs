@@ -776,7 +776,7 @@ mod tests {
 
     use super::{Completion, Driver, PluginRequests, Unasked};
     use crate::error::Exit;
-    use crate::memory::MemoryPlugin;
+    use crate::memory_plugin::MemoryPlugin;
     use crate::protocols::atp::{AtpClient, AtpFailure, ErrorOrigin, RunEvent};
     use crate::protocols::jsonrpc::{JsonRpcPeer, RpcError};
     use crate::protocols::oracle::OracleClient;

@@ -56,7 +56,7 @@ pub mod exports;
 mod hash_index;
 pub mod image;
 pub mod lock;
-mod memory;
+mod memory_plugin;
 mod native;
 pub mod net;
 mod policy;
@@ -83,7 +83,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use error::{Exit, HostError, SessionError, Stopped};
-pub use memory::MemoryPlugin;
+pub use memory_plugin::MemoryPlugin;
 pub use native::{
     LANDLOCK_TARGET_ABI, LandlockSupport, NamespaceSupport, PROXY_PORT, StartupGrant,
     WithheldGrant, startup_grants, withheld_startup_grants,

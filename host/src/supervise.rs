@@ -37,7 +37,7 @@ use tokio::sync::mpsc;
 
 use crate::driver::{now, sleep_until};
 use crate::error::{HostError, SessionError};
-use crate::memory::MemoryPlugin;
+use crate::memory_plugin::MemoryPlugin;
 use crate::net::{AuditEvent, AuditLog};
 use crate::protocols::Protocol;
 use crate::session::{Session, SessionControl, SessionOptions, SessionWriter};
@@ -414,7 +414,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::memory::MemoryPlugin;
+    use crate::memory_plugin::MemoryPlugin;
 
     /// A Cairo oracle: `ready` first; then `invoke` answered with its calldata, except a
     /// selector `hang` (never answered) and `crash` (the plugin ends with exit 1).

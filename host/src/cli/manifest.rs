@@ -549,7 +549,11 @@ fn merge_sandbox(s: &mut SandboxArgs, m: &Manifest, base: &Path, cli: &ArgMatche
     Ok(())
 }
 
-fn merge_budgets(b: &mut super::proxy::BudgetArgs, m: &Manifest, cli: &ArgMatches) -> Result<()> {
+fn merge_budgets(
+    b: &mut super::supervised::BudgetArgs,
+    m: &Manifest,
+    cli: &ArgMatches,
+) -> Result<()> {
     let r = &m.requests;
     if let Some(v) = from_file(
         cli,
@@ -584,7 +588,7 @@ fn merge_budgets(b: &mut super::proxy::BudgetArgs, m: &Manifest, cli: &ArgMatche
         "recycle_memory",
         "requests.recycle-memory",
         r.recycle_memory.as_ref(),
-        |q| super::proxy::parse_recycle_memory(&q.text()),
+        |q| super::supervised::parse_recycle_memory(&q.text()),
     )? {
         b.recycle_memory = v;
     }

@@ -9,7 +9,6 @@ mod engine;
 mod image;
 mod inspect;
 mod manifest;
-mod proxy;
 #[cfg(feature = "registry")]
 mod pull;
 #[cfg(feature = "registry")]
@@ -20,6 +19,7 @@ mod sandbox_args;
 mod signals;
 mod status;
 mod stdio;
+mod supervised;
 mod tool_args;
 mod wasm_oracle;
 

@@ -41,7 +41,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub(super) sandbox: SandboxArgs,
     #[command(flatten)]
-    pub(super) budgets: super::proxy::BudgetArgs,
+    pub(super) budgets: super::supervised::BudgetArgs,
     /// SIGINT: auto forwards it to a native plugin, and for wasm ignores it when stdin is not a
     /// terminal (engines end plugins through the protocol) or acts as SIGTERM on a terminal.
     /// SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2 are forwarded to a native plugin; a wasm plugin's
@@ -158,7 +158,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
             protocol.framing(),
             Some(protocol.name()),
         )?;
-        return super::proxy::run_proxy(
+        return super::supervised::run_supervised(
             &host,
             &plugin,
             policy,

@@ -50,7 +50,7 @@ use serde_json::{Value as Json, json};
 
 use crate::error::{Exit, HostError};
 use crate::exports::oracle::{InvokeError, prepare};
-use crate::memory::InProcess;
+use crate::memory_plugin::InProcess;
 use crate::protocols::Protocol;
 use crate::sandbox::exports::{CallFailure, ExportInstance, ExportsRunner};
 use crate::session::{Session, SessionOptions};

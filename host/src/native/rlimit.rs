@@ -8,7 +8,7 @@ use crate::policy::Policy;
 /// The limits to set, each as `(soft, hard)`. `None` keeps what sandpipe itself runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Limits {
-    /// `RLIMIT_DATA`, the backstop of [`Policy::max_memory`] (see `memory.rs`): private
+    /// `RLIMIT_DATA`, the backstop of [`Policy::max_memory`] (see `native/memory.rs`): private
     /// writable memory, not address space a runtime only reserves.
     pub(crate) data: Option<(u64, u64)>,
     /// `RLIMIT_CPU` in seconds, from [`Policy::max_cpu_time`]: SIGXCPU at the soft limit, SIGKILL

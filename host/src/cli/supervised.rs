@@ -132,7 +132,7 @@ pub(crate) fn parse_recycle_memory(s: &str) -> Result<RecycleMemory, String> {
 /// (forwarded to a native one, the grace started for wasm); a second one ends sandpipe at once
 /// (a native plugin dies with it).
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn run_proxy(
+pub(crate) async fn run_supervised(
     host: &Host,
     plugin: &Plugin,
     policy: Policy,
