@@ -89,16 +89,6 @@ impl NonBlocking {
         }
         Ok(n as usize)
     }
-
-    #[allow(unsafe_code)]
-    fn write(&self, bytes: &[u8]) -> io::Result<usize> {
-        // SAFETY: write reads `bytes.len()` bytes from a slice we borrow for the call.
-        let n = unsafe { libc::write(self.fd, bytes.as_ptr().cast(), bytes.len()) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(n as usize)
-    }
 }
 
 /// Register `fd` with the reactor for `interest`, if it is a pipe or a socket.
@@ -209,27 +199,7 @@ impl EngineStdout {
     }
 
     /// Write all of `bytes` (and flush).
-    pub(crate) async fn write_all(&mut self, mut bytes: &[u8]) -> io::Result<()> {
-        match self {
-            EngineStdout::Reactor(fd) => {
-                while !bytes.is_empty() {
-                    // Try first: a pipe with room takes the write without a trip to epoll.
-                    match fd.get_ref().write(bytes) {
-                        Ok(n) => bytes = &bytes[n..],
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            let mut ready = fd.writable().await?;
-                            ready.clear_ready();
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                Ok(())
-            }
-            EngineStdout::Blocking(stdout) => {
-                stdout.write_all(bytes).await?;
-                stdout.flush().await
-            }
-        }
+    pub(crate) async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.write_all_parts(&[bytes]).await
     }
 }

@@ -145,7 +145,13 @@ impl Supervised {
             (Some(INITIALIZE), _) => s.revision = Some(Revision::Handshake),
             (Some(_), Some(meta)) => {
                 s.revision = Some(Revision::Modern);
-                if s.envelope.as_ref() != Some(meta) {
+                // Kept for the liveness probe; rebuilt only when the client's envelope changed,
+                // not on every request.
+                let same = s
+                    .envelope
+                    .as_ref()
+                    .is_some_and(|e| ENVELOPE_KEYS.iter().all(|k| e.get(k) == meta.get(k)));
+                if !same {
                     s.envelope = Some(envelope_of(meta));
                 }
             }
@@ -154,14 +160,17 @@ impl Supervised {
     }
 }
 
+/// The reserved `_meta` members a 2026-07-28 request carries: its envelope.
+const ENVELOPE_KEYS: [&str; 3] = [
+    META_PROTOCOL_VERSION,
+    META_CLIENT_INFO,
+    META_CLIENT_CAPABILITIES,
+];
+
 /// The reserved members of a request's `_meta`: what the revision carries per request.
 fn envelope_of(meta: &Value) -> Value {
     let mut out = serde_json::Map::new();
-    for key in [
-        META_PROTOCOL_VERSION,
-        META_CLIENT_INFO,
-        META_CLIENT_CAPABILITIES,
-    ] {
+    for key in ENVELOPE_KEYS {
         if let Some(v) = meta.get(key) {
             out.insert(key.to_owned(), v.clone());
         }
@@ -335,9 +344,7 @@ impl SupervisedProtocol for Supervised {
     }
     fn issued_token(&self, answer: &[u8]) -> Option<String> {
         // Most answers are not multi round-trip: skip the parse for them.
-        if !contains(answer, INPUT_REQUIRED.as_bytes()) {
-            return None;
-        }
+        memchr::memmem::find(answer, INPUT_REQUIRED.as_bytes())?;
         let head: AnswerHead = serde_json::from_slice(answer).ok()?;
         let result = head.result?;
         if result.result_type?.as_str()? != INPUT_REQUIRED {
@@ -346,9 +353,7 @@ impl SupervisedProtocol for Supervised {
         Some(result.request_state?.as_str()?.to_owned())
     }
     fn carried_token(&self, request: &[u8]) -> Option<String> {
-        if !contains(request, b"requestState") {
-            return None;
-        }
+        memchr::memmem::find(request, b"requestState")?;
         let head: EngineHead = serde_json::from_slice(request).ok()?;
         Some(head.params?.request_state?.as_str()?.to_owned())
     }
@@ -367,8 +372,4 @@ pub fn unknown_tool_result(name: &str) -> Value {
         "isError": true,
         "resultType": "complete",
     })
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }

@@ -1090,7 +1090,6 @@ impl Supervisor {
         };
         // Tell the plugin, answer the engine now, then make sure the plugin still listens:
         // engine frames wait until it answers the probe, or a fresh instance takes over.
-        self.probes += 1;
         let p = self
             .pending
             .remove(&key)
@@ -1108,17 +1107,37 @@ impl Supervisor {
             restarting: false,
         };
         self.fail(incident, &[]);
-        self.swallow.insert(probe_key.clone());
-        self.restoring = Some(Restoring {
-            to_send: VecDeque::from([(probe, Some(probe_key))]),
-            awaiting: None,
-            plugin_items: 0,
-            held: VecDeque::new(),
-        });
+        self.probe_first((probe, probe_key), VecDeque::new());
         let inst = self.instance.as_mut().expect("poll_timeout saw it");
         inst.timed_out = Some((key, limit));
         inst.draining_until = Some(now + grace);
         self.advance(now);
+    }
+
+    /// Before anything else reaches the instance, send it `probe`, whose answer is the
+    /// supervisor's; `held` engine frames, and any that come meanwhile, wait for that answer.
+    /// The caller then [`advance`](Self::advance)s.
+    fn probe_first(&mut self, (probe, key): (Vec<u8>, String), held: VecDeque<Vec<u8>>) {
+        self.probes += 1;
+        self.restoring = Some(Restoring {
+            to_send: VecDeque::from([(probe, Some(key))]),
+            awaiting: None,
+            plugin_items: 0,
+            held,
+        });
+    }
+
+    /// A request (`timed`) or stream forwarded to the current instance.
+    fn add_pending(&mut self, key: String, method: Option<String>, since: Instant, timed: bool) {
+        self.report.requests += 1;
+        self.pending.insert(
+            key,
+            Pending {
+                method,
+                since,
+                timed,
+            },
+        );
     }
 
     /// The current instance stopped or was retired: the tokens it handed out can no longer be
@@ -1239,40 +1258,14 @@ impl Supervisor {
                 {
                     // Its start-up is not this request's: the request waits for the probe's
                     // answer, under the start timeout.
-                    self.probes += 1;
-                    self.restoring = Some(Restoring {
-                        to_send: VecDeque::from([(probe, Some(probe_key))]),
-                        awaiting: None,
-                        plugin_items: 0,
-                        held: VecDeque::from([frame]),
-                    });
+                    self.probe_first((probe, probe_key), VecDeque::from([frame]));
                     self.advance(now);
                     return;
                 }
-                self.report.requests += 1;
-                let timed = true;
-                self.pending.insert(
-                    key,
-                    Pending {
-                        method,
-                        since: now,
-                        timed,
-                    },
-                );
+                self.add_pending(key, method, now, true);
                 self.actions.push_back(Action::BeginRequest { instance });
             }
-            FromEngine::Stream { key, method } => {
-                self.report.requests += 1;
-                let timed = false;
-                self.pending.insert(
-                    key,
-                    Pending {
-                        method,
-                        since: now,
-                        timed,
-                    },
-                );
-            }
+            FromEngine::Stream { key, method } => self.add_pending(key, method, now, false),
             FromEngine::Handshake { awaits } => {
                 let method = method_of(&frame);
                 if let Some(key) = &awaits {
