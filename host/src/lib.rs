@@ -59,7 +59,7 @@ pub mod lock;
 mod memory_plugin;
 mod native;
 pub mod net;
-mod policy;
+pub mod policy;
 pub mod protocols;
 pub mod record;
 #[cfg(feature = "registry")]
@@ -89,7 +89,8 @@ pub use native::{
     WithheldGrant, startup_grants, withheld_startup_grants,
 };
 pub use policy::{
-    Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, Fuel, ImportPolicy, Policy, Preopen,
+    Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, DocumentError, Fuel, ImportPolicy, Policy,
+    PolicyDocument, Preopen,
 };
 pub use sandbox::{
     ExportedFunc, InstanceAllocator, LoadSource, Metering, PoolNeeds, Pooling, default_cache_dir,

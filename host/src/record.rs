@@ -14,7 +14,7 @@ use sandpipe_proto::frame::Framing;
 use sandpipe_proto::transcript::{Direction, render_line};
 
 use crate::error::Exit;
-use crate::policy::{Access, Fuel, Policy};
+use crate::policy::Policy;
 
 /// Writes one session's transcript.
 #[derive(Debug)]
@@ -58,37 +58,10 @@ impl Recorder {
         if let Some(protocol) = header.protocol {
             writeln!(out, "# protocol: {protocol}")?;
         }
-        if let Some(seed) = p.deterministic {
-            writeln!(out, "# seed: {seed}")?;
-        }
-        if let Fuel::PerSession(fuel) = p.fuel {
-            writeln!(out, "# fuel: {fuel}")?;
-        }
-        match p.max_memory {
-            Some(m) => writeln!(out, "# max-memory: {m}")?,
-            None => writeln!(out, "# max-memory: none")?,
-        }
-        if let Some(d) = p.deadline {
-            writeln!(out, "# timeout-ms: {}", d.as_millis())?;
-        }
-        if !p.args.is_empty() {
-            writeln!(
-                out,
-                "# args: {}",
-                serde_json::to_string(&p.args).unwrap_or_default()
-            )?;
-        }
-        for pre in &p.preopens {
-            let access = match pre.access {
-                Access::ReadOnly => "ro",
-                Access::ReadWrite => "rw",
-            };
-            writeln!(out, "# preopen: {} {access}", pre.guest)?;
-        }
-        // Names only: values may be secrets, and replay asks for them again.
-        for (name, _) in &p.env {
-            writeln!(out, "# env: {name}")?;
-        }
+        // The whole policy, as data (environment and header values are never written: they
+        // may be secrets, and replay takes them from its own environment).
+        let policy = serde_json::to_string(&p.document()).map_err(std::io::Error::other)?;
+        writeln!(out, "# policy: {policy}")?;
         out.flush()?;
         Ok(Recorder {
             inner: Mutex::new(Inner {

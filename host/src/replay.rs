@@ -19,7 +19,8 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::error::Exit;
-use crate::policy::{Access, Fuel, Policy};
+use crate::policy::document::Dir;
+use crate::policy::{Policy, PolicyDocument};
 use crate::protocols::Protocol;
 use crate::session::Session;
 
@@ -74,78 +75,83 @@ pub fn protocol_of(t: &Transcript) -> Option<Protocol> {
     t.header("protocol")?.parse().ok()
 }
 
-/// Plugin arguments from `# args:` (a JSON array, or words separated by spaces).
-pub fn args_of(t: &Transcript) -> Vec<String> {
-    let Some(raw) = t.header("args") else {
-        return Vec::new();
-    };
-    if raw.starts_with('[')
-        && let Ok(v) = serde_json::from_str::<Vec<String>>(raw)
-    {
-        return v;
+/// The policy a transcript was recorded under, as data: its `# policy:` header, or, for a
+/// recording written before the header held the whole policy, its `# args:`, `# preopen:`,
+/// `# seed:`, `# fuel:`, `# max-memory:` and `# timeout-ms:` lines.
+pub fn document_of(t: &Transcript) -> Result<PolicyDocument, String> {
+    if let Some(json) = t.header("policy") {
+        return serde_json::from_str(json).map_err(|e| format!("header policy: {e}"));
     }
-    raw.split_whitespace().map(str::to_owned).collect()
-}
-
-/// The guest paths of `# preopen:` headers, with their access.
-pub fn preopens_of(t: &Transcript) -> Vec<(String, Access)> {
-    t.headers
-        .iter()
-        .filter(|(k, _)| k == "preopen")
-        .map(|(_, v)| {
-            let mut words = v.split_whitespace();
-            let guest = words.next().unwrap_or_default().to_owned();
-            let access = if words.next() == Some("ro") {
-                Access::ReadOnly
-            } else {
-                Access::ReadWrite
-            };
-            (guest, access)
-        })
-        .collect()
-}
-
-/// The policy a transcript was recorded under. `host_dir(guest)` gives the host directory
-/// for each recorded preopen (replay uses fresh directories unless told otherwise). A native
-/// plugin sees a preopen at its host path (Landlock grants it there), so an argument equal to a
-/// guest path becomes the host directory.
-pub fn recorded_policy(
-    t: &Transcript,
-    native: bool,
-    host_dir: &dyn Fn(&str) -> PathBuf,
-) -> Result<Policy, String> {
-    let mut policy = Policy::default();
+    let mut doc = Policy::default().document();
     let num = |key: &str| -> Result<Option<u64>, String> {
         t.header(key)
             .map(|v| v.parse::<u64>().map_err(|e| format!("header {key}: {e}")))
             .transpose()
     };
-    policy.deterministic = num("seed")?;
-    policy.fuel = num("fuel")?.map_or(Fuel::Unlimited, Fuel::PerSession);
-    policy.max_memory = match t.header("max-memory") {
+    doc.seed = num("seed")?;
+    doc.limits.fuel = num("fuel")?;
+    doc.limits.max_memory = match t.header("max-memory") {
         Some("none") => None,
         Some(_) => num("max-memory")?,
-        None => policy.max_memory,
+        None => doc.limits.max_memory,
     };
-    policy.deadline = num("timeout-ms")?.map(Duration::from_millis);
-    let preopens = preopens_of(t);
-    for arg in args_of(t) {
-        let arg = match preopens.iter().find(|(g, _)| *g == arg) {
-            Some((guest, _)) if native => host_dir(guest).display().to_string(),
-            _ => arg,
+    doc.limits.timeout = num("timeout-ms")?.map(Duration::from_millis);
+    if let Some(raw) = t.header("args") {
+        doc.args = match serde_json::from_str::<Vec<String>>(raw) {
+            Ok(v) if raw.starts_with('[') => v,
+            _ => raw.split_whitespace().map(str::to_owned).collect(),
         };
-        policy = policy.arg(arg);
     }
-    for (guest, access) in preopens {
-        let host = host_dir(&guest);
-        let guest = if native {
-            host.display().to_string()
-        } else {
-            guest
-        };
-        policy = policy.preopen(host, guest, access);
+    let preopens = t.headers.iter().filter(|(k, _)| k == "preopen");
+    for (_, v) in preopens {
+        let mut words = v.split_whitespace();
+        let guest = words.next().unwrap_or_default().to_owned();
+        let read_only = words.next() == Some("ro");
+        doc.grants.dirs.push(Dir {
+            host: PathBuf::from(&guest),
+            guest,
+            read_only,
+        });
     }
-    Ok(policy)
+    doc.grants.env = t
+        .headers
+        .iter()
+        .filter(|(k, _)| k == "env")
+        .map(|(_, v)| v.clone())
+        .collect();
+    Ok(doc)
+}
+
+/// The policy a transcript was recorded under (see [`document_of`]). `host_dir(guest)` gives
+/// the host directory for each recorded preopen (replay uses fresh directories unless told
+/// otherwise). A native plugin sees a preopen at its host path (Landlock grants it there), so
+/// an argument equal to a guest path becomes the host directory.
+///
+/// Environment variables and HTTP header values are taken from the replaying process's own
+/// environment, by the names recorded, as `--env NAME` does. The recording's audit log is not
+/// appended to: a replay writes no audit trail unless its caller sets one.
+pub fn recorded_policy(
+    t: &Transcript,
+    native: bool,
+    host_dir: &dyn Fn(&str) -> PathBuf,
+) -> Result<Policy, String> {
+    let mut doc = document_of(t)?;
+    doc.audit = None;
+    let guests: Vec<String> = doc.grants.dirs.iter().map(|d| d.guest.clone()).collect();
+    for d in &mut doc.grants.dirs {
+        d.host = host_dir(&d.guest);
+        if native {
+            d.guest = d.host.display().to_string();
+        }
+    }
+    if native {
+        for arg in &mut doc.args {
+            if guests.contains(arg) {
+                *arg = host_dir(arg).display().to_string();
+            }
+        }
+    }
+    Policy::from_document(&doc, &|name| std::env::var(name).ok()).map_err(|e| e.to_string())
 }
 
 /// Replay `t` against a running session: send each recorded `>` frame, expect each `<` frame

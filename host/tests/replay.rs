@@ -103,7 +103,7 @@ fn recordings_of_every_example_replay_green() {
         assert_eq!(out.status.code(), Some(0), "{name}: {}", text(&out.stderr));
         let recorded = std::fs::read_to_string(&file).expect("recording");
         assert!(
-            recorded.contains("# seed: 0")
+            recorded.contains("\"seed\":0")
                 && recorded.contains("# outcome: plugin exited with code 0"),
             "{recorded}"
         );

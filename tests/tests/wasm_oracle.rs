@@ -761,7 +761,7 @@ fn sessions_with_export_components_are_recorded_and_replay_green_and_a_change_fa
         let recorded = std::fs::read_to_string(file).expect("a recording");
         assert!(
             recorded.contains(&format!("# protocol: {protocol}\n"))
-                && recorded.contains("# seed: 0")
+                && recorded.contains("\"seed\":0")
                 && recorded.contains(answer)
                 && recorded.contains("# outcome: plugin exited with code 0"),
             "{recorded}"

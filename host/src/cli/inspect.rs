@@ -72,10 +72,13 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
     if let Some(path) = &args.policy_file {
         report["policy_file"] = Value::from(path.display().to_string());
     }
-    let net = args.sandbox.net_policy()?;
-    report["net"] = serde_json::to_value(&net)?;
+    let policy = args.sandbox.policy(super::plugin_args(&args.plugin_args))?;
+    // The effective policy, as the policy document a recording's header holds, and where each
+    // value came from.
+    report["policy"] = serde_json::to_value(policy.document())?;
+    report["policy_sources"] = serde_json::to_value(&args.sandbox.sources)?;
+    report["net"] = serde_json::to_value(&policy.net)?;
     if plugin.kind() != PluginKind::NativeUnsandboxed {
-        let policy = args.sandbox.policy(super::plugin_args(&args.plugin_args))?;
         report["grants"] = Value::Array(
             plugin
                 .imports()
@@ -107,7 +110,6 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         report["functions"] = super::wasm_oracle::functions_json(&plugin);
     }
     if plugin.kind() == PluginKind::NativeUnsandboxed {
-        let policy = args.sandbox.policy(super::plugin_args(&args.plugin_args))?;
         report["native"] = native_report(&policy, &LandlockSupport::detect());
         let grants: Vec<Value> = if policy.startup_grants {
             crate::startup_grants(plugin.path(), &policy.args)
@@ -121,7 +123,6 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
     }
     if let Some(protocol) = args.protocol {
         let tools = args.tools.for_protocol(protocol)?;
-        let policy = args.sandbox.policy(super::plugin_args(&args.plugin_args))?;
         let mut options =
             SessionOptions::framed(protocol.framing()).frame_limits(args.sandbox.frame_limits());
         options.stderr = StderrMode::Discard;
@@ -192,6 +193,17 @@ fn print_text(r: &Value) {
     }
     if let Some(p) = r.get("policy_file") {
         println!("policy:    {}", p.as_str().unwrap_or_default());
+    }
+    let set: Vec<String> = r
+        .get("policy_sources")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter(|(_, from)| from.as_str() != Some("default"))
+        .map(|(key, from)| format!("{key} ({})", from.as_str().unwrap_or_default()))
+        .collect();
+    if !set.is_empty() {
+        println!("set by:    {}", set.join(", "));
     }
     if let Some(n) = r.get("net") {
         let list = |k: &str| -> Vec<String> {

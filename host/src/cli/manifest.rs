@@ -63,6 +63,8 @@ pub(crate) struct Manifest {
     /// The network allow-list, as `--allow-net`, `--resolve` and `--http-header`.
     #[serde(default)]
     net: Net,
+    /// The audit log, as `--audit` (relative to the file's directory).
+    audit: Option<String>,
 }
 
 /// `[net]`: what the plugin may reach.
@@ -250,14 +252,15 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
     };
     match command {
         Command::Run(args) => {
-            let Some((m, path)) = fold(
+            let folded = fold(
                 args.policy.as_deref(),
                 &mut args.plugin,
                 &mut args.args,
                 &mut args.sandbox,
                 sub,
-            )?
-            else {
+            )?;
+            args.sandbox.sources = sources(sub, folded.as_ref(), "args");
+            let Some((m, path)) = folded else {
                 return Ok(());
             };
             if !given(sub, "framing") && !given(sub, "protocol") {
@@ -284,14 +287,15 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
             }
         }
         Command::Call(args) => {
-            let Some((m, _)) = fold(
+            let folded = fold(
                 args.policy.as_deref(),
                 &mut args.plugin,
                 &mut args.plugin_args,
                 &mut args.sandbox,
                 sub,
-            )?
-            else {
+            )?;
+            args.sandbox.sources = sources(sub, folded.as_ref(), "plugin_args");
+            let Some((m, _)) = folded else {
                 return Ok(());
             };
             if args.protocol.is_none() {
@@ -303,13 +307,15 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
         Command::Inspect(args) => {
             // inspect starts the plugin only with --protocol: the manifest's protocol is not
             // turned into a self-description run the user did not ask for.
-            if let Some((m, path)) = fold(
+            let folded = fold(
                 args.policy.as_deref(),
                 &mut args.plugin,
                 &mut args.plugin_args,
                 &mut args.sandbox,
                 sub,
-            )? {
+            )?;
+            args.sandbox.sources = sources(sub, folded.as_ref(), "plugin_args");
+            if let Some((m, path)) = folded {
                 args.policy_file = Some(path);
                 prepend(&mut args.tools.allow_tools, &m.tools.allow);
                 prepend(&mut args.tools.deny_tools, &m.tools.deny);
@@ -377,6 +383,91 @@ impl Requests {
             && self.recycle_memory.is_none()
             && self.recycle_grace.is_none()
             && self.start_timeout.is_none()
+    }
+}
+
+/// The policy document's keys (see [`crate::PolicyDocument`]), each with the flags that set
+/// it; `args` is added per command.
+const POLICY_KEYS: [(&str, &[&str]); 15] = [
+    ("limits.fuel", &["fuel"]),
+    ("limits.max-memory", &["max_memory"]),
+    ("limits.timeout", &["timeout"]),
+    ("limits.max-cpu-time", &["max_cpu_time"]),
+    ("limits.max-open-files", &["max_open_files"]),
+    ("limits.max-disk-write", &["max_disk_write"]),
+    ("grants.dirs", &["dirs"]),
+    ("grants.env", &["envs"]),
+    ("grants.allow-imports", &["allow_imports"]),
+    ("grants.startup-grants", &["no_startup_grants"]),
+    ("net.allow", &["allow_net"]),
+    ("net.resolve", &["resolve"]),
+    ("net.http-headers", &["http_headers"]),
+    ("seed", &["seed", "deterministic"]),
+    ("audit", &["audit"]),
+];
+
+/// Where each value of the policy came from, by the policy document's key: `flag`, `env` (a
+/// `SANDPIPE_*` variable), `file`, `default`, or, for a list the file and the command line
+/// both add to, `file+flag` or `file+env`. `inspect --json` shows it as `policy_sources`.
+fn sources(
+    cli: &ArgMatches,
+    manifest: Option<&(Manifest, PathBuf)>,
+    args_id: &'static str,
+) -> std::collections::BTreeMap<String, String> {
+    let m = manifest.map(|(m, _)| m);
+    let args_ids = [args_id];
+    let keys = POLICY_KEYS.iter().copied().chain([("args", &args_ids[..])]);
+    keys.map(|(key, ids)| {
+        let given = ids.iter().find_map(|id| match cli.value_source(id) {
+            Some(ValueSource::CommandLine) => Some("flag"),
+            Some(ValueSource::EnvVariable) => Some("env"),
+            _ => None,
+        });
+        let file = m.is_some_and(|m| m.sets(key));
+        // Lists are the file's followed by the command line's; everything else is replaced.
+        let list = matches!(
+            key,
+            "grants.dirs"
+                | "grants.env"
+                | "grants.allow-imports"
+                | "net.allow"
+                | "net.resolve"
+                | "net.http-headers"
+        );
+        let source = match (file, given) {
+            (true, Some(g)) if list => format!("file+{g}"),
+            (_, Some(g)) => g.to_owned(),
+            (true, None) => "file".to_owned(),
+            (false, None) => "default".to_owned(),
+        };
+        (key.to_owned(), source)
+    })
+    .collect()
+}
+
+impl Manifest {
+    /// Whether the file sets the policy document's `key` (see [`POLICY_KEYS`]).
+    fn sets(&self, key: &str) -> bool {
+        let (l, g, n) = (&self.limits, &self.grants, &self.net);
+        match key {
+            "limits.fuel" => l.fuel.is_some(),
+            "limits.max-memory" => l.max_memory.is_some(),
+            "limits.timeout" => l.timeout.is_some(),
+            "limits.max-cpu-time" => l.max_cpu_time.is_some(),
+            "limits.max-open-files" => l.max_open_files.is_some(),
+            "limits.max-disk-write" => l.max_disk_write.is_some(),
+            "grants.dirs" => !g.dirs.is_empty(),
+            "grants.env" => !g.env.is_empty(),
+            "grants.allow-imports" => !g.allow_imports.is_empty(),
+            "grants.startup-grants" => g.startup_grants.is_some(),
+            "net.allow" => !n.allow.is_empty(),
+            "net.resolve" => !n.resolve.is_empty(),
+            "net.http-headers" => !n.http_headers.is_empty(),
+            "seed" => self.seed.is_some() || self.deterministic,
+            "audit" => self.audit.is_some(),
+            "args" => !self.plugin.args.is_empty(),
+            _ => false,
+        }
     }
 }
 
@@ -497,6 +588,15 @@ fn merge_sandbox(s: &mut SandboxArgs, m: &Manifest, base: &Path, cli: &ArgMatche
         &n.http_headers,
         same,
     );
+    if let Some(v) = from_file(
+        cli,
+        "audit",
+        "audit",
+        m.audit.as_ref(),
+        |a| Ok(base.join(a)),
+    )? {
+        s.audit = Some(v);
+    }
     s.deterministic |= m.deterministic;
     if let Some(v) = from_file(cli, "seed", "seed", m.seed.as_ref(), |n| Ok(*n))? {
         s.seed = Some(v);

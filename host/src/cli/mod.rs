@@ -283,13 +283,38 @@ pub fn main() -> i32 {
 /// Every `run` option can also be set as `SANDPIPE_<OPTION>` (`--max-memory` as
 /// `SANDPIPE_MAX_MEMORY`): `-e NAME=VALUE` is the one knob every container deployer passes. The
 /// command line wins over the variable, and the variable over a policy file (see `manifest`).
+///
+/// `inspect` reads the same variables for the options it shares with `run` (all but
+/// `--protocol`, which makes inspect start the plugin), so the policy it shows is the one `run`
+/// would use in the same environment.
 fn with_env_names(cli: clap::Command) -> clap::Command {
+    fn env_name(long: &str) -> String {
+        format!("SANDPIPE_{}", long.to_uppercase().replace('-', "_"))
+    }
+    // SANDPIPE_CACHE_DIR already means the cache root (default_cache_dir); as the flag's
+    // variable it would also conflict with --no-cache.
+    let bound = |long: &str| long != "help" && long != "cache-dir";
+    let run_longs: Vec<String> = cli
+        .find_subcommand("run")
+        .into_iter()
+        .flat_map(|run| run.get_arguments())
+        .filter_map(|arg| arg.get_long())
+        .filter(|long| bound(long) && *long != "protocol")
+        .map(str::to_owned)
+        .collect();
     cli.mut_subcommand("run", |run| {
         run.mut_args(|arg| match arg.get_long() {
-            // SANDPIPE_CACHE_DIR already means the cache root (default_cache_dir); as the
-            // flag's variable it would also conflict with --no-cache.
-            Some(long) if long != "help" && long != "cache-dir" => {
-                let name = format!("SANDPIPE_{}", long.to_uppercase().replace('-', "_"));
+            Some(long) if bound(long) => {
+                let name = env_name(long);
+                arg.env(name)
+            }
+            _ => arg,
+        })
+    })
+    .mut_subcommand("inspect", |inspect| {
+        inspect.mut_args(|arg| match arg.get_long() {
+            Some(long) if run_longs.iter().any(|l| l == long) => {
+                let name = env_name(long);
                 arg.env(name)
             }
             _ => arg,

@@ -89,6 +89,10 @@ pub struct SandboxArgs {
     pub(crate) cache: CacheArgs,
     #[command(flatten)]
     pub(crate) dist: super::dist::DistArgs,
+    /// Where each policy value came from (flag, env, file, default), by the policy document's
+    /// key: set when the command line is read, shown by `inspect --json`.
+    #[arg(skip)]
+    pub(crate) sources: std::collections::BTreeMap<String, String>,
 }
 
 impl SandboxArgs {

@@ -264,6 +264,8 @@ pub struct HttpHeader {
     pub name: String,
     /// Its value: a secret, never printed (`Debug` and `Display` show `<redacted>`).
     pub value: String,
+    /// The variable the value was read from (`env:VAR`), when it was.
+    pub var: Option<String>,
 }
 
 impl HttpHeader {
@@ -297,7 +299,17 @@ impl HttpHeader {
             host,
             name: name.to_owned(),
             value,
+            var: Some(var.to_owned()),
         })
+    }
+
+    /// The header as `--http-header` takes it, `HOST:NAME=env:VAR`; a value given directly
+    /// (not read from a variable) is shown as `<redacted>`.
+    pub fn spec(&self) -> String {
+        match &self.var {
+            Some(var) => format!("{}:{}=env:{var}", self.host, self.name),
+            None => self.to_string(),
+        }
     }
 }
 
@@ -368,6 +380,7 @@ impl NetPolicy {
             host: host.to_ascii_lowercase(),
             name: name.into(),
             value: value.into(),
+            var: None,
         });
         self
     }

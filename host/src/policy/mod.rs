@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use crate::net::{AuditLog, NetPolicy};
 
+pub mod document;
+pub use document::{DocumentError, PolicyDocument};
+
 /// Access to a preopened directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Access {
