@@ -49,29 +49,25 @@
 // matters more to callers than its size.
 #![allow(clippy::result_large_err)]
 
-mod cbor_note;
-pub mod driver;
+// The tiers, bottom up (ARCHITECTURE.md, "Layout"): `dist` fetches and verifies plugins;
+// `run` loads and runs one, wasm or native, and taps its frames; `speak` speaks a protocol to
+// it and supervises it; `exports` serves a component's exported functions as a session;
+// `replay` checks or stands in for a recorded session. `policy` and `net` say what a plugin
+// may do, and every tier reads them.
+mod dist;
 mod error;
 pub mod exports;
-mod hash_index;
-pub mod image;
-pub mod lock;
-mod memory_plugin;
-mod native;
 pub mod net;
 pub mod policy;
-pub mod protocols;
-pub mod record;
-#[cfg(feature = "registry")]
-pub mod registry;
 pub mod replay;
-mod sandbox;
-mod session;
-pub mod signing;
-mod stderr;
-pub mod store;
-pub mod supervise;
-mod transport;
+mod run;
+mod speak;
+
+#[cfg(feature = "registry")]
+pub use dist::registry;
+pub use dist::{image, lock, signing, store};
+pub use run::record;
+pub use speak::{driver, protocols, supervise};
 
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -83,27 +79,27 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use error::{Exit, HostError, SessionError, Stopped};
-pub use memory_plugin::MemoryPlugin;
-pub use native::{
-    LANDLOCK_TARGET_ABI, LandlockSupport, NamespaceSupport, PROXY_PORT, StartupGrant,
-    WithheldGrant, startup_grants, withheld_startup_grants,
-};
 pub use policy::{
     Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, DocumentError, Fuel, ImportPolicy, Policy,
     PolicyDocument, Preopen,
 };
-pub use sandbox::{
+pub use run::memory_plugin::MemoryPlugin;
+pub use run::native::{
+    LANDLOCK_TARGET_ABI, LandlockSupport, NamespaceSupport, PROXY_PORT, StartupGrant,
+    WithheldGrant, startup_grants, withheld_startup_grants,
+};
+pub use run::sandbox::{
     ExportedFunc, InstanceAllocator, LoadSource, Metering, PoolNeeds, Pooling, default_cache_dir,
 };
-pub use session::{
+pub use run::session::{
     NativeStdio, Session, SessionControl, SessionGroup, SessionOptions, SessionReader,
     SessionWriter, TERM_GRACE,
 };
-pub use stderr::{StderrMode, StderrTail};
+pub use run::stderr::{StderrMode, StderrTail};
 
-use sandbox::{Compiled, Sandbox, WasmKind};
+use run::sandbox::{Compiled, Sandbox, WasmKind};
+use run::transport::Meter;
 use sha2::{Digest, Sha256};
-use transport::Meter;
 
 /// Loads plugins and starts sessions. Holds one wasmtime engine (with its epoch ticker thread),
 /// the compiled plugins seen so far, and the on-disk artifact cache.
@@ -114,7 +110,7 @@ pub struct Host {
     /// `load` of an unchanged file neither reads nor hashes it again.
     loaded: Mutex<HashMap<PathBuf, (FileStamp, Plugin)>>,
     /// The same rule on disk, across processes (see [`hash_index`]).
-    index: Option<hash_index::HashIndex>,
+    index: Option<run::hash_index::HashIndex>,
     /// [`HostOptions::allow_native_unsandboxed`].
     allow_native: bool,
 }
@@ -366,7 +362,10 @@ impl Host {
                 options.metering,
             )?,
             loaded: Mutex::new(HashMap::new()),
-            index: options.cache_dir.as_deref().map(hash_index::HashIndex::new),
+            index: options
+                .cache_dir
+                .as_deref()
+                .map(run::hash_index::HashIndex::new),
             allow_native: options.allow_native_unsandboxed,
         })
     }
@@ -445,7 +444,7 @@ impl Host {
         if read.is_err() {
             return Ok(None);
         }
-        let Some(wasm_kind) = sandbox::detect(&header) else {
+        let Some(wasm_kind) = run::sandbox::detect(&header) else {
             // A native program (an interpreter such as node's 99 MB binary) is run, not
             // compiled: its known digest is all a start needs. A host that refuses native
             // plugins says so from the full load.
@@ -496,7 +495,7 @@ impl Host {
             source,
         })?;
         let sha256 = hex(&Sha256::digest(&bytes));
-        let Some(wasm_kind) = sandbox::detect(&bytes) else {
+        let Some(wasm_kind) = run::sandbox::detect(&bytes) else {
             if !self.allow_native {
                 return Err(HostError::NativeNotAllowed { path });
             }
@@ -542,7 +541,7 @@ impl Host {
         policy: &Policy,
         options: &SessionOptions,
     ) -> Result<Session, HostError> {
-        let argv0 = sandbox::argv0_for(&plugin.path);
+        let argv0 = run::sandbox::argv0_for(&plugin.path);
         let meter = Arc::new(Meter::default());
         let transport = match &plugin.compiled {
             Some(compiled) => {
@@ -557,7 +556,7 @@ impl Host {
                     )
                     .await?
             }
-            None => native::spawn(
+            None => run::native::spawn(
                 &plugin.path,
                 policy,
                 options.stderr,

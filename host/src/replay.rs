@@ -21,8 +21,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::error::Exit;
 use crate::policy::document::Dir;
 use crate::policy::{Policy, PolicyDocument};
-use crate::protocols::Protocol;
-use crate::session::Session;
+use crate::run::session::Session;
+use crate::speak::protocols::Protocol;
 
 /// Where a replay first differs from its recording.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,7 +60,7 @@ fn show(frame: &[u8]) -> String {
         _ => format!(
             "x {} ; {}",
             frame.iter().map(|b| format!("{b:02x}")).collect::<String>(),
-            crate::cbor_note::render(frame)
+            crate::run::cbor_note::render(frame)
         ),
     }
 }

@@ -379,7 +379,7 @@ async fn table_growth_is_refused_at_the_store_cap() {
     let host = host();
     let dir = tempfile::tempdir().expect("tempdir");
     // (growth step, table size when the limiter refuses). The sandbox caps all tables of a
-    // store at 1 << 20 elements (`MAX_TABLE_ELEMENTS` in host/src/sandbox/mod.rs).
+    // store at 1 << 20 elements (`MAX_TABLE_ELEMENTS` in host/src/run/sandbox/mod.rs).
     let cases: [(u32, u64); 2] = [(1 << 16, 1 << 20), (i32::MAX as u32, 0)];
     for (step, reached) in cases {
         let path = dir.path().join(format!("table-bomb-{step}.wasm"));

@@ -1,7 +1,7 @@
 //! Defaults that fail safe, seen from the command line: a start-up grant never hands a native
 //! plugin the user's home, and a `SANDPIPE_*` variable never loosens a policy file silently.
 //! (The cgroup memory default, which only ever lowers the cap outside images, is a unit test in
-//! `host/src/image.rs`.)
+//! `host/src/dist/image.rs`.)
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

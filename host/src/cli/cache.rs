@@ -5,7 +5,7 @@ use bytesize::ByteSize;
 
 use super::dist::store_root;
 use super::{CacheArgs, parse_size};
-use crate::store::{EntryKind, Store};
+use crate::dist::store::{EntryKind, Store};
 
 /// Arguments of `sandpipe cache`.
 #[derive(Debug, clap::Args)]

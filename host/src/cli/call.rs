@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::exit_code;
 use super::sandbox_args::{SandboxArgs, warn_if_native};
 use super::status::ended_status;
-use crate::protocols::Protocol;
-use crate::protocols::hooks::{CallError, CallRequest, Failure, Launch};
+use crate::speak::protocols::Protocol;
+use crate::speak::protocols::hooks::{CallError, CallRequest, Failure, Launch};
 use crate::{SessionOptions, StderrMode};
 
 /// Arguments of `sandpipe call`: the call itself is given by flags (`--method`, `--params`),

@@ -8,8 +8,8 @@ use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
 use super::CacheArgs;
-use crate::signing::TrustedKey;
-use crate::store::Store;
+use crate::dist::signing::TrustedKey;
+use crate::dist::store::Store;
 use crate::{Host, Plugin};
 
 /// Distribution options shared by run, call, inspect, replay, pull and compile.
@@ -49,7 +49,7 @@ pub(crate) struct Resolved {
     pub(crate) path: PathBuf,
     /// What the registry gave, for an oci:// reference.
     #[cfg(feature = "registry")]
-    pub(crate) fetched: Option<crate::registry::fetch::Fetched>,
+    pub(crate) fetched: Option<crate::dist::registry::fetch::Fetched>,
 }
 
 /// The cache root for the store: `--cache-dir`, else the default (even with --no-cache, which
@@ -125,9 +125,9 @@ pub(crate) async fn resolve_reference(
     cache: &CacheArgs,
     want_signature: bool,
 ) -> Result<Resolved> {
-    use crate::lock::LockFile;
-    use crate::registry::fetch::{FetchOptions, fetch};
-    use crate::registry::{Client, ClientOptions, Credentials, Reference};
+    use crate::dist::lock::LockFile;
+    use crate::dist::registry::fetch::{FetchOptions, fetch};
+    use crate::dist::registry::{Client, ClientOptions, Credentials, Reference};
 
     let reference: Reference = text.parse()?;
     let trusted = dist.trusted()?;

@@ -20,7 +20,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::image::{Image, ImageFile, ImageSpec, check_static_elf};
+use crate::dist::image::{Image, ImageFile, ImageSpec, check_static_elf};
 
 /// Where the image holds the plugin's compiled artifacts.
 const CACHE_DIR: &str = "/cache";
@@ -154,7 +154,7 @@ pub(crate) async fn image(args: ImageArgs) -> Result<i32> {
     if let Some(out) = &args.output {
         write_archive(&image, out)?;
         if let Some(key) = &args.sign {
-            let (minisig, id) = crate::signing::sign(
+            let (minisig, id) = crate::dist::signing::sign(
                 key,
                 &image.manifest,
                 &format!("sandpipe image manifest {}", image.manifest_digest),
@@ -172,7 +172,7 @@ pub(crate) async fn image(args: ImageArgs) -> Result<i32> {
 
 #[cfg(feature = "registry")]
 fn push(image: Image, args: &ImageArgs) -> Result<i32> {
-    use crate::registry::{Client, ClientOptions, Credentials, Reference};
+    use crate::dist::registry::{Client, ClientOptions, Credentials, Reference};
     let Some(reference) = &args.push else {
         bail!("image needs -o FILE.tar or --push REF");
     };
@@ -180,8 +180,12 @@ fn push(image: Image, args: &ImageArgs) -> Result<i32> {
     let mut options = ClientOptions::new(Credentials::from_default_config()?);
     options.insecure_registries = args.insecure_registries.clone();
     let client = Client::new(options);
-    let pushed =
-        crate::registry::fetch::push_image(&client, &reference, &image, args.sign.as_deref())?;
+    let pushed = crate::dist::registry::fetch::push_image(
+        &client,
+        &reference,
+        &image,
+        args.sign.as_deref(),
+    )?;
     if let Some(id) = &pushed.signer {
         eprintln!("sandpipe: signed by key {id}");
     }
@@ -311,12 +315,12 @@ pub(crate) fn follow_cgroup_memory(
     if run.value_source("max_memory") != Some(clap::parser::ValueSource::DefaultValue) {
         return;
     }
-    let Some(limit) = crate::image::cgroup_memory_limit() else {
+    let Some(limit) = crate::dist::image::cgroup_memory_limit() else {
         return;
     };
     let raise = std::env::var_os(FOLLOW_CGROUP_ENV).is_some_and(|v| v == "1");
     let default = sandbox.max_memory.0.unwrap_or(crate::DEFAULT_MAX_MEMORY);
-    let Some(cap) = crate::image::default_memory_cap(limit, default, raise) else {
+    let Some(cap) = crate::dist::image::default_memory_cap(limit, default, raise) else {
         return;
     };
     tracing::info!("the cgroup's memory limit is {limit} bytes: --max-memory defaults to {cap}");

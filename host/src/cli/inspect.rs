@@ -7,8 +7,8 @@ use anyhow::Result;
 use serde_json::{Value, json};
 
 use super::sandbox_args::SandboxArgs;
-use crate::protocols::Protocol;
-use crate::protocols::hooks::{DescribeError, Launch};
+use crate::speak::protocols::Protocol;
+use crate::speak::protocols::hooks::{DescribeError, Launch};
 use crate::{
     LANDLOCK_TARGET_ABI, LandlockSupport, LoadSource, PluginKind, Policy, SessionOptions,
     StderrMode,
@@ -468,7 +468,7 @@ fn limits_report(policy: &Policy, max_frame: u64) -> Value {
 
 /// What a native plugin would run under: Landlock on this kernel and the rlimits of `policy`.
 fn native_report(policy: &Policy, support: &LandlockSupport) -> Value {
-    let limits = crate::native::Limits::for_policy(policy);
+    let limits = crate::run::native::Limits::for_policy(policy);
     json!({
         "landlock": {
             "status": support.name(),

@@ -32,7 +32,7 @@ use serde::Deserialize;
 use super::run::FramingArg;
 use super::sandbox_args::{SandboxArgs, parse_open_files};
 use super::{Command, parse_duration, parse_memory, parse_size, parse_value};
-use crate::protocols::Protocol;
+use crate::speak::protocols::Protocol;
 
 /// A policy manifest, as read from TOML.
 #[derive(Debug, Deserialize)]

@@ -27,7 +27,7 @@ use std::path::PathBuf;
 
 use clap::{CommandFactory, FromArgMatches, Subcommand};
 
-use crate::protocols::Protocol;
+use crate::speak::protocols::Protocol;
 
 pub use status::{exit, exit_code};
 
@@ -168,11 +168,11 @@ pub(crate) fn parse_value<E: clap::ValueEnum>(value: &str) -> Result<E, String> 
 }
 
 /// `--protocol`: clap lists the names, with what each is, in `--help`, from the registry
-/// ([`crate::protocols::PROTOCOLS`]).
+/// ([`crate::speak::protocols::PROTOCOLS`]).
 impl clap::ValueEnum for Protocol {
     fn value_variants<'a>() -> &'a [Self] {
         static VARIANTS: std::sync::LazyLock<Vec<Protocol>> = std::sync::LazyLock::new(|| {
-            crate::protocols::PROTOCOLS
+            crate::speak::protocols::PROTOCOLS
                 .iter()
                 .map(|spec| spec.protocol)
                 .collect()

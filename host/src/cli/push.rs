@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use crate::registry::fetch::push as push_artifact;
-use crate::registry::{Client, ClientOptions, Credentials, Reference};
+use crate::dist::registry::fetch::push as push_artifact;
+use crate::dist::registry::{Client, ClientOptions, Credentials, Reference};
 
 /// Arguments of `sandpipe push`.
 #[derive(Debug, clap::Args)]

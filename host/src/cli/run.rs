@@ -32,7 +32,7 @@ pub struct RunArgs {
     /// functions instead of wasi:cli/run (a Cairo wasm: oracle) is served as a stdio: oracle:
     /// each invoke calls its export.
     #[arg(long, value_enum, value_name = "P", conflicts_with = "framing")]
-    pub(super) protocol: Option<crate::protocols::Protocol>,
+    pub(super) protocol: Option<crate::speak::protocols::Protocol>,
     /// Read the plugin, its limits, grants and budgets from a policy file (TOML; see
     /// docs/policy.md); flags given here override it. `sandpipe run FILE.toml` is
     /// the same with the file's plugin.

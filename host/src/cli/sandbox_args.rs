@@ -170,21 +170,21 @@ pub(crate) fn recorder(
     policy: &Policy,
     framing: sandpipe_proto::frame::Framing,
     protocol: Option<&str>,
-) -> Result<Option<std::sync::Arc<crate::record::Recorder>>> {
+) -> Result<Option<std::sync::Arc<crate::run::record::Recorder>>> {
     let Some(path) = path else { return Ok(None) };
     let name = plugin
         .path()
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let header = crate::record::RecordHeader {
+    let header = crate::run::record::RecordHeader {
         plugin: &name,
         sha256: plugin.sha256(),
         framing,
         protocol,
         policy,
     };
-    let r = crate::record::Recorder::create(path, &header)
+    let r = crate::run::record::Recorder::create(path, &header)
         .map_err(|e| anyhow::anyhow!("creating the recording {}: {e}", path.display()))?;
     if plugin.kind() == PluginKind::NativeUnsandboxed && policy.deterministic.is_some() {
         eprintln!(
@@ -202,7 +202,7 @@ pub(crate) fn warn_if_native(plugin: &Plugin, policy: &Policy) {
         let support = LandlockSupport::detect();
         let namespaces = NamespaceSupport::detect();
         let mut parts = vec![namespaces.describe()];
-        if crate::native::seccomp_available() {
+        if crate::run::native::seccomp_available() {
             parts.push("seccomp".to_owned());
         } else {
             parts.push("no system-call filter".to_owned());

@@ -1,5 +1,5 @@
 //! `sandpipe run --protocol P`: the protocol-aware bridge, with per-request budgets, restarts
-//! and recycling (see [`crate::supervise`]).
+//! and recycling (see [`crate::speak::supervise`]).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -12,8 +12,8 @@ use super::engine::{read_engine, write_engine};
 use super::signals::{SignalPolicy, Signals};
 use super::status::{exit_code, exit_status, failed_by_itself};
 use super::{parse_duration, parse_size};
-use crate::protocols::Protocol;
-use crate::supervise::{Budgets, Incident, Supervisor};
+use crate::speak::protocols::Protocol;
+use crate::speak::supervise::{Budgets, Incident, Supervisor};
 use crate::{Host, Plugin, PluginKind, Policy, SessionGroup, SessionOptions};
 
 /// Per-request limits and instance renewal (`run --protocol` only).

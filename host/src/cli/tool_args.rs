@@ -5,7 +5,7 @@
 use anyhow::{Result, bail};
 use sandpipe_proto::mcp::ToolFilter;
 
-use crate::protocols::Protocol;
+use crate::speak::protocols::Protocol;
 
 /// The tools an MCP client may see and call (a policy file's `[tools]` comes first).
 #[derive(Debug, Clone, Default, clap::Args)]

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::protocols::oracle::OracleClient;
+use crate::speak::protocols::oracle::OracleClient;
 use crate::{Host, Plugin, Policy, SessionOptions};
 
 /// What `inspect` shows of a component's functions: full name and WIT signature, and why the
@@ -44,7 +44,7 @@ pub(crate) async fn describe(
     policy: &Policy,
     options: &SessionOptions,
 ) -> Result<Value, String> {
-    let protocol = crate::protocols::Protocol::Oracle;
+    let protocol = crate::speak::protocols::Protocol::Oracle;
     let session = host
         .start_speaking(plugin, policy, options, protocol)
         .await

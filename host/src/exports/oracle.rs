@@ -54,7 +54,7 @@ use serde_json::{Value as Json, json};
 use thiserror::Error;
 
 use crate::error::{HostError, Stopped};
-use crate::sandbox::exports::{CallFailure, ExportInstance, ExportsRunner};
+use crate::run::sandbox::exports::{CallFailure, ExportInstance, ExportsRunner};
 use crate::{ExportedFunc, Host, Plugin, Policy, StderrMode};
 
 /// What happens to an instance after a call stopped it (trap, fuel, deadline, memory cap).
@@ -228,7 +228,7 @@ impl WasmOracle {
         options: WasmOracleOptions,
     ) -> Result<WasmOracle, HostError> {
         let runner = crate::exports::session::exports_runner(host, plugin, policy)?;
-        let label = crate::sandbox::argv0_for(plugin.path());
+        let label = crate::run::sandbox::argv0_for(plugin.path());
         let first = runner
             .instantiate(policy, &label, options.stderr, options.stderr_tail_lines)
             .await?;

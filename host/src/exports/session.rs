@@ -30,7 +30,7 @@
 //! - **The deadline is per call, and enforced inside the instance** (epochs and an outer
 //!   timer, as [`WasmOracle`](crate::exports::oracle::WasmOracle) does): `Policy::deadline` is
 //!   each call's limit here, not the session's. The supervisor moves `--request-timeout` into
-//!   it ([`Supervisor::new`](crate::supervise::Supervisor::new)), so a runaway call ends as
+//!   it ([`Supervisor::new`](crate::speak::supervise::Supervisor::new)), so a runaway call ends as
 //!   `DeadlineExceeded` with the guest's stderr tail, never as a kill from outside.
 //! - **What the component's machine answers itself is data**: an unknown or ambiguous selector,
 //!   calldata that does not fit (oracle: `-32603` with the codec's message, as the Rust oracle
@@ -50,10 +50,10 @@ use serde_json::{Value as Json, json};
 
 use crate::error::{Exit, HostError};
 use crate::exports::oracle::{InvokeError, prepare};
-use crate::memory_plugin::InProcess;
-use crate::protocols::Protocol;
-use crate::sandbox::exports::{CallFailure, ExportInstance, ExportsRunner};
-use crate::session::{Session, SessionOptions};
+use crate::run::memory_plugin::InProcess;
+use crate::run::sandbox::exports::{CallFailure, ExportInstance, ExportsRunner};
+use crate::run::session::{Session, SessionOptions};
+use crate::speak::protocols::Protocol;
 use crate::{ExportedFunc, Host, Plugin, Policy};
 
 impl Host {
@@ -73,7 +73,7 @@ impl Host {
             return self.start(plugin, policy, options).await;
         }
         let runner = exports_runner(self, plugin, policy)?;
-        let label = crate::sandbox::argv0_for(plugin.path());
+        let label = crate::run::sandbox::argv0_for(plugin.path());
         let speaks = match protocol {
             Protocol::Oracle => Speaks::Oracle(OracleServer::new()),
             Protocol::Mcp => Speaks::Mcp(McpTools::new(plugin)),
@@ -120,7 +120,7 @@ pub(crate) fn exports_runner(
                 plugin.path().display()
             ),
         })?;
-    crate::sandbox::Sandbox::check_imports(compiled, policy)?;
+    crate::run::sandbox::Sandbox::check_imports(compiled, policy)?;
     host.sandbox
         .exports_runner(compiled)
         .ok_or_else(|| HostError::Instantiate {

@@ -352,7 +352,12 @@ mod tests {
             .imports(ImportPolicy::Strict(vec!["wasi:cli/stdin@0.2".into()]));
         p.net = NetPolicy::default()
             .allow("api.example.com:443")
-            .and_then(|n| n.resolve("api.example.com", &["203.0.113.7".parse().unwrap()]))
+            .and_then(|n| {
+                n.resolve(
+                    "api.example.com",
+                    &["203.0.113.7".parse().expect("an address")],
+                )
+            })
             .expect("net");
         p.net.http_headers.push(
             HttpHeader::parse("api.example.com:Authorization=env:TOKEN", |_| {

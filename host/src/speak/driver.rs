@@ -55,7 +55,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::AbortHandle;
 
 use crate::error::{Exit, SessionError, Stopped};
-use crate::session::{Session, SessionControl, SessionReader, SessionWriter};
+use crate::run::session::{Session, SessionControl, SessionReader, SessionWriter};
 
 /// How many events that complete no request (the plugin's own requests and notifications,
 /// progress no request claims) may wait for the handler before the reader stops reading
@@ -776,12 +776,12 @@ mod tests {
 
     use super::{Completion, Driver, PluginRequests, Unasked};
     use crate::error::Exit;
-    use crate::memory_plugin::MemoryPlugin;
-    use crate::protocols::atp::{AtpClient, AtpFailure, ErrorOrigin, RunEvent};
-    use crate::protocols::jsonrpc::{JsonRpcPeer, RpcError};
-    use crate::protocols::oracle::OracleClient;
-    use crate::protocols::orchard::OrchardClient;
-    use crate::session::{Session, SessionOptions};
+    use crate::run::memory_plugin::MemoryPlugin;
+    use crate::run::session::{Session, SessionOptions};
+    use crate::speak::protocols::atp::{AtpClient, AtpFailure, ErrorOrigin, RunEvent};
+    use crate::speak::protocols::jsonrpc::{JsonRpcPeer, RpcError};
+    use crate::speak::protocols::oracle::OracleClient;
+    use crate::speak::protocols::orchard::OrchardClient;
 
     fn json_lines() -> SessionOptions {
         SessionOptions::framed(Framing::JsonLines)

@@ -30,9 +30,9 @@ use sandpipe_proto::atp::{self as machine, AtpError, ClientEvent};
 pub use sandpipe_proto::atp::{Hello, Value, Version};
 use tokio::sync::oneshot;
 
-use crate::driver::{Completion, Driver, Refused, STREAM_QUEUE, Stream};
 use crate::error::{Exit, Stopped};
-use crate::session::{Session, SessionControl, TERM_GRACE};
+use crate::run::session::{Session, SessionControl, TERM_GRACE};
+use crate::speak::driver::{Completion, Driver, Refused, STREAM_QUEUE, Stream};
 
 /// How many signals and non-fatal errors of one run may wait unread before the driver stops
 /// reading the plugin's stdout (backpressure instead of unbounded memory). [`Run::result`]
@@ -385,7 +385,7 @@ fn handler(hello: oneshot::Sender<Hello>) -> impl FnMut(Completion<ClientEvent>)
 
 // `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
 // `protocols::PROTOCOLS`); `Value` here is CBOR's, JSON's is `serde_json::Value`.
-use crate::protocols::hooks::{
+use crate::speak::protocols::hooks::{
     CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch,
 };
 
@@ -429,7 +429,7 @@ pub(crate) async fn one_call(
                 .output_data
                 .deserialized::<serde_json::Value>()
                 .unwrap_or_else(|_| {
-                    serde_json::Value::from(crate::cbor_note::render_value(&done.output_data))
+                    serde_json::Value::from(crate::run::cbor_note::render_value(&done.output_data))
                 });
             Ok(serde_json::json!({"output_id": done.output_id, "output_data": data}))
         }

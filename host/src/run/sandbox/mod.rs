@@ -44,8 +44,8 @@ use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, Wasi
 use crate::error::{Exit, HostError};
 use crate::net::Resolver;
 use crate::policy::{Access, Fuel, ImportPolicy, Policy, import_allowed};
-use crate::stderr::{StderrMode, StderrTail};
-use crate::transport::{KillSwitch, Meter, Transport, killed};
+use crate::run::stderr::{StderrMode, StderrTail};
+use crate::run::transport::{KillSwitch, Meter, Transport, killed};
 
 /// How often the epoch ticker bumps the engine's epoch. Each bump lets a running guest yield
 /// to tokio (so kills and timeouts are noticed) and checks its deadline.

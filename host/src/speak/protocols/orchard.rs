@@ -12,10 +12,10 @@ use sandpipe_proto::orchard::{
 };
 use serde_json::Value;
 
-use crate::driver::{Completion, Driver, Refused, Unasked};
 use crate::error::{Exit, Stopped};
-use crate::protocols::hooks::{self, CallRequest, DescribeError, Failure, Launch};
-use crate::session::{Session, SessionControl};
+use crate::run::session::{Session, SessionControl};
+use crate::speak::driver::{Completion, Driver, Refused, Unasked};
+use crate::speak::protocols::hooks::{self, CallRequest, DescribeError, Failure, Launch};
 use crate::{Host, HostError, Plugin, Policy, SessionOptions};
 
 /// Why an Orchard call failed: always an Orchard error object (`code`, `message`, `detail`),
@@ -111,7 +111,7 @@ impl OrchardClient {
     pub async fn connect(session: Session, timeout: Duration) -> Result<Self, OrchardError> {
         let driver = Driver::new(session, proto::Client::new(), Unasked);
         let described = call(&driver, proto::Method::Describe, |m| {
-            m.describe(crate::driver::now(), timeout)
+            m.describe(crate::speak::driver::now(), timeout)
         })
         .await
         .and_then(|c| match c.event {

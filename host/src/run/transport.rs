@@ -8,7 +8,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 use crate::error::Exit;
-use crate::stderr::StderrTail;
+use crate::run::stderr::StderrTail;
 
 /// A running plugin: its stdio, how it ended, and a way to stop it.
 pub(crate) struct Transport {

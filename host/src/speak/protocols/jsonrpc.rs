@@ -21,10 +21,10 @@ use sandpipe_proto::jsonrpc::{
 };
 use serde_json::Value;
 
-use crate::driver::{Completion, Driver, Pending, PluginRequests, Refused, Unasked};
 use crate::error::{Exit, Stopped};
-use crate::protocols::hooks::{CallError, CallRequest, DescribeError, Failure, Launch};
-use crate::session::{Session, SessionControl};
+use crate::run::session::{Session, SessionControl};
+use crate::speak::driver::{Completion, Driver, Pending, PluginRequests, Refused, Unasked};
+use crate::speak::protocols::hooks::{CallError, CallRequest, DescribeError, Failure, Launch};
 
 /// Why a call did not return a result.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -25,9 +25,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::error::Exit;
-use crate::session::{Session, SessionOptions};
-use crate::stderr::StderrTail;
-use crate::transport::{KillSwitch, Meter, Transport, killed};
+use crate::run::session::{Session, SessionOptions};
+use crate::run::stderr::StderrTail;
+use crate::run::transport::{KillSwitch, Meter, Transport, killed};
 
 /// How much each direction's pipe holds before a writer waits.
 const PIPE: usize = 64 * 1024;

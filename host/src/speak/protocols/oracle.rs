@@ -9,12 +9,12 @@ use sandpipe_proto::oracle::{self as machine, ClientEvent, ErrorOrigin, Felt, Or
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use crate::driver::{Completion, Driver, Refused};
 use crate::error::{Exit, Stopped};
-use crate::protocols::hooks::{
+use crate::run::session::{Session, SessionControl};
+use crate::speak::driver::{Completion, Driver, Refused};
+use crate::speak::protocols::hooks::{
     CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch,
 };
-use crate::session::{Session, SessionControl};
 
 /// An oracle process after its handshake. Invocations are sequential by construction
 /// (`invoke` takes `&mut self`), as the protocol requires.

@@ -16,7 +16,7 @@
 //! `sandpipe-proto`. This module only spawns and stops instances, moves frames and reads the
 //! clock and the memory meter.
 //!
-//! The clock is tokio's ([`crate::driver::now`]), so a test under a paused clock drives the
+//! The clock is tokio's ([`crate::speak::driver::now`]), so a test under a paused clock drives the
 //! request timers; [`Supervisor::memory`] runs the loop over [`Session::memory`] instances
 //! (the test seam), [`Supervisor::new`] over a real plugin: a stdio plugin, or a component
 //! that exports functions behind its in-process server ([`crate::exports::session`]), so a
@@ -35,12 +35,12 @@ use sandpipe_proto::supervise::{self as machine, Action, Cause, Ended, InstanceI
 pub use sandpipe_proto::supervise::{Budgets, Incident, Report};
 use tokio::sync::mpsc;
 
-use crate::driver::{now, sleep_until};
 use crate::error::{HostError, SessionError};
-use crate::memory_plugin::MemoryPlugin;
 use crate::net::{AuditEvent, AuditLog};
-use crate::protocols::Protocol;
-use crate::session::{Session, SessionControl, SessionOptions, SessionWriter};
+use crate::run::memory_plugin::MemoryPlugin;
+use crate::run::session::{Session, SessionControl, SessionOptions, SessionWriter};
+use crate::speak::driver::{now, sleep_until};
+use crate::speak::protocols::Protocol;
 use crate::{Fuel, Host, Plugin, Policy};
 
 /// Runs one supervised session: see the module docs.
@@ -414,7 +414,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::memory_plugin::MemoryPlugin;
+    use crate::run::memory_plugin::MemoryPlugin;
 
     /// A Cairo oracle: `ready` first; then `invoke` answered with its calldata, except a
     /// selector `hang` (never answered) and `crash` (the plugin ends with exit 1).

@@ -46,9 +46,9 @@ use sandpipe_proto::jsonrpc::{ErrorCode, INTERNAL_ERROR, METHOD_NOT_FOUND, Proto
 pub use sandpipe_proto::jsonrpc::{ErrorObject, Id};
 use serde_json::{Value, json};
 
-use crate::driver::{Completion, Driver, PluginRequests, Refused, Stream};
 use crate::error::{Exit, Stopped};
-use crate::session::{Session, SessionControl};
+use crate::run::session::{Session, SessionControl};
+use crate::speak::driver::{Completion, Driver, PluginRequests, Refused, Stream};
 
 /// Why a FineCode call did not return a result.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -109,7 +109,7 @@ impl FineCodeFailure {
 /// anything else). It is the driver's one handler ([`PluginRequests`]): requests are handled
 /// one at a time, in arrival order, in the driver's handler task, so a slow answer does not
 /// stop the client from reading the runner's output; progress, other answers and cancellation
-/// keep flowing meanwhile (until [`EVENT_QUEUE`](crate::driver::EVENT_QUEUE) of the runner's
+/// keep flowing meanwhile (until [`EVENT_QUEUE`](crate::speak::driver::EVENT_QUEUE) of the runner's
 /// requests and notifications wait: then the runner is read no further until one is taken).
 /// A panicking handler gets `-32603` sent for it and for every later request.
 pub trait RunnerRequests: Send + 'static {
@@ -373,7 +373,7 @@ impl FineCodeClient {
     /// End the session as the WM does: `shutdown` (its answer awaited up to `grace`), the
     /// `exit` notification, then close stdin and give the runner `grace` to end on its own
     /// (the real runner may take seconds); then a native runner gets SIGTERM and up to
-    /// [`TERM_GRACE`](crate::session::TERM_GRACE) more, then it is killed — as
+    /// [`TERM_GRACE`](crate::run::session::TERM_GRACE) more, then it is killed — as
     /// [`Session::shutdown`]. A runner already gone just reports how it ended.
     pub async fn shutdown(self, grace: Duration) -> Exit {
         match self.send(Client::shutdown) {
@@ -559,7 +559,7 @@ async fn outcome(
 
 // `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
 // `protocols::PROTOCOLS`).
-use crate::protocols::hooks::{
+use crate::speak::protocols::hooks::{
     CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch,
 };
 

@@ -158,7 +158,7 @@ pub enum RegistryError {
     },
     /// The local store failed.
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] crate::dist::store::StoreError),
 }
 
 /// `oci://HOST[:PORT]/REPO[:TAG][@sha256:HEX]`.

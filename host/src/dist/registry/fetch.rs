@@ -17,9 +17,9 @@ use super::{
     Artifact, Client, Descriptor, MAX_LAYER_BYTES, MAX_SIGNATURE_BYTES, Manifest,
     OCI_MANIFEST_MEDIA_TYPE, Reference, RegistryError, SIGNATURE_ARTIFACT_TYPE, signature_tag,
 };
-use crate::lock::LockEntry;
-use crate::signing::{SignError, TrustedKey};
-use crate::store::{Store, StoreError};
+use crate::dist::lock::LockEntry;
+use crate::dist::signing::{SignError, TrustedKey};
+use crate::dist::store::{Store, StoreError};
 
 /// Why a plugin could not be fetched, or was refused.
 #[derive(Debug, Error)]
@@ -182,12 +182,11 @@ pub fn fetch(
                 return Err(FetchError::Unsigned { reference: name });
             }
             (Some(text), true) => {
-                let id = crate::signing::verify(options.trusted_keys, text, &manifest).map_err(
-                    |error| FetchError::Signature {
+                let id = crate::dist::signing::verify(options.trusted_keys, text, &manifest)
+                    .map_err(|error| FetchError::Signature {
                         reference: name.clone(),
                         error,
-                    },
-                )?;
+                    })?;
                 (sig, Some(id))
             }
             _ => (sig, None),
@@ -292,7 +291,7 @@ pub fn push(
     // Sign first: a wrong key or password fails before anything is uploaded.
     let signature = sign_with
         .map(|key| {
-            crate::signing::sign(
+            crate::dist::signing::sign(
                 key,
                 &artifact.manifest,
                 &format!("sandpipe plugin manifest {}", artifact.manifest_digest),
@@ -330,12 +329,12 @@ pub fn push(
 pub fn push_image(
     client: &Client,
     r: &Reference,
-    image: &crate::image::Image,
+    image: &crate::dist::image::Image,
     sign_with: Option<&Path>,
 ) -> Result<Pushed, PushError> {
     let signature = sign_with
         .map(|key| {
-            crate::signing::sign(
+            crate::dist::signing::sign(
                 key,
                 &image.manifest,
                 &format!("sandpipe image manifest {}", image.manifest_digest),

@@ -53,7 +53,7 @@ pub struct ProtocolSpec {
     pub help: &'static str,
     /// The framing it uses.
     pub framing: Framing,
-    /// Its rules for the supervisor ([`crate::supervise`]), from its module in `sandpipe-proto`.
+    /// Its rules for the supervisor ([`crate::speak::supervise`]), from its module in `sandpipe-proto`.
     pub supervised: fn() -> Box<dyn SupervisedProtocol>,
     /// Its rules with a tool filter (`run --allow-tool/--deny-tool`), for a protocol whose
     /// plugin offers tools; `None` refuses those options.
@@ -80,7 +80,7 @@ pub static PROTOCOLS: &[ProtocolSpec] = {
     use sandpipe_proto::{oracle as o, orchard as r};
     use Framing::{CborSeq, ContentLength, JsonLines};
     &[
-        ProtocolSpec { protocol: Protocol::JsonRpc, name: "jsonrpc", help: "plain JSON-RPC 2.0 over JSON Lines", framing: JsonLines, supervised: || Box::new(j::Supervised), tool_filter: None, call: |l, r| Box::pin(crate::protocols::jsonrpc::one_call(l, r)), describe: |_| Box::pin(crate::protocols::jsonrpc::describe()) },
+        ProtocolSpec { protocol: Protocol::JsonRpc, name: "jsonrpc", help: "plain JSON-RPC 2.0 over JSON Lines", framing: JsonLines, supervised: || Box::new(j::Supervised), tool_filter: None, call: |l, r| Box::pin(crate::speak::protocols::jsonrpc::one_call(l, r)), describe: |_| Box::pin(crate::speak::protocols::jsonrpc::describe()) },
         ProtocolSpec { protocol: Protocol::Oracle, name: "oracle", help: "Cairo oracle stdio: (and wasm: components exporting functions)", framing: JsonLines, supervised: || Box::new(o::Supervised), tool_filter: None, call: |l, r| Box::pin(oracle::one_call(l, r)), describe: |l| Box::pin(oracle::describe(l)) },
         ProtocolSpec { protocol: Protocol::Orchard, name: "orchard", help: "Orchard provider protocol", framing: JsonLines, supervised: || Box::new(r::Supervised), tool_filter: None, call: |l, r| Box::pin(orchard::one_call(l, r)), describe: |l| Box::pin(orchard::describe(l)) },
         ProtocolSpec { protocol: Protocol::DenoBridge, name: "denobridge", help: "terraform-provider-denobridge", framing: JsonLines, supervised: || Box::new(d::Supervised), tool_filter: None, call: |l, r| Box::pin(denobridge::one_call(l, r)), describe: |l| Box::pin(denobridge::describe(l)) },
@@ -120,7 +120,7 @@ impl Protocol {
         self.spec().framing
     }
 
-    /// The protocol's rules for the supervisor ([`crate::supervise`]), from its module in
+    /// The protocol's rules for the supervisor ([`crate::speak::supervise`]), from its module in
     /// `sandpipe-proto`.
     pub fn supervised(self) -> Box<dyn SupervisedProtocol> {
         (self.spec().supervised)()

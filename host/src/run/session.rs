@@ -19,10 +19,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::error::{Exit, SessionError};
-pub use crate::native::NativeStdio;
-use crate::record::Recorder;
-use crate::stderr::{StderrMode, StderrTail};
-use crate::transport::{KillSwitch, Meter, Transport};
+pub use crate::run::native::NativeStdio;
+use crate::run::record::Recorder;
+use crate::run::stderr::{StderrMode, StderrTail};
+use crate::run::transport::{KillSwitch, Meter, Transport};
 use sandpipe_proto::transcript::Direction;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -91,7 +91,7 @@ struct Members {
 struct Member {
     pid: Option<u32>,
     exit: watch::Receiver<Option<Exit>>,
-    kill: crate::transport::WeakKillSwitch,
+    kill: crate::run::transport::WeakKillSwitch,
     stderr: StderrTail,
 }
 
@@ -143,7 +143,7 @@ impl SessionGroup {
         let mut sent = 0;
         for m in members.running.iter().filter(|m| m.running()) {
             if let Some(pid) = m.pid {
-                crate::native::signal_group(pid, signal);
+                crate::run::native::signal_group(pid, signal);
                 sent += 1;
             }
         }
@@ -589,7 +589,7 @@ impl SessionControl {
     /// forwards the signals it receives this way.
     pub fn signal(&self, signal: i32) {
         if let (Some(pid), None) = (self.pid, self.try_exit()) {
-            crate::native::signal_group(pid, signal);
+            crate::run::native::signal_group(pid, signal);
         }
     }
 
@@ -613,7 +613,7 @@ impl SessionControl {
             None => Some(self.meter.memory.load(Ordering::Relaxed)),
             Some(pid) => {
                 std::fs::metadata(format!("/proc/{pid}")).ok()?;
-                Some(crate::native::plugin_resident(pid, self.plugin_depth))
+                Some(crate::run::native::plugin_resident(pid, self.plugin_depth))
             }
         }
     }

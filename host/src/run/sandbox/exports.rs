@@ -29,8 +29,8 @@ use super::{
 use crate::error::{Exit, HostError};
 use crate::net::Resolver;
 use crate::policy::{Fuel, Policy};
-use crate::stderr::{StderrMode, StderrTail};
-use crate::transport::Meter;
+use crate::run::stderr::{StderrMode, StderrTail};
+use crate::run::transport::Meter;
 
 /// One function a component exports.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,10 +22,10 @@ use sandpipe_proto::jsonrpc;
 use sandpipe_proto::mcp::{self as proto, ClientEvent, Tool};
 use serde_json::{Value, json};
 
-use crate::driver::{Completion, Driver, Refused, Unasked};
 use crate::error::{Exit, Stopped};
-use crate::protocols::jsonrpc::RpcError;
-use crate::session::{Session, SessionControl};
+use crate::run::session::{Session, SessionControl};
+use crate::speak::driver::{Completion, Driver, Refused, Unasked};
+use crate::speak::protocols::jsonrpc::RpcError;
 
 /// How many `tools/list` pages [`McpClient::list_tools`] follows before it stops: a server
 /// that hands out cursors forever cannot keep the host listing.
@@ -50,7 +50,7 @@ impl McpClient {
         // The server's own requests get -32601: this client offers no sampling, elicitation
         // or roots.
         let driver = Driver::serving(session, proto::Client::new(), Unasked);
-        let deadline = crate::driver::now() + PROBE_TIMEOUT;
+        let deadline = crate::speak::driver::now() + PROBE_TIMEOUT;
         let init = finish(
             driver
                 .request(|m| m.discover(client_info, json!({}), Some(deadline)))
@@ -159,7 +159,7 @@ fn refused(r: Refused<jsonrpc::ProtocolError>) -> RpcError {
 
 // `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
 // `protocols::PROTOCOLS`).
-use crate::protocols::hooks::{
+use crate::speak::protocols::hooks::{
     CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch, client_info,
 };
 

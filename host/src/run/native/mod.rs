@@ -48,9 +48,9 @@ use tokio::sync::{oneshot, watch};
 
 use crate::error::{Exit, HostError};
 use crate::policy::Policy;
-use crate::sandbox::finish;
-use crate::stderr::{StderrMode, StderrTail};
-use crate::transport::{KillSwitch, Transport, killed};
+use crate::run::sandbox::finish;
+use crate::run::stderr::{StderrMode, StderrTail};
+use crate::run::transport::{KillSwitch, Transport, killed};
 
 pub use landlock::{LANDLOCK_TARGET_ABI, LandlockSupport};
 pub(crate) use memory::plugin_resident;
@@ -273,7 +273,7 @@ pub(crate) fn spawn(
     };
 
     let stderr = StderrTail::new(tail_lines);
-    let name = crate::sandbox::argv0_for(program);
+    let name = crate::run::sandbox::argv0_for(program);
     let stderr_task = tokio::spawn(stderr.clone().drain(stderr_pipe, stderr_mode, name));
     let (exit_tx, exit_rx) = watch::channel(None);
     let (kill, mut kill_rx) = KillSwitch::new();

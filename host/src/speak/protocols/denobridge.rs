@@ -14,11 +14,13 @@ use sandpipe_proto::denobridge::{
 use sandpipe_proto::jsonrpc::{self, ErrorCode, INTERNAL_ERROR};
 use serde_json::Value;
 
-use crate::driver::{Completion, Driver, Refused, Unasked};
 use crate::error::{Exit, Stopped};
-use crate::protocols::hooks::{CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Launch};
-use crate::protocols::jsonrpc::RpcError;
-use crate::session::{Session, SessionControl};
+use crate::run::session::{Session, SessionControl};
+use crate::speak::driver::{Completion, Driver, Refused, Unasked};
+use crate::speak::protocols::hooks::{
+    CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Launch,
+};
+use crate::speak::protocols::jsonrpc::RpcError;
 
 /// A denobridge provider plugin of one [`ProviderKind`]. Calls may run concurrently (`&self`).
 #[derive(Debug)]

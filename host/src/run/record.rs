@@ -76,7 +76,7 @@ impl Recorder {
     /// Append one frame.
     pub(crate) fn frame(&self, dir: Direction, frame: &[u8]) {
         let note = match self.framing {
-            Framing::CborSeq => Some(crate::cbor_note::render(frame)),
+            Framing::CborSeq => Some(crate::run::cbor_note::render(frame)),
             _ => None,
         };
         let line = render_line(dir, frame, note.as_deref());

@@ -69,9 +69,9 @@ impl ArtifactCache {
             f.sync_all()?;
         }
         std::fs::rename(&tmp, &path)?;
-        // The cache root's size cap covers compiled artifacts too (see crate::store).
+        // The cache root's size cap covers compiled artifacts too (see crate::dist::store).
         if let Some(root) = self.dir.parent()
-            && let Err(e) = crate::store::Store::open(root).enforce_cap(Some(&path))
+            && let Err(e) = crate::dist::store::Store::open(root).enforce_cap(Some(&path))
         {
             tracing::warn!("cache: enforcing the size cap: {e}");
         }
