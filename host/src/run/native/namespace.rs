@@ -557,6 +557,15 @@ impl Jail {
                 0,
             );
             libc::close(status_read);
+            // The monitor may have died before the request took effect (sandpipe killed in
+            // between, under load): then nobody will ever send it, and this PID 1 would build
+            // the root and start the plugin with no parent to end them. `getppid` cannot tell
+            // (the monitor is outside this PID namespace, so it reads 0 either way), but the
+            // monitor holds the status pipe's only read end now: a write end without a reader
+            // polls as an error.
+            if !monitor_alive(status_write) {
+                libc::_exit(137);
+            }
             self.build_root()?;
             let plugin = libc::fork();
             if plugin < 0 {
@@ -952,6 +961,20 @@ fn monitor(init: libc::pid_t, status_read: libc::c_int) -> ! {
     }
 }
 
+/// Whether the status pipe's read end, which only the monitor holds once PID 1 has closed its
+/// copy, is still open. Async-signal-safe: one `poll` that does not wait.
+#[allow(unsafe_code)]
+fn monitor_alive(status_write: libc::c_int) -> bool {
+    let mut fd = libc::pollfd {
+        fd: status_write,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: poll on one pollfd on our stack, with no timeout.
+    let ready = unsafe { libc::poll(&raw mut fd, 1, 0) };
+    !(ready > 0 && fd.revents & libc::POLLERR != 0)
+}
+
 /// PID 1 of the namespace: hold only the status pipe, reap every orphan, and report the
 /// plugin's raw wait status. Its end takes every other process of the namespace with it.
 #[allow(unsafe_code)]
@@ -1156,6 +1179,15 @@ fn spawn_error(program: &Path, source: std::io::Error) -> HostError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pid_1_sees_the_monitor_gone_when_the_status_pipe_has_no_reader() {
+        use std::os::fd::AsRawFd;
+        let (read, write) = std::io::pipe().expect("a pipe");
+        assert!(monitor_alive(write.as_raw_fd()));
+        drop(read);
+        assert!(!monitor_alive(write.as_raw_fd()));
+    }
 
     #[test]
     fn descriptor_paths_are_written_without_allocating() {
