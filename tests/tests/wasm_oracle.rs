@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use sandpipe::exports::oracle::{AfterTrap, InvokeError, WasmOracle, WasmOracleOptions};
 use sandpipe::{Access, Exit, Fuel, Host, HostOptions, Plugin, Policy, StderrMode};
+use sandpipe_proto::component::{CodecError, SelectorError, decode_byte_array, felt_from_i64};
 use sandpipe_proto::oracle::Felt;
-use sandpipe_proto::oracle::wasm::{CodecError, SelectorError, decode_byte_array, felt_from_i64};
 use sandpipe_tests::stand_in::{Step, play};
 use sandpipe_tests::{peers, wasm_oracle};
 use serde_json::{Value, json};
@@ -29,7 +29,7 @@ fn f(n: u128) -> Felt {
 /// A string as a ByteArray (the codec's own encoder).
 fn byte_array(s: &str) -> Vec<Felt> {
     let mut out = Vec::new();
-    sandpipe_proto::oracle::wasm::encode_byte_array(s.as_bytes(), &mut out);
+    sandpipe_proto::component::encode_byte_array(s.as_bytes(), &mut out);
     out
 }
 

@@ -45,11 +45,11 @@
 
 use std::time::Duration;
 
-use sandpipe_proto::oracle::Felt;
-use sandpipe_proto::oracle::wasm::{
+use sandpipe_proto::component::{
     CodecError, DEFAULT_MAX_RESULT_FELTS, SelectorError, Selectors, Ty, Value, check_supported,
     decode_args, encode_results,
 };
+use sandpipe_proto::oracle::Felt;
 use serde_json::{Value as Json, json};
 use thiserror::Error;
 
