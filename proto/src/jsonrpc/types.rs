@@ -1,23 +1,8 @@
-//! JSON-RPC 2.0 messages, and the Orchard dialect of them, plus a bidirectional [`Peer`].
-//!
-//! Two dialects share one envelope:
-//! - [`Dialect::JsonRpc2`]: `"jsonrpc":"2.0"` on every message, integer error codes. A message
-//!   received without the `jsonrpc` member is accepted (lenient in, strict out); a wrong
-//!   version is an error.
-//! - [`Dialect::Orchard`]: no `jsonrpc` member, string error codes, and an optional `detail`
-//!   string on errors (kept in [`ErrorObject::data`]).
-//!
-//! Batches are not supported: none of the hosted protocols use them.
-
-mod peer;
-mod supervised;
+//! JSON-RPC messages in both dialects: ids, errors, the envelope and its codec.
 
 use std::fmt;
 
-pub(crate) use peer::MAX_CANCELLED;
-pub use peer::{Event, Peer, Request};
 use serde_json::{Map, Value};
-pub use supervised::{classify_engine, classify_plugin, error_answer, id_of};
 use thiserror::Error;
 
 use crate::frame::escape_snippet;
@@ -510,113 +495,4 @@ fn error_object_value(e: &ErrorObject, dialect: Dialect) -> Value {
         obj.insert(key.into(), d.clone());
     }
     Value::Object(obj)
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    #[test]
-    fn decodes_every_kind_in_both_dialects() {
-        let cases: &[(&str, Dialect, Message)] = &[
-            (
-                r#"{"jsonrpc":"2.0","id":0,"method":"ready"}"#,
-                Dialect::JsonRpc2,
-                Message::request(0, "ready", None),
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":"a","method":"invoke","params":{"selector":"f"}}"#,
-                Dialect::JsonRpc2,
-                Message::request("a", "invoke", Some(json!({"selector":"f"}))),
-            ),
-            (
-                r#"{"jsonrpc":"2.0","method":"shutdown"}"#,
-                Dialect::JsonRpc2,
-                Message::notification("shutdown", None),
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":1,"result":["0x1"]}"#,
-                Dialect::JsonRpc2,
-                Message::response(1, Ok(json!(["0x1"]))),
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"boom","data":{"x":1}}}"#,
-                Dialect::JsonRpc2,
-                Message::response(
-                    1,
-                    Err(ErrorObject::new(-32603, "boom").with_data(json!({"x":1}))),
-                ),
-            ),
-            (
-                r#"{"id":42,"method":"describe","params":{}}"#,
-                Dialect::Orchard,
-                Message::request(42, "describe", Some(json!({}))),
-            ),
-            (
-                r#"{"id":42,"error":{"code":"unknown_action","message":"unknown action: foo","detail":"more"}}"#,
-                Dialect::Orchard,
-                Message::response(
-                    42,
-                    Err(ErrorObject::new("unknown_action", "unknown action: foo")
-                        .with_data(json!("more"))),
-                ),
-            ),
-        ];
-        for (text, dialect, want) in cases {
-            let got = Message::decode(text.as_bytes(), *dialect).expect(text);
-            assert_eq!(&got, want, "{text}");
-            // Round trip.
-            assert_eq!(
-                Message::decode(&got.encode(*dialect), *dialect).expect("re-decode"),
-                got
-            );
-        }
-    }
-
-    #[test]
-    fn encodes_exact_bytes() {
-        let m = Message::request(0, "ready", None);
-        assert_eq!(
-            m.encode(Dialect::JsonRpc2),
-            br#"{"jsonrpc":"2.0","id":0,"method":"ready"}"#
-        );
-        assert_eq!(m.encode(Dialect::Orchard), br#"{"id":0,"method":"ready"}"#);
-    }
-
-    #[test]
-    fn rejects_invalid_messages() {
-        let cases: &[(&str, &str)] = &[
-            ("[1]", "not an object"),
-            (r#"{"jsonrpc":"2.0"}"#, "no method and no id"),
-            (r#"{"id":1}"#, "neither method, result nor error"),
-            (
-                r#"{"id":1,"result":1,"error":{"code":1}}"#,
-                "both result and error",
-            ),
-            (r#"{"id":{},"method":"x"}"#, "id is not a number or string"),
-            (r#"{"id":null,"method":"x"}"#, "request id is null"),
-            (r#"{"method":3}"#, "method is not a string"),
-            (r#"{"id":1,"error":"bad"}"#, "error is not an object"),
-        ];
-        for (text, reason) in cases {
-            match Message::decode(text.as_bytes(), Dialect::JsonRpc2) {
-                Err(ProtocolError::Invalid { reason: got, .. }) => {
-                    assert_eq!(&got, reason, "{text}")
-                }
-                other => panic!("{text}: {other:?}"),
-            }
-        }
-        assert_eq!(
-            Message::decode(br#"{"jsonrpc":"1.0","id":1,"result":1}"#, Dialect::JsonRpc2),
-            Err(ProtocolError::WrongVersion {
-                got: "\"1.0\"".into()
-            })
-        );
-        assert!(matches!(
-            Message::decode(b"hello", Dialect::JsonRpc2),
-            Err(ProtocolError::NotJson { .. })
-        ));
-    }
 }
