@@ -48,6 +48,9 @@ use serde_json::{Value, json};
 
 use crate::driver::{Completion, Driver, PluginRequests, Refused, Stream};
 use crate::error::{Exit, Stopped};
+use crate::protocols::hooks::{
+    CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch,
+};
 use crate::session::{Session, SessionControl};
 
 /// Why a FineCode call did not return a result.
@@ -559,9 +562,6 @@ async fn outcome(
 
 // `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
 // `protocols::PROTOCOLS`).
-use crate::protocols::hooks::{
-    CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch,
-};
 
 /// `sandpipe call --protocol finecode`: METHOD is a call (`actions/run`,
 /// `finecodeRunner/resolveActionMeta`, ...), PARAMS its params, in the direct call form; the

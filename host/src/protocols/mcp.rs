@@ -19,16 +19,19 @@
 use std::time::Duration;
 
 use sandpipe_proto::jsonrpc;
+use sandpipe_proto::mcp::exports as tools;
 use sandpipe_proto::mcp::{self as proto, ClientEvent, Tool};
 use serde_json::{Value, json};
 
 use crate::driver::{Completion, Driver, Refused, Unasked};
 use crate::error::{Exit, Stopped};
 use crate::exports::session::{Exports, ExportsServer};
+use crate::protocols::hooks::{
+    CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch, client_info,
+};
 use crate::protocols::jsonrpc::RpcError;
 use crate::session::{Session, SessionControl};
 use crate::{ExportedFunc, Plugin};
-use sandpipe_proto::mcp::exports as tools;
 
 /// How many `tools/list` pages [`McpClient::list_tools`] follows before it stops: a server
 /// that hands out cursors forever cannot keep the host listing.
@@ -162,9 +165,6 @@ fn refused(r: Refused<jsonrpc::ProtocolError>) -> RpcError {
 
 // `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
 // `protocols::PROTOCOLS`).
-use crate::protocols::hooks::{
-    CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch, client_info,
-};
 
 /// `sandpipe call --protocol mcp`: the probe or the handshake, METHOD (`tools/call`,
 /// `tools/list`, `resources/read`, …) with PARAMS, then the spec's shutdown. A tool's own

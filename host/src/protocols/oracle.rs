@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use sandpipe_proto::component::{DEFAULT_MAX_RESULT_FELTS, encode_results};
+use sandpipe_proto::jsonrpc::{self, ErrorObject};
 use sandpipe_proto::oracle::{self as machine, ClientEvent, ErrorOrigin, Felt, OracleError};
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -18,8 +20,6 @@ use crate::protocols::hooks::{
     CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch,
 };
 use crate::session::{Session, SessionControl};
-use sandpipe_proto::component::{DEFAULT_MAX_RESULT_FELTS, encode_results};
-use sandpipe_proto::jsonrpc::{self, ErrorObject};
 
 /// An oracle process after its handshake. Invocations are sequential by construction
 /// (`invoke` takes `&mut self`), as the protocol requires.
@@ -104,6 +104,9 @@ fn stopped<M: sandpipe_proto::machine::ClientMachine>(driver: &Driver<M>) -> Sto
         .stopped()
         .unwrap_or_else(|| Stopped::by_host("the session ended", Vec::new()))
 }
+
+// `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
+// `protocols::PROTOCOLS`).
 
 /// `sandpipe call --protocol oracle`: METHOD is the selector, PARAMS the calldata (an array
 /// of hex felts); the result is the felts the oracle returned.
