@@ -12,8 +12,10 @@
 //! ```text
 //!   Supervisor / OracleClient / McpClient
 //!     Session::send ─► framer ─► pipe ─► ExportsServer::handle ─► protocol machine (proto):
-//!     Session::recv ◄─ framer ◄─ pipe ◄─┘   oracle: OracleServer (ready, invoke, shutdown)
-//!                                           mcp:    mcp::Server + component::tools::Tools
+//!     Session::recv ◄─ framer ◄─ pipe ◄─┘   oracle (protocols/oracle.rs): OracleServer
+//!                                             (ready, invoke, shutdown)
+//!                                           mcp (protocols/mcp.rs): mcp::Server and
+//!                                             mcp::exports::Tools
 //!                                             └─ each invoke / tools/call ─► Exports::call
 //!                                                ─► ExportInstance::call
 //!                                                (sandbox: fuel per call, deadline per call,
@@ -48,6 +50,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sandpipe_proto::component::{Selectors, Value};
 use serde_json::{Value as Json, json};
 
 use crate::error::{Exit, HostError};
@@ -56,7 +59,6 @@ use crate::memory_plugin::InProcess;
 use crate::sandbox::exports::{CallFailure, ExportInstance, ExportsRunner};
 use crate::session::{Session, SessionOptions};
 use crate::{ExportedFunc, Host, Plugin, Policy};
-use sandpipe_proto::component::{Selectors, Value};
 
 /// A protocol's server for a component's exports: frames from the client in, frames out,
 /// each call of an export made through [`Exports`]. A stop of the instance (the `Err` of
