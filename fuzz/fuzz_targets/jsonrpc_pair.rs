@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| sandpipe_proto::fuzz::jsonrpc_pair(std::time::Instant::now(), data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sandpipe_proto::jsonrpc::fuzz_pair(std::time::Instant::now(), data));

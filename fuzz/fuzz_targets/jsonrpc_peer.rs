@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| sandpipe_proto::fuzz::jsonrpc_peer(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sandpipe_proto::jsonrpc::fuzz(data));

@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| sandpipe_proto::oracle::wasm::fuzz(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sandpipe_proto::component::fuzz(data));

@@ -4,10 +4,8 @@
 //! A fuzz body panics when it finds a bug; on any input that is merely invalid it returns
 //! normally.
 
-mod jsonrpc;
 pub(crate) mod supervise;
 
-pub use jsonrpc::{jsonrpc_pair, jsonrpc_peer};
 pub use supervise::supervisor;
 
 pub(crate) use crate::choices::Choices;

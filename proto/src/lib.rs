@@ -31,6 +31,7 @@
 
 pub mod atp;
 mod choices;
+pub mod component;
 pub mod denobridge;
 pub mod finecode;
 pub mod frame;

@@ -115,7 +115,7 @@ fn message(answer: &[Felt]) -> String {
         .iter()
         .map(|f| sandpipe_proto::oracle::Felt::from_be_bytes(&f.to_bytes_be()).expect("felt"))
         .collect();
-    sandpipe_proto::oracle::wasm::decode_byte_array(&felts).expect("a ByteArray")
+    sandpipe_proto::component::decode_byte_array(&felts).expect("a ByteArray")
 }
 
 fn f(n: u64) -> Felt {

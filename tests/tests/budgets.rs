@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use sandpipe::protocols::Protocol;
-use sandpipe::supervise::{Budgets, Report, Supervisor};
+use sandpipe::supervise::{Budgets, Recycle, Report, Supervisor};
 use sandpipe::{Exit, Fuel, Host, HostOptions, Policy, SessionOptions, StderrMode};
 use sandpipe_proto::atp;
 use sandpipe_tests::{Target, plugin};
@@ -299,12 +299,18 @@ async fn recycling_is_invisible_to_the_engine() {
     for target in [Target::Wasm, Target::Native] {
         // By count: a fresh instance after every 3 answers.
         let by_count = Budgets {
-            recycle_after: Some(3),
+            recycle: Recycle {
+                after_requests: Some(3),
+                ..Recycle::default()
+            },
             ..Budgets::default()
         };
         // By memory: any instance holds more than one byte, so each answer recycles.
         let by_memory = Budgets {
-            recycle_memory: Some(1),
+            recycle: Recycle {
+                above_memory: Some(1),
+                ..Recycle::default()
+            },
             ..Budgets::default()
         };
         for (budgets, recycles) in [(by_count, 2), (by_memory, 7)] {
@@ -338,14 +344,17 @@ async fn recycling_is_invisible_to_the_engine() {
     }
 }
 
-/// `recycle_before_cap` (the CLI's default `--recycle-memory auto`): a guest that keeps 8 MiB
+/// `Recycle::before_cap` (the CLI's default `--recycle-memory auto`): a guest that keeps 8 MiB
 /// per request under a 64 MiB cap is replaced between requests before it meets the cap, and
 /// every request is answered; without it, a request fails on the memory limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_heap_growing_per_request_is_recycled_before_the_cap() {
     let cap = 64u64 << 20;
     let auto = Budgets {
-        recycle_before_cap: Some(cap),
+        recycle: Recycle {
+            before_cap: Some(cap),
+            ..Recycle::default()
+        },
         restart: true,
         ..Budgets::default()
     };

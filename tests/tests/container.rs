@@ -18,8 +18,6 @@
 //!
 //! `cargo test -p sandpipe-tests --test container` (after `.ci/setup`).
 
-mod stand_in;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -27,9 +25,10 @@ use std::sync::OnceLock;
 use sandpipe_proto::atp::{Message, Value};
 use sandpipe_proto::frame::Framing;
 use sandpipe_tests::registry::{PASSWORD, Registry, minisign_keypair};
+use sandpipe_tests::stand_in;
+use sandpipe_tests::stand_in::atp::{map, text, work_start};
+use sandpipe_tests::stand_in::{Session, Way};
 use sandpipe_tests::{Target, peers, plugin};
-use stand_in::atp::{map, text, work_start};
-use stand_in::{Session, Way};
 
 /// An image built by the static sandpipe's `sandpipe image` and loaded into podman; removed
 /// (with its containers) when dropped.
@@ -154,8 +153,8 @@ fn podman_run_speaks_atp_and_the_container_ends_with_the_plugin() {
     // client done ends the container.
     assert_eq!(s.next_frame(), None, "stdout after client done");
     let stderr = s.stderr();
-    let (t, _) = s.finish();
-    assert_eq!(t.status, "exit 0", "{stderr}");
+    let t = s.finish();
+    assert_eq!(t.status, "exit code 0", "{stderr}");
     assert!(
         stderr.contains("loaded from the disk cache"),
         "the container compiled the plugin:\n{stderr}"
@@ -599,9 +598,9 @@ fn arcaflow_engine_runs_the_image_with_real_docker_like_the_native_plugin() {
     assert!(rm.status.success(), "docker rm --force: {}", text_of(&rm));
     assert_eq!(dockerd.containers(), "", "containers left");
     let stderr = s.stderr();
-    let (t, _) = s.finish();
+    let t = s.finish();
     // SIGKILL, as docker reports it: 128 + 9.
-    assert_eq!(t.status, "exit 137", "docker run's stderr:\n{stderr}");
+    assert_eq!(t.status, "exit code 137", "docker run's stderr:\n{stderr}");
 }
 
 // --- push and sign ---------------------------------------------------------------------------
@@ -753,13 +752,13 @@ fn an_image_pushed_and_signed_is_pulled_by_podman_and_its_signature_verifies() {
     s.send(&Message::ClientDone.encode());
     assert_eq!(s.next_frame(), None, "stdout after client done");
     let stderr = s.stderr();
-    let (t, _) = s.finish();
+    let t = s.finish();
     let _ = podman(&["rmi", "--force", &pulled]);
     assert_eq!(
         hello.step_ids().into_iter().collect::<Vec<_>>(),
         ["greet", "wait"]
     );
-    assert_eq!(t.status, "exit 0", "{stderr}");
+    assert_eq!(t.status, "exit code 0", "{stderr}");
 }
 
 // --- Kubernetes on paper: the pod manifest under `podman kube play` --------------------------
@@ -868,8 +867,8 @@ fn podman_rm_force_ends_the_plugin_by_sigterm_and_leaves_no_container() {
         "containers left"
     );
     let stderr = s.stderr();
-    let (t, _) = s.finish();
-    assert_eq!(t.status, "exit 0", "podman run's stderr:\n{stderr}");
+    let t = s.finish();
+    assert_eq!(t.status, "exit code 0", "podman run's stderr:\n{stderr}");
 }
 
 #[test]

@@ -22,17 +22,16 @@
 //! `cargo test -p sandpipe-tests --test peers_python` (after `.ci/setup`); `atp`, `pylsp` or
 //! `finecode` as a filter runs one peer.
 
-mod stand_in;
-
 use std::ffi::OsString;
 use std::path::Path;
 
 use sandpipe_proto::atp::{Message, Value};
 use sandpipe_proto::frame::Framing;
 use sandpipe_tests::peers;
+use sandpipe_tests::stand_in;
+use sandpipe_tests::stand_in::atp::{map, text, work_start};
+use sandpipe_tests::stand_in::{Peer, Session, Transcript, Way};
 use serde_json::{Value as Json, json};
-use stand_in::atp::{map, text, work_start};
-use stand_in::{Peer, Session, Transcript, Way};
 
 /// Run `script` against `peer(way)` each way and check that every transcript equals the
 /// direct one; every way runs, and the failure names each one that differed. Returns the
@@ -58,7 +57,8 @@ fn each_of(
     for &way in ways {
         let mut session = Session::start(&peer(way), way);
         script(&mut session);
-        let (got, stderr) = session.finish();
+        let got = session.finish();
+        let stderr = got.stderr_text();
         match &direct {
             None => direct = Some(got),
             Some(want) => {
@@ -157,7 +157,7 @@ fn atp_malformed_message() {
             )
         });
     });
-    assert_eq!(t.status, "exit 0");
+    assert_eq!(t.status, "exit code 0");
 }
 
 #[test]
@@ -190,7 +190,8 @@ fn atp_not_cbor() {
     let behind = Way::Behind(Some(Framing::CborSeq));
     let mut session = Session::start(&atp_peer(behind), behind);
     script(&mut session);
-    let (got, stderr) = session.finish();
+    let got = session.finish();
+    let stderr = got.stderr_text();
     // The text's first bytes may still parse as CBOR items (`E` opens a 5-byte string), so
     // the engine gets everything before the text, and no more than the plugin wrote.
     assert!(
@@ -199,7 +200,7 @@ fn atp_not_cbor() {
         stand_in::render(&got.stdout),
         stand_in::render(&t.stdout)
     );
-    assert_eq!(got.status, "exit 123", "{stderr}");
+    assert_eq!(got.status, "exit code 123", "{stderr}");
     assert!(
         stderr.contains("sandpipe: bad frame from plugin"),
         "{stderr}"
@@ -215,7 +216,7 @@ fn atp_large_frame() {
         s.send(&Message::ClientDone.encode());
     });
     assert!(t.stdout.len() > 1 << 20);
-    assert_eq!(t.status, "exit 0");
+    assert_eq!(t.status, "exit code 0");
 }
 
 #[test]
@@ -229,7 +230,7 @@ fn atp_sigint_is_ignored() {
         atp_greet(s, "r2", "after");
         s.send(&Message::ClientDone.encode());
     });
-    assert_eq!(t.status, "exit 0");
+    assert_eq!(t.status, "exit code 0");
 }
 
 #[test]
@@ -245,7 +246,7 @@ fn atp_sigterm_reaches_the_plugin() {
         std::thread::sleep(std::time::Duration::from_millis(300));
         s.signal("TERM");
     });
-    assert_eq!(t.status, "exit 0");
+    assert_eq!(t.status, "exit code 0");
 }
 
 #[test]
@@ -364,7 +365,7 @@ fn pylsp_normal_traffic() {
         );
         pylsp_close(s, 3);
     });
-    assert_eq!(t.status, "exit 0");
+    assert_eq!(t.status, "exit code 0");
 }
 
 #[test]
@@ -532,7 +533,7 @@ fn finecode_normal_traffic() {
         finecode_work(s, 3);
         finecode_stop(s, 5);
     });
-    assert_eq!(t.status, "exit 0");
+    assert_eq!(t.status, "exit code 0");
 }
 
 #[test]

@@ -5,16 +5,16 @@
 //! signed values, lists, options, results), short and fully qualified selectors, ambiguous and
 //! unknown ones, state across calls and one instance per connection, each limit biting in one
 //! call while the next is answered, poisoning, denied filesystem, network and environment,
-//! hostile calldata, the endless loop through `sandpipe run --protocol oracle`, and that
-//! command's supervisor recycling a component whose memory grows per call.
+//! hostile calldata, the endless loop through `sandpipe run --protocol oracle`, and both that
+//! command's supervisor and the library API recycling a component by one rule (`Recycle`).
 
 use std::process::Command;
 use std::time::Duration;
 
-use sandpipe::exports::oracle::{AfterTrap, InvokeError, WasmOracle, WasmOracleOptions};
+use sandpipe::exports::oracle::{AfterTrap, InvokeError, Recycle, WasmOracle, WasmOracleOptions};
 use sandpipe::{Access, Exit, Fuel, Host, HostOptions, Plugin, Policy, StderrMode};
+use sandpipe_proto::component::{CodecError, SelectorError, decode_byte_array, felt_from_i64};
 use sandpipe_proto::oracle::Felt;
-use sandpipe_proto::oracle::wasm::{CodecError, SelectorError, decode_byte_array, felt_from_i64};
 use sandpipe_tests::stand_in::{Step, play};
 use sandpipe_tests::{peers, wasm_oracle};
 use serde_json::{Value, json};
@@ -29,7 +29,7 @@ fn f(n: u128) -> Felt {
 /// A string as a ByteArray (the codec's own encoder).
 fn byte_array(s: &str) -> Vec<Felt> {
     let mut out = Vec::new();
-    sandpipe_proto::oracle::wasm::encode_byte_array(s.as_bytes(), &mut out);
+    sandpipe_proto::component::encode_byte_array(s.as_bytes(), &mut out);
     out
 }
 
@@ -179,6 +179,50 @@ async fn state_persists_across_calls_and_each_connection_has_its_own_instance() 
     assert_eq!(ok(&mut a, "count", &[]).await, vec![f(4)]);
     a.close().await;
     b.close().await;
+}
+
+/// The library API renews a healthy instance by the supervisor's own rule (`Recycle`, the
+/// type of `Budgets::recycle`): after N calls, and before a heap that grows per call meets the
+/// memory cap (half the headroom above what the first call left), so every call is answered.
+#[tokio::test]
+async fn the_library_api_recycles_by_the_supervisors_rule() {
+    let (host, plugin) = load();
+    let by_count = Recycle {
+        after_requests: Some(3),
+        ..Recycle::default()
+    };
+    let options = WasmOracleOptions::default().recycle(by_count);
+    let mut o = connect(&host, &plugin, &Policy::default(), options).await;
+    let counts: Vec<Vec<Felt>> = calls_in_order(&mut o, "count", 4).await;
+    assert_eq!(counts, [vec![f(1)], vec![f(2)], vec![f(3)], vec![f(1)]]);
+    assert_eq!(o.restarts(), 1);
+    o.close().await;
+
+    let cap = 64u64 << 20;
+    let before_cap = Recycle {
+        before_cap: Some(cap),
+        ..Recycle::default()
+    };
+    let policy = Policy::default().max_memory(Some(cap));
+    let options = WasmOracleOptions::default().recycle(before_cap);
+    let mut o = connect(&host, &plugin, &policy, options).await;
+    let kept: Vec<Vec<Felt>> = calls_in_order(&mut o, "hoard", 12).await;
+    assert!(o.restarts() >= 1, "renewed before the cap: {kept:?}");
+    assert!(
+        kept.iter().skip(1).any(|k| k == &vec![f(8)]),
+        "a fresh instance's first hoard keeps 8 MiB: {kept:?}"
+    );
+    o.close().await;
+}
+
+/// `n` calls of `selector` one after another (`hoard` keeps 8 MiB more each), each answered.
+async fn calls_in_order(o: &mut WasmOracle, selector: &str, n: usize) -> Vec<Vec<Felt>> {
+    let calldata: &[Felt] = if selector == "hoard" { &[f(8)] } else { &[] };
+    let mut answers = Vec::new();
+    for _ in 0..n {
+        answers.push(ok(o, selector, calldata).await);
+    }
+    answers
 }
 
 /// One call runs into the limit; the next call on the same connection gets its answer from a

@@ -107,7 +107,7 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         );
     }
     if plugin.exports_functions() {
-        report["functions"] = super::wasm_oracle::functions_json(&plugin);
+        report["functions"] = crate::exports::session::functions_json(&plugin);
     }
     if plugin.kind() == PluginKind::NativeUnsandboxed {
         report["native"] = native_report(&policy, &LandlockSupport::detect());
@@ -128,19 +128,11 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         options.stderr = StderrMode::Discard;
         let group = crate::SessionGroup::new();
         options.group = Some(group.clone());
-        let described: Result<Value, String> = match protocol {
-            Protocol::Oracle if plugin.exports_functions() => {
-                super::wasm_oracle::describe(&host, &plugin, &policy, &options).await
-            }
-            _ => {
-                let launch =
-                    Launch::new(&host, &plugin, &policy, &options, protocol).with_tools(tools);
-                match (protocol.spec().describe)(launch).await {
-                    Ok(v) => Ok(v),
-                    Err(DescribeError::Failed(e)) => Err(e),
-                    Err(DescribeError::Start(e)) => return Err(e.into()),
-                }
-            }
+        let launch = Launch::new(&host, &plugin, &policy, &options, protocol).with_tools(tools);
+        let described: Result<Value, String> = match protocol.describe_for(&plugin)(launch).await {
+            Ok(v) => Ok(v),
+            Err(DescribeError::Failed(e)) => Err(e),
+            Err(DescribeError::Start(e)) => return Err(e.into()),
         };
         if described.is_err()
             && let Some((exit, tail)) = group.last_ended()

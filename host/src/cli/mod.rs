@@ -21,7 +21,6 @@ mod status;
 mod stdio;
 mod supervised;
 mod tool_args;
-mod wasm_oracle;
 
 use std::path::PathBuf;
 

@@ -88,15 +88,15 @@ impl BudgetArgs {
             restart: self.restart,
             // Scarb's semantics for a `wasm:` oracle: after a stop, every later call fails.
             poison: plugin.exports_functions(),
-            recycle_after: self.recycle_after,
             start_timeout: Some(self.start_timeout),
             grace: self.recycle_grace,
             ..Budgets::default()
         };
+        b.recycle.after_requests = self.recycle_after;
         match self.recycle_memory {
-            RecycleMemory::Above(n) => b.recycle_memory = Some(n),
+            RecycleMemory::Above(n) => b.recycle.above_memory = Some(n),
             RecycleMemory::Auto if plugin.kind() != PluginKind::NativeUnsandboxed => {
-                b.recycle_before_cap = policy.max_memory;
+                b.recycle.before_cap = policy.max_memory;
             }
             RecycleMemory::Auto | RecycleMemory::Never => {}
         }

@@ -28,6 +28,20 @@
 //!   semantics: the connection stays, and every later call fails with the first stop's
 //!   reason. [`AfterTrap::Restart`] gives the next call a fresh instance (state starts over).
 //!   A guest returning `result::err` is data, not a failure: it is encoded like any value.
+//! - **Recycling is the supervisor's rule**: [`WasmOracleOptions::recycle`] is
+//!   `sandpipe_proto::supervise::Recycle`, the type of `Budgets::recycle`, and the decision
+//!   after each call is its [`Recycle::due`] (calls answered on the instance, its linear
+//!   memory, and that memory after its first call), so "after N requests", "above M bytes"
+//!   and "before the cap" mean one thing on both paths.
+//! - **What follows a stop is not `Budgets`' two flags**, on purpose. The supervisor's
+//!   `restart` and `poison` combine (both are set for an export component run with
+//!   `--restart`), and `poison` there also means "this instance enforces its own deadlines":
+//!   it keeps the supervisor from cancelling a timed-out request and replacing a deaf
+//!   instance, which has no meaning for a direct call. Its third choice, ending the session,
+//!   has none either: a `WasmOracle` has no session to end, only the next call. So this API
+//!   keeps its own two-way [`AfterTrap`], whose `Restart` is `Budgets::restart` and whose
+//!   `Poison` is `Budgets::poison` without `restart`, and the stop's answer is the same
+//!   [`Stopped`] message on both paths.
 //! - **Limits per call.** A [`Fuel::PerRequest`](crate::Fuel::PerRequest) budget is re-armed
 //!   before every call ([`Fuel::PerSession`](crate::Fuel::PerSession) is one budget for the
 //!   instance's life); the deadline
@@ -45,17 +59,18 @@
 
 use std::time::Duration;
 
-use sandpipe_proto::oracle::Felt;
-use sandpipe_proto::oracle::wasm::{
+use sandpipe_proto::component::{
     CodecError, DEFAULT_MAX_RESULT_FELTS, SelectorError, Selectors, Ty, Value, check_supported,
     decode_args, encode_results,
 };
+use sandpipe_proto::oracle::Felt;
 use serde_json::{Value as Json, json};
 use thiserror::Error;
 
 use crate::error::{HostError, Stopped};
 use crate::run::sandbox::exports::{CallFailure, ExportInstance, ExportsRunner};
 use crate::{ExportedFunc, Host, Plugin, Policy, StderrMode};
+pub use sandpipe_proto::supervise::Recycle;
 
 /// What happens to an instance after a call stopped it (trap, fuel, deadline, memory cap).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -72,7 +87,7 @@ pub enum AfterTrap {
 /// - `call_timeout`: `None` ([`Policy::deadline`], if set, is used per call);
 /// - `after_trap`: [`AfterTrap::Poison`];
 /// - `max_result_felts`: [`DEFAULT_MAX_RESULT_FELTS`] (1 Mi felts);
-/// - `recycle_after`, `recycle_memory`: `None` (never renew a healthy instance);
+/// - `recycle`: [`Recycle::default`] (never renew a healthy instance);
 /// - `stderr`: [`StderrMode::Log`], keeping the last 20 lines for errors.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -83,10 +98,10 @@ pub struct WasmOracleOptions {
     pub after_trap: AfterTrap,
     /// Most felts one call's results may encode to.
     pub max_result_felts: usize,
-    /// Start a fresh instance after this many calls.
-    pub recycle_after: Option<u64>,
-    /// Start a fresh instance once linear memory passes this many bytes (checked between calls).
-    pub recycle_memory: Option<u64>,
+    /// When to start a fresh instance for a healthy one, checked after each call: the
+    /// supervisor's rule (`after_requests` counts calls on the instance, `above_memory` and
+    /// `before_cap` read its linear memory).
+    pub recycle: Recycle,
     /// Where the guest's stdout and stderr go.
     pub stderr: StderrMode,
     /// Stderr lines kept for error reports.
@@ -99,8 +114,7 @@ impl Default for WasmOracleOptions {
             call_timeout: None,
             after_trap: AfterTrap::Poison,
             max_result_felts: DEFAULT_MAX_RESULT_FELTS,
-            recycle_after: None,
-            recycle_memory: None,
+            recycle: Recycle::default(),
             stderr: StderrMode::Log,
             stderr_tail_lines: 20,
         }
@@ -116,6 +130,11 @@ impl WasmOracleOptions {
     /// Set what happens after a stopped call.
     pub fn after_trap(mut self, after: AfterTrap) -> Self {
         self.after_trap = after;
+        self
+    }
+    /// Set when a healthy instance is renewed.
+    pub fn recycle(mut self, recycle: Recycle) -> Self {
+        self.recycle = recycle;
         self
     }
     /// Set where the guest's stdout and stderr go.
@@ -205,6 +224,8 @@ pub struct WasmOracle {
     label: String,
     slot: Slot,
     calls_on_instance: u64,
+    /// The instance's linear memory after its first call ([`Recycle::before_cap`]'s base).
+    base_memory: Option<u64>,
     restarts: u32,
 }
 
@@ -242,6 +263,7 @@ impl WasmOracle {
             label,
             slot: Slot::Live(first),
             calls_on_instance: 0,
+            base_memory: None,
             restarts: 0,
         })
     }
@@ -330,6 +352,7 @@ impl WasmOracle {
                     })?;
                 self.restarts += 1;
                 self.calls_on_instance = 0;
+                self.base_memory = None;
                 self.slot = Slot::Live(fresh);
             }
             Slot::Live(_) => {}
@@ -346,15 +369,12 @@ impl WasmOracle {
         let Slot::Live(instance) = &self.slot else {
             return;
         };
-        let by_count = self
-            .options
-            .recycle_after
-            .is_some_and(|n| self.calls_on_instance >= n);
-        let by_memory = self
-            .options
-            .recycle_memory
-            .is_some_and(|m| instance.memory_in_use() > m);
-        if (by_count || by_memory)
+        let recycle = self.options.recycle;
+        let used = recycle.reads_memory().then(|| instance.memory_in_use());
+        if self.calls_on_instance == 1 && recycle.needs_base() {
+            self.base_memory = used;
+        }
+        if recycle.due(self.calls_on_instance, used, self.base_memory)
             && let Slot::Live(i) = std::mem::replace(&mut self.slot, Slot::Fresh)
         {
             let _ = i.close().await;

@@ -1,15 +1,23 @@
 //! A component that exports functions, as a session: the transport behind
 //! `run|call|inspect --protocol oracle X.wasm` and `run --protocol mcp tools.wasm`.
 //!
+//! This module is the part every such protocol shares: the instance, its calls and their
+//! stops, and the in-process plugin around them. What speaks the protocol is an
+//! [`ExportsServer`] in that protocol's host module, named by its line in the registry
+//! (`ProtocolSpec::exports`), which is also where `Host::start_speaking` picks it.
+//!
 //! Such a component has no `wasi:cli/run` and no stdio to speak a protocol on, so sandpipe
 //! speaks it for the component, in process, the way [`Session::memory`] presents a closure:
 //!
 //! ```text
 //!   Supervisor / OracleClient / McpClient
-//!     Session::send ─► framer ─► pipe ─► ExportServer::handle ─► protocol machine (proto):
-//!     Session::recv ◄─ framer ◄─ pipe ◄─┘   oracle: OracleServer (ready, invoke, shutdown)
-//!                                           mcp:    mcp::Server + mcp::exports::Tools
-//!                                             └─ each invoke / tools/call ─► ExportInstance::call
+//!     Session::send ─► framer ─► pipe ─► ExportsServer::handle ─► protocol machine (proto):
+//!     Session::recv ◄─ framer ◄─ pipe ◄─┘   oracle (protocols/oracle.rs): OracleServer
+//!                                             (ready, invoke, shutdown)
+//!                                           mcp (protocols/mcp.rs): mcp::Server and
+//!                                             mcp::exports::Tools
+//!                                             └─ each invoke / tools/call ─► Exports::call
+//!                                                ─► ExportInstance::call
 //!                                                (sandbox: fuel per call, deadline per call,
 //!                                                memory cap; the guest's stdin empty)
 //!   SessionControl: memory_in_use = the store's linear memory (the instance's meter, live)
@@ -42,66 +50,60 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandpipe_proto::jsonrpc::{self, ErrorObject, Id, METHOD_NOT_FOUND};
-use sandpipe_proto::mcp::{self, exports as tools};
-use sandpipe_proto::oracle::wasm::{DEFAULT_MAX_RESULT_FELTS, Selectors, Value, encode_results};
-use sandpipe_proto::oracle::{OracleServer, ServerEvent as OracleEvent};
+use sandpipe_proto::component::{Selectors, Value};
 use serde_json::{Value as Json, json};
 
 use crate::error::{Exit, HostError};
-use crate::exports::oracle::{InvokeError, prepare};
+use crate::exports::oracle::InvokeError;
 use crate::run::memory_plugin::InProcess;
 use crate::run::sandbox::exports::{CallFailure, ExportInstance, ExportsRunner};
 use crate::run::session::{Session, SessionOptions};
-use crate::speak::protocols::Protocol;
 use crate::{ExportedFunc, Host, Plugin, Policy};
 
-impl Host {
-    /// Start `plugin` for a session speaking `protocol`. A component that exports functions
-    /// (see [`Plugin::exports_functions`]) is served in process, each function an oracle
-    /// selector or an MCP tool (see [`crate::exports::session`]), from a fresh instance made now
-    /// (one that cannot start is an error here), with `policy.deadline` as each call's limit;
-    /// any other plugin starts as [`Host::start`] starts it.
-    pub async fn start_speaking(
-        &self,
-        plugin: &Plugin,
-        policy: &Policy,
-        options: &SessionOptions,
-        protocol: Protocol,
-    ) -> Result<Session, HostError> {
-        if !plugin.exports_functions() {
-            return self.start(plugin, policy, options).await;
-        }
-        let runner = exports_runner(self, plugin, policy)?;
-        let label = crate::run::sandbox::argv0_for(plugin.path());
-        let speaks = match protocol {
-            Protocol::Oracle => Speaks::Oracle(OracleServer::new()),
-            Protocol::Mcp => Speaks::Mcp(McpTools::new(plugin)),
-            other => {
-                return Err(HostError::Instantiate {
-                    message: format!(
-                        "{} exports functions: sandpipe serves them as the oracle or mcp \
-                         protocol, not {}",
-                        plugin.path().display(),
-                        other.name()
-                    ),
-                });
-            }
-        };
-        let instance = runner
-            .instantiate(policy, &label, options.stderr, options.stderr_tail_lines)
-            .await?;
-        let stderr = instance.stderr();
-        let meter = instance.meter();
-        let server = ExportServer {
+/// A protocol's server for a component's exports: frames from the client in, frames out,
+/// each call of an export made through [`Exports`]. A stop of the instance (the `Err` of
+/// [`Exports::call`]) ends the session: pass it on with `?`.
+#[async_trait::async_trait]
+pub(crate) trait ExportsServer: Send {
+    /// What it writes as it starts (the oracle's `ready`; nothing for a server that waits
+    /// for its client).
+    fn start(&mut self) -> Vec<Vec<u8>>;
+
+    /// Answer one frame from the client: the frames to write, or the stop of a call.
+    async fn handle(&mut self, frame: &[u8], exports: &mut Exports) -> Result<Vec<Vec<u8>>, Exit>;
+
+    /// True once the protocol is done (the oracle's `shutdown`): the session ends with 0.
+    fn finished(&self) -> bool {
+        false
+    }
+}
+
+/// Serve `plugin`'s exports through `runner` as a session speaking `server`'s protocol, from
+/// a fresh instance made now (one that cannot start is an error here), with `policy.deadline`
+/// as each call's limit.
+pub(crate) async fn serve(
+    runner: ExportsRunner,
+    plugin: &Plugin,
+    policy: &Policy,
+    options: &SessionOptions,
+    server: Box<dyn ExportsServer>,
+) -> Result<Session, HostError> {
+    let label = crate::run::sandbox::argv0_for(plugin.path());
+    let instance = runner
+        .instantiate(policy, &label, options.stderr, options.stderr_tail_lines)
+        .await?;
+    let stderr = instance.stderr();
+    let meter = instance.meter();
+    let plugin_side = Served {
+        exports: Exports {
             functions: plugin.functions().into(),
             selectors: Selectors::new(plugin.functions().iter().map(|f| f.name.clone())),
             instance: Some(instance),
             timeout: policy.deadline,
-            speaks,
-        };
-        Ok(Session::in_process(server, options, stderr, meter))
-    }
+        },
+        server,
+    };
+    Ok(Session::in_process(plugin_side, options, stderr, meter))
 }
 
 /// What it takes to instantiate `plugin`'s exports under `policy`: a component (not a core
@@ -131,71 +133,58 @@ pub(crate) fn exports_runner(
         })
 }
 
-/// The protocol the in-process server speaks.
-enum Speaks {
-    Oracle(OracleServer),
-    Mcp(McpTools),
-}
-
-/// MCP's side: the machine, and the functions as tools.
-struct McpTools {
-    server: mcp::Server,
-    tools: tools::Tools,
-    info: Json,
-}
-
-impl McpTools {
-    fn new(plugin: &Plugin) -> Self {
-        let name = plugin
-            .path()
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "component".into());
-        McpTools {
-            server: mcp::Server::new(),
-            tools: tools::Tools::new(tool_sources(plugin.functions())),
-            info: json!({"name": name, "version": env!("CARGO_PKG_VERSION")}),
-        }
-    }
-}
-
-/// The functions that can be tools: those whose types the codec carries (a resource or a
-/// stream cannot be called).
-pub(crate) fn tool_sources(functions: &[ExportedFunc]) -> Vec<tools::ToolSource> {
-    functions
-        .iter()
-        .enumerate()
-        .filter_map(|(i, f)| {
-            let (Ok(params), Ok(results)) = (&f.params, &f.results) else {
-                tracing::info!("{}: not a tool ({})", f.name, f.signature);
-                return None;
-            };
-            Some(tools::ToolSource {
-                function: i,
-                full_name: f.name.clone(),
-                signature: f.signature.clone(),
-                params: f.param_names.iter().cloned().zip(params.clone()).collect(),
-                results: results.clone(),
+/// What `inspect` shows of a component's functions: full name and WIT signature, and why the
+/// codec cannot carry it, if so.
+pub(crate) fn functions_json(plugin: &Plugin) -> Json {
+    Json::Array(
+        plugin
+            .functions()
+            .iter()
+            .map(|f| {
+                let mut entry = json!({"name": f.name, "signature": f.signature});
+                let supported = f
+                    .params
+                    .as_ref()
+                    .and(f.results.as_ref())
+                    .map_err(Clone::clone)
+                    .and_then(|_| {
+                        let params = f.params.as_deref().unwrap_or_default();
+                        let results = f.results.as_deref().unwrap_or_default();
+                        sandpipe_proto::component::check_supported(params.iter().chain(results))
+                    });
+                if let Err(e) = supported {
+                    entry["unsupported"] = Json::from(e.to_string());
+                }
+                entry
             })
-        })
-        .collect()
+            .collect(),
+    )
 }
 
-/// The component's side of the session: see the module docs.
-struct ExportServer {
+/// The component's functions and its one instance, as a protocol's server calls them.
+pub(crate) struct Exports {
     functions: Arc<[ExportedFunc]>,
     selectors: Selectors,
     /// `None` once closed.
     instance: Option<ExportInstance>,
     /// Each call's wall-clock limit.
     timeout: Option<Duration>,
-    speaks: Speaks,
 }
 
-impl ExportServer {
+impl Exports {
+    /// The exported functions, in the order their indices count.
+    pub(crate) fn functions(&self) -> &[ExportedFunc] {
+        &self.functions
+    }
+
+    /// Their selectors: full names and unique short names.
+    pub(crate) fn selectors(&self) -> &Selectors {
+        &self.selectors
+    }
+
     /// Call function `index`: its values, a result the codec cannot carry (`Ok(Err)`: the
     /// instance is fine), or the stop (the instance is closed, its stderr drained).
-    async fn call(
+    pub(crate) async fn call(
         &mut self,
         index: usize,
         args: &[Value],
@@ -213,195 +202,29 @@ impl ExportServer {
             }
         }
     }
-
-    /// One oracle invoke: the felts, or the plugin's own error answer.
-    async fn invoke(
-        &mut self,
-        selector: &str,
-        calldata: &[sandpipe_proto::oracle::Felt],
-    ) -> Result<Result<Vec<sandpipe_proto::oracle::Felt>, ErrorObject>, Exit> {
-        let answer = match prepare(&self.functions, &self.selectors, selector, calldata) {
-            Ok((index, args, results)) => match self.call(index, &args, results.len()).await? {
-                Ok(values) => {
-                    encode_results(&values, DEFAULT_MAX_RESULT_FELTS).map_err(InvokeError::from)
-                }
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        };
-        Ok(answer.map_err(|e| plugin_error(&e)))
-    }
-
-    /// One `tools/call`: the tool result, or `-32602` for a tool it does not have.
-    async fn call_tool(
-        &mut self,
-        params: Option<&Json>,
-    ) -> Result<Result<Json, ErrorObject>, Exit> {
-        let Speaks::Mcp(mcp) = &self.speaks else {
-            return Ok(Err(ErrorObject::new(
-                METHOD_NOT_FOUND,
-                "not an MCP session",
-            )));
-        };
-        let Some(name) = params.and_then(|p| p.get("name")).and_then(Json::as_str) else {
-            let e = ErrorObject::new(jsonrpc::INVALID_PARAMS, "tools/call needs a tool name");
-            return Ok(Err(e));
-        };
-        let Some(tool) = mcp.tools.find(name).cloned() else {
-            return Ok(Err(mcp::unknown_tool(name)));
-        };
-        let args = match tool.arguments(params.and_then(|p| p.get("arguments"))) {
-            Ok(a) => a,
-            Err(e) => return Ok(Ok(tools::tool_error(&format!("invalid arguments: {e}")))),
-        };
-        let results = tool.source.results.len();
-        Ok(Ok(
-            match self.call(tool.source.function, &args, results).await? {
-                Ok(values) => tool.result(values),
-                Err(e) => tools::tool_error(&e.to_string()),
-            },
-        ))
-    }
-
-    async fn handle_oracle(&mut self, frame: &[u8]) -> Result<Vec<Vec<u8>>, Exit> {
-        let Speaks::Oracle(server) = &mut self.speaks else {
-            return Ok(Vec::new());
-        };
-        if let Err(e) = server.handle_frame(frame) {
-            // As the Rust oracle SDK does with a line it cannot use: log it, serve the next.
-            tracing::warn!("oracle: ignoring a frame from the engine: {e}");
-        }
-        while let Some(event) = next_oracle_event(&mut self.speaks) {
-            let OracleEvent::Invoke {
-                id,
-                selector,
-                calldata,
-            } = event
-            else {
-                continue;
-            };
-            let answer = self.invoke(&selector, &calldata).await?;
-            if let Speaks::Oracle(server) = &mut self.speaks
-                && let Err(e) = server.respond(id, answer)
-            {
-                tracing::warn!("oracle: could not answer an invoke: {e}");
-            }
-        }
-        Ok(self.transmit())
-    }
-
-    async fn handle_mcp(&mut self, frame: &[u8]) -> Result<Vec<Vec<u8>>, Exit> {
-        let Speaks::Mcp(mcp) = &mut self.speaks else {
-            return Ok(Vec::new());
-        };
-        if let Err(e) = mcp.server.handle_frame(frame) {
-            // The machine has queued the client's error answer, if the frame deserves one.
-            tracing::warn!("mcp: a frame from the client: {e}");
-        }
-        while let Some(event) = next_mcp_event(&mut self.speaks) {
-            let (id, answer): (Id, Result<Json, ErrorObject>) = match event {
-                mcp::ServerEvent::Initialize { id, .. } => {
-                    if let Speaks::Mcp(mcp) = &mut self.speaks {
-                        let info = mcp.info.clone();
-                        if let Err(e) =
-                            mcp.server
-                                .respond_initialize(id, json!({"tools": {}}), info)
-                        {
-                            tracing::warn!("mcp: could not answer initialize: {e}");
-                        }
-                    }
-                    continue;
-                }
-                mcp::ServerEvent::Discover { id, .. } => {
-                    if let Speaks::Mcp(mcp) = &mut self.speaks {
-                        let info = mcp.info.clone();
-                        if let Err(e) = mcp.server.respond_discover(id, json!({"tools": {}}), info)
-                        {
-                            tracing::warn!("mcp: could not answer server/discover: {e}");
-                        }
-                    }
-                    continue;
-                }
-                mcp::ServerEvent::Request { id, method, .. } if method == mcp::TOOLS_LIST => {
-                    let Speaks::Mcp(mcp) = &self.speaks else {
-                        continue;
-                    };
-                    (id, Ok(mcp.tools.list(&mcp::ToolFilter::default())))
-                }
-                mcp::ServerEvent::Request { id, method, params } if method == mcp::TOOLS_CALL => {
-                    (id, self.call_tool(params.as_ref()).await?)
-                }
-                mcp::ServerEvent::Request { id, method, .. } => {
-                    let e =
-                        ErrorObject::new(METHOD_NOT_FOUND, format!("method not found: {method}"));
-                    (id, Err(e))
-                }
-                _ => continue,
-            };
-            if let Speaks::Mcp(mcp) = &mut self.speaks
-                && let Err(e) = mcp.server.respond(id, answer)
-            {
-                tracing::warn!("mcp: could not answer a request: {e}");
-            }
-        }
-        Ok(self.transmit())
-    }
-
-    /// The frames the machine has queued.
-    fn transmit(&mut self) -> Vec<Vec<u8>> {
-        let mut frames = Vec::new();
-        loop {
-            let next = match &mut self.speaks {
-                Speaks::Oracle(server) => server.poll_transmit(),
-                Speaks::Mcp(mcp) => mcp.server.poll_transmit(),
-            };
-            match next {
-                Some(frame) => frames.push(frame),
-                None => return frames,
-            }
-        }
-    }
 }
 
-fn next_oracle_event(speaks: &mut Speaks) -> Option<OracleEvent> {
-    match speaks {
-        Speaks::Oracle(server) => server.poll_event(),
-        Speaks::Mcp(_) => None,
-    }
+/// The component's side of the session: its exports and the protocol's server.
+struct Served {
+    exports: Exports,
+    server: Box<dyn ExportsServer>,
 }
 
-fn next_mcp_event(speaks: &mut Speaks) -> Option<mcp::ServerEvent> {
-    match speaks {
-        Speaks::Mcp(mcp) => mcp.server.poll_event(),
-        Speaks::Oracle(_) => None,
-    }
-}
-
-/// The answer the component gives for an invoke it cannot make (a selector or codec error):
-/// the plugin's own error, `-32603` with the message, as the Rust oracle SDK gives one.
-fn plugin_error(e: &InvokeError) -> ErrorObject {
-    ErrorObject::new(jsonrpc::INTERNAL_ERROR, e.to_string()).with_data(e.data())
-}
-
-impl InProcess for ExportServer {
+impl InProcess for Served {
     fn start(&mut self) -> Vec<Vec<u8>> {
-        // The oracle's `ready`; MCP's server waits for the client's `initialize`.
-        self.transmit()
+        self.server.start()
     }
 
     async fn handle(&mut self, frame: &[u8]) -> Result<Vec<Vec<u8>>, Exit> {
-        match self.speaks {
-            Speaks::Oracle(_) => self.handle_oracle(frame).await,
-            Speaks::Mcp(_) => self.handle_mcp(frame).await,
-        }
+        self.server.handle(frame, &mut self.exports).await
     }
 
     fn finished(&self) -> bool {
-        matches!(&self.speaks, Speaks::Oracle(server) if server.must_terminate())
+        self.server.finished()
     }
 
     async fn close(mut self) {
-        if let Some(instance) = self.instance.take() {
+        if let Some(instance) = self.exports.instance.take() {
             let _ = instance.close().await;
         }
     }

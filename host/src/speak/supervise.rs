@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use sandpipe_proto::supervise::{self as machine, Action, Cause, Ended, InstanceId};
-pub use sandpipe_proto::supervise::{Budgets, Incident, Report};
+pub use sandpipe_proto::supervise::{Budgets, Incident, Recycle, Report};
 use tokio::sync::mpsc;
 
 use crate::error::{HostError, SessionError};
@@ -508,7 +508,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn recycling_after_two_requests_is_invisible_to_the_engine() {
         let budgets = Budgets {
-            recycle_after: Some(2),
+            recycle: Recycle {
+                after_requests: Some(2),
+                ..Recycle::default()
+            },
             ..Budgets::default()
         };
         let script: Vec<(i64, &str)> = (1..=5).map(|id| (id, "f")).collect();

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::Choices;
 use crate::stopped::Exit;
 use crate::supervise::{
-    Action, Budgets, Ended, FromPlugin, Incident, InstanceId, Report, SupervisedProtocol,
+    Action, Budgets, Ended, FromPlugin, Incident, InstanceId, Recycle, Report, SupervisedProtocol,
     Supervisor,
 };
 use crate::{atp, jsonrpc, oracle, orchard};
@@ -51,8 +51,11 @@ pub(crate) fn run(data: &[u8]) -> Report {
             .then(|| Duration::from_millis(500)),
         restart: !input.byte().is_multiple_of(4),
         poison: input.byte().is_multiple_of(5),
-        recycle_after: input.byte().is_multiple_of(3).then_some(2),
-        recycle_memory: input.byte().is_multiple_of(3).then_some(1 << 20),
+        recycle: Recycle {
+            after_requests: input.byte().is_multiple_of(3).then_some(2),
+            above_memory: input.byte().is_multiple_of(3).then_some(1 << 20),
+            before_cap: None,
+        },
         ..Budgets::default()
     };
     let epoch = Instant::now();

@@ -8,615 +8,390 @@
 //!   string on errors (kept in [`ErrorObject::data`]).
 //!
 //! Batches are not supported: none of the hosted protocols use them.
+//!
+//! [`Peer`], this file, is a bidirectional JSON-RPC peer as a sans-IO state machine.
+//!
+//! Inputs: [`Peer::handle_frame`] (a frame from the other side), [`Peer::handle_timeout`]
+//! (time, passed in), and the caller's own [`Peer::request`], [`Peer::notify`],
+//! [`Peer::respond`] and [`Peer::cancel`]. Outputs: [`Peer::poll_transmit`] (frames to send)
+//! and [`Peer::poll_event`] (what happened). It never reads a clock and never does IO.
+//!
+//! Files: `types.rs` the messages, `supervised.rs` the supervisor's rules for bare JSON-RPC,
+//! `fuzz.rs` the fuzz bodies, `tests.rs` the unit tests.
 
-mod peer;
+mod fuzz;
 mod supervised;
+#[cfg(test)]
+mod tests;
+mod types;
 
-use std::fmt;
-
-pub(crate) use peer::MAX_CANCELLED;
-pub use peer::{Event, Peer, Request};
-use serde_json::{Map, Value};
+pub use fuzz::{fuzz, fuzz_pair};
 pub use supervised::{classify_engine, classify_plugin, error_answer, id_of};
-use thiserror::Error;
+pub use types::*;
 
-use crate::frame::escape_snippet;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Instant;
+
+use serde_json::Value;
+
+use crate::machine::{ClientMachine, Serves};
 use crate::stopped::Stopped;
 
-/// Which envelope rules apply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Dialect {
-    /// JSON-RPC 2.0.
-    JsonRpc2,
-    /// Orchard: JSON-RPC-like, without `jsonrpc`, with string error codes.
-    Orchard,
-}
-
-impl Dialect {
-    /// The dialect's code for an internal error: `-32603` or `"internal_error"`.
-    pub fn internal_error(self) -> ErrorCode {
-        match self {
-            Dialect::JsonRpc2 => ErrorCode::Int(INTERNAL_ERROR),
-            Dialect::Orchard => ErrorCode::Str("internal_error".into()),
-        }
-    }
-
-    /// The dialect's code for a cancelled request: `-32800` (LSP's RequestCancelled) or
-    /// `"cancelled"`.
-    pub fn cancelled(self) -> ErrorCode {
-        match self {
-            Dialect::JsonRpc2 => ErrorCode::Int(REQUEST_CANCELLED),
-            Dialect::Orchard => ErrorCode::Str("cancelled".into()),
-        }
-    }
-
-    /// The dialect's code for an unknown method.
-    pub fn method_not_found(self) -> ErrorCode {
-        match self {
-            Dialect::JsonRpc2 => ErrorCode::Int(METHOD_NOT_FOUND),
-            Dialect::Orchard => ErrorCode::Str("unknown_method".into()),
-        }
-    }
-
-    /// The dialect's code for bad parameters.
-    pub fn invalid_params(self) -> ErrorCode {
-        match self {
-            Dialect::JsonRpc2 => ErrorCode::Int(INVALID_PARAMS),
-            Dialect::Orchard => ErrorCode::Str("invalid_request".into()),
-        }
-    }
-}
-
-/// Invalid JSON was received.
-pub const PARSE_ERROR: i64 = -32700;
-/// The JSON sent is not a valid request object.
-pub const INVALID_REQUEST: i64 = -32600;
-/// The method does not exist or is not available.
-pub const METHOD_NOT_FOUND: i64 = -32601;
-/// Invalid method parameters.
-pub const INVALID_PARAMS: i64 = -32602;
-/// Internal JSON-RPC error.
-pub const INTERNAL_ERROR: i64 = -32603;
-/// The request was cancelled (LSP).
-pub const REQUEST_CANCELLED: i64 = -32800;
-
-/// A request id. `Null` only appears on error responses to requests whose id could not be read.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Id {
-    /// An integer id.
-    Num(i64),
-    /// A string id.
-    Str(String),
-    /// `null`.
-    Null,
-}
-
-impl Id {
-    fn to_value(&self) -> Value {
-        match self {
-            Id::Num(n) => Value::from(*n),
-            Id::Str(s) => Value::from(s.as_str()),
-            Id::Null => Value::Null,
-        }
-    }
-
-    fn from_value(v: &Value) -> Option<Id> {
-        match v {
-            Value::Number(n) => n.as_i64().map(Id::Num),
-            Value::String(s) => Some(Id::Str(s.clone())),
-            Value::Null => Some(Id::Null),
-            _ => None,
-        }
-    }
-}
-
-impl From<i64> for Id {
-    fn from(n: i64) -> Self {
-        Id::Num(n)
-    }
-}
-
-impl From<&str> for Id {
-    fn from(s: &str) -> Self {
-        Id::Str(s.to_owned())
-    }
-}
-
-impl fmt::Display for Id {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Id::Num(n) => write!(f, "{n}"),
-            Id::Str(s) => write!(f, "{s:?}"),
-            Id::Null => f.write_str("null"),
-        }
-    }
-}
-
-/// An error code: an integer (JSON-RPC) or a string (Orchard).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ErrorCode {
-    /// JSON-RPC integer code.
-    Int(i64),
-    /// Orchard string code.
-    Str(String),
-}
-
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ErrorCode::Int(n) => write!(f, "{n}"),
-            ErrorCode::Str(s) => f.write_str(s),
-        }
-    }
-}
-
-impl From<i64> for ErrorCode {
-    fn from(n: i64) -> Self {
-        ErrorCode::Int(n)
-    }
-}
-
-impl From<&str> for ErrorCode {
-    fn from(s: &str) -> Self {
-        ErrorCode::Str(s.to_owned())
-    }
-}
-
-/// A protocol-level error reported by the other side (data, not a failure of the transport).
-#[derive(Debug, Clone, PartialEq, Error)]
-#[error("error {code}: {message}")]
-pub struct ErrorObject {
-    /// The code.
-    pub code: ErrorCode,
-    /// A short message.
-    pub message: String,
-    /// JSON-RPC `data`; for Orchard, the `detail` string.
-    pub data: Option<Value>,
-}
-
-impl ErrorObject {
-    /// An error with no data.
-    pub fn new(code: impl Into<ErrorCode>, message: impl Into<String>) -> Self {
-        Self {
-            code: code.into(),
-            message: message.into(),
-            data: None,
-        }
-    }
-
-    /// Attach data (Orchard: a detail string).
-    pub fn with_data(mut self, data: Value) -> Self {
-        self.data = Some(data);
-        self
-    }
-}
-
-/// One message.
+/// A request the other side made, as [`Serves`] hands it to the host's handler.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Message {
-    /// A call that expects a response.
+pub struct Request {
+    /// The method.
+    pub method: String,
+    /// Parameters.
+    pub params: Option<Value>,
+}
+
+/// What the other side did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The other side asks us something; answer with [`Peer::respond`].
     Request {
         /// Its id.
         id: Id,
         /// The method.
         method: String,
-        /// Parameters; `None` when the member was absent.
+        /// Parameters.
         params: Option<Value>,
     },
-    /// A call without a response.
+    /// The other side tells us something.
     Notification {
         /// The method.
         method: String,
-        /// Parameters; `None` when the member was absent.
+        /// Parameters.
         params: Option<Value>,
     },
-    /// The answer to a request.
+    /// The answer to one of our requests (or its local failure: cancelled, timed out, or the
+    /// other side gone — see [`Peer::fail_pending`]).
     Response {
-        /// The request's id.
+        /// Our request's id.
         id: Id,
-        /// `result` or `error`.
+        /// Our request's method.
+        method: String,
+        /// The result.
         result: Result<Value, ErrorObject>,
     },
 }
 
-/// Why a frame is not a message of the protocol, or not acceptable now.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[non_exhaustive]
-pub enum ProtocolError {
-    /// The frame is not JSON.
-    #[error("message is not JSON ({reason}): \"{snippet}\"")]
-    NotJson {
-        /// serde_json's reason.
-        reason: String,
-        /// The escaped bytes.
-        snippet: String,
-    },
-    /// The frame is JSON but not a valid message.
-    #[error("invalid message ({reason}): \"{snippet}\"")]
-    Invalid {
-        /// What is wrong.
-        reason: &'static str,
-        /// The escaped bytes.
-        snippet: String,
-    },
-    /// `jsonrpc` is present but not `"2.0"`.
-    #[error("unsupported jsonrpc version {got:?}")]
-    WrongVersion {
-        /// What was sent.
-        got: String,
-    },
-    /// A response to no pending request.
-    #[error("response to unknown request id {id}")]
-    UnknownResponseId {
-        /// The id.
-        id: String,
-    },
-    /// A request id that is already pending.
-    #[error("request id {id} is already in use")]
-    DuplicateId {
-        /// The id.
-        id: String,
-    },
-    /// A response for a request that was never received, or answered twice.
-    #[error("no incoming request {id} to respond to")]
-    NotAwaitingResponse {
-        /// The id.
-        id: String,
-    },
-    /// The protocol's state machine did not expect this message now.
-    #[error("unexpected {got} while {state}")]
-    Unexpected {
-        /// The machine's state.
-        state: &'static str,
-        /// What arrived.
-        got: String,
-    },
-    /// A message with the right shape but wrong contents for the protocol.
-    #[error("bad {what}: {reason}")]
-    BadPayload {
-        /// The message or field.
-        what: &'static str,
-        /// Why.
-        reason: String,
-    },
+#[derive(Debug)]
+struct Pending {
+    method: String,
+    deadline: Option<Instant>,
 }
 
-impl ProtocolError {
-    pub(crate) fn invalid(reason: &'static str, frame: &[u8]) -> Self {
-        ProtocolError::Invalid {
-            reason,
-            snippet: escape_snippet(frame, 200),
-        }
-    }
-}
+/// Most cancelled ids remembered (so a late answer to them is ignored, not an error).
+pub(crate) const MAX_CANCELLED: usize = 1024;
 
-/// The answer to a request the plugin will never answer, in `dialect`'s form: the dialect's
-/// internal error, the reason as message, and as data `{"reason", "exit", "stderr"}`
-/// ([`Stopped::to_json`]); Orchard's data is the stderr tail joined with newlines (its
-/// `detail`).
-pub fn stopped_error(dialect: Dialect, stopped: &Stopped) -> ErrorObject {
-    let data = match dialect {
-        Dialect::Orchard => Value::from(stopped.stderr_tail.join("\n")),
-        Dialect::JsonRpc2 => stopped.to_json(),
-    };
-    ErrorObject::new(dialect.internal_error(), stopped.reason.clone()).with_data(data)
-}
-
-/// Bare JSON-RPC 2.0 under the supervisor (`crate::supervise`): every request is budgeted;
-/// there is no handshake.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Supervised;
-
-impl crate::supervise::SupervisedProtocol for Supervised {
-    fn classify_engine(&self, frame: &[u8]) -> crate::supervise::FromEngine {
-        crate::jsonrpc::classify_engine(frame, &[])
-    }
-    fn classify_plugin(&self, frame: &[u8]) -> crate::supervise::FromPlugin {
-        crate::jsonrpc::classify_plugin(frame, &[])
-    }
-    fn stopped_answer(&self, key: &str, _method: Option<&str>, stopped: &Stopped) -> Vec<u8> {
-        let error = stopped_error(Dialect::JsonRpc2, stopped);
-        crate::jsonrpc::error_answer(key, Dialect::JsonRpc2, error)
-    }
-}
-
-impl Message {
-    /// A request.
-    pub fn request(id: impl Into<Id>, method: impl Into<String>, params: Option<Value>) -> Self {
-        Message::Request {
-            id: id.into(),
-            method: method.into(),
-            params,
-        }
-    }
-
-    /// A notification.
-    pub fn notification(method: impl Into<String>, params: Option<Value>) -> Self {
-        Message::Notification {
-            method: method.into(),
-            params,
-        }
-    }
-
-    /// A response.
-    pub fn response(id: impl Into<Id>, result: Result<Value, ErrorObject>) -> Self {
-        Message::Response {
-            id: id.into(),
-            result,
-        }
-    }
-
-    /// Parse one frame.
-    pub fn decode(frame: &[u8], dialect: Dialect) -> Result<Message, ProtocolError> {
-        let value: Value = serde_json::from_slice(frame).map_err(|e| ProtocolError::NotJson {
-            reason: e.to_string(),
-            snippet: escape_snippet(frame, 200),
-        })?;
-        Self::from_value(value, dialect, frame)
-    }
-
-    fn from_value(value: Value, dialect: Dialect, frame: &[u8]) -> Result<Message, ProtocolError> {
-        let Value::Object(mut obj) = value else {
-            return Err(ProtocolError::invalid("not an object", frame));
-        };
-        if dialect == Dialect::JsonRpc2 {
-            match obj.remove("jsonrpc") {
-                None => {}
-                Some(Value::String(v)) if v == "2.0" => {}
-                Some(other) => {
-                    return Err(ProtocolError::WrongVersion {
-                        got: other.to_string(),
-                    });
-                }
-            }
-        }
-        let id = match obj.remove("id") {
-            None => None,
-            Some(v) => Some(
-                Id::from_value(&v)
-                    .ok_or_else(|| ProtocolError::invalid("id is not a number or string", frame))?,
-            ),
-        };
-        let params = obj.remove("params");
-        if let Some(method) = obj.remove("method") {
-            let Value::String(method) = method else {
-                return Err(ProtocolError::invalid("method is not a string", frame));
-            };
-            return match id {
-                None => Ok(Message::Notification { method, params }),
-                Some(Id::Null) => Err(ProtocolError::invalid("request id is null", frame)),
-                Some(id) => Ok(Message::Request { id, method, params }),
-            };
-        }
-        let id = id.ok_or_else(|| ProtocolError::invalid("no method and no id", frame))?;
-        let result = obj.remove("result");
-        let error = obj.remove("error");
-        let result = match (result, error) {
-            (Some(r), None) => Ok(r),
-            (None, Some(e)) => Err(parse_error_object(e, dialect, frame)?),
-            (Some(_), Some(_)) => {
-                return Err(ProtocolError::invalid("both result and error", frame));
-            }
-            (None, None) => {
-                return Err(ProtocolError::invalid(
-                    "neither method, result nor error",
-                    frame,
-                ));
-            }
-        };
-        Ok(Message::Response { id, result })
-    }
-
-    /// Serialize to one line of JSON (no newline).
-    pub fn encode(&self, dialect: Dialect) -> Vec<u8> {
-        let mut obj = Map::new();
-        if dialect == Dialect::JsonRpc2 {
-            obj.insert("jsonrpc".into(), Value::from("2.0"));
-        }
-        match self {
-            Message::Request { id, method, params } => {
-                obj.insert("id".into(), id.to_value());
-                obj.insert("method".into(), Value::from(method.as_str()));
-                if let Some(p) = params {
-                    obj.insert("params".into(), p.clone());
-                }
-            }
-            Message::Notification { method, params } => {
-                obj.insert("method".into(), Value::from(method.as_str()));
-                if let Some(p) = params {
-                    obj.insert("params".into(), p.clone());
-                }
-            }
-            Message::Response { id, result } => {
-                obj.insert("id".into(), id.to_value());
-                match result {
-                    Ok(r) => {
-                        obj.insert("result".into(), r.clone());
-                    }
-                    Err(e) => {
-                        obj.insert("error".into(), error_object_value(e, dialect));
-                    }
-                }
-            }
-        }
-        // A map of JSON values always serializes.
-        serde_json::to_vec(&Value::Object(obj)).unwrap_or_default()
-    }
-
-    /// A short description for error messages: `request "invoke" (id 3)`.
-    pub fn describe(&self) -> String {
-        match self {
-            Message::Request { id, method, .. } => format!("request {method:?} (id {id})"),
-            Message::Notification { method, .. } => format!("notification {method:?}"),
-            Message::Response { id, result: Ok(_) } => format!("response (id {id})"),
-            Message::Response { id, result: Err(e) } => format!("error response (id {id}): {e}"),
-        }
-    }
-}
-
-fn parse_error_object(
-    e: Value,
+/// One side of a JSON-RPC connection.
+#[derive(Debug)]
+pub struct Peer {
     dialect: Dialect,
-    frame: &[u8],
-) -> Result<ErrorObject, ProtocolError> {
-    let Value::Object(mut e) = e else {
-        return Err(ProtocolError::invalid("error is not an object", frame));
-    };
-    let code = match e.remove("code") {
-        Some(Value::Number(n)) => ErrorCode::Int(
-            n.as_i64()
-                .ok_or_else(|| ProtocolError::invalid("error code is not an integer", frame))?,
-        ),
-        Some(Value::String(s)) => ErrorCode::Str(s),
-        _ => return Err(ProtocolError::invalid("error has no code", frame)),
-    };
-    let message = match e.remove("message") {
-        Some(Value::String(s)) => s,
-        None => String::new(),
-        Some(_) => {
-            return Err(ProtocolError::invalid(
-                "error message is not a string",
-                frame,
-            ));
-        }
-    };
-    let data = match dialect {
-        Dialect::JsonRpc2 => e.remove("data"),
-        Dialect::Orchard => e.remove("detail"),
-    };
-    Ok(ErrorObject {
-        code,
-        message,
-        data,
-    })
+    next_id: i64,
+    pending: BTreeMap<Id, Pending>,
+    incoming: BTreeSet<Id>,
+    cancelled: VecDeque<Id>,
+    transmit: VecDeque<Vec<u8>>,
+    events: VecDeque<Event>,
 }
 
-fn error_object_value(e: &ErrorObject, dialect: Dialect) -> Value {
-    let mut obj = Map::new();
-    obj.insert(
-        "code".into(),
-        match &e.code {
-            ErrorCode::Int(n) => Value::from(*n),
-            ErrorCode::Str(s) => Value::from(s.as_str()),
-        },
-    );
-    obj.insert("message".into(), Value::from(e.message.as_str()));
-    if let Some(d) = &e.data {
-        let key = match dialect {
-            Dialect::JsonRpc2 => "data",
-            Dialect::Orchard => "detail",
-        };
-        obj.insert(key.into(), d.clone());
+impl Peer {
+    /// A peer whose own request ids count up from 0 (what the Go and Rust hosts do).
+    pub fn new(dialect: Dialect) -> Self {
+        Self::with_first_id(dialect, 0)
     }
-    Value::Object(obj)
-}
 
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    #[test]
-    fn decodes_every_kind_in_both_dialects() {
-        let cases: &[(&str, Dialect, Message)] = &[
-            (
-                r#"{"jsonrpc":"2.0","id":0,"method":"ready"}"#,
-                Dialect::JsonRpc2,
-                Message::request(0, "ready", None),
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":"a","method":"invoke","params":{"selector":"f"}}"#,
-                Dialect::JsonRpc2,
-                Message::request("a", "invoke", Some(json!({"selector":"f"}))),
-            ),
-            (
-                r#"{"jsonrpc":"2.0","method":"shutdown"}"#,
-                Dialect::JsonRpc2,
-                Message::notification("shutdown", None),
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":1,"result":["0x1"]}"#,
-                Dialect::JsonRpc2,
-                Message::response(1, Ok(json!(["0x1"]))),
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"boom","data":{"x":1}}}"#,
-                Dialect::JsonRpc2,
-                Message::response(
-                    1,
-                    Err(ErrorObject::new(-32603, "boom").with_data(json!({"x":1}))),
-                ),
-            ),
-            (
-                r#"{"id":42,"method":"describe","params":{}}"#,
-                Dialect::Orchard,
-                Message::request(42, "describe", Some(json!({}))),
-            ),
-            (
-                r#"{"id":42,"error":{"code":"unknown_action","message":"unknown action: foo","detail":"more"}}"#,
-                Dialect::Orchard,
-                Message::response(
-                    42,
-                    Err(ErrorObject::new("unknown_action", "unknown action: foo")
-                        .with_data(json!("more"))),
-                ),
-            ),
-        ];
-        for (text, dialect, want) in cases {
-            let got = Message::decode(text.as_bytes(), *dialect).expect(text);
-            assert_eq!(&got, want, "{text}");
-            // Round trip.
-            assert_eq!(
-                Message::decode(&got.encode(*dialect), *dialect).expect("re-decode"),
-                got
-            );
+    /// A peer whose request ids count up from `first`.
+    pub fn with_first_id(dialect: Dialect, first: i64) -> Self {
+        Self {
+            dialect,
+            next_id: first,
+            pending: BTreeMap::new(),
+            incoming: BTreeSet::new(),
+            cancelled: VecDeque::new(),
+            transmit: VecDeque::new(),
+            events: VecDeque::new(),
         }
     }
 
-    #[test]
-    fn encodes_exact_bytes() {
-        let m = Message::request(0, "ready", None);
-        assert_eq!(
-            m.encode(Dialect::JsonRpc2),
-            br#"{"jsonrpc":"2.0","id":0,"method":"ready"}"#
-        );
-        assert_eq!(m.encode(Dialect::Orchard), br#"{"id":0,"method":"ready"}"#);
+    /// The dialect.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
     }
 
-    #[test]
-    fn rejects_invalid_messages() {
-        let cases: &[(&str, &str)] = &[
-            ("[1]", "not an object"),
-            (r#"{"jsonrpc":"2.0"}"#, "no method and no id"),
-            (r#"{"id":1}"#, "neither method, result nor error"),
-            (
-                r#"{"id":1,"result":1,"error":{"code":1}}"#,
-                "both result and error",
-            ),
-            (r#"{"id":{},"method":"x"}"#, "id is not a number or string"),
-            (r#"{"id":null,"method":"x"}"#, "request id is null"),
-            (r#"{"method":3}"#, "method is not a string"),
-            (r#"{"id":1,"error":"bad"}"#, "error is not an object"),
-        ];
-        for (text, reason) in cases {
-            match Message::decode(text.as_bytes(), Dialect::JsonRpc2) {
-                Err(ProtocolError::Invalid { reason: got, .. }) => {
-                    assert_eq!(&got, reason, "{text}")
-                }
-                other => panic!("{text}: {other:?}"),
+    /// Send a request with the next integer id.
+    pub fn request(&mut self, method: &str, params: Option<Value>) -> Id {
+        self.request_with_deadline(method, params, None)
+    }
+
+    /// Send a request that fails locally with a timeout error once `deadline` passes
+    /// (see [`Peer::handle_timeout`]).
+    pub fn request_with_deadline(
+        &mut self,
+        method: &str,
+        params: Option<Value>,
+        deadline: Option<Instant>,
+    ) -> Id {
+        loop {
+            let id = Id::Num(self.next_id);
+            self.next_id = self.next_id.wrapping_add(1);
+            if !self.pending.contains_key(&id) && !self.cancelled.contains(&id) {
+                // Only fails for a duplicate id, which the check above rules out.
+                let _ = self.send_request(id.clone(), method, params, deadline);
+                return id;
             }
         }
-        assert_eq!(
-            Message::decode(br#"{"jsonrpc":"1.0","id":1,"result":1}"#, Dialect::JsonRpc2),
-            Err(ProtocolError::WrongVersion {
-                got: "\"1.0\"".into()
-            })
+    }
+
+    /// Send a request with an id of the caller's choosing (string ids, or a protocol that
+    /// fixes them). [`ProtocolError::DuplicateId`] if the id is pending, or was cancelled or
+    /// timed out and is still remembered (the last 1024 such ids): the other side may yet
+    /// answer the old request, and that answer would be taken for the new one.
+    pub fn request_with_id(
+        &mut self,
+        id: Id,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<(), ProtocolError> {
+        self.send_request(id, method, params, None)
+    }
+
+    fn send_request(
+        &mut self,
+        id: Id,
+        method: &str,
+        params: Option<Value>,
+        deadline: Option<Instant>,
+    ) -> Result<(), ProtocolError> {
+        // A given-up id stays taken while its late answer may still arrive: that answer
+        // would otherwise be taken for the new request's.
+        if self.pending.contains_key(&id) || self.cancelled.contains(&id) {
+            return Err(ProtocolError::DuplicateId { id: id.to_string() });
+        }
+        let msg = Message::Request {
+            id: id.clone(),
+            method: method.to_owned(),
+            params,
+        };
+        self.transmit.push_back(msg.encode(self.dialect));
+        self.pending.insert(
+            id,
+            Pending {
+                method: method.to_owned(),
+                deadline,
+            },
         );
-        assert!(matches!(
-            Message::decode(b"hello", Dialect::JsonRpc2),
-            Err(ProtocolError::NotJson { .. })
-        ));
+        Ok(())
+    }
+
+    /// Send a notification.
+    pub fn notify(&mut self, method: &str, params: Option<Value>) {
+        let msg = Message::Notification {
+            method: method.to_owned(),
+            params,
+        };
+        self.transmit.push_back(msg.encode(self.dialect));
+    }
+
+    /// Answer a request the other side made.
+    pub fn respond(
+        &mut self,
+        id: Id,
+        result: Result<Value, ErrorObject>,
+    ) -> Result<(), ProtocolError> {
+        if !self.incoming.remove(&id) {
+            return Err(ProtocolError::NotAwaitingResponse { id: id.to_string() });
+        }
+        self.transmit
+            .push_back(Message::Response { id, result }.encode(self.dialect));
+        Ok(())
+    }
+
+    /// Give up on one of our requests: it completes at once with the dialect's "cancelled"
+    /// error, and a late answer is ignored. Telling the other side (LSP `$/cancelRequest`) is
+    /// the protocol's business: call [`Peer::notify`]. Returns false if `id` was not pending.
+    pub fn cancel(&mut self, id: &Id) -> bool {
+        let Some(p) = self.pending.remove(id) else {
+            return false;
+        };
+        self.remember_cancelled(id.clone());
+        let error = ErrorObject::new(self.dialect.cancelled(), "request cancelled");
+        self.events.push_back(Event::Response {
+            id: id.clone(),
+            method: p.method,
+            result: Err(error),
+        });
+        true
+    }
+
+    fn remember_cancelled(&mut self, id: Id) {
+        if self.cancelled.len() == MAX_CANCELLED {
+            self.cancelled.pop_front();
+        }
+        self.cancelled.push_back(id);
+    }
+
+    /// Feed one frame from the other side.
+    pub fn handle_frame(&mut self, frame: &[u8]) -> Result<(), ProtocolError> {
+        let msg = Message::decode(frame, self.dialect)?;
+        self.handle_message(msg)
+    }
+
+    /// Feed one decoded message.
+    pub fn handle_message(&mut self, msg: Message) -> Result<(), ProtocolError> {
+        match msg {
+            Message::Request { id, method, params } => {
+                if !self.incoming.insert(id.clone()) {
+                    return Err(ProtocolError::DuplicateId { id: id.to_string() });
+                }
+                self.events.push_back(Event::Request { id, method, params });
+            }
+            Message::Notification { method, params } => self
+                .events
+                .push_back(Event::Notification { method, params }),
+            Message::Response { id, result } => match self.pending.remove(&id) {
+                Some(p) => self.events.push_back(Event::Response {
+                    id,
+                    method: p.method,
+                    result,
+                }),
+                None if self.cancelled.contains(&id) => {}
+                None => return Err(ProtocolError::UnknownResponseId { id: id.to_string() }),
+            },
+        }
+        Ok(())
+    }
+
+    /// Fail every request whose deadline is at or before `now` with a timeout error.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let expired: Vec<Id> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.deadline.is_some_and(|d| d <= now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in expired {
+            if let Some(p) = self.pending.remove(&id) {
+                self.remember_cancelled(id.clone());
+                let error = ErrorObject::new(self.dialect.internal_error(), "request timed out");
+                self.events.push_back(Event::Response {
+                    id,
+                    method: p.method,
+                    result: Err(error),
+                });
+            }
+        }
+    }
+
+    /// The earliest pending deadline, for the driver's timer.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.pending.values().filter_map(|p| p.deadline).min()
+    }
+
+    /// Complete every pending request with `error` (the other side is gone). Each gets its own
+    /// [`Event::Response`], so every caller learns why.
+    pub fn fail_pending(&mut self, error: ErrorObject) {
+        for (id, p) in std::mem::take(&mut self.pending) {
+            self.events.push_back(Event::Response {
+                id,
+                method: p.method,
+                result: Err(error.clone()),
+            });
+        }
+    }
+
+    /// Our requests still waiting for an answer: (id, method).
+    pub fn pending(&self) -> impl Iterator<Item = (&Id, &str)> {
+        self.pending.iter().map(|(id, p)| (id, p.method.as_str()))
+    }
+
+    /// Requests from the other side we have not answered yet.
+    pub fn awaiting_response(&self) -> impl Iterator<Item = &Id> {
+        self.incoming.iter()
+    }
+
+    /// The next frame to send (without framing: the caller's framer adds it).
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.transmit.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+}
+
+/// Bare JSON-RPC (and the envelope of every JSON-RPC protocol): a response completes its
+/// request; the plugin's requests and notifications are the caller's to read.
+impl ClientMachine for Peer {
+    type Key = Id;
+    type Event = Event;
+    type Error = ProtocolError;
+
+    fn handle_frame(&mut self, frame: &[u8]) -> Result<(), ProtocolError> {
+        Peer::handle_frame(self, frame)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        Peer::handle_timeout(self, now);
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        Peer::poll_timeout(self)
+    }
+    fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        Peer::poll_transmit(self)
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        Peer::poll_event(self)
+    }
+    fn completes(event: &Event) -> Option<&Id> {
+        match event {
+            Event::Response { id, .. } => Some(id),
+            _ => None,
+        }
+    }
+    fn fail_pending(&mut self, stopped: &Stopped) {
+        let error = crate::jsonrpc::stopped_error(self.dialect(), stopped);
+        Peer::fail_pending(self, error);
+    }
+    fn refuse_request(&mut self, event: Event) -> Option<Event> {
+        crate::machine::refuse_request(self, event)
+    }
+}
+
+/// The other side's requests go to the host's handler; the answer is a result or an error in
+/// the peer's dialect.
+impl Serves for Peer {
+    type RequestId = Id;
+    type Request = Request;
+    type Answer = Result<Value, ErrorObject>;
+
+    fn take_request(event: Event) -> Result<(Id, Request), Event> {
+        match event {
+            Event::Request { id, method, params } => Ok((id, Request { method, params })),
+            other => Err(other),
+        }
+    }
+    fn method(request: &Request) -> &str {
+        &request.method
+    }
+    fn answer(&mut self, id: Id, answer: Self::Answer) -> Result<(), ProtocolError> {
+        self.respond(id, answer)
+    }
+    fn not_served(&self, method: &str) -> Self::Answer {
+        Err(ErrorObject {
+            code: self.dialect().method_not_found(),
+            message: format!("the host does not serve {method}"),
+            data: None,
+        })
+    }
+    fn failed(&self, reason: String) -> Self::Answer {
+        Err(ErrorObject {
+            code: self.dialect().internal_error(),
+            message: reason,
+            data: None,
+        })
     }
 }

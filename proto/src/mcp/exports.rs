@@ -33,7 +33,7 @@
 //! ```
 //! use sandpipe_proto::mcp::exports::{ToolSource, Tools};
 //! use sandpipe_proto::mcp::ToolFilter;
-//! use sandpipe_proto::oracle::wasm::{Ty, Value};
+//! use sandpipe_proto::component::{Ty, Value};
 //! use serde_json::json;
 //!
 //! let tools = Tools::new(vec![ToolSource {
@@ -59,7 +59,7 @@ use serde_json::{Map, Value as Json, json};
 use thiserror::Error;
 
 use super::ToolFilter;
-use crate::oracle::wasm::{Selectors, Ty, Value};
+use crate::component::{Selectors, Ty, Value};
 
 /// One exported function offered as a tool.
 #[derive(Debug, Clone, PartialEq)]

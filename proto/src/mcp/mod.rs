@@ -98,7 +98,6 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::jsonrpc::{
@@ -110,185 +109,17 @@ use crate::stopped::Stopped;
 use crate::supervise::SupervisedProtocol;
 
 pub mod exports;
+mod fuzz;
 mod supervised;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_2026;
+mod types;
 
+pub use fuzz::fuzz;
 pub use supervised::{Supervised, ToolFilter, stopped_error, stopped_tool_result, unknown_tool};
-
-/// The newest revision spoken, and what a client asks for.
-pub const LATEST_VERSION: &str = "2025-11-25";
-
-/// Every revision spoken through the `initialize` handshake, newest first.
-pub const SUPPORTED_VERSIONS: [&str; 2] = ["2025-11-25", "2025-06-18"];
-
-/// The stateless revision: no `initialize`, no session; every request carries its revision,
-/// client info and capabilities in `params._meta` ([`META_PROTOCOL_VERSION`] and the two
-/// beside it), and `server/discover` tells a client what the server speaks.
-pub const MODERN_VERSION: &str = "2026-07-28";
-
-/// The request a 2026-07-28 client probes a server with.
-pub const DISCOVER: &str = "server/discover";
-/// A 2026-07-28 request that stays open: its events are notifications tagged with its id under
-/// `_meta["io.modelcontextprotocol/subscriptionId"]`.
-pub const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
-/// The `params._meta` key naming a 2026-07-28 request's revision.
-pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-/// The `params._meta` key holding a 2026-07-28 request's client info.
-pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
-/// The `params._meta` key holding a 2026-07-28 request's client capabilities.
-pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-/// The result `_meta` key holding a 2026-07-28 server's info.
-pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-/// The JSON-RPC error a 2026-07-28 server answers a revision it does not speak with; its
-/// `data.supported` lists the ones it does.
-pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
-
-/// Which of the two eras a session speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Revision {
-    /// 2025-11-25 or 2025-06-18: the `initialize` handshake, then a session.
-    Handshake,
-    /// 2026-07-28: stateless requests, each with its `_meta` envelope; results carry
-    /// `resultType`.
-    Modern,
-}
-
-/// The request that starts a session.
-pub const INITIALIZE: &str = "initialize";
-/// The notification that ends the handshake.
-pub const INITIALIZED: &str = "notifications/initialized";
-/// `tools/list`.
-pub const TOOLS_LIST: &str = "tools/list";
-/// `tools/call`.
-pub const TOOLS_CALL: &str = "tools/call";
-/// Either side's liveness check, answered `{}`.
-pub const PING: &str = "ping";
-/// A request the sender gave up on.
-pub const CANCELLED: &str = "notifications/cancelled";
-/// Progress of a request made with `_meta.progressToken`.
-pub const PROGRESS: &str = "notifications/progress";
-
-/// A listed tool: its name and input schema typed, the rest (`title`, `outputSchema`,
-/// `annotations`, …) kept as sent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Tool {
-    /// The name `tools/call` takes.
-    pub name: String,
-    /// What it does, for the model.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    /// A JSON Schema of its arguments.
-    #[serde(rename = "inputSchema")]
-    pub input_schema: Value,
-    /// Every other member.
-    #[serde(flatten)]
-    pub other: serde_json::Map<String, Value>,
-}
-
-/// One page of `tools/list`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ListToolsResult {
-    /// The tools.
-    pub tools: Vec<Tool>,
-    /// The cursor of the next page.
-    #[serde(
-        rename = "nextCursor",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub next_cursor: Option<String>,
-}
-
-/// A progress notification, as sent.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Progress {
-    /// The request's `_meta.progressToken` (a string or a number).
-    pub token: Value,
-    /// How far (increases with each notification).
-    pub progress: f64,
-    /// Out of how much, if known.
-    pub total: Option<f64>,
-    /// A line for a person.
-    pub message: Option<String>,
-}
-
-/// Where the client's side of the lifecycle is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ClientState {
-    /// Nothing sent yet (or `initialize` failed).
-    Start,
-    /// `initialize` sent, not answered.
-    Initializing,
-    /// `initialize` answered; send `notifications/initialized` next.
-    Initialized,
-    /// Requests may be made.
-    Ready,
-    /// The server is gone ([`Client::fail_pending`]).
-    Closed,
-}
-
-impl ClientState {
-    fn name(self) -> &'static str {
-        match self {
-            ClientState::Start => "not initialized",
-            ClientState::Initializing => "waiting for the initialize result",
-            ClientState::Initialized => "initialized but not yet notified",
-            ClientState::Ready => "ready",
-            ClientState::Closed => "closed",
-        }
-    }
-}
-
-/// What the client learns.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum ClientEvent {
-    /// `initialize` was answered: the server's result (its `protocolVersion` one the client
-    /// speaks), or the error.
-    Initialized {
-        /// The request's id.
-        id: Id,
-        /// `{protocolVersion, capabilities, serverInfo, instructions?}` as sent.
-        result: Result<Value, ErrorObject>,
-    },
-    /// A request completed.
-    Response {
-        /// Its id.
-        id: Id,
-        /// Its method.
-        method: String,
-        /// The result as sent, or the error.
-        result: Result<Value, ErrorObject>,
-    },
-    /// Progress of a request in flight.
-    Progress {
-        /// The request the token belongs to, when it is one of ours.
-        id: Option<Id>,
-        /// The notification.
-        progress: Progress,
-    },
-    /// The server asks something (sampling, elicitation, roots, …): answer with
-    /// [`Client::respond`].
-    Request {
-        /// Its id.
-        id: Id,
-        /// The method.
-        method: String,
-        /// Its params, as sent.
-        params: Option<Value>,
-    },
-    /// Any other notification (logging, list changed, resource updated, …).
-    Notification {
-        /// The method.
-        method: String,
-        /// Its params.
-        params: Option<Value>,
-    },
-}
+pub use types::*;
 
 /// The client's (host's) side.
 #[derive(Debug)]
@@ -951,70 +782,6 @@ impl Serves for Client {
     }
 }
 
-/// Where the server's side of the lifecycle is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ServerState {
-    /// Waiting for `initialize`.
-    Start,
-    /// `initialize` received, not yet answered.
-    Initializing,
-    /// Serving.
-    Running,
-}
-
-/// What the server is asked or told.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum ServerEvent {
-    /// `initialize`: answer with [`Server::respond_initialize`].
-    Initialize {
-        /// The request's id.
-        id: Id,
-        /// Its params, as sent.
-        params: Value,
-    },
-    /// `notifications/initialized`.
-    Initialized,
-    /// `server/discover` (2026-07-28): answer with [`Server::respond_discover`].
-    Discover {
-        /// The request's id.
-        id: Id,
-        /// Its params, as sent (the envelope under `_meta`).
-        params: Value,
-    },
-    /// A request (`tools/call`, `resources/read`, …): answer with [`Server::respond`].
-    Request {
-        /// Its id.
-        id: Id,
-        /// The method.
-        method: String,
-        /// Its params, as sent.
-        params: Option<Value>,
-    },
-    /// `notifications/cancelled` for a request not yet answered: do not answer it.
-    Cancelled {
-        /// The request.
-        id: Id,
-    },
-    /// Any other notification.
-    Notification {
-        /// The method.
-        method: String,
-        /// Its params.
-        params: Option<Value>,
-    },
-    /// The client answered one of the server's requests (sampling, elicitation, roots).
-    Response {
-        /// The request's id.
-        id: Id,
-        /// Its method.
-        method: String,
-        /// The answer.
-        result: Result<Value, ErrorObject>,
-    },
-}
-
 /// The server's (plugin's) side.
 #[derive(Debug)]
 pub struct Server {
@@ -1383,89 +1150,5 @@ impl ServerMachine for Server {
     }
     fn poll_event(&mut self) -> Option<ServerEvent> {
         Server::poll_event(self)
-    }
-}
-
-/// Fuzz body: feed each line of `data` to a client (ready, with a tool call in flight that
-/// asked for progress), to a server that answers everything it is asked, and to the
-/// supervisor's rules with a filter. Panics only if a machine panics, emits a frame that is
-/// not a JSON-RPC 2.0 message, or the filter lets a hidden tool through.
-pub fn fuzz(data: &[u8]) {
-    let mut client = Client::new();
-    let _ = client.initialize(json!({"name": "fuzz", "version": "0"}), json!({}));
-    let _ = client.handle_frame(
-        br#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{}}}"#,
-    );
-    let _ = client.initialized();
-    let _ = client.call_tool("t", json!({}), Some(json!(1)));
-    let _ = client.list_tools(None);
-    // A client in a 2026-07-28 session, and one still probing (a stray answer may fall it back).
-    let mut modern = Client::new();
-    let _ = modern.discover(json!({"name": "fuzz"}), json!({}), None);
-    let _ = modern.handle_frame(
-        br#"{"jsonrpc":"2.0","id":0,"result":{"supportedVersions":["2026-07-28"],"capabilities":{}}}"#,
-    );
-    let _ = modern.call_tool("t", json!({}), Some(json!(1)));
-    let mut probing = Client::new();
-    let _ = probing.discover(json!({"name": "fuzz"}), json!({}), None);
-    let mut server = Server::new();
-    let rules = Supervised::new(ToolFilter {
-        allow: Vec::new(),
-        deny: vec!["hidden".into()],
-    });
-    for line in data.split(|b| *b == b'\n') {
-        let _ = client.handle_frame(line);
-        let _ = modern.handle_frame(line);
-        let _ = probing.handle_frame(line);
-        while modern.poll_event().is_some() || probing.poll_event().is_some() {}
-        let _ = server.handle_frame(line);
-        let _ = rules.classify_engine(line);
-        let _ = rules.classify_plugin(line);
-        if let Some(answer) = rules.answer_engine(line) {
-            assert!(Message::decode(&answer, Dialect::JsonRpc2).is_ok());
-        }
-        if let Some(rewritten) = rules.rewrite_answer(Some(TOOLS_LIST), line) {
-            let v: Value = serde_json::from_slice(&rewritten).expect("the rewrite is JSON");
-            let hidden = v["result"]["tools"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|t| t["name"] == "hidden");
-            assert!(!hidden, "a hidden tool was listed");
-        }
-        while let Some(ev) = server.poll_event() {
-            let _ = match ev {
-                ServerEvent::Initialize { id, .. } => {
-                    server.respond_initialize(id, json!({}), json!({"name": "s"}))
-                }
-                ServerEvent::Request { id, .. } => {
-                    let _ = server.progress(&id, 1.0, Some(2.0), Some("half"));
-                    let _ = server.request("roots/list", None);
-                    server.respond(id, Ok(json!({})))
-                }
-                _ => Ok(()),
-            };
-        }
-        while let Some(ev) = client.poll_event() {
-            if let ClientEvent::Request { id, .. } = ev {
-                let _ = client.respond(id, Ok(json!({})));
-            }
-        }
-        let _ = client.cancel(&Id::Num(1), Some("fuzz"));
-    }
-    client.fail_pending(&Stopped::by_host("fuzz", Vec::new()));
-    while client.poll_event().is_some() {}
-    modern.fail_pending(&Stopped::by_host("fuzz", Vec::new()));
-    probing.fail_pending(&Stopped::by_host("fuzz", Vec::new()));
-    for frame in std::iter::from_fn(|| client.poll_transmit())
-        .chain(std::iter::from_fn(|| modern.poll_transmit()))
-        .chain(std::iter::from_fn(|| probing.poll_transmit()))
-        .chain(std::iter::from_fn(|| server.poll_transmit()))
-    {
-        assert!(
-            Message::decode(&frame, Dialect::JsonRpc2).is_ok(),
-            "emitted an invalid frame: {}",
-            String::from_utf8_lossy(&frame)
-        );
     }
 }

@@ -86,8 +86,6 @@ use crate::jsonrpc::{Dialect, ErrorObject, Event, Id, Message, Peer, ProtocolErr
 use crate::machine::ClientMachine;
 use crate::stopped::Stopped;
 
-pub mod wasm;
-
 /// The JSON-RPC dialect of this protocol.
 pub const DIALECT: Dialect = Dialect::JsonRpc2;
 

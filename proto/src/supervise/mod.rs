@@ -45,8 +45,8 @@
 //!   another one (a kill from outside is not the plugin's fault); after
 //!   [`MAX_FAILED_RESTORES`] in a row the plugin is taken to be unable to start, and the
 //!   session ends.
-//! - Recycling ([`Budgets::recycle_after`], [`Budgets::recycle_memory`],
-//!   [`Budgets::recycle_before_cap`]) happens only between requests, with none pending, right
+//! - Recycling ([`Budgets::recycle`], one [`Recycle`] rule shared with the host's
+//!   `WasmOracle`) happens only between requests, with none pending, right
 //!   after an answer: the old instance is retired (stdin closed, `grace` to exit) and a fresh
 //!   one takes over at once.
 //! - **Poisoning lives here**, as a budget flag beside restart and recycling
@@ -110,19 +110,8 @@ pub struct Budgets {
     /// [`poisoned`] by the first stop's; the session ends cleanly when the engine closes
     /// its side. Scarb's semantics for a `wasm:` oracle (an export component).
     pub poison: bool,
-    /// Start a fresh instance, between requests, after this many answered requests.
-    pub recycle_after: Option<u64>,
-    /// Start a fresh instance, between requests, once the plugin holds more than this many
-    /// bytes of memory (linear memory for wasm, resident set for native).
-    pub recycle_memory: Option<u64>,
-    /// Start a fresh instance, between requests, once the plugin has used half of its
-    /// headroom below this cap (normally the memory cap): once it holds more than
-    /// `base + (cap - base) / 2` bytes, where `base` is what it held after its first answered
-    /// request. A wasm guest's linear memory never shrinks, so one that grows per request (a
-    /// Python or JS heap) would otherwise meet the cap in the middle of a request; recycling
-    /// it between requests costs a handshake instead of a failed request. Relative to `base`,
-    /// so a guest that starts large is not recycled after every request.
-    pub recycle_before_cap: Option<u64>,
+    /// When to start a fresh instance, between requests, for a healthy one.
+    pub recycle: Recycle,
     /// How long a fresh instance gets to answer its handshake (or the supervisor's probe),
     /// from when the first frame of it was written. Start-up is never billed to a request:
     /// this bounds it instead.
@@ -140,18 +129,55 @@ impl Default for Budgets {
             request_timeout: None,
             restart: false,
             poison: false,
-            recycle_after: None,
-            recycle_memory: None,
-            recycle_before_cap: None,
+            recycle: Recycle::default(),
             start_timeout: None,
             grace: Duration::from_secs(2),
         }
     }
 }
 
-impl Budgets {
-    fn reads_memory(&self) -> bool {
-        self.recycle_memory.is_some() || self.recycle_before_cap.is_some()
+/// When a healthy instance is renewed, between requests: the one rule for the supervisor
+/// ([`Budgets::recycle`]) and for a caller that holds an instance itself (the host's
+/// `WasmOracle`). Default: never.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recycle {
+    /// Renew after this many answered requests.
+    pub after_requests: Option<u64>,
+    /// Renew once the instance holds more than this many bytes of memory (linear memory for
+    /// wasm, resident set for native).
+    pub above_memory: Option<u64>,
+    /// Renew once the instance has used half of its headroom below this cap (normally the
+    /// memory cap): once it holds more than `base + (cap - base) / 2` bytes, where `base` is
+    /// what it held after its first answered request. A wasm guest's linear memory never
+    /// shrinks, so one that grows per request (a Python or JS heap) would otherwise meet the
+    /// cap in the middle of a request; renewing it between requests costs a handshake instead
+    /// of a failed request. Relative to `base`, so a guest that starts large is not renewed
+    /// after every request.
+    pub before_cap: Option<u64>,
+}
+
+impl Recycle {
+    /// Whether a memory reading is needed to decide.
+    pub fn reads_memory(&self) -> bool {
+        self.above_memory.is_some() || self.before_cap.is_some()
+    }
+
+    /// Whether `base`, the memory held after the first answered request, is needed.
+    pub fn needs_base(&self) -> bool {
+        self.before_cap.is_some()
+    }
+
+    /// Whether an instance that has answered `answered` requests, holds `used` bytes (`None`:
+    /// not read) and held `base` after its first answer is due for renewal.
+    pub fn due(&self, answered: u64, used: Option<u64>, base: Option<u64>) -> bool {
+        let by_count = self.after_requests.is_some_and(|n| answered >= n);
+        let by_memory =
+            matches!((self.above_memory, used), (Some(limit), Some(used)) if used > limit);
+        let by_headroom = match (self.before_cap, base, used) {
+            (Some(cap), Some(base), Some(used)) => used > base + cap.saturating_sub(base) / 2,
+            _ => false,
+        };
+        by_count || by_memory || by_headroom
     }
 }
 
@@ -438,7 +464,7 @@ struct Live {
     id: InstanceId,
     /// Requests it answered.
     answered: u64,
-    /// The memory it held after its first answered request (for `recycle_before_cap`).
+    /// The memory it held after its first answered request (for [`Recycle::before_cap`]).
     baseline: Option<u64>,
     /// Set when the supervisor stopped it for a request's timeout.
     timed_out: Option<(String, Duration)>,
@@ -838,8 +864,8 @@ impl Supervisor {
             return;
         }
         let first = self.instance.as_ref().is_some_and(|i| i.answered == 1);
-        let baseline_due = first && self.budgets.recycle_before_cap.is_some();
-        if self.budgets.reads_memory() && (baseline_due || self.between_requests()) {
+        let baseline_due = first && self.budgets.recycle.needs_base();
+        if self.budgets.recycle.reads_memory() && (baseline_due || self.between_requests()) {
             // The recycling decision waits for the reading.
             self.instance.as_mut().expect("current").measuring = Some(first);
             self.actions.push_back(Action::MeasureMemory { instance });
@@ -858,7 +884,7 @@ impl Supervisor {
         let Some(first) = inst.measuring.take() else {
             return;
         };
-        if first && self.budgets.recycle_before_cap.is_some() {
+        if first && self.budgets.recycle.needs_base() {
             inst.baseline = used;
         }
         self.maybe_recycle(used, now);
@@ -1313,16 +1339,7 @@ impl Supervisor {
         if !self.between_requests() {
             return;
         }
-        let by_count = self
-            .budgets
-            .recycle_after
-            .is_some_and(|n| inst.answered >= n);
-        let by_memory = matches!((self.budgets.recycle_memory, used), (Some(limit), Some(used)) if used > limit);
-        let by_headroom = match (self.budgets.recycle_before_cap, inst.baseline, used) {
-            (Some(cap), Some(base), Some(used)) => used > base + cap.saturating_sub(base) / 2,
-            _ => false,
-        };
-        if !(by_count || by_memory || by_headroom) {
+        if !self.budgets.recycle.due(inst.answered, used, inst.baseline) {
             return;
         }
         let old = inst.id;

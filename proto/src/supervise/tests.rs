@@ -1072,7 +1072,10 @@ fn seven_invokes(budgets: Budgets, memory: impl Fn(u64) -> Option<u64>) -> Harne
 #[test]
 fn recycling_after_n_answers_is_invisible_to_the_engine() {
     let b = Budgets {
-        recycle_after: Some(3),
+        recycle: Recycle {
+            after_requests: Some(3),
+            ..Recycle::default()
+        },
         ..Budgets::default()
     };
     let h = seven_invokes(b, |_| None);
@@ -1085,7 +1088,10 @@ fn recycling_after_n_answers_is_invisible_to_the_engine() {
 #[test]
 fn recycling_by_memory_follows_each_reading() {
     let b = Budgets {
-        recycle_memory: Some(1000),
+        recycle: Recycle {
+            above_memory: Some(1000),
+            ..Recycle::default()
+        },
         ..Budgets::default()
     };
     // Over the limit after the 2nd and 5th answers only.
@@ -1094,7 +1100,10 @@ fn recycling_by_memory_follows_each_reading() {
     assert_eq!(h.retired, [InstanceId(0), InstanceId(1)]);
     // Nothing to read: no recycling.
     let b = Budgets {
-        recycle_memory: Some(1),
+        recycle: Recycle {
+            above_memory: Some(1),
+            ..Recycle::default()
+        },
         ..Budgets::default()
     };
     assert_eq!(seven_invokes(b, |_| None).report().recycles, 0);
@@ -1104,7 +1113,10 @@ fn recycling_by_memory_follows_each_reading() {
 fn the_auto_rule_recycles_once_half_the_headroom_above_the_first_answer_is_used() {
     const MIB: u64 = 1 << 20;
     let b = Budgets {
-        recycle_before_cap: Some(64 * MIB),
+        recycle: Recycle {
+            before_cap: Some(64 * MIB),
+            ..Recycle::default()
+        },
         ..Budgets::default()
     };
     // 8 MiB after the first answer, 8 MiB more per answer: base 8, recycle above 8 + 28 = 36.
@@ -1118,7 +1130,10 @@ fn the_auto_rule_recycles_once_half_the_headroom_above_the_first_answer_is_used(
 #[test]
 fn recycling_waits_until_no_request_is_pending() {
     let b = Budgets {
-        recycle_after: Some(1),
+        recycle: Recycle {
+            after_requests: Some(1),
+            ..Recycle::default()
+        },
         ..Budgets::default()
     };
     let fake = Fake {

@@ -17,7 +17,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sandpipe_proto::oracle::wasm::{CodecError, MAX_TYPE_DEPTH, Ty, Value};
+use sandpipe_proto::component::{CodecError, MAX_TYPE_DEPTH, Ty, Value};
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, ComponentExportIndex, Func, InstancePre, Type, Val};
 use wasmtime::{Engine, Store, UpdateDeadline};
@@ -42,7 +42,7 @@ pub struct ExportedFunc {
     /// Parameter names, in order.
     pub param_names: Vec<String>,
     /// Parameter types, or why one cannot be called with (a resource, a stream, …). The Cairo
-    /// codec carries fewer ([`check_supported`](sandpipe_proto::oracle::wasm::check_supported)).
+    /// codec carries fewer ([`check_supported`](sandpipe_proto::component::check_supported)).
     pub params: Result<Vec<Ty>, CodecError>,
     /// Result types, or why the codec cannot carry one.
     pub results: Result<Vec<Ty>, CodecError>,

@@ -33,6 +33,9 @@ use tokio::sync::oneshot;
 use crate::error::{Exit, Stopped};
 use crate::run::session::{Session, SessionControl, TERM_GRACE};
 use crate::speak::driver::{Completion, Driver, Refused, STREAM_QUEUE, Stream};
+use crate::speak::protocols::hooks::{
+    CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch,
+};
 
 /// How many signals and non-fatal errors of one run may wait unread before the driver stops
 /// reading the plugin's stdout (backpressure instead of unbounded memory). [`Run::result`]
@@ -385,9 +388,6 @@ fn handler(hello: oneshot::Sender<Hello>) -> impl FnMut(Completion<ClientEvent>)
 
 // `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
 // `protocols::PROTOCOLS`); `Value` here is CBOR's, JSON's is `serde_json::Value`.
-use crate::speak::protocols::hooks::{
-    CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch,
-};
 
 /// `sandpipe call --protocol atp`: METHOD is the step id, PARAMS its config; the result is
 /// `{"output_id", "output_data"}`.

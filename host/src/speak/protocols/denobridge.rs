@@ -231,6 +231,9 @@ fn refused(r: Refused<jsonrpc::ProtocolError>) -> RpcError {
     }
 }
 
+// `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
+// `protocols::PROTOCOLS`).
+
 /// `sandpipe call --protocol denobridge`: METHOD names the provider kind ([`kind_of`]) and
 /// the call; `health` is the handshake's answer.
 pub(crate) async fn one_call(launch: Launch<'_>, request: CallRequest) -> Result<Value, CallError> {

@@ -49,6 +49,9 @@ use serde_json::{Value, json};
 use crate::error::{Exit, Stopped};
 use crate::run::session::{Session, SessionControl};
 use crate::speak::driver::{Completion, Driver, PluginRequests, Refused, Stream};
+use crate::speak::protocols::hooks::{
+    CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch,
+};
 
 /// Why a FineCode call did not return a result.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -559,9 +562,6 @@ async fn outcome(
 
 // `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
 // `protocols::PROTOCOLS`).
-use crate::speak::protocols::hooks::{
-    CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch,
-};
 
 /// `sandpipe call --protocol finecode`: METHOD is a call (`actions/run`,
 /// `finecodeRunner/resolveActionMeta`, ...), PARAMS its params, in the direct call form; the

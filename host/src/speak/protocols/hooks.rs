@@ -12,6 +12,7 @@ use sandpipe_proto::mcp::ToolFilter;
 use serde_json::Value;
 
 use super::Protocol;
+use crate::exports::session::ExportsServer;
 use crate::{Exit, Host, HostError, Plugin, Policy, Session, SessionOptions};
 
 /// A boxed future, so each protocol's hook fits one function-pointer type.
@@ -22,6 +23,25 @@ pub type CallHook = for<'a> fn(Launch<'a>, CallRequest) -> BoxFuture<'a, Result<
 
 /// `inspect --protocol`'s hook: the plugin's self-description.
 pub type DescribeHook = for<'a> fn(Launch<'a>) -> BoxFuture<'a, Result<Value, DescribeError>>;
+
+/// How a protocol serves a component that exports functions (its line's
+/// [`exports`](super::ProtocolSpec::exports)): the in-process server that speaks it for the
+/// component's functions, and `inspect --protocol`'s hook for such a component when the
+/// protocol's own `describe` does not fit (`None`: the protocol's own, over the served
+/// session).
+#[derive(Clone, Copy)]
+pub struct ServesExports {
+    pub(crate) server: fn(&Plugin) -> Box<dyn ExportsServer>,
+    pub(crate) describe: Option<DescribeHook>,
+}
+
+impl std::fmt::Debug for ServesExports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServesExports")
+            .field("describe", &self.describe.is_some())
+            .finish_non_exhaustive()
+    }
+}
 
 /// What a hook runs: a plugin to start with its policy and session options, or a session
 /// already started ([`Launch::session`]: `Session::memory` in tests); and, for a protocol

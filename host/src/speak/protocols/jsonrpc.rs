@@ -282,6 +282,9 @@ impl RpcError {
     }
 }
 
+// `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
+// `protocols::PROTOCOLS`).
+
 /// `sandpipe call --protocol jsonrpc`: METHOD with PARAMS, then a clean shutdown. `call`
 /// serves nothing: a request from the plugin gets `-32601` so it never waits.
 pub(crate) async fn one_call(launch: Launch<'_>, request: CallRequest) -> Result<Value, CallError> {

@@ -19,13 +19,19 @@
 use std::time::Duration;
 
 use sandpipe_proto::jsonrpc;
+use sandpipe_proto::mcp::exports as tools;
 use sandpipe_proto::mcp::{self as proto, ClientEvent, Tool};
 use serde_json::{Value, json};
 
 use crate::error::{Exit, Stopped};
+use crate::exports::session::{Exports, ExportsServer};
 use crate::run::session::{Session, SessionControl};
 use crate::speak::driver::{Completion, Driver, Refused, Unasked};
+use crate::speak::protocols::hooks::{
+    CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch, client_info,
+};
 use crate::speak::protocols::jsonrpc::RpcError;
+use crate::{ExportedFunc, Plugin};
 
 /// How many `tools/list` pages [`McpClient::list_tools`] follows before it stops: a server
 /// that hands out cursors forever cannot keep the host listing.
@@ -159,9 +165,6 @@ fn refused(r: Refused<jsonrpc::ProtocolError>) -> RpcError {
 
 // `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
 // `protocols::PROTOCOLS`).
-use crate::speak::protocols::hooks::{
-    CallError, CallRequest, DESCRIBE_GRACE, DescribeError, Failure, Launch, client_info,
-};
 
 /// `sandpipe call --protocol mcp`: the probe or the handshake, METHOD (`tools/call`,
 /// `tools/list`, `resources/read`, …) with PARAMS, then the spec's shutdown. A tool's own
@@ -246,4 +249,141 @@ pub(crate) async fn describe(launch: Launch<'_>) -> Result<Value, DescribeError>
         .and_then(|t| serde_json::to_value(t).map_err(|e| e.to_string()))
         .map(|tools| json!({"revision": version, key: init, "tools": tools}))
         .map_err(DescribeError::Failed)
+}
+
+// A component that exports functions, served as MCP tools: the line's `exports` in
+// `protocols::PROTOCOLS`.
+
+/// MCP spoken for a component's exports, each function a tool
+/// ([`crate::exports::session`]): the server machine, and the functions as tools.
+struct McpExports {
+    server: proto::Server,
+    tools: tools::Tools,
+    info: Value,
+}
+
+/// MCP's server for `plugin`'s exports, named after its file.
+pub(crate) fn serve_exports(plugin: &Plugin) -> Box<dyn ExportsServer> {
+    let name = plugin
+        .path()
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "component".into());
+    Box::new(McpExports {
+        server: proto::Server::new(),
+        tools: tools::Tools::new(tool_sources(plugin.functions())),
+        info: json!({"name": name, "version": env!("CARGO_PKG_VERSION")}),
+    })
+}
+
+/// The functions that can be tools: those whose types the codec carries (a resource or a
+/// stream cannot be called).
+fn tool_sources(functions: &[ExportedFunc]) -> Vec<tools::ToolSource> {
+    functions
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| {
+            let (Ok(params), Ok(results)) = (&f.params, &f.results) else {
+                tracing::info!("{}: not a tool ({})", f.name, f.signature);
+                return None;
+            };
+            Some(tools::ToolSource {
+                function: i,
+                full_name: f.name.clone(),
+                signature: f.signature.clone(),
+                params: f.param_names.iter().cloned().zip(params.clone()).collect(),
+                results: results.clone(),
+            })
+        })
+        .collect()
+}
+
+impl McpExports {
+    /// One `tools/call`: the tool result, or `-32602` for a tool it does not have.
+    async fn call_tool(
+        &self,
+        params: Option<&Value>,
+        exports: &mut Exports,
+    ) -> Result<Result<Value, jsonrpc::ErrorObject>, Exit> {
+        let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+            let e =
+                jsonrpc::ErrorObject::new(jsonrpc::INVALID_PARAMS, "tools/call needs a tool name");
+            return Ok(Err(e));
+        };
+        let Some(tool) = self.tools.find(name) else {
+            return Ok(Err(proto::unknown_tool(name)));
+        };
+        let args = match tool.arguments(params.and_then(|p| p.get("arguments"))) {
+            Ok(a) => a,
+            Err(e) => return Ok(Ok(tools::tool_error(&format!("invalid arguments: {e}")))),
+        };
+        let results = tool.source.results.len();
+        Ok(Ok(
+            match exports.call(tool.source.function, &args, results).await? {
+                Ok(values) => tool.result(values),
+                Err(e) => tools::tool_error(&e.to_string()),
+            },
+        ))
+    }
+
+    /// The frames the machine has queued.
+    fn transmit(&mut self) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| self.server.poll_transmit()).collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl ExportsServer for McpExports {
+    fn start(&mut self) -> Vec<Vec<u8>> {
+        // MCP's server waits for the client's `initialize` or `server/discover`.
+        self.transmit()
+    }
+
+    async fn handle(&mut self, frame: &[u8], exports: &mut Exports) -> Result<Vec<Vec<u8>>, Exit> {
+        if let Err(e) = self.server.handle_frame(frame) {
+            // The machine has queued the client's error answer, if the frame deserves one.
+            tracing::warn!("mcp: a frame from the client: {e}");
+        }
+        while let Some(event) = self.server.poll_event() {
+            let (id, answer) = match event {
+                proto::ServerEvent::Initialize { id, .. } => {
+                    let info = self.info.clone();
+                    if let Err(e) = self
+                        .server
+                        .respond_initialize(id, json!({"tools": {}}), info)
+                    {
+                        tracing::warn!("mcp: could not answer initialize: {e}");
+                    }
+                    continue;
+                }
+                proto::ServerEvent::Discover { id, .. } => {
+                    let info = self.info.clone();
+                    if let Err(e) = self.server.respond_discover(id, json!({"tools": {}}), info) {
+                        tracing::warn!("mcp: could not answer server/discover: {e}");
+                    }
+                    continue;
+                }
+                proto::ServerEvent::Request { id, method, .. } if method == proto::TOOLS_LIST => {
+                    (id, Ok(self.tools.list(&proto::ToolFilter::default())))
+                }
+                proto::ServerEvent::Request { id, method, params }
+                    if method == proto::TOOLS_CALL =>
+                {
+                    (id, self.call_tool(params.as_ref(), exports).await?)
+                }
+                proto::ServerEvent::Request { id, method, .. } => {
+                    let e = jsonrpc::ErrorObject::new(
+                        jsonrpc::METHOD_NOT_FOUND,
+                        format!("method not found: {method}"),
+                    );
+                    (id, Err(e))
+                }
+                _ => continue,
+            };
+            if let Err(e) = self.server.respond(id, answer) {
+                tracing::warn!("mcp: could not answer a request: {e}");
+            }
+        }
+        Ok(self.transmit())
+    }
 }

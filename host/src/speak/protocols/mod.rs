@@ -18,7 +18,10 @@ use sandpipe_proto::frame::Framing;
 use sandpipe_proto::mcp::ToolFilter;
 use sandpipe_proto::supervise::SupervisedProtocol;
 
-use hooks::{CallHook, DescribeHook};
+use hooks::{CallHook, DescribeHook, ServesExports};
+
+use crate::exports::session::{exports_runner, serve};
+use crate::{Host, HostError, Plugin, Policy, Session, SessionOptions};
 
 /// Which protocol a command speaks: a variant here and its line in [`PROTOCOLS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,9 +44,9 @@ pub enum Protocol {
 }
 
 /// One protocol, all that sandpipe needs of it besides its proto module and its host client:
-/// what the command line calls it, its framing, its supervision rules, and the hooks of `call`
-/// and `inspect --protocol` (in its client module). `replay` needs only the name and the
-/// rules.
+/// what the command line calls it, its framing, its supervision rules, the hooks of `call`
+/// and `inspect --protocol` (in its client module), and how it serves a component's exports.
+/// `replay` needs only the name and the rules.
 pub struct ProtocolSpec {
     /// Which protocol.
     pub protocol: Protocol,
@@ -62,6 +65,9 @@ pub struct ProtocolSpec {
     pub call: CallHook,
     /// `sandpipe inspect --protocol`: the plugin's self-description.
     pub describe: DescribeHook,
+    /// How it serves a component that exports functions (in its client module), or `None`
+    /// for a protocol that does not: [`Host::start_speaking`] refuses such a component.
+    pub exports: Option<ServesExports>,
 }
 
 impl std::fmt::Debug for ProtocolSpec {
@@ -69,6 +75,7 @@ impl std::fmt::Debug for ProtocolSpec {
         f.debug_struct("ProtocolSpec")
             .field("name", &self.name)
             .field("framing", &self.framing)
+            .field("exports", &self.exports.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -80,13 +87,13 @@ pub static PROTOCOLS: &[ProtocolSpec] = {
     use sandpipe_proto::{oracle as o, orchard as r};
     use Framing::{CborSeq, ContentLength, JsonLines};
     &[
-        ProtocolSpec { protocol: Protocol::JsonRpc, name: "jsonrpc", help: "plain JSON-RPC 2.0 over JSON Lines", framing: JsonLines, supervised: || Box::new(j::Supervised), tool_filter: None, call: |l, r| Box::pin(crate::speak::protocols::jsonrpc::one_call(l, r)), describe: |_| Box::pin(crate::speak::protocols::jsonrpc::describe()) },
-        ProtocolSpec { protocol: Protocol::Oracle, name: "oracle", help: "Cairo oracle stdio: (and wasm: components exporting functions)", framing: JsonLines, supervised: || Box::new(o::Supervised), tool_filter: None, call: |l, r| Box::pin(oracle::one_call(l, r)), describe: |l| Box::pin(oracle::describe(l)) },
-        ProtocolSpec { protocol: Protocol::Orchard, name: "orchard", help: "Orchard provider protocol", framing: JsonLines, supervised: || Box::new(r::Supervised), tool_filter: None, call: |l, r| Box::pin(orchard::one_call(l, r)), describe: |l| Box::pin(orchard::describe(l)) },
-        ProtocolSpec { protocol: Protocol::DenoBridge, name: "denobridge", help: "terraform-provider-denobridge", framing: JsonLines, supervised: || Box::new(d::Supervised), tool_filter: None, call: |l, r| Box::pin(denobridge::one_call(l, r)), describe: |l| Box::pin(denobridge::describe(l)) },
-        ProtocolSpec { protocol: Protocol::Atp, name: "atp", help: "Arcaflow ATP v1/v3 (CBOR)", framing: CborSeq, supervised: || Box::new(a::Supervised), tool_filter: None, call: |l, r| Box::pin(atp::one_call(l, r)), describe: |l| Box::pin(atp::describe(l)) },
-        ProtocolSpec { protocol: Protocol::FineCode, name: "finecode", help: "FineCode WM-ER (LSP Content-Length)", framing: ContentLength, supervised: || Box::new(f::Supervised), tool_filter: None, call: |l, r| Box::pin(finecode::one_call(l, r)), describe: |l| Box::pin(finecode::describe(l)) },
-        ProtocolSpec { protocol: Protocol::Mcp, name: "mcp", help: "Model Context Protocol servers (stdio), or a component's exported functions as tools", framing: JsonLines, supervised: || Box::new(m::Supervised::default()), tool_filter: Some(|filter| Box::new(m::Supervised::new(filter))), call: |l, r| Box::pin(mcp::one_call(l, r)), describe: |l| Box::pin(mcp::describe(l)) },
+        ProtocolSpec { protocol: Protocol::JsonRpc, name: "jsonrpc", help: "plain JSON-RPC 2.0 over JSON Lines", framing: JsonLines, supervised: || Box::new(j::Supervised), tool_filter: None, call: |l, r| Box::pin(crate::speak::protocols::jsonrpc::one_call(l, r)), describe: |_| Box::pin(crate::speak::protocols::jsonrpc::describe()), exports: None },
+        ProtocolSpec { protocol: Protocol::Oracle, name: "oracle", help: "Cairo oracle stdio: (and wasm: components exporting functions)", framing: JsonLines, supervised: || Box::new(o::Supervised), tool_filter: None, call: |l, r| Box::pin(oracle::one_call(l, r)), describe: |l| Box::pin(oracle::describe(l)), exports: Some(ServesExports { server: oracle::serve_exports, describe: Some(|l| Box::pin(oracle::describe_exports(l))) }) },
+        ProtocolSpec { protocol: Protocol::Orchard, name: "orchard", help: "Orchard provider protocol", framing: JsonLines, supervised: || Box::new(r::Supervised), tool_filter: None, call: |l, r| Box::pin(orchard::one_call(l, r)), describe: |l| Box::pin(orchard::describe(l)), exports: None },
+        ProtocolSpec { protocol: Protocol::DenoBridge, name: "denobridge", help: "terraform-provider-denobridge", framing: JsonLines, supervised: || Box::new(d::Supervised), tool_filter: None, call: |l, r| Box::pin(denobridge::one_call(l, r)), describe: |l| Box::pin(denobridge::describe(l)), exports: None },
+        ProtocolSpec { protocol: Protocol::Atp, name: "atp", help: "Arcaflow ATP v1/v3 (CBOR)", framing: CborSeq, supervised: || Box::new(a::Supervised), tool_filter: None, call: |l, r| Box::pin(atp::one_call(l, r)), describe: |l| Box::pin(atp::describe(l)), exports: None },
+        ProtocolSpec { protocol: Protocol::FineCode, name: "finecode", help: "FineCode WM-ER (LSP Content-Length)", framing: ContentLength, supervised: || Box::new(f::Supervised), tool_filter: None, call: |l, r| Box::pin(finecode::one_call(l, r)), describe: |l| Box::pin(finecode::describe(l)), exports: None },
+        ProtocolSpec { protocol: Protocol::Mcp, name: "mcp", help: "Model Context Protocol servers (stdio), or a component's exported functions as tools", framing: JsonLines, supervised: || Box::new(m::Supervised::default()), tool_filter: Some(|filter| Box::new(m::Supervised::new(filter))), call: |l, r| Box::pin(mcp::one_call(l, r)), describe: |l| Box::pin(mcp::describe(l)), exports: Some(ServesExports { server: mcp::serve_exports, describe: None }) },
     ]
 };
 
@@ -115,6 +122,18 @@ impl Protocol {
         Some(rules.stopped_answer(&key, method.as_deref(), stopped))
     }
 
+    /// `inspect --protocol`'s hook for `plugin`: the protocol's own, or, for a component that
+    /// exports functions, the one its [`ServesExports`] gives, if any.
+    pub fn describe_for(self, plugin: &Plugin) -> DescribeHook {
+        let spec = self.spec();
+        match &spec.exports {
+            Some(exports) if plugin.exports_functions() => {
+                exports.describe.unwrap_or(spec.describe)
+            }
+            _ => spec.describe,
+        }
+    }
+
     /// The framing the protocol uses.
     pub fn framing(self) -> Framing {
         self.spec().framing
@@ -134,11 +153,53 @@ impl Protocol {
     /// Every protocol's name, for messages: `a, b or c`.
     pub fn names() -> String {
         let names: Vec<&str> = PROTOCOLS.iter().map(|s| s.name).collect();
-        match names.split_last() {
-            Some((last, [])) => (*last).to_owned(),
-            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-            None => String::new(),
+        or_list(&names)
+    }
+}
+
+impl Host {
+    /// Start `plugin` for a session speaking `protocol`. A component that exports functions
+    /// (see [`Plugin::exports_functions`]) is served in process by the protocol's
+    /// [`ServesExports`], each function an oracle selector or an MCP tool (see
+    /// [`crate::exports::session`]), from a fresh instance made now (one that cannot start is
+    /// an error here), with `policy.deadline` as each call's limit; any other plugin starts as
+    /// [`Host::start`] starts it.
+    pub async fn start_speaking(
+        &self,
+        plugin: &Plugin,
+        policy: &Policy,
+        options: &SessionOptions,
+        protocol: Protocol,
+    ) -> Result<Session, HostError> {
+        if !plugin.exports_functions() {
+            return self.start(plugin, policy, options).await;
         }
+        let runner = exports_runner(self, plugin, policy)?;
+        let Some(exports) = &protocol.spec().exports else {
+            let serving: Vec<&str> = PROTOCOLS
+                .iter()
+                .filter(|s| s.exports.is_some())
+                .map(|s| s.name)
+                .collect();
+            return Err(HostError::Instantiate {
+                message: format!(
+                    "{} exports functions: sandpipe serves them as the {} protocol, not {}",
+                    plugin.path().display(),
+                    or_list(&serving),
+                    protocol.name()
+                ),
+            });
+        };
+        serve(runner, plugin, policy, options, (exports.server)(plugin)).await
+    }
+}
+
+/// `a, b or c`.
+fn or_list(items: &[&str]) -> String {
+    match items.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
     }
 }
 

@@ -5,11 +5,16 @@
 
 use std::time::Duration;
 
+use sandpipe_proto::component::{DEFAULT_MAX_RESULT_FELTS, encode_results};
+use sandpipe_proto::jsonrpc::{self, ErrorObject};
 use sandpipe_proto::oracle::{self as machine, ClientEvent, ErrorOrigin, Felt, OracleError};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use crate::Plugin;
 use crate::error::{Exit, Stopped};
+use crate::exports::oracle::{InvokeError, prepare};
+use crate::exports::session::{Exports, ExportsServer, functions_json};
 use crate::run::session::{Session, SessionControl};
 use crate::speak::driver::{Completion, Driver, Refused};
 use crate::speak::protocols::hooks::{
@@ -100,6 +105,9 @@ fn stopped<M: sandpipe_proto::machine::ClientMachine>(driver: &Driver<M>) -> Sto
         .unwrap_or_else(|| Stopped::by_host("the session ended", Vec::new()))
 }
 
+// `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
+// `protocols::PROTOCOLS`).
+
 /// `sandpipe call --protocol oracle`: METHOD is the selector, PARAMS the calldata (an array
 /// of hex felts); the result is the felts the oracle returned.
 pub(crate) async fn one_call(launch: Launch<'_>, request: CallRequest) -> Result<Value, CallError> {
@@ -165,4 +173,103 @@ pub(crate) async fn describe(launch: Launch<'_>) -> Result<Value, DescribeError>
             e.code, e.message
         ))),
     }
+}
+
+// A component that exports functions, served as an oracle: the line's `exports` in
+// `protocols::PROTOCOLS`.
+
+/// The oracle's `stdio:` protocol spoken for a component's exports, each `invoke` a call of
+/// the function its selector names ([`crate::exports::session`]).
+struct OracleExports {
+    server: machine::OracleServer,
+}
+
+/// The oracle's server for `plugin`'s exports.
+pub(crate) fn serve_exports(_plugin: &Plugin) -> Box<dyn ExportsServer> {
+    Box::new(OracleExports {
+        server: machine::OracleServer::new(),
+    })
+}
+
+impl OracleExports {
+    /// The frames the machine has queued.
+    fn transmit(&mut self) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| self.server.poll_transmit()).collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl ExportsServer for OracleExports {
+    fn start(&mut self) -> Vec<Vec<u8>> {
+        // The oracle's `ready`.
+        self.transmit()
+    }
+
+    async fn handle(&mut self, frame: &[u8], exports: &mut Exports) -> Result<Vec<Vec<u8>>, Exit> {
+        if let Err(e) = self.server.handle_frame(frame) {
+            // As the Rust oracle SDK does with a line it cannot use: log it, serve the next.
+            tracing::warn!("oracle: ignoring a frame from the engine: {e}");
+        }
+        while let Some(event) = self.server.poll_event() {
+            let machine::ServerEvent::Invoke {
+                id,
+                selector,
+                calldata,
+            } = event
+            else {
+                continue;
+            };
+            let answer = invoke(exports, &selector, &calldata).await?;
+            if let Err(e) = self.server.respond(id, answer) {
+                tracing::warn!("oracle: could not answer an invoke: {e}");
+            }
+        }
+        Ok(self.transmit())
+    }
+
+    fn finished(&self) -> bool {
+        self.server.must_terminate()
+    }
+}
+
+/// One oracle invoke of a component's export: the felts, or the plugin's own error answer.
+async fn invoke(
+    exports: &mut Exports,
+    selector: &str,
+    calldata: &[Felt],
+) -> Result<Result<Vec<Felt>, ErrorObject>, Exit> {
+    let answer = match prepare(exports.functions(), exports.selectors(), selector, calldata) {
+        Ok((index, args, results)) => match exports.call(index, &args, results.len()).await? {
+            Ok(values) => {
+                encode_results(&values, DEFAULT_MAX_RESULT_FELTS).map_err(InvokeError::from)
+            }
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
+    Ok(answer.map_err(|e| plugin_error(&e)))
+}
+
+/// The answer the component gives for an invoke it cannot make (a selector or codec error):
+/// the plugin's own error, `-32603` with the message, as the Rust oracle SDK gives one.
+fn plugin_error(e: &InvokeError) -> ErrorObject {
+    ErrorObject::new(jsonrpc::INTERNAL_ERROR, e.to_string()).with_data(e.data())
+}
+
+/// `sandpipe inspect --protocol oracle` of a `wasm:` oracle: start it and wait for its
+/// `ready` (so a component that cannot start says so), and list its selectors.
+pub(crate) async fn describe_exports(launch: Launch<'_>) -> Result<Value, DescribeError> {
+    let selectors = launch
+        .plugin()
+        .map(|(_, plugin, _, _)| functions_json(plugin))
+        .unwrap_or_default();
+    let session = launch
+        .start()
+        .await
+        .map_err(|e| DescribeError::Failed(e.to_string()))?;
+    let client = OracleClient::connect(session)
+        .await
+        .map_err(|e| DescribeError::Failed(format!("oracle error {}: {}", e.code, e.message)))?;
+    let _ = client.shutdown(DESCRIBE_GRACE).await;
+    Ok(serde_json::json!({ "kind": "wasm: oracle (exported functions)", "selectors": selectors }))
 }

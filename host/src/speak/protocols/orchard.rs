@@ -264,6 +264,9 @@ impl OrchardError {
     }
 }
 
+// `sandpipe call` and `inspect --protocol` (the hooks in this protocol's line of
+// `protocols::PROTOCOLS`).
+
 /// `sandpipe call --protocol orchard`: METHOD is `describe`, `configure` (PARAMS the config,
 /// or `{"config": ...}`), `execute` (PARAMS `{"action", "attrs"}`, after a `configure` with
 /// `--config`), or `schema` (plan mode).

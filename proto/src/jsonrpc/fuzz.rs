@@ -1,5 +1,5 @@
-//! Fuzz bodies for the JSON-RPC layer: [`jsonrpc_peer`] feeds raw frames to one [`Peer`];
-//! [`jsonrpc_pair`] drives two connected peers with fuzz-chosen operations.
+//! Fuzz bodies for the JSON-RPC layer: [`fuzz`] feeds raw frames to one [`Peer`];
+//! [`fuzz_pair`] drives two connected peers with fuzz-chosen operations.
 //!
 //! Both check every step against [`Model`], a plain restatement of what a peer promises:
 //! which requests are pending, which incoming requests await an answer, which ids were given
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
-use super::Choices;
+use crate::choices::Choices;
 use crate::jsonrpc::{
     Dialect, ErrorCode, ErrorObject, Event, Id, MAX_CANCELLED, Message, Peer, ProtocolError,
 };
@@ -336,7 +336,7 @@ impl Model {
 /// predicts (event, typed error, nothing sent); answering each incoming request sends exactly
 /// that response; a cancel (taken when a line's length is a multiple of 5) completes the
 /// request at once; and after `fail_pending` every request sent had exactly one outcome.
-pub fn jsonrpc_peer(data: &[u8]) {
+pub fn fuzz(data: &[u8]) {
     for dialect in [Dialect::JsonRpc2, Dialect::Orchard] {
         let mut side = Model::new(Peer::new(dialect));
         side.request("a", None, None);
@@ -367,7 +367,7 @@ pub fn jsonrpc_peer(data: &[u8]) {
     }
 }
 
-/// Operations [`jsonrpc_pair`] applies, one per fuzz-chosen byte.
+/// Operations [`fuzz_pair`] applies, one per fuzz-chosen byte.
 const OPS: u8 = 11;
 
 /// Drive a connected pair of peers (host and plugin, one dialect picked by the first byte)
@@ -384,7 +384,7 @@ const OPS: u8 = 11;
 /// `poll_timeout`) match the model; every request has at most one outcome, and in the end
 /// exactly one; and, unless junk was injected or the connection failed, a pair that delivers
 /// every frame and answers every request ends with nothing pending on either side.
-pub fn jsonrpc_pair(epoch: Instant, data: &[u8]) {
+pub fn fuzz_pair(epoch: Instant, data: &[u8]) {
     let mut input = Choices::new(data);
     let dialect = if input.byte() & 1 == 0 {
         Dialect::JsonRpc2
@@ -593,7 +593,7 @@ mod tests {
     use super::*;
 
     /// Lines a host or a plugin really sends (from the golden transcripts), then answers to
-    /// the requests [`jsonrpc_peer`] has in flight, then broken and hostile ones.
+    /// the requests [`fuzz`] has in flight, then broken and hostile ones.
     const PEER_SEEDS: &[&str] = &[
         r#"{"jsonrpc":"2.0","id":0,"method":"ready"}"#,
         r#"{"jsonrpc":"2.0","id":0,"method":"invoke","params":{"selector":"sqrt","calldata":["0x10"]}}"#,
@@ -633,11 +633,11 @@ mod tests {
 
     #[test]
     fn peer_body_over_the_seed_corpus() {
-        jsonrpc_peer(PEER_SEEDS.join("\n").as_bytes());
+        fuzz(PEER_SEEDS.join("\n").as_bytes());
         for seed in PEER_SEEDS {
-            jsonrpc_peer(seed.as_bytes());
+            fuzz(seed.as_bytes());
             for cut in 0..seed.len() {
-                jsonrpc_peer(&seed.as_bytes()[..cut]);
+                fuzz(&seed.as_bytes()[..cut]);
             }
         }
     }
@@ -649,7 +649,7 @@ mod tests {
             let lines: Vec<&str> = (0..rng.next() % 12)
                 .map(|_| PEER_SEEDS[(rng.next() as usize) % PEER_SEEDS.len()])
                 .collect();
-            jsonrpc_peer(lines.join("\n").as_bytes());
+            fuzz(lines.join("\n").as_bytes());
         }
     }
 
@@ -818,7 +818,7 @@ mod tests {
             ],
         ];
         for script in &scripts {
-            jsonrpc_pair(Instant::now(), script);
+            fuzz_pair(Instant::now(), script);
         }
     }
 
@@ -836,7 +836,7 @@ mod tests {
             for dialect in [0, 1] {
                 let mut input = input.clone();
                 input[0] = dialect;
-                jsonrpc_pair(Instant::now(), &input);
+                fuzz_pair(Instant::now(), &input);
             }
             let _ = what;
         }
@@ -849,7 +849,7 @@ mod tests {
         for _ in 0..1500 {
             let len = (rng.next() % 400) as usize;
             let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-            jsonrpc_pair(epoch, &data);
+            fuzz_pair(epoch, &data);
         }
     }
 }

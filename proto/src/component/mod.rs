@@ -1,11 +1,17 @@
-//! Cairo `wasm:` oracles, sans-IO: the Cairo-Serde felt codec for component-model values and
-//! selector resolution over a component's exported functions.
+//! A component's exported functions as values, sans-IO: the component-model value model every
+//! caller of exports meets ([`Ty`], [`Value`]), selector resolution over the functions
+//! ([`Selectors`]), and the Cairo-Serde felt codec that carries a subset of the values for
+//! `wasm:` oracles ([`decode_args`], [`encode_results`], [`check_supported`]).
 //!
 //! A `wasm:` oracle is a WASI 0.2 component whose exported functions the Cairo executor calls
 //! with arguments decoded from felts. The executor (the host's `sandbox`) walks the component's
 //! exports, resolves the selector here ([`Selectors`]), turns the function's parameter types
 //! into [`Ty`]s, decodes the calldata ([`decode_args`]), calls the guest, and encodes the
-//! results ([`encode_results`]).
+//! results ([`encode_results`]). MCP serves the same functions as tools
+//! ([`crate::mcp::exports`]), mapping JSON to the same values.
+//!
+//! Files: `types.rs` the model (`Ty`, `Value`, `CodecError`), this file the codec and the
+//! selectors, `fuzz.rs` the fuzz body, `tests.rs` the unit tests.
 //!
 //! ```text
 //!   calldata felts ─► decode_args(param types) ─► [Value] ─► (host: guest call) ─► [Value]
@@ -35,7 +41,7 @@
 //!
 //! ```
 //! use sandpipe_proto::oracle::Felt;
-//! use sandpipe_proto::oracle::wasm::{Ty, Value, decode_args, encode_results};
+//! use sandpipe_proto::component::{Ty, Value, decode_args, encode_results};
 //!
 //! let calldata = [Felt::from(2u128), Felt::from(7u128), Felt::from(9u128)];
 //! let args = decode_args(&[Ty::List(Box::new(Ty::U64))], &calldata).unwrap();
@@ -44,11 +50,17 @@
 //! assert_eq!(felts[0].as_str(), "0x800000000000011000000000000000000000000000000000000000000000000");
 //! ```
 
+mod fuzz;
+mod types;
+
+pub use fuzz::fuzz;
+pub use types::*;
+
 use std::fmt;
 
 use thiserror::Error;
 
-use super::Felt;
+use crate::oracle::Felt;
 
 /// The field prime `P = 2^251 + 17·2^192 + 1`, big-endian.
 const PRIME: [u8; 32] = [
@@ -59,353 +71,8 @@ const PRIME: [u8; 32] = [
 /// Bytes in a full `ByteArray` word.
 pub const WORD_BYTES: usize = 31;
 
-/// Deepest type nesting the codec accepts (`list<list<…>>`); deeper types are refused when a
-/// function's signature is read, so neither direction recurses without bound.
-pub const MAX_TYPE_DEPTH: usize = 32;
-
 /// The default cap on the felts one call's results may encode to.
 pub const DEFAULT_MAX_RESULT_FELTS: usize = 1 << 20;
-
-/// A component-model type, as the host reads it from a component's exports. The Cairo codec
-/// carries the scalars, `char`, `string`, lists, tuples, options and results; floats, records,
-/// enums, variants and flags are for other callers of exports (MCP tools:
-/// [`crate::mcp::exports`]) and are an unsupported type to the codec ([`check_supported`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ty {
-    /// `bool`
-    Bool,
-    /// `s8`
-    S8,
-    /// `u8`
-    U8,
-    /// `s16`
-    S16,
-    /// `u16`
-    U16,
-    /// `s32`
-    S32,
-    /// `u32`
-    U32,
-    /// `s64`
-    S64,
-    /// `u64`
-    U64,
-    /// `char`
-    Char,
-    /// `string`
-    String,
-    /// `list<T>`
-    List(Box<Ty>),
-    /// `tuple<T, …>`
-    Tuple(Vec<Ty>),
-    /// `option<T>`
-    Option(Box<Ty>),
-    /// `result<T, E>`, either payload optional.
-    Result {
-        /// The `ok` payload type.
-        ok: Option<Box<Ty>>,
-        /// The `err` payload type.
-        err: Option<Box<Ty>>,
-    },
-    /// `f32`
-    F32,
-    /// `f64`
-    F64,
-    /// A `record`: its fields, in order.
-    Record(Vec<(String, Ty)>),
-    /// An `enum`: its case names.
-    Enum(Vec<String>),
-    /// A `variant`: its cases, each with its payload type if it has one.
-    Variant(Vec<(String, Option<Ty>)>),
-    /// `flags`: the flag names.
-    Flags(Vec<String>),
-}
-
-impl Ty {
-    /// How deeply the type nests (a scalar is 1).
-    pub fn depth(&self) -> usize {
-        match self {
-            Ty::List(t) | Ty::Option(t) => 1 + t.depth(),
-            Ty::Tuple(ts) => 1 + ts.iter().map(Ty::depth).max().unwrap_or(0),
-            Ty::Result { ok, err } => {
-                1 + ok
-                    .iter()
-                    .chain(err.iter())
-                    .map(|t| t.depth())
-                    .max()
-                    .unwrap_or(0)
-            }
-            Ty::Record(fields) => 1 + fields.iter().map(|(_, t)| t.depth()).max().unwrap_or(0),
-            Ty::Variant(cases) => {
-                1 + cases
-                    .iter()
-                    .filter_map(|(_, t)| t.as_ref().map(Ty::depth))
-                    .max()
-                    .unwrap_or(0)
-            }
-            _ => 1,
-        }
-    }
-
-    /// The fewest felts a value of this type takes.
-    fn min_felts(&self) -> usize {
-        match self {
-            Ty::String => 3,
-            Ty::Tuple(ts) => ts.iter().map(Ty::min_felts).sum(),
-            _ => 1,
-        }
-    }
-}
-
-impl fmt::Display for Ty {
-    /// WIT syntax: `list<u64>`, `result<_, string>`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Ty::Bool => f.write_str("bool"),
-            Ty::S8 => f.write_str("s8"),
-            Ty::U8 => f.write_str("u8"),
-            Ty::S16 => f.write_str("s16"),
-            Ty::U16 => f.write_str("u16"),
-            Ty::S32 => f.write_str("s32"),
-            Ty::U32 => f.write_str("u32"),
-            Ty::S64 => f.write_str("s64"),
-            Ty::U64 => f.write_str("u64"),
-            Ty::Char => f.write_str("char"),
-            Ty::String => f.write_str("string"),
-            Ty::List(t) => write!(f, "list<{t}>"),
-            Ty::Tuple(ts) => {
-                f.write_str("tuple<")?;
-                for (i, t) in ts.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(", ")?;
-                    }
-                    write!(f, "{t}")?;
-                }
-                f.write_str(">")
-            }
-            Ty::Option(t) => write!(f, "option<{t}>"),
-            Ty::Result { ok, err } => match (ok, err) {
-                (None, None) => f.write_str("result"),
-                (Some(o), None) => write!(f, "result<{o}>"),
-                (None, Some(e)) => write!(f, "result<_, {e}>"),
-                (Some(o), Some(e)) => write!(f, "result<{o}, {e}>"),
-            },
-            Ty::F32 => f.write_str("f32"),
-            Ty::F64 => f.write_str("f64"),
-            Ty::Record(fields) => {
-                f.write_str("record { ")?;
-                for (i, (n, t)) in fields.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(", ")?;
-                    }
-                    write!(f, "{n}: {t}")?;
-                }
-                f.write_str(" }")
-            }
-            Ty::Enum(names) => write!(f, "enum {{ {} }}", names.join(", ")),
-            Ty::Flags(names) => write!(f, "flags {{ {} }}", names.join(", ")),
-            Ty::Variant(cases) => {
-                f.write_str("variant { ")?;
-                for (i, (n, t)) in cases.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(", ")?;
-                    }
-                    match t {
-                        Some(t) => write!(f, "{n}({t})")?,
-                        None => f.write_str(n)?,
-                    }
-                }
-                f.write_str(" }")
-            }
-        }
-    }
-}
-
-impl Ty {
-    /// The name the Cairo codec gives this type when it cannot carry it (as Scarb's does).
-    fn unsupported_name(&self) -> Option<&'static str> {
-        match self {
-            Ty::F32 => Some("float32"),
-            Ty::F64 => Some("float64"),
-            Ty::Record(_) => Some("record"),
-            Ty::Enum(_) => Some("enum"),
-            Ty::Variant(_) => Some("variant"),
-            Ty::Flags(_) => Some("flags"),
-            _ => None,
-        }
-    }
-}
-
-/// Check that the Cairo codec carries every one of `types` (and what they hold): floats,
-/// records, enums, variants and flags are [`CodecError::UnsupportedType`], checked before the
-/// guest is entered.
-pub fn check_supported<'a>(types: impl IntoIterator<Item = &'a Ty>) -> Result<(), CodecError> {
-    let mut stack: Vec<&Ty> = types.into_iter().collect();
-    while let Some(t) = stack.pop() {
-        if let Some(name) = t.unsupported_name() {
-            return Err(CodecError::UnsupportedType {
-                ty: name.to_owned(),
-            });
-        }
-        match t {
-            Ty::List(i) | Ty::Option(i) => stack.push(i),
-            Ty::Tuple(ts) => stack.extend(ts.iter()),
-            Ty::Result { ok, err } => stack.extend(ok.iter().chain(err.iter()).map(|b| &**b)),
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// A value of a [`Ty`]. Exhaustive, like [`Ty`]: a host converting to and from its own
-/// representation must handle every variant.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    /// `bool`
-    Bool(bool),
-    /// `s8`
-    S8(i8),
-    /// `u8`
-    U8(u8),
-    /// `s16`
-    S16(i16),
-    /// `u16`
-    U16(u16),
-    /// `s32`
-    S32(i32),
-    /// `u32`
-    U32(u32),
-    /// `s64`
-    S64(i64),
-    /// `u64`
-    U64(u64),
-    /// `char`
-    Char(char),
-    /// `string`
-    String(String),
-    /// `list<T>`
-    List(Vec<Value>),
-    /// `tuple<…>`
-    Tuple(Vec<Value>),
-    /// `option<T>`
-    Option(Option<Box<Value>>),
-    /// `result<T, E>`: the payload, if the type has one on that side.
-    Result(Result<Option<Box<Value>>, Option<Box<Value>>>),
-    /// `f32`
-    F32(f32),
-    /// `f64`
-    F64(f64),
-    /// A `record`'s fields, in order, by name.
-    Record(Vec<(String, Value)>),
-    /// An `enum` case, by name.
-    Enum(String),
-    /// A `variant` case, by name, with its payload if it has one.
-    Variant(String, Option<Box<Value>>),
-    /// The `flags` that are set, by name.
-    Flags(Vec<String>),
-}
-
-/// Why calldata could not be decoded, or results encoded. `at` is the index of the felt
-/// concerned in the calldata.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[non_exhaustive]
-pub enum CodecError {
-    /// The function has a parameter or result type the codec cannot carry.
-    #[error("unsupported type: {ty}")]
-    UnsupportedType {
-        /// The type, in WIT syntax.
-        ty: String,
-    },
-    /// A type nests deeper than [`MAX_TYPE_DEPTH`].
-    #[error("type nests {depth} deep, more than the {limit} the codec accepts")]
-    TooDeep {
-        /// How deep it nests.
-        depth: usize,
-        /// [`MAX_TYPE_DEPTH`].
-        limit: usize,
-    },
-    /// The calldata ended before a value of `ty` was complete.
-    #[error("calldata ended at felt {at} while decoding {ty}")]
-    CalldataEnded {
-        /// What was being read.
-        ty: String,
-        /// The calldata's length.
-        at: usize,
-    },
-    /// Felts are left after the last argument.
-    #[error("not all calldata was consumed: {left} of {total} felts left over")]
-    LeftOver {
-        /// Felts not read.
-        left: usize,
-        /// The calldata's length.
-        total: usize,
-    },
-    /// A felt is out of range for its type.
-    #[error("felt {at} ({felt}) is out of range for {ty}")]
-    OutOfRange {
-        /// The type.
-        ty: String,
-        /// The felt.
-        felt: Felt,
-        /// Its index.
-        at: usize,
-    },
-    /// An `option`, `result` or `bool` tag that is neither 0 nor 1.
-    #[error("felt {at} ({tag}) is not a valid tag for {ty} (0 or 1)")]
-    BadTag {
-        /// The type.
-        ty: String,
-        /// The tag read.
-        tag: Felt,
-        /// Its index.
-        at: usize,
-    },
-    /// A length larger than the calldata left could hold: checked before allocating.
-    #[error(
-        "felt {at} ({len}) is a {what} length that {left} remaining felts cannot hold (at most {max})"
-    )]
-    LengthTooLarge {
-        /// `list` or `ByteArray`.
-        what: &'static str,
-        /// The length read.
-        len: Felt,
-        /// The most the remaining calldata could hold.
-        max: usize,
-        /// Felts left after the length.
-        left: usize,
-        /// Its index.
-        at: usize,
-    },
-    /// A `ByteArray` whose pending word length is over 30, or whose pending word does not fit
-    /// in its length.
-    #[error("bad ByteArray at felt {at}: {reason}")]
-    BadByteArray {
-        /// What is wrong.
-        reason: String,
-        /// The index of the felt concerned.
-        at: usize,
-    },
-    /// A `string` whose bytes are not UTF-8.
-    #[error("the ByteArray ending at felt {at} is not valid UTF-8")]
-    NotUtf8 {
-        /// The index of its last felt.
-        at: usize,
-    },
-    /// A `char` felt that is not the UTF-8 encoding of one character.
-    #[error("felt {at} ({felt}) is not a short string of one character")]
-    BadChar {
-        /// The felt.
-        felt: Felt,
-        /// Its index.
-        at: usize,
-    },
-    /// The results would encode to more felts than allowed.
-    #[error("results encode to more than {limit} felts")]
-    TooManyFelts {
-        /// The cap.
-        limit: usize,
-    },
-}
 
 // ---- 256-bit big-endian helpers -------------------------------------------------------------
 
@@ -440,7 +107,7 @@ fn u128_of_be(b: &[u8; 32]) -> Option<u128> {
     Some(u128::from_be_bytes(lo))
 }
 
-fn felt_of_be(b: &[u8; 32]) -> Felt {
+pub(super) fn felt_of_be(b: &[u8; 32]) -> Felt {
     // Every caller passes a value below P (a u64, P − |x|, or at most 31 bytes).
     Felt::from_be_bytes(b).unwrap_or_else(|_| Felt::zero())
 }
@@ -477,7 +144,7 @@ fn bytes_of_short(felt: &Felt) -> Vec<u8> {
 }
 
 /// The felt of a big-endian byte string of at most 31 bytes.
-fn felt_of_bytes(bytes: &[u8]) -> Felt {
+pub(super) fn felt_of_bytes(bytes: &[u8]) -> Felt {
     let mut be = [0u8; 32];
     be[32 - bytes.len()..].copy_from_slice(bytes);
     felt_of_be(&be)
@@ -917,165 +584,6 @@ impl Selectors {
                     selector: selector.to_owned(),
                     candidates,
                 })
-            }
-        }
-    }
-}
-
-// ---- fuzzing -------------------------------------------------------------------------------
-
-/// Fuzz body (for the `oracle_wasm_codec` cargo-fuzz target and the unit tests).
-///
-/// The input picks up to three parameter types and then felts (small numbers, numbers near
-/// `P`, huge lengths, random 252-bit values). Properties, besides never panicking and never
-/// allocating more than the calldata could describe:
-/// - calldata that decodes re-encodes to exactly itself (the codec is a bijection on what it
-///   accepts);
-/// - values generated for the same types encode to felts that decode back to them;
-/// - a selector resolves only to a function with that full name, or to the one function
-///   with that short name; otherwise the error lists the candidates or every name.
-pub fn fuzz(data: &[u8]) {
-    let mut c = crate::choices::Choices::new(data);
-    let params: Vec<Ty> = (0..c.below(4)).map(|_| gen_ty(&mut c, 0)).collect();
-    let count = c.below(64);
-    let calldata: Vec<Felt> = (0..count).map(|_| gen_felt(&mut c)).collect();
-    if let Ok(values) = decode_args(&params, &calldata) {
-        let again = encode_results(&values, usize::MAX).expect("no cap");
-        assert_eq!(again, calldata, "decoded calldata re-encodes to itself");
-    }
-    let values: Vec<Value> = params.iter().map(|t| gen_value(&mut c, t)).collect();
-    let felts = encode_results(&values, usize::MAX).expect("no cap");
-    assert_eq!(
-        decode_args(&params, &felts).as_ref(),
-        Ok(&values),
-        "encoded values decode back"
-    );
-    if let Ok(capped) = encode_results(&values, felts.len()) {
-        assert_eq!(capped, felts);
-    }
-    if !felts.is_empty() {
-        assert!(encode_results(&values, felts.len() - 1).is_err());
-    }
-    fuzz_selectors(&mut c);
-}
-
-fn gen_ty(c: &mut crate::choices::Choices<'_>, depth: usize) -> Ty {
-    let leaf = depth >= 4;
-    match c.below(if leaf { 11 } else { 16 }) {
-        0 => Ty::Bool,
-        1 => Ty::S8,
-        2 => Ty::U8,
-        3 => Ty::S16,
-        4 => Ty::U16,
-        5 => Ty::S32,
-        6 => Ty::U32,
-        7 => Ty::S64,
-        8 => Ty::U64,
-        9 => Ty::Char,
-        10 => Ty::String,
-        11 => Ty::List(Box::new(gen_ty(c, depth + 1))),
-        12 => Ty::Tuple((0..1 + c.below(3)).map(|_| gen_ty(c, depth + 1)).collect()),
-        13 => Ty::Option(Box::new(gen_ty(c, depth + 1))),
-        _ => {
-            let shape = c.byte();
-            Ty::Result {
-                ok: (shape & 1 == 1).then(|| Box::new(gen_ty(c, depth + 1))),
-                err: (shape & 2 == 2).then(|| Box::new(gen_ty(c, depth + 1))),
-            }
-        }
-    }
-}
-
-fn gen_felt(c: &mut crate::choices::Choices<'_>) -> Felt {
-    match c.below(8) {
-        0..=2 => Felt::from(u128::from(c.byte() % 4)),
-        3 => Felt::from(u128::from(c.byte())),
-        // Just below P: negative numbers.
-        4 => felt_from_i64(-i64::from(c.byte()) - 1),
-        5 => Felt::from(u128::from(u64::from_le_bytes(c.array()))),
-        6 => {
-            let mut be: [u8; 32] = c.array();
-            be[0] &= 0x07;
-            felt_of_be(&be)
-        }
-        _ => {
-            let n = c.below(32).min(31);
-            felt_of_bytes(c.bytes(n))
-        }
-    }
-}
-
-fn gen_value(c: &mut crate::choices::Choices<'_>, ty: &Ty) -> Value {
-    match ty {
-        Ty::Bool => Value::Bool(c.byte() & 1 == 1),
-        Ty::S8 => Value::S8(i8::from_le_bytes(c.array())),
-        Ty::U8 => Value::U8(c.byte()),
-        Ty::S16 => Value::S16(i16::from_le_bytes(c.array())),
-        Ty::U16 => Value::U16(u16::from_le_bytes(c.array())),
-        Ty::S32 => Value::S32(i32::from_le_bytes(c.array())),
-        Ty::U32 => Value::U32(u32::from_le_bytes(c.array())),
-        Ty::S64 => Value::S64(i64::from_le_bytes(c.array())),
-        Ty::U64 => Value::U64(u64::from_le_bytes(c.array())),
-        Ty::Char => {
-            Value::Char(char::from_u32(u32::from_le_bytes(c.array())).unwrap_or('\u{1F980}'))
-        }
-        Ty::String => {
-            let n = c.below(80);
-            Value::String(String::from_utf8_lossy(c.bytes(n)).into_owned())
-        }
-        Ty::List(item) => Value::List((0..c.below(4)).map(|_| gen_value(c, item)).collect()),
-        Ty::Tuple(ts) => Value::Tuple(ts.iter().map(|t| gen_value(c, t)).collect()),
-        Ty::Option(inner) => Value::Option(if c.byte() & 1 == 1 {
-            Some(Box::new(gen_value(c, inner)))
-        } else {
-            None
-        }),
-        Ty::Result { ok, err } => {
-            if c.byte() & 1 == 1 {
-                Value::Result(Err(err.as_ref().map(|t| Box::new(gen_value(c, t)))))
-            } else {
-                Value::Result(Ok(ok.as_ref().map(|t| Box::new(gen_value(c, t)))))
-            }
-        }
-        // gen_ty makes none of the types the codec does not carry.
-        _ => Value::Bool(false),
-    }
-}
-
-fn fuzz_selectors(c: &mut crate::choices::Choices<'_>) {
-    const PARTS: [&str; 4] = ["add", "f", "a:b/i@1.0.0", "c:d/j"];
-    let names: Vec<String> = (0..c.below(6))
-        .map(|_| match c.below(3) {
-            0 => PARTS[c.below(2)].to_owned(),
-            _ => format!("{}/{}", PARTS[2 + c.below(2)], PARTS[c.below(2)]),
-        })
-        .collect();
-    let selectors = Selectors::new(names.clone());
-    for sel in ["add", "f", "a:b/i@1.0.0/add", "c:d/j/f", "nope"] {
-        match selectors.resolve(sel) {
-            Ok(i) => {
-                let full = &names[i];
-                assert!(
-                    full == sel
-                        || (Selectors::short_name(full) == sel
-                            && names
-                                .iter()
-                                .filter(|n| Selectors::short_name(n) == sel)
-                                .count()
-                                == 1)
-                );
-            }
-            Err(SelectorError::Unknown { available, .. }) => {
-                assert!(
-                    !names
-                        .iter()
-                        .any(|n| n == sel || Selectors::short_name(n) == sel)
-                );
-                assert_eq!(available.len(), names.len());
-            }
-            Err(SelectorError::Ambiguous { candidates, .. }) => {
-                assert!(candidates.len() >= 2);
-                assert!(!names.iter().any(|n| n == sel));
             }
         }
     }
