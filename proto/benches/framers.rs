@@ -15,6 +15,12 @@
 //! - `serde_json`/`ciborium`: parsing the same frames (what the layer above pays anyway).
 //!
 //! JSON Lines is measured with JSON validation on (the default) and off.
+//!
+//! The `lines/rpc-*` and `cbor/rpc-*` groups measure the frames of the round-trip bench
+//! (`bench/src/roundtrip.rs::frame`, `bench/src/framings.rs::cbor_frame`, copied below) at
+//! 100 B and 64 KiB, about 1 MiB of them, in GB/s: `check` is the validator alone
+//! (`JsonLines::check_frame`, `CborSeq::check_frame`) called on each frame, `framer` decodes
+//! the whole stream in one buffer.
 
 use std::hint::black_box;
 
@@ -54,6 +60,121 @@ fn json_value(size: usize) -> Vec<u8> {
     out.extend(std::iter::repeat_n('x', pad));
     out.push_str(tail);
     out.into_bytes()
+}
+
+/// The JSON-RPC request of exactly `size` bytes the round-trip bench sends: objects of ~40
+/// bytes while they fit, then a padding string. The same code as
+/// `bench/src/roundtrip.rs::frame`, without its `anyhow` errors.
+fn rpc_json(size: usize) -> Vec<u8> {
+    const HEAD: &str = r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":{"items":["#;
+    const PAD_OPEN: &str = r#"],"pad":""#;
+    const TAIL: &str = r#""}}"#;
+    let mut out = String::with_capacity(size);
+    out.push_str(HEAD);
+    let fixed = PAD_OPEN.len() + TAIL.len();
+    for i in 0.. {
+        let item = format!(
+            r#"{}{{"key":"k{i:05}","value":{},"ok":true}}"#,
+            if i == 0 { "" } else { "," },
+            i * 7919 % 100_000,
+        );
+        if out.len() + item.len() + fixed > size {
+            break;
+        }
+        out.push_str(&item);
+    }
+    out.push_str(PAD_OPEN);
+    let pad = size - (out.len() + TAIL.len());
+    out.extend(std::iter::repeat_n('x', pad));
+    out.push_str(TAIL);
+    assert_eq!(out.len(), size);
+    out.into_bytes()
+}
+
+/// The CBOR frame of exactly `size` bytes the round-trip bench sends: a map holding an array
+/// of small maps and a padding byte string. The same code as
+/// `bench/src/framings.rs::cbor_frame`, without its `anyhow` errors.
+fn rpc_cbor(size: usize) -> Vec<u8> {
+    use ciborium::value::Value;
+    let encode = |items: &[Value], pad: usize| -> Vec<u8> {
+        let v = Value::Map(vec![
+            (Value::Text("id".into()), Value::Integer(1.into())),
+            (Value::Text("items".into()), Value::Array(items.to_vec())),
+            (Value::Text("pad".into()), Value::Bytes(vec![b'x'; pad])),
+        ]);
+        let mut out = Vec::new();
+        ciborium::into_writer(&v, &mut out).expect("cbor encodes");
+        out
+    };
+    let mut items = Vec::new();
+    for i in 0u64.. {
+        let item = Value::Map(vec![
+            (Value::Text("k".into()), Value::Text(format!("k{i:05}"))),
+            (
+                Value::Text("v".into()),
+                Value::Integer((i * 7919 % 100_000).into()),
+            ),
+            (Value::Text("ok".into()), Value::Bool(true)),
+        ]);
+        items.push(item);
+        if encode(&items, 0).len() + 16 > size {
+            items.pop();
+            break;
+        }
+    }
+    let room = size - encode(&items, 0).len();
+    (0..=8)
+        .filter_map(|growth| room.checked_sub(growth))
+        .map(|pad| encode(&items, pad))
+        .find(|out| out.len() == size)
+        .expect("a CBOR frame of exactly the size")
+}
+
+/// The round-trip bench's frames at 100 B and 64 KiB, each repeated to about `STREAM_BYTES`:
+/// the validator alone on each frame, and the framer on the stream.
+fn rpc(c: &mut Criterion) {
+    for size in [100, 64 << 10] {
+        let name = if size == 100 { "100B" } else { "64KiB" };
+        let count = STREAM_BYTES.div_ceil(size);
+        let bytes = (count * size) as u64;
+
+        let json = rpc_json(size);
+        let frames = vec![json.clone(); count];
+        let stream = wire(Framing::JsonLines, &frames);
+        let mut g = c.benchmark_group(format!("lines/rpc-{name}"));
+        g.throughput(Throughput::BytesDecimal(bytes));
+        g.bench_function("check", |b| {
+            b.iter(|| {
+                for _ in 0..count {
+                    JsonLines::check_frame(black_box(&json)).expect("valid bench frame");
+                }
+            })
+        });
+        g.bench_function("framer", |b| {
+            b.iter(|| decode_whole(JsonLines::new(limits()), &stream))
+        });
+        g.finish();
+
+        let cbor = rpc_cbor(size);
+        let frames = vec![cbor.clone(); count];
+        let stream = frames.concat();
+        let checker = CborSeq::new(limits());
+        let mut g = c.benchmark_group(format!("cbor/rpc-{name}"));
+        g.throughput(Throughput::BytesDecimal(bytes));
+        g.bench_function("check", |b| {
+            b.iter(|| {
+                for _ in 0..count {
+                    checker
+                        .check_frame(black_box(&cbor))
+                        .expect("valid bench frame");
+                }
+            })
+        });
+        g.bench_function("framer", |b| {
+            b.iter(|| decode_whole(CborSeq::new(limits()), &stream))
+        });
+        g.finish();
+    }
 }
 
 fn limits() -> FrameLimits {
@@ -263,6 +384,6 @@ criterion_group! {
         .sample_size(20)
         .warm_up_time(std::time::Duration::from_millis(500))
         .measurement_time(std::time::Duration::from_secs(2));
-    targets = json_lines, cbor_seq, content_length
+    targets = rpc, json_lines, cbor_seq, content_length
 }
 criterion_main!(benches);

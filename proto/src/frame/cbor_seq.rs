@@ -494,6 +494,16 @@ impl Framer for CborSeq {
     }
 
     fn encode(&mut self, frame: &[u8], dst: &mut BytesMut) -> Result<(), FrameError> {
+        self.check_frame(frame)?;
+        dst.extend_from_slice(frame);
+        Ok(())
+    }
+}
+
+impl CborSeq {
+    /// Check that `frame` is exactly one CBOR item within these limits, as `encode` does
+    /// before it writes the frame.
+    pub fn check_frame(&self, frame: &[u8]) -> Result<(), FrameError> {
         if frame.len() > self.limits.max_frame_bytes {
             return Err(FrameError::TooLarge {
                 limit: self.limits.max_frame_bytes,
@@ -501,10 +511,7 @@ impl Framer for CborSeq {
             });
         }
         match Scan::default().advance(frame, &self.limits)? {
-            Some(len) if len == frame.len() => {
-                dst.extend_from_slice(frame);
-                Ok(())
-            }
+            Some(len) if len == frame.len() => Ok(()),
             Some(len) => Err(FrameError::TrailingBytes {
                 extra: frame.len() - len,
             }),

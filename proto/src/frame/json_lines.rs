@@ -72,6 +72,15 @@ fn is_blank(line: &[u8]) -> bool {
     line.iter().all(|&b| matches!(b, b' ' | b'\t' | b'\r'))
 }
 
+impl JsonLines {
+    /// Check one frame as `decode` and `encode` do when validating: UTF-8 holding exactly one
+    /// JSON text (surrounding whitespace allowed). The line's framing (no `\n`, no trailing
+    /// `\r`, not blank) is not checked here.
+    pub fn check_frame(frame: &[u8]) -> Result<(), FrameError> {
+        validate_json(frame)
+    }
+}
+
 /// Check that `line` is UTF-8 holding exactly one JSON value (surrounding whitespace allowed).
 fn validate_json(line: &[u8]) -> Result<(), FrameError> {
     json_check::validate(line).map_err(|err| {
