@@ -29,6 +29,15 @@ const SNIPPET_BYTES: usize = 200;
 /// The walk is resumable: a header split across reads is read again once complete (at most 9
 /// bytes), nothing else is ever looked at twice, and the open containers are an explicit stack
 /// of at most `max_depth` entries, so nesting never recurses.
+///
+/// Speed: on dense frames (the round-trip bench's maps of three small values, a header every
+/// 2.8 bytes; `cbor/rpc-*` in `proto/benches/framers.rs`) the scan runs at 0.65-0.85 GB/s on
+/// a loaded 2-vCPU VM: about 7 instructions a byte (19 a header) and 0.05 mispredicted
+/// branches a byte (valgrind). What bounds it is the chain from one header to the next: the
+/// next header's position is this one's plus a length looked up from this one's byte, two
+/// dependent loads and an add per header, whatever the instruction count (string payloads
+/// cost nothing per byte). Going faster needs that chain broken, e.g. the lengths for every
+/// position of a block computed at once with SIMD so that a header costs one load and an add.
 #[derive(Debug, Clone)]
 pub struct CborSeq {
     limits: FrameLimits,
@@ -1175,10 +1184,15 @@ mod tests {
         }
     }
 
+    /// `SANDPIPE_CBOR_CASES` sets how many streams (default 4000), for long runs.
     #[test]
     fn fast_walk_matches_the_reference_walk() {
+        let rounds = std::env::var("SANDPIPE_CBOR_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(4000);
         let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
-        for round in 0..4000 {
+        for round in 0..rounds {
             let mut stream = Vec::new();
             for _ in 0..rng.below(6) {
                 let depth = rng.below(7) as u32;
@@ -1230,6 +1244,13 @@ mod tests {
             assert_eq!(
                 decode_all(limits, &stream),
                 want,
+                "round {round}: {stream:02x?}"
+            );
+            // `check_frame` passes exactly the streams that are one item.
+            let one_item = want.1.is_none() && want.0.len() == 1;
+            assert_eq!(
+                CborSeq::new(limits).check_frame(&stream).is_ok(),
+                one_item,
                 "round {round}: {stream:02x?}"
             );
         }
