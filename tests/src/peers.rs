@@ -61,6 +61,28 @@ pub fn arcaflow_engine() -> PathBuf {
     installed(site, "the arcaflow engine (PyPI arcaflow)")
 }
 
+/// Run a peer driver (a real client, scripted under `tests/peers/`) to its end and parse the
+/// JSON report it prints on stdout. A driver that fails, or prints no report, fails the test
+/// with `what` and the driver's output.
+pub fn report(cmd: &mut Command, what: &str) -> serde_json::Value {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running the driver {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "driver {what} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "driver {what} printed no report ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 /// A file in `tests/peers/` (plugins written here against the real SDKs).
 pub fn source(name: &str) -> PathBuf {
     let p = super::workspace_root().join("tests/peers").join(name);

@@ -47,27 +47,15 @@ fn behind(flags: &[&str]) -> Vec<PathBuf> {
 
 /// The driver's report of `cases` in `mode` against `command`.
 fn drive(mode: &str, cases: &[&str], command: &[PathBuf]) -> Value {
-    let out = Command::new(peers::mcp_python())
-        .arg(peers::source("mcp/drive_2026.py"))
-        .arg(mode)
-        .args(cases)
-        .arg("--")
-        .args(command)
-        .output()
-        .expect("running the MCP SDK driver");
-    assert!(
-        out.status.success(),
-        "driver {mode} {cases:?} on {command:?} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "driver printed no report ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    peers::report(
+        Command::new(peers::mcp_python())
+            .arg(peers::source("mcp/drive_2026.py"))
+            .arg(mode)
+            .args(cases)
+            .arg("--")
+            .args(command),
+        &format!("{mode} {cases:?} on {command:?}"),
+    )
 }
 
 /// The revision each mode ends up speaking.

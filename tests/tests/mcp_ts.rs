@@ -16,27 +16,15 @@ use serde_json::{Value, json};
 
 /// Run `drive.mjs SCENARIO -- COMMAND...`; its report.
 fn drive(scenario: &str, command: &[PathBuf]) -> Value {
-    let out = Command::new(peers::node())
-        .arg(peers::source("mcp/drive.mjs"))
-        .arg(scenario)
-        .arg("--")
-        .args(command)
-        .env("SANDPIPE_MCP_NPM", peers::mcp_npm())
-        .output()
-        .expect("running the TypeScript SDK driver");
-    assert!(
-        out.status.success(),
-        "driver {scenario} on {command:?} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "driver printed no report ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    peers::report(
+        Command::new(peers::node())
+            .arg(peers::source("mcp/drive.mjs"))
+            .arg(scenario)
+            .arg("--")
+            .args(command)
+            .env("SANDPIPE_MCP_NPM", peers::mcp_npm()),
+        &format!("{scenario} on {command:?}"),
+    )
 }
 
 /// `sandpipe run --protocol mcp FLAGS... SERVER...` as a command line.

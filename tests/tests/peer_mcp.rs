@@ -18,25 +18,14 @@ use serde_json::{Value, json};
 
 /// Run the driver's `scenario` against `command` (env pairs as `NAME=VALUE`); its report.
 fn drive(scenario: &[&str], command: &[&Path]) -> Value {
-    let mut cmd = Command::new(peers::mcp_python());
-    cmd.arg(peers::source("mcp/drive.py"))
-        .args(scenario)
-        .arg("--")
-        .args(command);
-    let out = cmd.output().expect("running the MCP SDK driver");
-    assert!(
-        out.status.success(),
-        "driver {scenario:?} on {command:?} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "driver printed no report ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    peers::report(
+        Command::new(peers::mcp_python())
+            .arg(peers::source("mcp/drive.py"))
+            .args(scenario)
+            .arg("--")
+            .args(command),
+        &format!("{scenario:?} on {command:?}"),
+    )
 }
 
 /// `sandpipe run --protocol mcp FLAGS... SERVER ARGS...` as a command line.

@@ -259,7 +259,7 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 &mut args.sandbox,
                 sub,
             )?;
-            args.sandbox.sources = sources(sub, folded.as_ref(), "args");
+            args.sandbox.sources = sources(sub, folded.as_ref(), &["args"]);
             let Some((m, path)) = folded else {
                 return Ok(());
             };
@@ -294,7 +294,7 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 &mut args.sandbox,
                 sub,
             )?;
-            args.sandbox.sources = sources(sub, folded.as_ref(), "plugin_args");
+            args.sandbox.sources = sources(sub, folded.as_ref(), &["plugin_args"]);
             let Some((m, _)) = folded else {
                 return Ok(());
             };
@@ -314,7 +314,7 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 &mut args.sandbox,
                 sub,
             )?;
-            args.sandbox.sources = sources(sub, folded.as_ref(), "plugin_args");
+            args.sandbox.sources = sources(sub, folded.as_ref(), &["plugin_args"]);
             if let Some((m, path)) = folded {
                 args.policy_file = Some(path);
                 prepend(&mut args.tools.allow_tools, &m.tools.allow);
@@ -386,24 +386,79 @@ impl Requests {
     }
 }
 
-/// The policy document's keys (see [`crate::PolicyDocument`]), each with the flags that set
-/// it; `args` is added per command.
-const POLICY_KEYS: [(&str, &[&str]); 15] = [
-    ("limits.fuel", &["fuel"]),
-    ("limits.max-memory", &["max_memory"]),
-    ("limits.timeout", &["timeout"]),
-    ("limits.max-cpu-time", &["max_cpu_time"]),
-    ("limits.max-open-files", &["max_open_files"]),
-    ("limits.max-disk-write", &["max_disk_write"]),
-    ("grants.dirs", &["dirs"]),
-    ("grants.env", &["envs"]),
-    ("grants.allow-imports", &["allow_imports"]),
-    ("grants.startup-grants", &["no_startup_grants"]),
-    ("net.allow", &["allow_net"]),
-    ("net.resolve", &["resolve"]),
-    ("net.http-headers", &["http_headers"]),
-    ("seed", &["seed", "deterministic"]),
-    ("audit", &["audit"]),
+/// One key of the policy document (see [`crate::PolicyDocument`]): the flags that set it,
+/// whether the file's value and the command line's add up (a list) or one replaces the other,
+/// and whether a policy file sets it.
+struct PolicyKey {
+    key: &'static str,
+    flags: &'static [&'static str],
+    list: bool,
+    in_file: fn(&Manifest) -> bool,
+}
+
+impl PolicyKey {
+    const fn one(
+        key: &'static str,
+        flag: &'static [&'static str],
+        in_file: fn(&Manifest) -> bool,
+    ) -> Self {
+        Self {
+            key,
+            flags: flag,
+            list: false,
+            in_file,
+        }
+    }
+
+    const fn list(
+        key: &'static str,
+        flag: &'static [&'static str],
+        in_file: fn(&Manifest) -> bool,
+    ) -> Self {
+        Self {
+            key,
+            flags: flag,
+            list: true,
+            in_file,
+        }
+    }
+}
+
+/// Every key of the policy document but `args`, whose flag differs per command.
+const POLICY_KEYS: [PolicyKey; 15] = [
+    PolicyKey::one("limits.fuel", &["fuel"], |m| m.limits.fuel.is_some()),
+    PolicyKey::one("limits.max-memory", &["max_memory"], |m| {
+        m.limits.max_memory.is_some()
+    }),
+    PolicyKey::one("limits.timeout", &["timeout"], |m| {
+        m.limits.timeout.is_some()
+    }),
+    PolicyKey::one("limits.max-cpu-time", &["max_cpu_time"], |m| {
+        m.limits.max_cpu_time.is_some()
+    }),
+    PolicyKey::one("limits.max-open-files", &["max_open_files"], |m| {
+        m.limits.max_open_files.is_some()
+    }),
+    PolicyKey::one("limits.max-disk-write", &["max_disk_write"], |m| {
+        m.limits.max_disk_write.is_some()
+    }),
+    PolicyKey::list("grants.dirs", &["dirs"], |m| !m.grants.dirs.is_empty()),
+    PolicyKey::list("grants.env", &["envs"], |m| !m.grants.env.is_empty()),
+    PolicyKey::list("grants.allow-imports", &["allow_imports"], |m| {
+        !m.grants.allow_imports.is_empty()
+    }),
+    PolicyKey::one("grants.startup-grants", &["no_startup_grants"], |m| {
+        m.grants.startup_grants.is_some()
+    }),
+    PolicyKey::list("net.allow", &["allow_net"], |m| !m.net.allow.is_empty()),
+    PolicyKey::list("net.resolve", &["resolve"], |m| !m.net.resolve.is_empty()),
+    PolicyKey::list("net.http-headers", &["http_headers"], |m| {
+        !m.net.http_headers.is_empty()
+    }),
+    PolicyKey::one("seed", &["seed", "deterministic"], |m| {
+        m.seed.is_some() || m.deterministic
+    }),
+    PolicyKey::one("audit", &["audit"], |m| m.audit.is_some()),
 ];
 
 /// Where each value of the policy came from, by the policy document's key: `flag`, `env` (a
@@ -412,63 +467,35 @@ const POLICY_KEYS: [(&str, &[&str]); 15] = [
 fn sources(
     cli: &ArgMatches,
     manifest: Option<&(Manifest, PathBuf)>,
-    args_id: &'static str,
+    args_flag: &'static [&'static str],
 ) -> std::collections::BTreeMap<String, String> {
     let m = manifest.map(|(m, _)| m);
-    let args_ids = [args_id];
-    let keys = POLICY_KEYS.iter().copied().chain([("args", &args_ids[..])]);
-    keys.map(|(key, ids)| {
-        let given = ids.iter().find_map(|id| match cli.value_source(id) {
-            Some(ValueSource::CommandLine) => Some("flag"),
-            Some(ValueSource::EnvVariable) => Some("env"),
-            _ => None,
-        });
-        let file = m.is_some_and(|m| m.sets(key));
-        // Lists are the file's followed by the command line's; everything else is replaced.
-        let list = matches!(
-            key,
-            "grants.dirs"
-                | "grants.env"
-                | "grants.allow-imports"
-                | "net.allow"
-                | "net.resolve"
-                | "net.http-headers"
-        );
-        let source = match (file, given) {
-            (true, Some(g)) if list => format!("file+{g}"),
-            (_, Some(g)) => g.to_owned(),
-            (true, None) => "file".to_owned(),
-            (false, None) => "default".to_owned(),
-        };
-        (key.to_owned(), source)
-    })
-    .collect()
-}
-
-impl Manifest {
-    /// Whether the file sets the policy document's `key` (see [`POLICY_KEYS`]).
-    fn sets(&self, key: &str) -> bool {
-        let (l, g, n) = (&self.limits, &self.grants, &self.net);
-        match key {
-            "limits.fuel" => l.fuel.is_some(),
-            "limits.max-memory" => l.max_memory.is_some(),
-            "limits.timeout" => l.timeout.is_some(),
-            "limits.max-cpu-time" => l.max_cpu_time.is_some(),
-            "limits.max-open-files" => l.max_open_files.is_some(),
-            "limits.max-disk-write" => l.max_disk_write.is_some(),
-            "grants.dirs" => !g.dirs.is_empty(),
-            "grants.env" => !g.env.is_empty(),
-            "grants.allow-imports" => !g.allow_imports.is_empty(),
-            "grants.startup-grants" => g.startup_grants.is_some(),
-            "net.allow" => !n.allow.is_empty(),
-            "net.resolve" => !n.resolve.is_empty(),
-            "net.http-headers" => !n.http_headers.is_empty(),
-            "seed" => self.seed.is_some() || self.deterministic,
-            "audit" => self.audit.is_some(),
-            "args" => !self.plugin.args.is_empty(),
-            _ => false,
-        }
-    }
+    // Arguments after PLUGIN replace the file's `args`.
+    let args = PolicyKey {
+        key: "args",
+        flags: args_flag,
+        list: false,
+        in_file: |m| !m.plugin.args.is_empty(),
+    };
+    POLICY_KEYS
+        .iter()
+        .chain([&args])
+        .map(|k| {
+            let given = k.flags.iter().find_map(|id| match cli.value_source(id) {
+                Some(ValueSource::CommandLine) => Some("flag"),
+                Some(ValueSource::EnvVariable) => Some("env"),
+                _ => None,
+            });
+            let file = m.is_some_and(k.in_file);
+            let source = match (file, given) {
+                (true, Some(g)) if k.list => format!("file+{g}"),
+                (_, Some(g)) => g.to_owned(),
+                (true, None) => "file".to_owned(),
+                (false, None) => "default".to_owned(),
+            };
+            (k.key.to_owned(), source)
+        })
+        .collect()
 }
 
 fn merge_sandbox(s: &mut SandboxArgs, m: &Manifest, base: &Path, cli: &ArgMatches) -> Result<()> {
