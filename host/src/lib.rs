@@ -59,6 +59,7 @@ mod error;
 pub mod exports;
 pub mod net;
 pub mod policy;
+pub mod policy_file;
 pub mod replay;
 mod run;
 mod speak;
@@ -83,6 +84,7 @@ pub use policy::{
     Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, DocumentError, Fuel, ImportPolicy, Policy,
     PolicyDocument, Preopen,
 };
+pub use policy_file::{PolicyFile, PolicyFileError};
 pub use run::memory_plugin::MemoryPlugin;
 pub use run::native::{
     LANDLOCK_TARGET_ABI, LandlockSupport, NamespaceSupport, PROXY_PORT, StartupGrant,

@@ -1,6 +1,7 @@
 //! Every field of the policy round-trips: a policy file that sets each one away from its
 //! default, run with `--record`, gives a recording whose `# policy:` header is exactly that
-//! policy, and `inspect --json` shows the same document, with each value's source.
+//! policy, the library's `PolicyFile` reads the file to the same document, and `inspect --json`
+//! shows it, with each value's source.
 //!
 //! The test is complete by construction: it walks every key of the document sandpipe writes
 //! for the default policy (`Policy::default().document()`), so a field added to `Policy` (which
@@ -176,6 +177,18 @@ http-headers = ["api.test:X-Key=env:POLICY_TEST_TOKEN"]
         .unwrap_or_else(|| panic!("no # policy: header in\n{recorded}"));
     let header: Value = serde_json::from_str(header).expect("the header is JSON");
     assert_eq!(header, want, "the recording's header");
+
+    // The library reads the same file to the same policy: an engine that embeds sandpipe and
+    // one that runs `sandpipe run` agree on what a policy file means.
+    let file = sandpipe::PolicyFile::load(&policy_file).expect("the library reads the file");
+    assert_eq!(file.plugin.source, echo);
+    let env = |name: &str| (name == "POLICY_TEST_TOKEN").then(|| "s3cret".to_owned());
+    let policy = file.policy_with_env(&env).expect("a policy");
+    assert_eq!(
+        serde_json::to_value(policy.document()).expect("JSON"),
+        want,
+        "the library's policy"
+    );
 
     // inspect --json, with one value from the environment.
     let out = Command::new(peers::sandpipe())

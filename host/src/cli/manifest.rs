@@ -19,230 +19,22 @@
 //! - relative paths in the file (the plugin, `dirs`, keys, the lock file) are relative to the
 //!   file's directory, as in Cargo.toml, never to the working directory of the engine.
 //!
-//! Parsing reuses the command line's own value parsers, so `max-memory = "64MiB"` and
-//! `--max-memory 64MiB` accept exactly the same values.
+//! The file is read by the library ([`PolicyFile`]), with the parsers the flags use, so
+//! `max-memory = "64MiB"` and `--max-memory 64MiB` accept exactly the same values; this module
+//! is the one overlay of the command line on it.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::ArgMatches;
 use clap::parser::ValueSource;
-use serde::Deserialize;
 
 use super::run::FramingArg;
-use super::sandbox_args::{SandboxArgs, parse_open_files};
-use super::{Command, parse_duration, parse_memory, parse_size, parse_value};
-use crate::speak::protocols::Protocol;
-
-/// A policy manifest, as read from TOML.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub(crate) struct Manifest {
-    /// Where the plugin comes from.
-    plugin: PluginSection,
-    /// `raw`, `lines`, `cbor` or `content-length` (run only).
-    framing: Option<String>,
-    /// The protocol the engine speaks (`run --protocol`, `call`, `inspect`).
-    protocol: Option<String>,
-    /// Deterministic mode (wasm): clocks and random from the seed.
-    #[serde(default)]
-    deterministic: bool,
-    /// The seed for deterministic mode (implies it).
-    seed: Option<u64>,
-    #[serde(default)]
-    limits: Limits,
-    #[serde(default)]
-    grants: Grants,
-    #[serde(default)]
-    requests: Requests,
-    /// MCP tool filters (`run --protocol mcp`, `call`, `inspect`).
-    #[serde(default)]
-    tools: Tools,
-    #[serde(default)]
-    trust: Trust,
-    /// The network allow-list, as `--allow-net`, `--resolve` and `--http-header`.
-    #[serde(default)]
-    net: Net,
-    /// The audit log, as `--audit` (relative to the file's directory).
-    audit: Option<String>,
-}
-
-/// `[net]`: what the plugin may reach.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct Net {
-    #[serde(default)]
-    allow: Vec<String>,
-    #[serde(default)]
-    resolve: Vec<String>,
-    #[serde(default)]
-    http_headers: Vec<String>,
-}
-
-/// `[tools]`: `allow` and `deny` lists, as `--allow-tool` and `--deny-tool`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct Tools {
-    #[serde(default)]
-    allow: Vec<String>,
-    #[serde(default)]
-    deny: Vec<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct PluginSection {
-    /// A path (relative to the manifest) or an `oci://` reference.
-    source: String,
-    /// The sha256 of the plugin file (or the oci:// wasm layer): `--sha256`.
-    sha256: Option<String>,
-    /// Arguments after argv[0].
-    #[serde(default)]
-    args: Vec<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct Limits {
-    fuel: Option<u64>,
-    max_memory: Option<Quantity>,
-    timeout: Option<String>,
-    max_cpu_time: Option<String>,
-    max_open_files: Option<Quantity>,
-    max_disk_write: Option<Quantity>,
-    max_frame: Option<Quantity>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct Grants {
-    #[serde(default)]
-    dirs: Vec<DirGrant>,
-    #[serde(default)]
-    env: Vec<String>,
-    #[serde(default)]
-    allow_imports: Vec<String>,
-    /// Native only: `false` is `--no-startup-grants`.
-    startup_grants: Option<bool>,
-}
-
-/// A directory: the command line's `HOST[::GUEST][:ro]`, or a table.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum DirGrant {
-    Spec(String),
-    Table(DirTable),
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct DirTable {
-    host: String,
-    guest: Option<String>,
-    #[serde(default)]
-    read_only: bool,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct Requests {
-    fuel: Option<u64>,
-    timeout: Option<String>,
-    #[serde(default)]
-    restart: bool,
-    recycle_after: Option<u64>,
-    recycle_memory: Option<Quantity>,
-    recycle_grace: Option<String>,
-    start_timeout: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct Trust {
-    #[serde(default)]
-    trusted_keys: Vec<String>,
-    #[serde(default)]
-    require_signature: bool,
-    lockfile: Option<String>,
-    #[serde(default)]
-    locked: bool,
-    #[serde(default)]
-    offline: bool,
-    #[serde(default)]
-    insecure_registries: Vec<String>,
-}
-
-/// A size or count: a number, or text the command line accepts (`"64MiB"`, `"none"`).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-enum Quantity {
-    Number(u64),
-    Text(String),
-}
-
-impl Quantity {
-    fn text(&self) -> String {
-        match self {
-            Quantity::Number(n) => n.to_string(),
-            Quantity::Text(t) => t.clone(),
-        }
-    }
-}
-
-impl Manifest {
-    /// Read and check a manifest file.
-    pub(crate) fn load(path: &Path) -> Result<Manifest> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading the policy file {}", path.display()))?;
-        Manifest::parse(&text).with_context(|| format!("in the policy file {}", path.display()))
-    }
-
-    fn parse(text: &str) -> Result<Manifest> {
-        let m: Manifest = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.message()))?;
-        if m.framing.is_some() && m.protocol.is_some() {
-            bail!("`framing` and `protocol` exclude each other (a protocol has its own framing)");
-        }
-        if let Some(f) = &m.framing {
-            parse_value::<FramingArg>(f).map_err(|e| key_error("framing", e))?;
-        }
-        if let Some(p) = &m.protocol {
-            parse_value::<Protocol>(p).map_err(|e| key_error("protocol", e))?;
-        }
-        Ok(m)
-    }
-
-    /// `framing`, checked by [`Manifest::parse`].
-    fn framing(&self) -> Option<FramingArg> {
-        self.framing.as_deref().and_then(|f| parse_value(f).ok())
-    }
-
-    /// `protocol`, checked by [`Manifest::parse`].
-    fn protocol(&self) -> Option<Protocol> {
-        self.protocol.as_deref().and_then(|p| parse_value(p).ok())
-    }
-
-    /// The plugin, resolved against the manifest's directory unless it is a reference.
-    fn source(&self, base: &Path) -> PathBuf {
-        if self.plugin.source.starts_with("oci://") {
-            PathBuf::from(&self.plugin.source)
-        } else {
-            base.join(&self.plugin.source)
-        }
-    }
-}
-
-/// Whether `path` names a manifest rather than a plugin: `sandpipe run oracle.toml`.
-fn is_manifest(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "toml")
-}
-
-/// The directory relative paths in `manifest_path` are relative to.
-fn base_dir(manifest_path: &Path) -> PathBuf {
-    match manifest_path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    }
-}
+use super::sandbox_args::{FileCap, SandboxArgs};
+use super::{Command, MemoryCap};
+use crate::PolicyFile;
+use crate::policy::document::Dir;
+use crate::policy_file::FramingName;
 
 /// Fold a manifest (named by `--policy` or given as PLUGIN) into `command`'s arguments, keeping
 /// whatever the command line said itself.
@@ -264,12 +56,12 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 return Ok(());
             };
             if !given(sub, "framing") && !given(sub, "protocol") {
-                if let Some(f) = m.framing() {
-                    args.framing = f;
+                if let Some(f) = m.framing {
+                    args.framing = framing_arg(f);
                 }
-                args.protocol = m.protocol();
+                args.protocol = m.protocol;
             }
-            merge_budgets(&mut args.budgets, &m, sub)?;
+            merge_budgets(&mut args.budgets, &m, sub);
             // Lists: the file's, then the command line's.
             widen(
                 sub,
@@ -299,7 +91,7 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 return Ok(());
             };
             if args.protocol.is_none() {
-                args.protocol = m.protocol();
+                args.protocol = m.protocol;
             }
             prepend(&mut args.tools.allow_tools, &m.tools.allow);
             prepend(&mut args.tools.deny_tools, &m.tools.deny);
@@ -335,26 +127,25 @@ fn fold(
     args: &mut Vec<String>,
     sandbox: &mut SandboxArgs,
     cli: &ArgMatches,
-) -> Result<Option<(Manifest, PathBuf)>> {
+) -> Result<Option<(PolicyFile, PathBuf)>> {
     let Some(path) = manifest_path(policy, plugin) else {
         return Ok(None);
     };
-    let m = Manifest::load(&path)?;
-    let base = base_dir(&path);
-    if is_manifest(plugin) {
-        *plugin = m.source(&base);
+    let m = PolicyFile::load(&path)?;
+    if PolicyFile::is_policy_file(plugin) {
+        plugin.clone_from(&m.plugin.source);
     }
     if args.is_empty() {
         args.clone_from(&m.plugin.args);
     }
-    merge_sandbox(sandbox, &m, &base, cli)?;
+    merge_sandbox(sandbox, &m, cli)?;
     Ok(Some((m, path)))
 }
 
 fn manifest_path(policy: Option<&Path>, plugin: &Path) -> Option<PathBuf> {
     match policy {
         Some(p) => Some(p.to_owned()),
-        None if is_manifest(plugin) => Some(plugin.to_owned()),
+        None if PolicyFile::is_policy_file(plugin) => Some(plugin.to_owned()),
         None => None,
     }
 }
@@ -370,20 +161,7 @@ fn given(m: &ArgMatches, id: &str) -> bool {
 
 /// The plugin a policy file names (`sandpipe image --policy FILE` without PLUGIN).
 pub(crate) fn plugin_of(policy: &Path) -> Result<PathBuf> {
-    let m = Manifest::load(policy)?;
-    Ok(m.source(&base_dir(policy)))
-}
-
-impl Requests {
-    fn is_empty(&self) -> bool {
-        self.fuel.is_none()
-            && self.timeout.is_none()
-            && !self.restart
-            && self.recycle_after.is_none()
-            && self.recycle_memory.is_none()
-            && self.recycle_grace.is_none()
-            && self.start_timeout.is_none()
-    }
+    Ok(PolicyFile::load(policy)?.plugin.source)
 }
 
 /// One key of the policy document (see [`crate::PolicyDocument`]): the flags that set it,
@@ -393,14 +171,14 @@ struct PolicyKey {
     key: &'static str,
     flags: &'static [&'static str],
     list: bool,
-    in_file: fn(&Manifest) -> bool,
+    in_file: fn(&PolicyFile) -> bool,
 }
 
 impl PolicyKey {
     const fn one(
         key: &'static str,
         flag: &'static [&'static str],
-        in_file: fn(&Manifest) -> bool,
+        in_file: fn(&PolicyFile) -> bool,
     ) -> Self {
         Self {
             key,
@@ -413,7 +191,7 @@ impl PolicyKey {
     const fn list(
         key: &'static str,
         flag: &'static [&'static str],
-        in_file: fn(&Manifest) -> bool,
+        in_file: fn(&PolicyFile) -> bool,
     ) -> Self {
         Self {
             key,
@@ -466,7 +244,7 @@ const POLICY_KEYS: [PolicyKey; 15] = [
 /// both add to, `file+flag` or `file+env`. `inspect --json` shows it as `policy_sources`.
 fn sources(
     cli: &ArgMatches,
-    manifest: Option<&(Manifest, PathBuf)>,
+    manifest: Option<&(PolicyFile, PathBuf)>,
     args_flag: &'static [&'static str],
 ) -> std::collections::BTreeMap<String, String> {
     let m = manifest.map(|(m, _)| m);
@@ -498,68 +276,41 @@ fn sources(
         .collect()
 }
 
-fn merge_sandbox(s: &mut SandboxArgs, m: &Manifest, base: &Path, cli: &ArgMatches) -> Result<()> {
+fn merge_sandbox(s: &mut SandboxArgs, m: &PolicyFile, cli: &ArgMatches) -> Result<()> {
     let l = &m.limits;
-    let text = Quantity::text;
-    if let Some(v) = from_file(cli, "fuel", "limits.fuel", l.fuel.as_ref(), |n| Ok(*n))? {
+    if let Some(v) = from_file(cli, "fuel", "limits.fuel", l.fuel) {
         s.fuel = Some(v);
     }
-    if let Some(v) = from_file(
-        cli,
-        "max_memory",
-        "limits.max-memory",
-        l.max_memory.as_ref(),
-        |q| parse_memory(&text(q)),
-    )? {
-        s.max_memory = v;
+    if let Some(v) = from_file(cli, "max_memory", "limits.max-memory", l.max_memory) {
+        s.max_memory = MemoryCap(v);
     }
-    if let Some(v) = from_file(cli, "timeout", "limits.timeout", l.timeout.as_ref(), |t| {
-        parse_duration(t)
-    })? {
+    if let Some(v) = from_file(cli, "timeout", "limits.timeout", l.timeout) {
         s.timeout = Some(v);
     }
-    if let Some(v) = from_file(
-        cli,
-        "max_cpu_time",
-        "limits.max-cpu-time",
-        l.max_cpu_time.as_ref(),
-        |t| parse_duration(t),
-    )? {
+    if let Some(v) = from_file(cli, "max_cpu_time", "limits.max-cpu-time", l.max_cpu_time) {
         s.max_cpu_time = Some(v);
     }
     if let Some(v) = from_file(
         cli,
         "max_open_files",
         "limits.max-open-files",
-        l.max_open_files.as_ref(),
-        |q| parse_open_files(&text(q)),
-    )? {
-        s.max_open_files = v;
+        l.max_open_files,
+    ) {
+        s.max_open_files = FileCap(v);
     }
     if let Some(v) = from_file(
         cli,
         "max_disk_write",
         "limits.max-disk-write",
-        l.max_disk_write.as_ref(),
-        |q| parse_size(&text(q)),
-    )? {
+        l.max_disk_write,
+    ) {
         s.max_disk_write = Some(v);
     }
-    if let Some(v) = from_file(
-        cli,
-        "max_frame",
-        "limits.max-frame",
-        l.max_frame.as_ref(),
-        |q| parse_size(&text(q)),
-    )? {
+    if let Some(v) = from_file(cli, "max_frame", "limits.max-frame", l.max_frame) {
         s.max_frame = v;
     }
     let g = &m.grants;
-    let dirs = g
-        .dirs
-        .iter()
-        .map(|d| dir_spec(d, base))
-        .collect::<Result<Vec<_>>>()?;
+    let dirs = g.dirs.iter().map(dir_spec).collect::<Result<Vec<_>>>()?;
     let same = String::clone;
     widen(
         cli,
@@ -590,10 +341,6 @@ fn merge_sandbox(s: &mut SandboxArgs, m: &Manifest, base: &Path, cli: &ArgMatche
         s.no_startup_grants = true;
     }
     let n = &m.net;
-    for rule in &n.allow {
-        rule.parse::<crate::net::NetRule>()
-            .map_err(|e| key_error("net.allow", e.to_string()))?;
-    }
     widen(
         cli,
         ("allow_net", "SANDPIPE_ALLOW_NET", "[net] allow list"),
@@ -615,46 +362,27 @@ fn merge_sandbox(s: &mut SandboxArgs, m: &Manifest, base: &Path, cli: &ArgMatche
         &n.http_headers,
         same,
     );
-    if let Some(v) = from_file(
-        cli,
-        "audit",
-        "audit",
-        m.audit.as_ref(),
-        |a| Ok(base.join(a)),
-    )? {
+    if let Some(v) = from_file(cli, "audit", "audit", m.audit.clone()) {
         s.audit = Some(v);
     }
     s.deterministic |= m.deterministic;
-    if let Some(v) = from_file(cli, "seed", "seed", m.seed.as_ref(), |n| Ok(*n))? {
+    if let Some(v) = from_file(cli, "seed", "seed", m.seed) {
         s.seed = Some(v);
     }
     let d = &mut s.dist;
     let t = &m.trust;
-    if let Some(v) = from_file(
-        cli,
-        "sha256",
-        "plugin.sha256",
-        m.plugin.sha256.as_ref(),
-        |h| Ok(h.clone()),
-    )? {
+    if let Some(v) = from_file(cli, "sha256", "plugin.sha256", m.plugin.sha256.clone()) {
         d.sha256 = Some(v);
     }
-    let keys: Vec<PathBuf> = t.trusted_keys.iter().map(|k| base.join(k)).collect();
     widen(
         cli,
         ("trusted_keys", "SANDPIPE_TRUSTED_KEY", "trust.trusted-keys"),
         &mut d.trusted_keys,
-        &keys,
+        &t.trusted_keys,
         |k: &PathBuf| k.display().to_string(),
     );
     d.require_signature |= t.require_signature;
-    if let Some(v) = from_file(
-        cli,
-        "lockfile",
-        "trust.lockfile",
-        t.lockfile.as_ref(),
-        |l| Ok(base.join(l)),
-    )? {
+    if let Some(v) = from_file(cli, "lockfile", "trust.lockfile", t.lockfile.clone()) {
         d.lockfile = Some(v);
     }
     if (t.locked || d.locked) && d.lockfile.is_none() {
@@ -676,28 +404,12 @@ fn merge_sandbox(s: &mut SandboxArgs, m: &Manifest, base: &Path, cli: &ArgMatche
     Ok(())
 }
 
-fn merge_budgets(
-    b: &mut super::supervised::BudgetArgs,
-    m: &Manifest,
-    cli: &ArgMatches,
-) -> Result<()> {
+fn merge_budgets(b: &mut super::supervised::BudgetArgs, m: &PolicyFile, cli: &ArgMatches) {
     let r = &m.requests;
-    if let Some(v) = from_file(
-        cli,
-        "fuel_per_request",
-        "requests.fuel",
-        r.fuel.as_ref(),
-        |n| Ok(*n),
-    )? {
+    if let Some(v) = from_file(cli, "fuel_per_request", "requests.fuel", r.fuel) {
         b.fuel_per_request = Some(v);
     }
-    if let Some(v) = from_file(
-        cli,
-        "request_timeout",
-        "requests.timeout",
-        r.timeout.as_ref(),
-        |t| parse_duration(t),
-    )? {
+    if let Some(v) = from_file(cli, "request_timeout", "requests.timeout", r.timeout) {
         b.request_timeout = Some(v);
     }
     b.restart |= r.restart;
@@ -705,62 +417,52 @@ fn merge_budgets(
         cli,
         "recycle_after",
         "requests.recycle-after",
-        r.recycle_after.as_ref(),
-        |n| Ok(*n),
-    )? {
+        r.recycle_after,
+    ) {
         b.recycle_after = Some(v);
     }
     if let Some(v) = from_file(
         cli,
         "recycle_memory",
         "requests.recycle-memory",
-        r.recycle_memory.as_ref(),
-        |q| super::supervised::parse_recycle_memory(&q.text()),
-    )? {
+        r.recycle_memory,
+    ) {
         b.recycle_memory = v;
     }
     if let Some(v) = from_file(
         cli,
         "recycle_grace",
         "requests.recycle-grace",
-        r.recycle_grace.as_ref(),
-        |t| parse_duration(t),
-    )? {
+        r.recycle_grace,
+    ) {
         b.recycle_grace = v;
     }
     if let Some(v) = from_file(
         cli,
         "start_timeout",
         "requests.start-timeout",
-        r.start_timeout.as_ref(),
-        |t| parse_duration(t),
-    )? {
+        r.start_timeout,
+    ) {
         b.start_timeout = v;
     }
-    Ok(())
 }
 
-/// The file's `value` for the flag `id`, through the flag's own `parse`, unless the command
-/// line gave the flag itself (which wins). Errors name the file's `key`.
+/// The file's `value` for the flag `id`, unless the command line gave the flag itself (which
+/// wins).
 ///
 /// One rule for the environment: a `SANDPIPE_*` variable counts as the command line, so it
-/// wins too, but never silently: a note names the variable and the file's key it overrides (a
-/// limit raised, a pin replaced), so a policy file read by a reviewer is not quietly loosened.
-fn from_file<V, T>(
-    cli: &ArgMatches,
-    id: &str,
-    key: &str,
-    value: Option<&V>,
-    parse: impl FnOnce(&V) -> Result<T, String>,
-) -> Result<Option<T>> {
+/// wins too, but never silently: a note names the variable and the file's `key` it overrides
+/// (a limit raised, a pin replaced), so a policy file read by a reviewer is not quietly
+/// loosened.
+fn from_file<T>(cli: &ArgMatches, id: &str, key: &str, value: Option<T>) -> Option<T> {
     match value {
-        Some(v) if !given(cli, id) => parse(v).map(Some).map_err(|e| key_error(key, e)),
+        Some(v) if !given(cli, id) => Some(v),
         Some(_) if from_env(cli, id) => {
             let var = format!("SANDPIPE_{}", id.to_uppercase());
             eprintln!("sandpipe: note: {var} overrides the policy file's {key}");
-            Ok(None)
+            None
         }
-        _ => Ok(None),
+        _ => None,
     }
 }
 
@@ -793,160 +495,22 @@ fn prepend<T: Clone>(list: &mut Vec<T>, from_file: &[T]) {
     list.splice(0..0, from_file.iter().cloned());
 }
 
-fn key_error(key: &str, e: String) -> anyhow::Error {
-    anyhow::anyhow!("{key}: {e}")
+/// `run --framing`'s value for the file's `framing`.
+fn framing_arg(f: FramingName) -> FramingArg {
+    match f {
+        FramingName::Raw => FramingArg::Raw,
+        FramingName::Lines => FramingArg::Lines,
+        FramingName::Cbor => FramingArg::Cbor,
+        FramingName::ContentLength => FramingArg::ContentLength,
+    }
 }
 
-/// A `--dir` spec for a manifest's directory grant, its host side resolved against `base`.
-/// The guest path defaults to the host path as written in the file, as `--dir HOST` does.
-fn dir_spec(d: &DirGrant, base: &Path) -> Result<String> {
-    let (host, guest, read_only) = match d {
-        DirGrant::Spec(spec) => {
-            let (host, guest, access) =
-                super::sandbox_args::parse_dir(spec).map_err(|e| key_error("grants.dirs", e))?;
-            (
-                host.to_string_lossy().into_owned(),
-                guest,
-                access == crate::Access::ReadOnly,
-            )
-        }
-        DirGrant::Table(t) => (
-            t.host.clone(),
-            t.guest.clone().unwrap_or_else(|| t.host.clone()),
-            t.read_only,
-        ),
-    };
-    // `components` drops the `.` of `dirs = ["."]`: the file's own directory.
-    let host: PathBuf = base.join(&host).components().collect();
-    let host = host
+/// The `--dir` spec of a file's directory grant (its host side already resolved).
+fn dir_spec(d: &Dir) -> Result<String> {
+    let host = d
+        .host
         .to_str()
-        .with_context(|| format!("grants.dirs: {} is not UTF-8", host.display()))?;
-    Ok(format!(
-        "{host}::{guest}{}",
-        if read_only { ":ro" } else { ":rw" }
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const FULL: &str = r#"
-protocol = "oracle"
-seed = 7
-
-[plugin]
-source = "oracle.wasm"
-sha256 = "ab12"
-args = ["--verbose"]
-
-[limits]
-fuel = 5000000
-max-memory = "64MiB"
-timeout = "30s"
-max-cpu-time = "10s"
-max-open-files = 64
-max-frame = 1048576
-
-[grants]
-dirs = ["data::/data:ro", { host = "state", guest = "/state" }]
-env = ["LANG=C.UTF-8"]
-allow-imports = ["wasi:cli/stdin@0.2"]
-startup-grants = false
-
-[net]
-allow = ["api.example.com:443", "10.0.0.0/8"]
-resolve = ["api.example.com=203.0.113.7"]
-http-headers = ["api.example.com:Authorization=env:API_TOKEN"]
-
-[requests]
-fuel = 1000000
-timeout = "2s"
-restart = true
-recycle-after = 1000
-recycle-memory = "128MiB"
-recycle-grace = "1s"
-
-[trust]
-trusted-keys = ["keys/oracle.pub"]
-require-signature = true
-lockfile = "sandpipe.lock"
-locked = true
-offline = true
-insecure-registries = ["registry.local:5000"]
-"#;
-
-    #[test]
-    fn an_mcp_policy_names_its_tool_filter() {
-        let m = Manifest::parse(
-            "protocol = \"mcp\"\n[plugin]\nsource = \"s.js\"\n[tools]\nallow = [\"echo\"]\ndeny = [\"get-env\"]\n",
-        )
-        .expect("parses");
-        assert_eq!(m.protocol(), Some(Protocol::Mcp));
-        assert_eq!(
-            (m.tools.allow, m.tools.deny),
-            (vec!["echo".to_owned()], vec!["get-env".to_owned()])
-        );
-        assert!(Manifest::parse("[plugin]\nsource = \"s\"\n[tools]\nhide = []\n").is_err());
-    }
-
-    #[test]
-    fn the_full_example_parses() {
-        let m = Manifest::parse(FULL).expect("parses");
-        assert_eq!(m.protocol(), Some(Protocol::Oracle));
-        assert_eq!(m.plugin.args, ["--verbose"]);
-        assert_eq!(m.grants.dirs.len(), 2);
-        assert_eq!(m.net.allow, ["api.example.com:443", "10.0.0.0/8"]);
-        assert_eq!(m.net.resolve.len(), 1);
-        assert_eq!(
-            dir_spec(&m.grants.dirs[0], Path::new("/etc/oracles")).expect("dir"),
-            "/etc/oracles/data::/data:ro"
-        );
-        assert_eq!(
-            dir_spec(&m.grants.dirs[1], Path::new("/etc/oracles")).expect("dir"),
-            "/etc/oracles/state::/state:rw"
-        );
-        assert_eq!(
-            m.source(Path::new("/etc/oracles")),
-            Path::new("/etc/oracles/oracle.wasm")
-        );
-    }
-
-    #[test]
-    fn mistakes_are_named() {
-        let typo = "[plugin]\nsource = \"a.wasm\"\n[limits]\nfule = 3\n";
-        let e = Manifest::parse(typo).expect_err("refused").to_string();
-        assert!(e.contains("unknown field `fule`"), "{e}");
-        let both = "framing = \"lines\"\nprotocol = \"atp\"\n[plugin]\nsource = \"a.wasm\"\n";
-        let e = Manifest::parse(both).expect_err("refused").to_string();
-        assert!(e.contains("exclude each other"), "{e}");
-        let proto = "protocol = \"smtp\"\n[plugin]\nsource = \"a.wasm\"\n";
-        let e = Manifest::parse(proto).expect_err("refused").to_string();
-        assert!(
-            e.contains("protocol: \"smtp\" is not one of jsonrpc, oracle, orchard"),
-            "{e}"
-        );
-        let framing = "framing = \"json\"\n[plugin]\nsource = \"a.wasm\"\n";
-        let e = Manifest::parse(framing).expect_err("refused").to_string();
-        assert!(
-            e.contains("framing: \"json\" is not one of raw, lines, cbor, content-length"),
-            "{e}"
-        );
-        let ok = "framing = \"content-length\"\n[plugin]\nsource = \"a.wasm\"\n";
-        let m = Manifest::parse(ok).expect("parses");
-        assert_eq!(m.framing(), Some(FramingArg::ContentLength));
-        let missing = "framing = \"lines\"\n";
-        let e = Manifest::parse(missing).expect_err("refused").to_string();
-        assert!(e.contains("missing field `plugin`"), "{e}");
-    }
-
-    #[test]
-    fn references_stay_references() {
-        let m =
-            Manifest::parse("[plugin]\nsource = \"oci://127.0.0.1:5000/a/b:1\"\n").expect("parses");
-        assert_eq!(
-            m.source(Path::new("/x")),
-            Path::new("oci://127.0.0.1:5000/a/b:1")
-        );
-    }
+        .with_context(|| format!("grants.dirs: {} is not UTF-8", d.host.display()))?;
+    let access = if d.read_only { ":ro" } else { ":rw" };
+    Ok(format!("{host}::{}{access}", d.guest))
 }

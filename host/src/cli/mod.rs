@@ -26,6 +26,7 @@ use std::path::PathBuf;
 
 use clap::{CommandFactory, FromArgMatches, Subcommand};
 
+use crate::policy_file::{parse_duration, parse_size};
 use crate::speak::protocols::Protocol;
 
 pub use status::{exit, exit_code};
@@ -150,20 +151,6 @@ impl UnusedCacheArgs {
         }
         Ok(())
     }
-}
-
-/// `value` as the flag of type `E` parses it (clap's `ValueEnum` parser, case-sensitive), with
-/// an error listing the choices; the policy file reads its values through this.
-pub(crate) fn parse_value<E: clap::ValueEnum>(value: &str) -> Result<E, String> {
-    E::from_str(value, false).map_err(|_| {
-        let names: Vec<String> = E::value_variants()
-            .iter()
-            .filter_map(E::to_possible_value)
-            .filter(|v| !v.is_hide_set())
-            .map(|v| v.get_name().to_owned())
-            .collect();
-        format!("{value:?} is not one of {}", names.join(", "))
-    })
 }
 
 /// `--protocol`: clap lists the names, with what each is, in `--help`, from the registry
@@ -351,22 +338,9 @@ fn log_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> b
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct MemoryCap(Option<u64>);
 
-/// `64MiB`, `1GB`, `4096`, or `none`.
+/// `64MiB`, `1GB`, `4096`, or `none` (the library's [`crate::policy_file::parse_cap`]).
 fn parse_memory(s: &str) -> Result<MemoryCap, String> {
-    if s.eq_ignore_ascii_case("none") || s.eq_ignore_ascii_case("unlimited") {
-        return Ok(MemoryCap(None));
-    }
-    parse_size(s).map(|b| MemoryCap(Some(b)))
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    s.parse::<bytesize::ByteSize>()
-        .map(|b| b.as_u64())
-        .map_err(|e| format!("invalid size {s:?}: {e}"))
-}
-
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))
+    crate::policy_file::parse_cap(s).map(MemoryCap)
 }
 
 #[cfg(test)]

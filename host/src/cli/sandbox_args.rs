@@ -476,35 +476,20 @@ mod refused_tests {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FileCap(pub(crate) Option<u64>);
 
-/// `64`, or `none`.
+/// `64`, or `none` (the library's [`crate::policy_file::parse_count_cap`]).
 pub(crate) fn parse_open_files(s: &str) -> Result<FileCap, String> {
-    if s.eq_ignore_ascii_case("none") || s.eq_ignore_ascii_case("unlimited") {
-        return Ok(FileCap(None));
-    }
-    s.parse::<u64>()
-        .map(|n| FileCap(Some(n)))
-        .map_err(|e| format!("invalid file count {s:?}: {e}"))
+    crate::policy_file::parse_count_cap(s).map(FileCap)
 }
 
-/// Parse `HOST[::GUEST][:ro|:rw]`.
+/// Parse `HOST[::GUEST][:ro|:rw]` (the library's [`crate::policy::document::Dir`]).
 pub(crate) fn parse_dir(spec: &str) -> Result<(PathBuf, String, Access), String> {
-    let (rest, access) = if let Some(r) = spec.strip_suffix(":ro") {
-        (r, Access::ReadOnly)
-    } else if let Some(r) = spec.strip_suffix(":rw") {
-        (r, Access::ReadWrite)
+    let d: crate::policy::document::Dir = spec.parse()?;
+    let access = if d.read_only {
+        Access::ReadOnly
     } else {
-        (spec, Access::ReadWrite)
+        Access::ReadWrite
     };
-    let (host, guest) = match rest.split_once("::") {
-        Some((h, g)) => (h, g.to_owned()),
-        None => (rest, rest.to_owned()),
-    };
-    if host.is_empty() || guest.is_empty() {
-        return Err(format!(
-            "invalid --dir {spec:?}: expected HOST[::GUEST][:ro]"
-        ));
-    }
-    Ok((PathBuf::from(host), guest, access))
+    Ok((d.host, d.guest, access))
 }
 
 #[cfg(test)]

@@ -9,9 +9,10 @@ use anyhow::Result;
 use tokio::sync::mpsc;
 
 use super::engine::{read_engine, write_engine};
+use super::parse_duration;
 use super::signals::{SignalPolicy, Signals};
 use super::status::{exit_code, exit_status, failed_by_itself};
-use super::{parse_duration, parse_size};
+use crate::policy_file::RecycleMemory;
 use crate::speak::protocols::Protocol;
 use crate::speak::supervise::{Budgets, Incident, Supervisor};
 use crate::{Host, Plugin, PluginKind, Policy, SessionGroup, SessionOptions};
@@ -104,24 +105,9 @@ impl BudgetArgs {
     }
 }
 
-/// `--recycle-memory`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RecycleMemory {
-    /// Half the headroom below the memory cap (wasm).
-    Auto,
-    /// Never for memory.
-    Never,
-    /// Above this many bytes.
-    Above(u64),
-}
-
-/// `auto`, `none`, or a size.
+/// `auto`, `none`, or a size (the library's [`RecycleMemory`]).
 pub(crate) fn parse_recycle_memory(s: &str) -> Result<RecycleMemory, String> {
-    match s {
-        "auto" => Ok(RecycleMemory::Auto),
-        "none" | "never" => Ok(RecycleMemory::Never),
-        _ => parse_size(s).map(RecycleMemory::Above),
-    }
+    s.parse()
 }
 
 /// Bridge sandpipe's stdin/stdout to a supervised plugin speaking `protocol`.

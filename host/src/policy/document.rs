@@ -117,6 +117,32 @@ pub struct Dir {
     pub read_only: bool,
 }
 
+/// `HOST[::GUEST][:ro|:rw]`, as `--dir` and a policy file's `grants.dirs` take it: the guest
+/// path defaults to the host path as written, and access to read-write.
+impl std::str::FromStr for Dir {
+    type Err = String;
+    fn from_str(spec: &str) -> Result<Dir, String> {
+        let (rest, read_only) = if let Some(r) = spec.strip_suffix(":ro") {
+            (r, true)
+        } else if let Some(r) = spec.strip_suffix(":rw") {
+            (r, false)
+        } else {
+            (spec, false)
+        };
+        let (host, guest) = rest.split_once("::").unwrap_or((rest, rest));
+        if host.is_empty() || guest.is_empty() {
+            return Err(format!(
+                "invalid --dir {spec:?}: expected HOST[::GUEST][:ro]"
+            ));
+        }
+        Ok(Dir {
+            host: PathBuf::from(host),
+            guest: guest.to_owned(),
+            read_only,
+        })
+    }
+}
+
 /// `[net]`, each entry as its command-line flag takes it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
