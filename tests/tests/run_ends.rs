@@ -68,17 +68,23 @@ fn an_incomplete_last_frame_is_123_wasm_and_native() {
 }
 
 /// A native plugin killed by a signal sandpipe did not send: sandpipe ends by that signal,
-/// as the plugin run directly would (a SIGKILL from elsewhere included).
+/// as the plugin run directly would (a SIGKILL from elsewhere included), through every bridge:
+/// raw, framed, and supervised (one exit mapping).
 #[test]
 fn a_signal_sandpipe_did_not_send_is_mirrored() {
-    for framing in [&[][..], &["--framing", "lines"][..]] {
+    let note = r#"{"jsonrpc":"2.0","method":"ready"}"#;
+    for bridge in [
+        &[][..],
+        &["--framing", "lines"][..],
+        &["--protocol", "jsonrpc"][..],
+    ] {
         for sig in ["KILL", "TERM"] {
-            let script = format!("echo '{{}}'; kill -{sig} $$");
-            let args = [framing, &["/bin/sh", "-c", &script]].concat();
+            let script = format!("echo '{note}'; kill -{sig} $$");
+            let args = [bridge, &["/bin/sh", "-c", &script]].concat();
             let (status, stdout, stderr) = run(&args, b"");
             let want = if sig == "KILL" { 9 } else { 15 };
-            assert_eq!(status, Status::Signal(want), "{framing:?} {sig}: {stderr}");
-            assert_eq!(stdout, b"{}\n");
+            assert_eq!(status, Status::Signal(want), "{bridge:?} {sig}: {stderr}");
+            assert_eq!(stdout, format!("{note}\n").as_bytes(), "{bridge:?} {sig}");
         }
     }
 }

@@ -11,10 +11,11 @@ use tokio::sync::watch;
 use super::engine::{EngineReader, EngineWriter, WriteError};
 use super::parse_duration;
 use super::sandbox_args::{SandboxArgs, warn_if_native};
-use super::signals::{self, SigintMode, SignalPolicy, Signals, Stopping};
-use super::status::{BridgeEnd, exit_status, failed_by_itself, own_kill, report};
+use super::signals::{self, Bridge, SigintMode, SignalPolicy, Signals, Stoppable, Stopping};
+use super::status::{BridgeEnd, failed_by_itself, own_kill, report};
 use crate::{
-    Exit, PluginKind, SessionError, SessionOptions, SessionReader, SessionWriter, StderrMode,
+    PluginKind, SessionControl, SessionError, SessionOptions, SessionReader, SessionWriter,
+    StderrMode,
 };
 
 /// Arguments of `sandpipe run`.
@@ -197,37 +198,32 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         .await
         .with_context(|| format!("starting plugin {}", plugin.path().display()))?;
     let (writer, reader, control) = session.into_split();
+    let (close_input, close_rx) = watch::channel(false);
+    let target = PassThrough {
+        control: &control,
+        close_input: &close_input,
+    };
+    let mut stopping = Stopping::default();
     if inherit {
-        let close_input = watch::channel(false).0;
-        let mut stopping = Stopping::default();
-        let mut killed = false;
-        let exit = loop {
-            tokio::select! {
-                exit = control.wait() => break exit,
-                sig = signals.recv() => stopping.on_signal(sig, on_signal, &control, &close_input),
-                () = stopping.expired() => {
-                    killed = true;
-                    control.kill();
-                }
-            }
+        let exit = stopping
+            .serve(control.wait(), &mut signals, &on_signal, &target)
+            .await;
+        let exit = match exit {
+            Ok(exit) => own_kill(exit, stopping.killed()),
+            Err(status) => return Ok(status),
         };
         drop((writer, reader));
-        let exit = own_kill(exit, killed);
         if failed_by_itself(&exit) {
             // Its output went straight to the engine: whether it wrote any is unknown here.
             let tail = control.stderr_tail();
             super::sandbox_args::explain_failed_start(&plugin, &policy, false, &tail);
         }
-        if let Exit::Killed { signal: Some(sig) } = exit {
-            super::status::end_by_signal_like_the_plugin(sig);
-        }
-        return Ok(exit_status(&exit));
+        return Ok(report(None, None, &exit));
     }
 
     // The input's error is kept here before the plugin's stdin is closed, so it is seen however
     // the plugin's exit and the input task's end race.
     let bad_input: Arc<OnceLock<FrameError>> = Arc::default();
-    let (close_input, close_rx) = watch::channel(false);
     let input = tokio::spawn(pump_in(
         writer,
         framing,
@@ -237,51 +233,62 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     ));
     let written = std::cell::Cell::new(0u64);
     let output = pump_out(reader, framing, limits, &written);
-    tokio::pin!(output);
-    let mut end: Option<BridgeEnd> = None;
-    let mut stopping = Stopping::default();
-    // Whether sandpipe threw the kill switch itself: the plugin's death by that SIGKILL is then
-    // sandpipe's doing, to report with sandpipe's status, never to mirror (see `own_kill`).
-    let mut killed = false;
-    loop {
-        tokio::select! {
-            out = &mut output => {
-                if let Err(e) = out { end = Some(e); }
-                break;
-            }
-            sig = signals.recv() => stopping.on_signal(sig, on_signal, &control, &close_input),
-            () = stopping.expired() => {
-                killed = true;
-                control.kill();
-            }
-        }
-    }
+    let end = match stopping
+        .serve(output, &mut signals, &on_signal, &target)
+        .await
+    {
+        Ok(out) => out.err(),
+        Err(status) => return Ok(status),
+    };
     // The engine closed its end of our stdout: the plugin's stdout reader is gone with
     // `output`, so its next write fails as it would without sandpipe (EPIPE for a wasm guest,
     // SIGPIPE or EPIPE natively), and it decides. Only a bad frame is sandpipe's to end.
     if matches!(end, Some(BridgeEnd::BadOutput(_))) {
-        killed = true;
-        control.kill();
+        stopping.kill(&target);
     }
     // The plugin closed its stdout; it may still be running, and signals still reach it.
-    let exit = loop {
-        tokio::select! {
-            exit = control.wait() => break exit,
-            sig = signals.recv() => stopping.on_signal(sig, on_signal, &control, &close_input),
-            () = stopping.expired() => {
-                killed = true;
-                control.kill();
-            }
-        }
+    let exit = match stopping
+        .serve(control.wait(), &mut signals, &on_signal, &target)
+        .await
+    {
+        Ok(exit) => own_kill(exit, stopping.killed()),
+        Err(status) => return Ok(status),
     };
     input.abort();
-    let exit = own_kill(exit, killed);
     // A plugin that dies by itself before its first byte may have been refused a file it needs.
     if failed_by_itself(&exit) && written.get() == 0 && end.is_none() && bad_input.get().is_none() {
         let tail = control.stderr_tail();
         super::sandbox_args::explain_failed_start(&plugin, &policy, true, &tail);
     }
     Ok(report(end, bad_input.get(), &exit))
+}
+
+/// The pass-through's signals act on its one plugin.
+struct PassThrough<'a> {
+    control: &'a SessionControl,
+    close_input: &'a watch::Sender<bool>,
+}
+
+impl Stoppable for PassThrough<'_> {
+    fn bridge(&self) -> Bridge {
+        Bridge::PassThrough
+    }
+
+    fn input_open(&self) -> bool {
+        !*self.close_input.borrow()
+    }
+
+    fn end_input(&self) {
+        let _ = self.close_input.send(true);
+    }
+
+    fn forward(&self, signal: i32) {
+        self.control.signal(signal);
+    }
+
+    fn kill(&self) {
+        self.control.kill();
+    }
 }
 
 /// Engine → plugin. What the engine writes is passed on byte for byte, never judged (see

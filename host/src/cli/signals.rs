@@ -1,13 +1,15 @@
-//! Signals sent to `sandpipe run`, handled as the plugin in its place would see them.
+//! Signals sent to `sandpipe run`, handled as the plugin in its place would see them: one
+//! policy and one loop ([`Stopping::serve`]) for both bridges, the pass-through of `run`
+//! (raw or framed) and the supervisor of `run --protocol`.
 //!
 //! Engines signal their plugins: Arcaflow's deployers stop one with SIGTERM, a terminal's Ctrl-C
-//! reaches the engine's whole process group. sandpipe stands in for the plugin, so:
+//! reaches the engine's whole process group. sandpipe stands in for the plugin, so each signal
+//! first gets its [`Action`] from the plugin's kind:
 //!
 //! ```text
 //!                     native plugin                     wasm plugin
-//! SIGTERM SIGHUP      forwarded to its process group    stdin closed (the SIGTERM emulation);
-//! SIGQUIT SIGUSR1/2   (the plugin decides)              killed after --grace; a second one
-//!                                                       kills at once
+//! SIGTERM SIGHUP      Forward: to its process group     Terminate: the SIGTERM emulation
+//! SIGQUIT SIGUSR1/2   (the plugin decides)              (stdin closed, killed after --grace)
 //! SIGINT (--sigint)   auto: forwarded                   auto: ignored when sandpipe's stdin is
 //!                     ignore: dropped                   not a terminal (an engine ends its
 //!                     terminate: SIGTERM forwarded      plugins through the protocol, which is
@@ -15,15 +17,28 @@
 //!                                                       on a terminal, like SIGTERM
 //! ```
 //!
-//! Either way sandpipe exits with the plugin's own status.
+//! and then its [`Step`] from the bridge ([`step`]):
+//!
+//! ```text
+//!              pass-through (run)           supervised (run --protocol)
+//! Forward      forwarded, every time        input open: the engine's input ends, as EOF, and
+//!                                           the plugin ends through its protocol; input ended:
+//!                                           forwarded to every instance
+//! Terminate    stdin closed, killed after   the same (the engine's input ends, every instance
+//!              --grace                      is killed after --grace)
+//! a second     Terminate: killed at once    sandpipe ends at once (128 + N); the instances, as
+//! one                                       its children, with it
+//! ```
+//!
+//! The supervisor's first step differs from the pass-through's for a native plugin because it
+//! stands between the engine and the plugin's requests: ending the input lets it answer what is
+//! in flight, and an engine that signals once the input has ended (an MCP client escalating
+//! after closing stdin) reaches the plugin as without sandpipe. Either way sandpipe exits with
+//! the plugin's own status ([`super::status::report`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::watch;
-
-use crate::{SessionControl, SessionGroup};
 
 /// What SIGINT does (`--sigint`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -98,102 +113,139 @@ impl SignalPolicy {
     }
 }
 
-/// A SIGTERM emulation in progress: the plugin's stdin is closed, and it is killed at `deadline`.
+/// Which bridge a signal reaches (see the module's second table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bridge {
+    /// `run`, raw or framed: one plugin, its stdin fed by the engine's.
+    PassThrough,
+    /// `run --protocol`: the supervisor, between the engine's requests and its instances.
+    Supervised,
+}
+
+/// What the bridge does with one signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Nothing.
+    Nothing,
+    /// Send this signal to the native plugin.
+    Forward(i32),
+    /// End the engine's input, as EOF.
+    EndInput,
+    /// The SIGTERM emulation: end the input, kill the plugin after the grace period.
+    Stop,
+    /// Kill the plugin now.
+    KillNow,
+    /// End sandpipe now.
+    EndNow,
+}
+
+/// The step for `action` on `bridge`, with the engine's input open or not, after an earlier
+/// signal started the end (`stopping`) or not: the module's second table.
+pub(crate) fn step(action: Action, bridge: Bridge, input_open: bool, stopping: bool) -> Step {
+    match (action, bridge) {
+        (Action::Ignore, _) => Step::Nothing,
+        (_, Bridge::Supervised) if stopping => Step::EndNow,
+        (Action::Forward(_), Bridge::Supervised) if input_open => Step::EndInput,
+        (Action::Forward(s), _) => Step::Forward(s),
+        (Action::Terminate, Bridge::PassThrough) if stopping => Step::KillNow,
+        (Action::Terminate, _) => Step::Stop,
+    }
+}
+
+/// What a bridge's signals act on.
+pub(crate) trait Stoppable {
+    /// Which bridge this is.
+    fn bridge(&self) -> Bridge;
+    /// Whether the engine's input still reaches the plugin.
+    fn input_open(&self) -> bool;
+    /// End the engine's input, as if the engine had closed sandpipe's stdin.
+    fn end_input(&self);
+    /// Send `signal` to the native plugin.
+    fn forward(&self, signal: i32);
+    /// Kill the plugin now.
+    fn kill(&self);
+}
+
+/// The bridge's end, once a signal started it: the grace period of a SIGTERM emulation, and
+/// whether sandpipe killed the plugin itself.
 #[derive(Debug, Default)]
 pub(crate) struct Stopping {
     deadline: Option<tokio::time::Instant>,
+    stopping: bool,
+    killed: bool,
 }
 
 impl Stopping {
-    /// Act on `sig`: forward it, start the SIGTERM emulation (a second one kills at once), or
-    /// drop it.
-    pub(crate) fn on_signal(
+    /// Drive `served` (a pump, the plugin's exit, the supervisor) to its end, taking each
+    /// signal received meanwhile through [`step`] to `target`. `Err(128 + N)` when a signal
+    /// ends sandpipe at once ([`Step::EndNow`]).
+    pub(crate) async fn serve<T>(
         &mut self,
-        sig: i32,
-        how: SignalPolicy,
-        control: &SessionControl,
-        close_input: &watch::Sender<bool>,
-    ) {
-        match how.action(sig) {
-            Action::Forward(s) => {
-                tracing::info!("forwarding signal {s} to the plugin");
-                control.signal(s);
-            }
-            Action::Ignore => tracing::info!("ignoring signal {sig}"),
-            Action::Terminate if self.deadline.is_some() => control.kill(),
-            Action::Terminate => {
-                tracing::info!(
-                    "signal {sig}: closing the plugin's stdin, killing it after {:?}",
-                    how.grace
-                );
-                let _ = close_input.send(true);
-                self.deadline = Some(tokio::time::Instant::now() + how.grace);
+        served: impl std::future::Future<Output = T>,
+        signals: &mut Signals,
+        how: &SignalPolicy,
+        target: &impl Stoppable,
+    ) -> Result<T, i32> {
+        tokio::pin!(served);
+        loop {
+            tokio::select! {
+                done = &mut served => return Ok(done),
+                sig = signals.recv() => {
+                    let step = step(how.action(sig), target.bridge(), target.input_open(), self.stopping);
+                    match step {
+                        Step::Nothing => tracing::info!("ignoring signal {sig}"),
+                        Step::Forward(s) => {
+                            tracing::info!("forwarding signal {s} to the plugin");
+                            target.forward(s);
+                        }
+                        Step::EndInput => {
+                            tracing::info!("signal {sig}: ending the plugin's input");
+                            target.end_input();
+                        }
+                        Step::Stop => {
+                            tracing::info!(
+                                "signal {sig}: closing the plugin's stdin, killing it after {:?}",
+                                how.grace
+                            );
+                            target.end_input();
+                            self.deadline = Some(tokio::time::Instant::now() + how.grace);
+                        }
+                        Step::KillNow => {
+                            self.killed = true;
+                            target.kill();
+                        }
+                        Step::EndNow => {
+                            eprintln!("sandpipe: second signal {sig}: ending now");
+                            return Err(128 + sig);
+                        }
+                    }
+                    self.stopping |= step != Step::Nothing;
+                }
+                () = self.expired() => {
+                    self.deadline = None;
+                    self.killed = true;
+                    target.kill();
+                }
             }
         }
+    }
+
+    /// Whether sandpipe killed the plugin itself (see [`super::status::own_kill`]).
+    pub(crate) fn killed(&self) -> bool {
+        self.killed
+    }
+
+    /// Kill the plugin now, as sandpipe's own doing (a bad frame from it).
+    pub(crate) fn kill(&mut self, target: &impl Stoppable) {
+        self.killed = true;
+        target.kill();
     }
 
     /// Resolves when the grace period of a SIGTERM emulation is over; never otherwise.
-    pub(crate) async fn expired(&self) {
+    async fn expired(&self) {
         match self.deadline {
             Some(at) => tokio::time::sleep_until(at).await,
             None => std::future::pending().await,
-        }
-    }
-}
-
-/// Drive `served` (a session answering the engine's frames: the supervisor, a `wasm:` oracle)
-/// to its end, with the signals sandpipe receives meanwhile. The first one `on_signal` does not
-/// ignore:
-/// - while the engine's input is open, ends it (`input`, the engine reader, is aborted, which
-///   the session takes as EOF), so the plugin's stdin closes and it ends through its protocol;
-/// - once the input has ended (`input_ended`), the plugin's stdin is already closed and an
-///   engine that signals now is escalating, as an MCP client does after closing stdin: the
-///   signal reaches the plugins of `group` as it would without sandpipe (forwarded to a native
-///   one; for wasm, the SIGTERM emulation's grace starts).
-///
-/// A second one ends sandpipe at once, `Err(128 + signal)`.
-pub(crate) async fn serve_until_done<T>(
-    served: impl std::future::Future<Output = T>,
-    signals: &mut Signals,
-    on_signal: &SignalPolicy,
-    input: &tokio::task::AbortHandle,
-    input_ended: &AtomicBool,
-    group: &SessionGroup,
-) -> Result<T, i32> {
-    tokio::pin!(served);
-    let mut ending = false;
-    loop {
-        tokio::select! {
-            done = &mut served => return Ok(done),
-            sig = signals.recv() => {
-                let action = on_signal.action(sig);
-                if action == Action::Ignore {
-                    continue;
-                }
-                if ending {
-                    eprintln!("sandpipe: second signal {sig}: ending now");
-                    return Err(128 + sig);
-                }
-                ending = true;
-                if !input_ended.load(Ordering::SeqCst) {
-                    input.abort();
-                    continue;
-                }
-                match action {
-                    Action::Forward(s) => {
-                        tracing::info!("input has ended: forwarding signal {s} to the plugin");
-                        group.signal(s);
-                    }
-                    Action::Terminate => {
-                        tracing::info!(
-                            "input has ended: killing the plugin after {:?}",
-                            on_signal.grace
-                        );
-                        group.kill_after(on_signal.grace);
-                    }
-                    Action::Ignore => {}
-                }
-            }
         }
     }
 }
@@ -277,5 +329,30 @@ mod tests {
             Forward(libc::SIGTERM)
         );
         assert_eq!(action(int, false, M::Terminate, false), Terminate);
+    }
+
+    #[test]
+    fn each_bridge_takes_the_documented_step() {
+        use Bridge::{PassThrough, Supervised};
+        let (term, fwd) = (Action::Terminate, Action::Forward(libc::SIGTERM));
+        for open in [false, true] {
+            for stopping in [false, true] {
+                for bridge in [PassThrough, Supervised] {
+                    assert_eq!(step(Action::Ignore, bridge, open, stopping), Step::Nothing);
+                }
+                let forwarded = step(fwd, PassThrough, open, stopping);
+                assert_eq!(forwarded, Step::Forward(libc::SIGTERM));
+            }
+            assert_eq!(step(term, PassThrough, open, false), Step::Stop);
+            assert_eq!(step(term, PassThrough, open, true), Step::KillNow);
+            assert_eq!(step(term, Supervised, open, false), Step::Stop);
+            assert_eq!(step(term, Supervised, open, true), Step::EndNow);
+            assert_eq!(step(fwd, Supervised, open, true), Step::EndNow);
+        }
+        assert_eq!(step(fwd, Supervised, true, false), Step::EndInput);
+        assert_eq!(
+            step(fwd, Supervised, false, false),
+            Step::Forward(libc::SIGTERM)
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! and recycling (see [`crate::speak::supervise`]).
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -10,8 +10,8 @@ use tokio::sync::mpsc;
 
 use super::engine::{read_engine, write_engine};
 use super::parse_duration;
-use super::signals::{SignalPolicy, Signals};
-use super::status::{exit_code, exit_status, failed_by_itself};
+use super::signals::{Bridge, SignalPolicy, Signals, Stoppable, Stopping};
+use super::status::{failed_by_itself, own_kill};
 use crate::policy_file::RecycleMemory;
 use crate::speak::protocols::Protocol;
 use crate::speak::supervise::{Budgets, Incident, Supervisor};
@@ -110,13 +110,8 @@ pub(crate) fn parse_recycle_memory(s: &str) -> Result<RecycleMemory, String> {
     s.parse()
 }
 
-/// Bridge sandpipe's stdin/stdout to a supervised plugin speaking `protocol`.
-///
-/// Signals: SIGINT is dropped where `run` would drop it; any other handled signal ends the
-/// engine's input as EOF would, so the supervisor closes the plugin's stdin and the plugin
-/// ends through its protocol; once the input has ended, it reaches the plugin instead
-/// (forwarded to a native one, the grace started for wasm); a second one ends sandpipe at once
-/// (a native plugin dies with it).
+/// Bridge sandpipe's stdin/stdout to a supervised plugin speaking `protocol`, with the signal
+/// policy and the exit mapping of every bridge (`signals.rs`'s table, `status.rs`'s).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_supervised(
     host: &Host,
@@ -161,15 +156,15 @@ pub(crate) async fn run_supervised(
         supervisor = supervisor.rules(rules);
     }
     let supervised = supervisor.run(in_rx, out_tx);
-    let report = match super::signals::serve_until_done(
-        supervised,
-        &mut signals,
-        &on_signal,
-        &input.abort_handle(),
-        &input_ended,
-        &group,
-    )
-    .await
+    let target = Instances {
+        input: input.abort_handle(),
+        input_ended: &input_ended,
+        group: &group,
+    };
+    let mut stopping = Stopping::default();
+    let report = match stopping
+        .serve(supervised, &mut signals, &on_signal, &target)
+        .await
     {
         Ok(report) => report?,
         Err(status) => return Ok(status),
@@ -197,11 +192,41 @@ pub(crate) async fn run_supervised(
     {
         super::sandbox_args::explain_failed_start(plugin, &policy, true, &tail);
     }
-    if let Some(e) = bad_input {
-        eprintln!("sandpipe: bad frame on stdin: {e}");
-        return Ok(exit_code::BAD_FRAME);
+    // The plugin's bad frames are the supervisor's (each fails its request, as an incident);
+    // what is left is the engine's input and how the last instance ended: the same mapping
+    // as the pass-through's.
+    let exit = own_kill(report.exit, stopping.killed());
+    Ok(super::status::report(None, bad_input.as_ref(), &exit))
+}
+
+/// The supervisor's signals act on the engine's input and on every instance.
+struct Instances<'a> {
+    /// The engine reader: aborting it ends the input, which the supervisor takes as EOF.
+    input: tokio::task::AbortHandle,
+    input_ended: &'a AtomicBool,
+    group: &'a SessionGroup,
+}
+
+impl Stoppable for Instances<'_> {
+    fn bridge(&self) -> Bridge {
+        Bridge::Supervised
     }
-    Ok(exit_status(&report.exit))
+
+    fn input_open(&self) -> bool {
+        !self.input_ended.load(Ordering::SeqCst) && !self.input.is_finished()
+    }
+
+    fn end_input(&self) {
+        self.input.abort();
+    }
+
+    fn forward(&self, signal: i32) {
+        self.group.signal(signal);
+    }
+
+    fn kill(&self) {
+        self.group.kill_after(Duration::ZERO);
+    }
 }
 
 /// The one line each failed request gets on stderr, for every plugin kind.
