@@ -373,15 +373,26 @@ impl PolicyFile {
         doc.args.clone_from(&self.plugin.args);
         doc.seed = self.seed();
         doc.audit.clone_from(&self.audit);
-        let values_first = |name: &str| {
-            values
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.clone())
-                .or_else(|| env(name))
-        };
-        Ok(Policy::from_document(&doc, &values_first)?)
+        Ok(policy_with_values(doc, &values, env)?)
     }
+}
+
+/// The policy `doc` describes, with the `NAME=VALUE` grants in `values` given literally and
+/// every other variable (a bare `NAME` grant, an `env:VAR` header's secret) from `env`: the one
+/// path from a policy file, or from the command line's flags, to a [`Policy`].
+pub fn policy_with_values(
+    mut doc: PolicyDocument,
+    values: &[(String, String)],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Policy, DocumentError> {
+    doc.grants
+        .env
+        .retain(|name| !values.iter().any(|(given, _)| given == name));
+    let mut policy = Policy::from_document(&doc, env)?;
+    for (name, value) in values {
+        policy = policy.env(name, value);
+    }
+    Ok(policy)
 }
 
 /// `grants.env` (or `--env`) entries: the names, in order, and the values given as
@@ -691,6 +702,29 @@ insecure-registries = ["registry.local:5000"]
             f.framing.and_then(FramingName::framing),
             Some(Framing::ContentLength)
         );
+    }
+
+    #[test]
+    fn a_literal_env_value_is_the_plugins_and_a_header_secret_the_engines() {
+        let f = parse(
+            "[plugin]\nsource = \"a\"\n[grants]\nenv = [\"TOKEN=for-the-plugin\", \"HOME\", \"UNSET\"]\n\
+             [net]\nallow = [\"api.test:443\"]\nhttp-headers = [\"api.test:X-Key=env:TOKEN\"]\n",
+        )
+        .expect("parses");
+        let env = |name: &str| match name {
+            "TOKEN" => Some("engine-secret".to_owned()),
+            "HOME" => Some("/home/e".to_owned()),
+            _ => None,
+        };
+        let p = f.policy_with_env(&env).expect("a policy");
+        let vars: Vec<(&str, &str)> = p
+            .env
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        // A bare name the environment lacks is left out, as `--env NAME` leaves it out.
+        assert_eq!(vars, [("HOME", "/home/e"), ("TOKEN", "for-the-plugin")]);
+        assert_eq!(p.net.http_headers[0].value, "engine-secret");
     }
 
     #[test]

@@ -7,8 +7,10 @@ use anyhow::Result;
 use sandpipe_proto::frame::FrameLimits;
 
 use super::{CacheArgs, MemoryCap, parse_duration, parse_memory, parse_size};
+use crate::policy::document::Dir;
 use crate::{
-    Access, Fuel, ImportPolicy, LandlockSupport, NamespaceSupport, Plugin, PluginKind, Policy,
+    Access, DocumentError, LandlockSupport, NamespaceSupport, Plugin, PluginKind, Policy,
+    PolicyDocument,
 };
 
 /// The sandbox policy on the command line.
@@ -96,65 +98,51 @@ pub struct SandboxArgs {
 }
 
 impl SandboxArgs {
-    /// The policy these options describe, with `args` after argv[0].
+    /// The policy these options describe, with `args` after argv[0]: the flags as the policy
+    /// document a policy file and a recording's header fill, and the policy through the same
+    /// path ([`crate::policy_file::policy_with_values`]).
     pub(crate) fn policy(&self, args: Vec<String>) -> Result<Policy> {
-        let mut policy = Policy::default().max_memory(self.max_memory.0);
-        policy.fuel = self.fuel.map_or(Fuel::Unlimited, Fuel::PerSession);
-        policy.deadline = self.timeout;
-        policy = policy
-            .max_cpu_time(self.max_cpu_time)
-            .max_open_files(self.max_open_files.0)
-            .max_disk_write(self.max_disk_write)
-            .startup_grants(!self.no_startup_grants);
-        for spec in &self.dirs {
-            let (host, guest, access) = parse_dir(spec).map_err(anyhow::Error::msg)?;
-            policy = policy.preopen(host, guest, access);
-        }
-        for spec in &self.envs {
-            match spec.split_once('=') {
-                Some((k, v)) => policy = policy.env(k, v),
-                None => {
-                    if let Ok(v) = std::env::var(spec) {
-                        policy = policy.env(spec.as_str(), v);
-                    }
-                }
-            }
-        }
-        policy.args = args;
-        policy.net = self.net_policy()?;
-        if let Some(path) = &self.audit {
-            let log = crate::net::AuditLog::open(path)
-                .map_err(|e| anyhow::anyhow!("opening the audit log {}: {e}", path.display()))?;
-            policy = policy.audit(Some(log));
-        }
-        if self.deterministic || self.seed.is_some() {
-            policy = policy.deterministic(self.seed.unwrap_or(0));
-        }
-        if !self.allow_imports.is_empty() {
-            policy = policy.imports(ImportPolicy::Strict(self.allow_imports.clone()));
-        }
-        Ok(policy)
-    }
-
-    /// The network allow-list from `--allow-net`, `--resolve` and `--http-header`.
-    pub(crate) fn net_policy(&self) -> Result<crate::net::NetPolicy> {
-        let mut net = crate::net::NetPolicy::default();
-        for rule in self.allow_net.iter().filter(|r| !r.is_empty()) {
-            net = net.allow(rule.trim())?;
-        }
-        for pin in &self.resolve {
-            net.resolve.push(pin.parse()?);
-        }
-        for spec in &self.http_headers {
-            net.http_headers
-                .push(crate::net::HttpHeader::parse(spec, |v| {
-                    std::env::var(v).ok()
-                })?);
-        }
-        if net.is_closed() && !(net.resolve.is_empty() && net.http_headers.is_empty()) {
+        let mut doc = PolicyDocument {
+            args,
+            seed: (self.deterministic || self.seed.is_some()).then(|| self.seed.unwrap_or(0)),
+            audit: self.audit.clone(),
+            ..PolicyDocument::default()
+        };
+        let l = &mut doc.limits;
+        l.fuel = self.fuel;
+        l.max_memory = self.max_memory.0;
+        l.timeout = self.timeout;
+        l.max_cpu_time = self.max_cpu_time;
+        l.max_open_files = self.max_open_files.0;
+        l.max_disk_write = self.max_disk_write;
+        let g = &mut doc.grants;
+        g.dirs = self
+            .dirs
+            .iter()
+            .map(|spec| spec.parse::<Dir>())
+            .collect::<Result<_, _>>()
+            .map_err(anyhow::Error::msg)?;
+        let (names, values) = crate::policy_file::env_grants(&self.envs);
+        g.env = names;
+        g.allow_imports = (!self.allow_imports.is_empty()).then(|| self.allow_imports.clone());
+        g.startup_grants = !self.no_startup_grants;
+        doc.net.allow = self
+            .allow_net
+            .iter()
+            .map(|rule| rule.trim().to_owned())
+            .filter(|rule| !rule.is_empty())
+            .collect();
+        doc.net.resolve.clone_from(&self.resolve);
+        doc.net.http_headers.clone_from(&self.http_headers);
+        if doc.net.allow.is_empty() && !(self.resolve.is_empty() && self.http_headers.is_empty()) {
             anyhow::bail!("--resolve and --http-header need --allow-net: the network is closed");
         }
-        Ok(net)
+        let env = |name: &str| std::env::var(name).ok();
+        crate::policy_file::policy_with_values(doc, &values, &env).map_err(|e| match e {
+            // The entry's own message, as the flag's parser gives it.
+            DocumentError::Net(e) => anyhow::Error::new(e),
+            e => anyhow::Error::new(e),
+        })
     }
 
     /// Frame limits from `--max-frame`.
