@@ -579,7 +579,7 @@ fn a_cached_artifact_that_does_not_fit_is_said_once_then_replaced() {
     assert_eq!(lines.len(), 1, "one line: {err}");
     assert!(
         lines[0].starts_with("sandpipe: note: compiled ")
-            && lines[0].contains("does not fit this machine")
+            && lines[0].contains("does not fit this engine's settings or this CPU")
             && lines[0].contains("fuel"),
         "{err}"
     );

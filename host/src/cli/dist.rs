@@ -192,8 +192,10 @@ const SLOW_COMPILE: std::time::Duration = std::time::Duration::from_secs(2);
 /// After `run` or `call` compiled a plugin at start-up for longer than [`SLOW_COMPILE`]: one
 /// note saying how long, and that `sandpipe compile` does it ahead of time. (wasmtime's CLI
 /// says nothing; an engine whose first call took ten seconds deserves to know why.) Or, when
-/// the cache held an artifact of the plugin that does not fit this machine (an image built on
-/// another CPU), one note saying so and why, whatever the compile took.
+/// the cache held an artifact of the plugin that does not fit this engine (compiled with other
+/// settings, such as fuel metering, which `run` compiles in only with a fuel budget) or this
+/// CPU (an image built on another machine), one note saying so and why, whatever the compile
+/// took; the next start loads the artifact compiled now.
 pub(crate) fn note_slow_compile(plugin: &Plugin, spec: &Path) {
     // One line either way: an artifact that did not fit says why the compile happened.
     if let Some(why) = plugin.cache_mismatch() {

@@ -531,7 +531,10 @@ impl Sandbox {
                         Ok(a) => return Ok(Some((a, LoadSource::DiskCache, None))),
                         Err(e) => {
                             mismatch.get_or_insert_with(|| {
-                                format!("{} does not fit this machine: {e:#}", other.display())
+                                format!(
+                                    "{} does not fit this engine's settings or this CPU: {e:#}",
+                                    other.display()
+                                )
                             });
                         }
                     }
