@@ -1,27 +1,22 @@
-//! Policy as data: `sandpipe run plugin.toml`, and `--policy FILE` on run, call and inspect.
+//! The command line laid over a policy file: `sandpipe run plugin.toml`, and `--policy FILE` on
+//! run, call and inspect.
 //!
-//! A manifest holds everything the command line can say about a plugin (where it comes from
-//! and its digest, framing or protocol, limits, grants, per-request budgets, trust), so an
-//! engine's command line becomes `sandpipe run oracle.toml`. The format, with every key, is in
-//! docs/policy.md; unknown keys are errors, so a misspelt limit never goes
-//! unnoticed.
-//!
-//! Merging, decided here and documented in the README:
+//! The file itself is read by the library ([`PolicyFile`]: its schema, its checks, relative
+//! paths resolved against the file's directory), with the parsers the flags use, so
+//! `max-memory = "64MiB"` and `--max-memory 64MiB` accept exactly the same values. This module
+//! is the one overlay of the command line on it, decided here and documented in
+//! docs/policy.md:
 //! - a flag given on the command line overrides the file's value for that key;
-//! - lists (`dirs`, `env`, `allow-imports`, `trusted-keys`, `insecure-registries`, `tools.allow`, `tools.deny`) are the
-//!   file's followed by the command line's;
+//! - lists (`dirs`, `env`, `allow-imports`, `net.*`, `trusted-keys`, `insecure-registries`,
+//!   `tools.allow`, `tools.deny`) are the file's followed by the command line's;
 //! - a switch (`restart`, `locked`, ...) is on when either turns it on;
 //! - `--framing` or `--protocol` on the command line replaces whichever of the two the file
 //!   names;
 //! - arguments after PLUGIN replace the file's `args`;
 //! - a PLUGIN given on the command line next to `--policy` replaces the file's `source` (the
 //!   same limits for another build of the plugin);
-//! - relative paths in the file (the plugin, `dirs`, keys, the lock file) are relative to the
-//!   file's directory, as in Cargo.toml, never to the working directory of the engine.
-//!
-//! The file is read by the library ([`PolicyFile`]), with the parsers the flags use, so
-//! `max-memory = "64MiB"` and `--max-memory 64MiB` accept exactly the same values; this module
-//! is the one overlay of the command line on it.
+//! - a `SANDPIPE_*` variable counts as the command line, and is named in a `note:` line when it
+//!   overrides or adds to what the file says.
 
 use std::path::{Path, PathBuf};
 
