@@ -32,6 +32,7 @@ use sandpipe_proto::frame::Framing;
 use serde::{Deserialize, Deserializer};
 
 use crate::policy::document::{Dir, Net};
+use crate::policy::value::{Quantity, parse_cap, parse_count_cap, parse_duration, parse_size};
 use crate::policy::{DocumentError, Policy, PolicyDocument};
 use crate::speak::protocols::Protocol;
 
@@ -89,15 +90,17 @@ pub struct PluginSection {
     pub args: Vec<String>,
 }
 
-/// `framing`: `run`'s framing of both directions.
+/// `framing` in a policy file and `run --framing`: how both directions are split into frames,
+/// or not at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum FramingName {
     /// Bytes pass through unframed.
     Raw,
-    /// JSON Lines.
+    /// JSON Lines: one JSON value per line.
     Lines,
-    /// A CBOR sequence.
+    /// A CBOR sequence (RFC 8742).
     Cbor,
     /// LSP's `Content-Length` headers.
     ContentLength,
@@ -417,57 +420,6 @@ fn base_dir(path: &Path) -> PathBuf {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
-    }
-}
-
-/// A size: `64MiB`, `1GB`, `4096`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    s.parse::<bytesize::ByteSize>()
-        .map(|b| b.as_u64())
-        .map_err(|e| format!("invalid size {s:?}: {e}"))
-}
-
-/// A cap: a size, or `none` (`unlimited`) for no cap.
-pub fn parse_cap(s: &str) -> Result<Option<u64>, String> {
-    if s.eq_ignore_ascii_case("none") || s.eq_ignore_ascii_case("unlimited") {
-        return Ok(None);
-    }
-    parse_size(s).map(Some)
-}
-
-/// A count of files: a number, or `none` (`unlimited`).
-pub fn parse_count_cap(s: &str) -> Result<Option<u64>, String> {
-    if s.eq_ignore_ascii_case("none") || s.eq_ignore_ascii_case("unlimited") {
-        return Ok(None);
-    }
-    s.parse::<u64>()
-        .map(Some)
-        .map_err(|e| format!("invalid file count {s:?}: {e}"))
-}
-
-/// A duration: `30s`, `1m 30s`, `500ms`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))
-}
-
-/// A number, or text its flag takes.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Quantity {
-    Number(u64),
-    Text(String),
-}
-
-impl Quantity {
-    fn parse<T>(
-        self,
-        text: impl FnOnce(&str) -> Result<T, String>,
-        number: fn(u64) -> T,
-    ) -> Result<T, String> {
-        match self {
-            Quantity::Number(n) => Ok(number(n)),
-            Quantity::Text(t) => text(&t),
-        }
     }
 }
 

@@ -24,12 +24,10 @@ use anyhow::{Context, Result, bail};
 use clap::ArgMatches;
 use clap::parser::ValueSource;
 
-use super::run::FramingArg;
 use super::sandbox_args::{FileCap, SandboxArgs};
 use super::{Command, MemoryCap};
 use crate::PolicyFile;
 use crate::policy::document::Dir;
-use crate::policy_file::FramingName;
 
 /// Fold a manifest (named by `--policy` or given as PLUGIN) into `command`'s arguments, keeping
 /// whatever the command line said itself.
@@ -52,7 +50,7 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
             };
             if !given(sub, "framing") && !given(sub, "protocol") {
                 if let Some(f) = m.framing {
-                    args.framing = framing_arg(f);
+                    args.framing = f;
                 }
                 args.protocol = m.protocol;
             }
@@ -189,10 +187,8 @@ impl PolicyKey {
         in_file: fn(&PolicyFile) -> bool,
     ) -> Self {
         Self {
-            key,
-            flags: flag,
             list: true,
-            in_file,
+            ..Self::one(key, flag, in_file)
         }
     }
 }
@@ -488,16 +484,6 @@ fn from_env(cli: &ArgMatches, id: &str) -> bool {
 /// Lists: the file's entries first, then the command line's.
 fn prepend<T: Clone>(list: &mut Vec<T>, from_file: &[T]) {
     list.splice(0..0, from_file.iter().cloned());
-}
-
-/// `run --framing`'s value for the file's `framing`.
-fn framing_arg(f: FramingName) -> FramingArg {
-    match f {
-        FramingName::Raw => FramingArg::Raw,
-        FramingName::Lines => FramingArg::Lines,
-        FramingName::Cbor => FramingArg::Cbor,
-        FramingName::ContentLength => FramingArg::ContentLength,
-    }
 }
 
 /// The `--dir` spec of a file's directory grant (its host side already resolved).

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 
 use clap::{CommandFactory, FromArgMatches, Subcommand};
 
-use crate::policy_file::{parse_duration, parse_size};
+use crate::policy::value::{parse_duration, parse_size};
 use crate::speak::protocols::Protocol;
 
 pub use status::{exit, exit_code};
@@ -338,9 +338,9 @@ fn log_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> b
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct MemoryCap(Option<u64>);
 
-/// `64MiB`, `1GB`, `4096`, or `none` (the library's [`crate::policy_file::parse_cap`]).
+/// `64MiB`, `1GB`, `4096`, or `none` (the library's [`crate::policy::value::parse_cap`]).
 fn parse_memory(s: &str) -> Result<MemoryCap, String> {
-    crate::policy_file::parse_cap(s).map(MemoryCap)
+    crate::policy::value::parse_cap(s).map(MemoryCap)
 }
 
 #[cfg(test)]

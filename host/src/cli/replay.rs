@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use sandpipe_proto::transcript::Transcript;
 
 use super::CacheArgs;
-use super::sandbox_args::{parse_dir, warn_if_native};
+use super::sandbox_args::warn_if_native;
 use crate::replay::{self, MatchMode, ScratchDirs};
 use crate::{PluginKind, SessionOptions, StderrMode};
 
@@ -76,8 +76,8 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
     }
     let mut given = Vec::new();
     for spec in &args.dirs {
-        let (host_dir, guest, _) = parse_dir(spec).map_err(anyhow::Error::msg)?;
-        given.push((guest, host_dir));
+        let dir: crate::policy::document::Dir = spec.parse().map_err(anyhow::Error::msg)?;
+        given.push((dir.guest, dir.host));
     }
     let scratch = ScratchDirs::new()?;
     let host_dir = |guest: &str| {

@@ -13,6 +13,7 @@ use super::parse_duration;
 use super::sandbox_args::{SandboxArgs, warn_if_native};
 use super::signals::{self, Bridge, SigintMode, SignalPolicy, Signals, Stoppable, Stopping};
 use super::status::{BridgeEnd, failed_by_itself, own_kill, report};
+use crate::policy_file::FramingName;
 use crate::{
     PluginKind, SessionControl, SessionError, SessionOptions, SessionReader, SessionWriter,
     StderrMode,
@@ -25,8 +26,8 @@ pub struct RunArgs {
     /// writes is validated (the first bad frame ends the session with a one-line reason);
     /// what the engine writes is split into frames and capped by --max-frame, but passed on
     /// unjudged: the plugin answers malformed input as it would without sandpipe.
-    #[arg(long, value_enum, value_name = "FRAMING", default_value_t = FramingArg::Raw)]
-    pub(super) framing: FramingArg,
+    #[arg(long, value_enum, value_name = "FRAMING", default_value_t = FramingName::Raw)]
+    pub(super) framing: FramingName,
     /// Speak protocol P with the engine on stdin/stdout: frames use the protocol's framing,
     /// requests are tracked, and the per-request options below apply. A request the plugin
     /// cannot answer gets the protocol's error. With `oracle`, a component that exports
@@ -72,31 +73,6 @@ pub struct RunArgs {
     /// `wasmtime run` (a leading `--` is dropped).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub(super) args: Vec<String>,
-}
-
-/// `run --framing`: how both directions are split into frames, or not at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum FramingArg {
-    /// Bytes pass through unframed.
-    Raw,
-    /// JSON Lines: one JSON value per line.
-    Lines,
-    /// A CBOR sequence (RFC 8742).
-    Cbor,
-    /// LSP's `Content-Length` headers.
-    ContentLength,
-}
-
-impl FramingArg {
-    /// The framing, or `None` for raw bytes.
-    pub(crate) fn framing(self) -> Option<Framing> {
-        match self {
-            FramingArg::Raw => None,
-            FramingArg::Lines => Some(Framing::JsonLines),
-            FramingArg::Cbor => Some(Framing::CborSeq),
-            FramingArg::ContentLength => Some(Framing::ContentLength),
-        }
-    }
 }
 
 pub(crate) async fn run(args: RunArgs) -> Result<i32> {

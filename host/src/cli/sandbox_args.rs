@@ -464,50 +464,14 @@ mod refused_tests {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FileCap(pub(crate) Option<u64>);
 
-/// `64`, or `none` (the library's [`crate::policy_file::parse_count_cap`]).
+/// `64`, or `none` (the library's [`crate::policy::value::parse_count_cap`]).
 pub(crate) fn parse_open_files(s: &str) -> Result<FileCap, String> {
-    crate::policy_file::parse_count_cap(s).map(FileCap)
-}
-
-/// Parse `HOST[::GUEST][:ro|:rw]` (the library's [`crate::policy::document::Dir`]).
-pub(crate) fn parse_dir(spec: &str) -> Result<(PathBuf, String, Access), String> {
-    let d: crate::policy::document::Dir = spec.parse()?;
-    let access = if d.read_only {
-        Access::ReadOnly
-    } else {
-        Access::ReadWrite
-    };
-    Ok((d.host, d.guest, access))
+    crate::policy::value::parse_count_cap(s).map(FileCap)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dir_specs() {
-        assert_eq!(
-            parse_dir("/tmp/x"),
-            Ok((
-                PathBuf::from("/tmp/x"),
-                "/tmp/x".to_owned(),
-                Access::ReadWrite
-            ))
-        );
-        assert_eq!(
-            parse_dir("/tmp/x::/data:ro"),
-            Ok((
-                PathBuf::from("/tmp/x"),
-                "/data".to_owned(),
-                Access::ReadOnly
-            ))
-        );
-        assert_eq!(
-            parse_dir("./d::/d:rw"),
-            Ok((PathBuf::from("./d"), "/d".to_owned(), Access::ReadWrite))
-        );
-        assert!(parse_dir("::/x").is_err());
-    }
 
     #[test]
     fn open_file_counts() {

@@ -51,7 +51,7 @@ pub struct BudgetArgs {
     /// a --max-memory): once it has used half of its headroom below the cap, measured from its
     /// size after the first request (linear memory never shrinks, so a heap that grows per
     /// request would otherwise meet the cap mid-request). none: never.
-    #[arg(long, value_name = "SIZE|auto|none", default_value = "auto", value_parser = parse_recycle_memory)]
+    #[arg(long, value_name = "SIZE|auto|none", default_value = "auto", value_parser = <RecycleMemory as std::str::FromStr>::from_str)]
     pub(crate) recycle_memory: RecycleMemory,
     /// How long a recycled instance gets to exit after its stdin closes, and how long an MCP
     /// server gets to answer sandpipe's probe after a request was cancelled for its timeout.
@@ -103,11 +103,6 @@ impl BudgetArgs {
         }
         b
     }
-}
-
-/// `auto`, `none`, or a size (the library's [`RecycleMemory`]).
-pub(crate) fn parse_recycle_memory(s: &str) -> Result<RecycleMemory, String> {
-    s.parse()
 }
 
 /// Bridge sandpipe's stdin/stdout to a supervised plugin speaking `protocol`, with the signal

@@ -304,30 +304,16 @@ impl Policy {
 mod size {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+    use crate::policy::value::{Quantity, parse_cap};
+
     pub(super) fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
         v.serialize(s)
-    }
-
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Quantity {
-        Number(u64),
-        Text(String),
     }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
         match Option::<Quantity>::deserialize(d)? {
             None => Ok(None),
-            Some(Quantity::Number(n)) => Ok(Some(n)),
-            Some(Quantity::Text(t))
-                if t.eq_ignore_ascii_case("none") || t.eq_ignore_ascii_case("unlimited") =>
-            {
-                Ok(None)
-            }
-            Some(Quantity::Text(t)) => t
-                .parse::<bytesize::ByteSize>()
-                .map(|b| Some(b.as_u64()))
-                .map_err(|e| serde::de::Error::custom(format!("invalid size {t:?}: {e}"))),
+            Some(q) => q.parse(parse_cap, Some).map_err(serde::de::Error::custom),
         }
     }
 }
@@ -337,6 +323,8 @@ mod duration {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::policy::value::parse_duration;
 
     pub(super) fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match v {
@@ -349,10 +337,7 @@ mod duration {
         d: D,
     ) -> Result<Option<Duration>, D::Error> {
         Option::<String>::deserialize(d)?
-            .map(|t| {
-                humantime::parse_duration(&t)
-                    .map_err(|e| serde::de::Error::custom(format!("invalid duration {t:?}: {e}")))
-            })
+            .map(|t| parse_duration(&t).map_err(serde::de::Error::custom))
             .transpose()
     }
 }
@@ -426,6 +411,19 @@ mod tests {
         let text: PolicyDocument =
             serde_json::from_str(r#"{"limits":{"max-memory":"64MiB"}}"#).expect("parses");
         assert_eq!(text.limits.max_memory, Some(64 << 20));
+    }
+
+    #[test]
+    fn dir_specs() {
+        let dir = |host: &str, guest: &str, read_only| Dir {
+            host: PathBuf::from(host),
+            guest: guest.to_owned(),
+            read_only,
+        };
+        assert_eq!("/tmp/x".parse(), Ok(dir("/tmp/x", "/tmp/x", false)));
+        assert_eq!("/tmp/x::/data:ro".parse(), Ok(dir("/tmp/x", "/data", true)));
+        assert_eq!("./d::/d:rw".parse(), Ok(dir("./d", "/d", false)));
+        assert!("::/x".parse::<Dir>().is_err());
     }
 
     #[test]

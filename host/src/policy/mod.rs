@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::net::{AuditLog, NetPolicy};
 
 pub mod document;
+pub mod value;
 pub use document::{DocumentError, PolicyDocument};
 
 /// Access to a preopened directory.
