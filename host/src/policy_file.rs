@@ -32,7 +32,7 @@ use sandpipe_proto::frame::Framing;
 use serde::{Deserialize, Deserializer};
 
 use crate::policy::document::{Dir, Net};
-use crate::policy::value::{Quantity, parse_cap, parse_count_cap, parse_duration, parse_size};
+use crate::policy::value::{Cap, Quantity, parse_duration, parse_size};
 use crate::policy::{DocumentError, Policy, PolicyDocument};
 use crate::speak::protocols::Protocol;
 
@@ -118,97 +118,235 @@ impl FramingName {
     }
 }
 
-/// `[limits]`. A size is a number of bytes or text (`"64MiB"`); `Some(None)` is the file's
-/// `"none"`, no cap, where the flag takes it.
+/// `[limits]`, and the command line's limit flags (the field docs are their `--help`). A size
+/// is a number of bytes or text (`"64MiB"`); a [`Cap`] of `None` is `"none"`, no cap. A key
+/// left out is `None`: the default, which [`Policy::default`] holds and `--help` names.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 #[non_exhaustive]
 pub struct Limits {
-    /// Fuel for the whole session (`--fuel`).
+    /// Total fuel (about one unit per wasm instruction) for the whole session [default: unlimited].
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N"))]
     pub fuel: Option<u64>,
-    /// The memory cap (`--max-memory`).
+    /// Memory cap (e.g. 64MiB, or none): linear memory for wasm; for native, RLIMIT_DATA (heap
+    /// and other writable memory, not address space V8, Go or the JVM only reserve)
+    /// [default: 256MiB].
     #[serde(default, deserialize_with = "cap")]
-    pub max_memory: Option<Option<u64>>,
-    /// The session's wall-clock deadline (`--timeout`).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "SIZE", value_parser = Cap::size))]
+    pub max_memory: Option<Cap>,
+    /// Wall-clock deadline for the whole session (e.g. 2s, 500ms) [default: none].
     #[serde(default, deserialize_with = "duration")]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "DURATION", value_parser = parse_duration))]
     pub timeout: Option<Duration>,
-    /// A native plugin's CPU time (`--max-cpu-time`).
+    /// CPU time for a native plugin (RLIMIT_CPU, whole seconds rounded up, e.g. 30s); past it
+    /// the kernel stops the plugin (exit status 121). Wasm plugins use --fuel [default: unlimited].
     #[serde(default, deserialize_with = "duration")]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "DURATION", value_parser = parse_duration))]
     pub max_cpu_time: Option<Duration>,
-    /// Most files open at once (`--max-open-files`).
+    /// Most files a plugin may have open at once, or none for sandpipe's own limit. Wasm: host
+    /// descriptors the session holds (its --dir preopens plus what it opened); past it an open
+    /// fails (p2 error-code quota, EDQUOT; p1 EMFILE) and the plugin runs on. Native:
+    /// RLIMIT_NOFILE, stdio included (EMFILE) [default: 1024].
     #[serde(default, deserialize_with = "count_cap")]
-    pub max_open_files: Option<Option<u64>>,
-    /// Bytes a component may write through its preopens (`--max-disk-write`).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N", value_parser = Cap::count))]
+    pub max_open_files: Option<Cap>,
+    /// Bytes a wasm component may write to files through its --dir grants, in all (e.g.
+    /// 100MiB); every write counts, an overwrite again. Past it a write fails with ENOSPC
+    /// (insufficient-space) and the plugin runs on [default: none]. Not for native plugins.
     #[serde(default, deserialize_with = "size")]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "SIZE", value_parser = parse_size))]
     pub max_disk_write: Option<u64>,
-    /// The largest frame either way (`--max-frame`).
+    /// Largest frame accepted in either direction (e.g. 16MiB) [default: 16MiB].
     #[serde(default, deserialize_with = "size")]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "SIZE", value_parser = parse_size))]
     pub max_frame: Option<u64>,
 }
 
-/// `[grants]`.
+impl Limits {
+    /// The largest frame either way: `max_frame`, or [`DEFAULT_MAX_FRAME`].
+    pub fn max_frame(&self) -> u64 {
+        self.max_frame.unwrap_or(DEFAULT_MAX_FRAME)
+    }
+
+    /// Lay these limits over `doc`'s: each key set here replaces the document's.
+    fn apply(&self, doc: &mut crate::policy::document::Limits) {
+        doc.fuel = self.fuel.or(doc.fuel);
+        doc.max_memory = self.max_memory.map_or(doc.max_memory, |c| c.0);
+        doc.timeout = self.timeout.or(doc.timeout);
+        doc.max_cpu_time = self.max_cpu_time.or(doc.max_cpu_time);
+        doc.max_open_files = self.max_open_files.map_or(doc.max_open_files, |c| c.0);
+        doc.max_disk_write = self.max_disk_write.or(doc.max_disk_write);
+    }
+}
+
+/// The largest frame sandpipe accepts either way unless `max-frame` says otherwise: 16 MiB.
+pub const DEFAULT_MAX_FRAME: u64 = 16 << 20;
+
+/// `[grants]`, and the command line's grant flags.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 #[non_exhaustive]
 pub struct Grants {
-    /// Preopened directories: `HOST[::GUEST][:ro|:rw]` as `--dir` takes it, or a table
-    /// `{ host, guest, read-only }`. The guest path defaults to the host path as written.
+    /// Preopen a host directory: HOST[::GUEST][:ro]. GUEST defaults to HOST; `:ro` makes it
+    /// read-only. Without --dir the plugin sees no filesystem.
+    // In a file, also a table `{ host, guest, read-only }`.
     #[serde(default, deserialize_with = "dirs")]
+    #[cfg_attr(feature = "cli", arg(long = "dir", value_name = "HOST[::GUEST][:ro]"))]
     pub dirs: Vec<Dir>,
-    /// `NAME=VALUE`, or `NAME` for sandpipe's own value (`--env`).
+    /// Pass an environment variable: NAME=VALUE, or NAME to copy sandpipe's own value.
+    /// Nothing else is inherited.
     #[serde(default)]
+    #[cfg_attr(feature = "cli", arg(long = "env", value_name = "NAME[=VALUE]"))]
     pub env: Vec<String>,
-    /// Strict imports when not empty (`--allow-import`).
+    /// Strict imports: refuse a component importing anything not listed (repeatable;
+    /// e.g. wasi:cli/stdin@0.2; patch versions are ignored).
     #[serde(default)]
+    #[cfg_attr(feature = "cli", arg(long = "allow-import", value_name = "INTERFACE"))]
     pub allow_imports: Vec<String>,
-    /// A native plugin's start-up grants; `Some(false)` is `--no-startup-grants`.
+    /// Native only: do not grant, read-only, what the plugin needs to start (its resolved
+    /// executable, a script's interpreter, the interpreter's install prefix, a venv, script
+    /// files named in its arguments); it then sees only the system directories and --dir.
+    // In a file, `startup-grants = false`; the flag is `Some(false)`.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            id = "no_startup_grants",
+            long = "no-startup-grants",
+            num_args = 0,
+            default_missing_value = "true",
+            value_parser = clap::builder::TypedValueParser::map(
+                clap::builder::FalseyValueParser::new(),
+                |off: bool| !off
+            ),
+        )
+    )]
     pub startup_grants: Option<bool>,
 }
 
-/// `[requests]`: per-request budgets and instance renewal (`run --protocol`).
+impl Grants {
+    /// These grants as `doc`'s, returning the values given as `NAME=VALUE` (the document holds
+    /// names only).
+    fn apply(&self, doc: &mut crate::policy::document::Grants) -> Vec<(String, String)> {
+        doc.dirs.clone_from(&self.dirs);
+        let (names, values) = env_grants(&self.env);
+        doc.env = names;
+        if !self.allow_imports.is_empty() {
+            doc.allow_imports = Some(self.allow_imports.clone());
+        }
+        doc.startup_grants = self.startup_grants.unwrap_or(doc.startup_grants);
+        values
+    }
+}
+
+/// `[requests]`: per-request budgets and instance renewal (`run --protocol` only), and their
+/// flags.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 #[non_exhaustive]
 pub struct Requests {
-    /// `--fuel-per-request`.
+    /// Fuel for each request instead of the whole session (wasm only). Re-armed when a request
+    /// (a JSON-RPC id, an ATP run, an oracle invoke) reaches the plugin; idle time is not billed.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            id = "fuel_per_request",
+            long = "fuel-per-request",
+            value_name = "N",
+            conflicts_with = "fuel"
+        )
+    )]
     pub fuel: Option<u64>,
-    /// `--request-timeout`.
+    /// Wall-clock limit from a request reaching a started plugin to its response (e.g. 2s);
+    /// neither start-up nor the time between requests is counted. A request that runs over
+    /// gets the protocol's error at once. MCP: the server is sent notifications/cancelled and
+    /// keeps serving; only if it then stays deaf for --recycle-grace is it replaced, with or
+    /// without --restart. Other protocols: the plugin is stopped. For a component that exports
+    /// functions, each call's deadline inside the instance.
     #[serde(default, deserialize_with = "duration")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(id = "request_timeout", long = "request-timeout", value_name = "DURATION", value_parser = parse_duration)
+    )]
     pub timeout: Option<Duration>,
-    /// `--restart`.
-    #[serde(default)]
-    pub restart: bool,
-    /// `--recycle-after`.
-    pub recycle_after: Option<u64>,
-    /// `--recycle-memory`.
-    #[serde(default, deserialize_with = "parsed")]
-    pub recycle_memory: Option<RecycleMemory>,
-    /// `--recycle-grace`.
+    /// How long a fresh instance gets to answer its handshake (MCP: initialize or
+    /// server/discover, or the discover sandpipe sends before a 2026-07-28 client's first
+    /// request), from when it was sent. Start-up is bounded by this, never billed to a request
+    /// [default: 60s].
     #[serde(default, deserialize_with = "duration")]
-    pub recycle_grace: Option<Duration>,
-    /// `--start-timeout`.
-    #[serde(default, deserialize_with = "duration")]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "DURATION", value_parser = parse_duration))]
     pub start_timeout: Option<Duration>,
+    /// After a request's budget stops the plugin (or it dies), give the next request a fresh
+    /// instance, replaying the protocol's handshake to it, instead of ending the session (for a
+    /// component that exports functions: instead of poisoning it, where every later request
+    /// fails with the first stop's reason, as in Scarb).
+    #[serde(default)]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub restart: bool,
+    /// Replace the plugin with a fresh instance, between requests, after N answered requests.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N"))]
+    pub recycle_after: Option<u64>,
+    /// Replace the plugin with a fresh instance, between requests, once it holds more than
+    /// SIZE of memory (wasm: linear memory; native: resident set), e.g. 64MiB. auto (wasm with
+    /// a --max-memory): once it has used half of its headroom below the cap, measured from its
+    /// size after the first request (linear memory never shrinks, so a heap that grows per
+    /// request would otherwise meet the cap mid-request). none: never [default: auto].
+    #[serde(default, deserialize_with = "parsed")]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "SIZE|auto|none", value_parser = <RecycleMemory as FromStr>::from_str))]
+    pub recycle_memory: Option<RecycleMemory>,
+    /// How long a recycled instance gets to exit after its stdin closes, and how long an MCP
+    /// server gets to answer sandpipe's probe after a request was cancelled for its timeout
+    /// [default: 2s].
+    #[serde(default, deserialize_with = "duration")]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "DURATION", value_parser = parse_duration))]
+    pub recycle_grace: Option<Duration>,
 }
 
 impl Requests {
-    /// Whether the file sets any per-request budget.
+    /// Whether any per-request budget is set.
     pub fn is_empty(&self) -> bool {
         *self == Requests::default()
     }
 }
 
-/// `[tools]`: MCP tool filters, as `--allow-tool` and `--deny-tool`.
+/// `[tools]`: MCP tool filters, and `--allow-tool` and `--deny-tool`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 #[non_exhaustive]
 pub struct Tools {
-    /// Tools to keep.
+    /// MCP: only this tool is listed and callable (repeat for more; default: every tool).
     #[serde(default)]
+    #[cfg_attr(
+        feature = "cli",
+        arg(id = "allow_tools", long = "allow-tool", value_name = "NAME")
+    )]
     pub allow: Vec<String>,
-    /// Tools to hide.
+    /// MCP: this tool is taken out of tools/list and a tools/call of it is refused as if the
+    /// server did not have it (repeatable).
     #[serde(default)]
+    #[cfg_attr(
+        feature = "cli",
+        arg(id = "deny_tools", long = "deny-tool", value_name = "NAME")
+    )]
     pub deny: Vec<String>,
+}
+
+impl Tools {
+    /// True when a tool is named.
+    pub fn is_empty(&self) -> bool {
+        self.allow.is_empty() && self.deny.is_empty()
+    }
+
+    /// The filter these lists say.
+    pub fn filter(&self) -> sandpipe_proto::mcp::ToolFilter {
+        sandpipe_proto::mcp::ToolFilter {
+            allow: self.allow.clone(),
+            deny: self.deny.clone(),
+        }
+    }
 }
 
 /// `[trust]`.
@@ -356,51 +494,50 @@ impl PolicyFile {
         &self,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Policy, PolicyFileError> {
-        let mut doc = PolicyDocument::default();
-        let l = &self.limits;
-        doc.limits.fuel = l.fuel.or(doc.limits.fuel);
-        doc.limits.max_memory = l.max_memory.unwrap_or(doc.limits.max_memory);
-        doc.limits.timeout = l.timeout.or(doc.limits.timeout);
-        doc.limits.max_cpu_time = l.max_cpu_time.or(doc.limits.max_cpu_time);
-        doc.limits.max_open_files = l.max_open_files.unwrap_or(doc.limits.max_open_files);
-        doc.limits.max_disk_write = l.max_disk_write.or(doc.limits.max_disk_write);
-        let g = &self.grants;
-        doc.grants.dirs.clone_from(&g.dirs);
-        let (names, values) = env_grants(&g.env);
-        doc.grants.env = names;
-        if !g.allow_imports.is_empty() {
-            doc.grants.allow_imports = Some(g.allow_imports.clone());
-        }
-        doc.grants.startup_grants = g.startup_grants.unwrap_or(doc.grants.startup_grants);
-        doc.net = self.net.clone();
-        doc.args.clone_from(&self.plugin.args);
-        doc.seed = self.seed();
-        doc.audit.clone_from(&self.audit);
-        Ok(policy_with_values(doc, &values, env)?)
+        let doc = PolicyDocument {
+            args: self.plugin.args.clone(),
+            seed: self.seed(),
+            audit: self.audit.clone(),
+            ..PolicyDocument::default()
+        };
+        Ok(policy_from(
+            doc,
+            &self.limits,
+            &self.grants,
+            &self.net,
+            env,
+        )?)
     }
 }
 
-/// The policy `doc` describes, with the `NAME=VALUE` grants in `values` given literally and
-/// every other variable (a bare `NAME` grant, an `env:VAR` header's secret) from `env`: the one
-/// path from a policy file, or from the command line's flags, to a [`Policy`].
-pub fn policy_with_values(
+/// The policy `limits`, `grants` and `net` lay over `doc` (which holds the plugin's arguments,
+/// the seed and the audit log): the one path from a policy file, or from the command line's
+/// flags (the same structs, flattened), to a [`Policy`]. `NAME=VALUE` grants are given
+/// literally; every other variable (a bare `NAME` grant, an `env:VAR` header's secret) comes
+/// from `env`.
+pub(crate) fn policy_from(
     mut doc: PolicyDocument,
-    values: &[(String, String)],
+    limits: &Limits,
+    grants: &Grants,
+    net: &Net,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Policy, DocumentError> {
+    limits.apply(&mut doc.limits);
+    let values = grants.apply(&mut doc.grants);
+    doc.net = net.clone();
     doc.grants
         .env
         .retain(|name| !values.iter().any(|(given, _)| given == name));
     let mut policy = Policy::from_document(&doc, env)?;
     for (name, value) in values {
-        policy = policy.env(name, value);
+        policy = policy.env(&name, &value);
     }
     Ok(policy)
 }
 
 /// `grants.env` (or `--env`) entries: the names, in order, and the values given as
 /// `NAME=VALUE`; a bare `NAME` takes sandpipe's own value.
-pub fn env_grants(entries: &[String]) -> (Vec<String>, Vec<(String, String)>) {
+fn env_grants(entries: &[String]) -> (Vec<String>, Vec<(String, String)>) {
     let mut names = Vec::new();
     let mut values = Vec::new();
     for entry in entries {
@@ -423,16 +560,16 @@ fn base_dir(path: &Path) -> PathBuf {
     }
 }
 
-fn cap<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+fn cap<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cap>, D::Error> {
     Quantity::deserialize(d)?
-        .parse(parse_cap, Some)
+        .parse(Cap::size, |n| Cap(Some(n)))
         .map(Some)
         .map_err(serde::de::Error::custom)
 }
 
-fn count_cap<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+fn count_cap<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cap>, D::Error> {
     Quantity::deserialize(d)?
-        .parse(parse_count_cap, Some)
+        .parse(Cap::count, |n| Cap(Some(n)))
         .map(Some)
         .map_err(serde::de::Error::custom)
 }
@@ -550,8 +687,8 @@ insecure-registries = ["registry.local:5000"]
         assert_eq!(f.protocol, Some(Protocol::Oracle));
         assert_eq!(f.plugin.source, Path::new("/etc/oracles/oracle.wasm"));
         assert_eq!(f.plugin.args, ["--verbose"]);
-        assert_eq!(f.limits.max_memory, Some(Some(64 << 20)));
-        assert_eq!(f.limits.max_open_files, Some(Some(64)));
+        assert_eq!(f.limits.max_memory, Some(Cap(Some(64 << 20))));
+        assert_eq!(f.limits.max_open_files, Some(Cap(Some(64))));
         let dirs: Vec<(String, &str, bool)> = f
             .grants
             .dirs

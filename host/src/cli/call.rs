@@ -37,7 +37,7 @@ pub struct CallArgs {
     #[command(flatten)]
     pub(super) sandbox: SandboxArgs,
     #[command(flatten)]
-    pub(super) tools: super::tool_args::ToolArgs,
+    pub(super) tools: crate::policy_file::Tools,
     /// Orchard: the config sent with `configure` before an `execute`.
     #[arg(long, value_name = "JSON", default_value = "{}")]
     config: String,
@@ -64,7 +64,7 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     let Some(protocol) = args.protocol else {
         anyhow::bail!("call needs --protocol (or `protocol = ...` in the policy file)");
     };
-    let tools = args.tools.for_protocol(protocol)?;
+    let tools = super::tool_filter(&args.tools, protocol)?;
     let params: Option<Value> = match &args.params {
         Some(text) => Some(
             serde_json::from_str(text).with_context(|| format!("--params is not JSON: {text}"))?,

@@ -308,23 +308,20 @@ pub(crate) const FOLLOW_CGROUP_ENV: &str = "SANDPIPE_MEMORY_FOLLOWS_CGROUP";
 /// on the machine (a CI runner's or systemd's 16 GiB), only in an image, which asks for it with
 /// [`FOLLOW_CGROUP_ENV`]. A cap from the command line, `SANDPIPE_MAX_MEMORY` or a policy file
 /// still wins.
-pub(crate) fn follow_cgroup_memory(
-    sandbox: &mut super::sandbox_args::SandboxArgs,
-    run: &clap::ArgMatches,
-) {
-    if run.value_source("max_memory") != Some(clap::parser::ValueSource::DefaultValue) {
+pub(crate) fn follow_cgroup_memory(sandbox: &mut super::sandbox_args::SandboxArgs) {
+    if sandbox.limits.max_memory.is_some() {
         return;
     }
     let Some(limit) = crate::dist::image::cgroup_memory_limit() else {
         return;
     };
     let raise = std::env::var_os(FOLLOW_CGROUP_ENV).is_some_and(|v| v == "1");
-    let default = sandbox.max_memory.0.unwrap_or(crate::DEFAULT_MAX_MEMORY);
+    let default = crate::DEFAULT_MAX_MEMORY;
     let Some(cap) = crate::dist::image::default_memory_cap(limit, default, raise) else {
         return;
     };
     tracing::info!("the cgroup's memory limit is {limit} bytes: --max-memory defaults to {cap}");
-    sandbox.max_memory = super::MemoryCap(Some(cap));
+    sandbox.limits.max_memory = Some(crate::policy::value::Cap(Some(cap)));
 }
 
 /// `run --stderr FILE`: descriptor 2 becomes FILE (appended to), so sandpipe's own messages and

@@ -34,7 +34,7 @@ pub struct InspectArgs {
     #[command(flatten)]
     pub(super) sandbox: SandboxArgs,
     #[command(flatten)]
-    pub(super) tools: super::tool_args::ToolArgs,
+    pub(super) tools: crate::policy_file::Tools,
     /// The plugin, or a policy file (*.toml) naming one.
     pub(super) plugin: PathBuf,
     /// Arguments for the plugin when --protocol starts it: everything after PLUGIN, as with
@@ -86,7 +86,7 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
                 .map(|i| json!({"import": i, "grant": import_grant(&policy, i)}))
                 .collect(),
         );
-        report["limits"] = limits_report(&policy, args.sandbox.max_frame);
+        report["limits"] = limits_report(&policy, args.sandbox.limits.max_frame());
         // What one session takes from a pool (`Pooling::fitting` sizes one from this).
         if let Ok(needs) = std::fs::read(plugin.path())
             .map_err(|e| e.to_string())
@@ -122,7 +122,7 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         report["native"]["startup_grants"] = Value::Array(grants);
     }
     if let Some(protocol) = args.protocol {
-        let tools = args.tools.for_protocol(protocol)?;
+        let tools = super::tool_filter(&args.tools, protocol)?;
         let mut options =
             SessionOptions::framed(protocol.framing()).frame_limits(args.sandbox.frame_limits());
         options.stderr = StderrMode::Discard;

@@ -20,14 +20,14 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::ArgMatches;
 use clap::parser::ValueSource;
 
-use super::sandbox_args::{FileCap, SandboxArgs};
-use super::{Command, MemoryCap};
+use super::Command;
+use super::sandbox_args::SandboxArgs;
 use crate::PolicyFile;
-use crate::policy::document::Dir;
+use crate::policy_file::{Requests, Tools};
 
 /// Fold a manifest (named by `--policy` or given as PLUGIN) into `command`'s arguments, keeping
 /// whatever the command line said itself.
@@ -54,16 +54,8 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 }
                 args.protocol = m.protocol;
             }
-            merge_budgets(&mut args.budgets, &m, sub);
-            // Lists: the file's, then the command line's.
-            widen(
-                sub,
-                ("allow_tools", "SANDPIPE_ALLOW_TOOL", "tools.allow"),
-                &mut args.budgets.tools.allow_tools,
-                &m.tools.allow,
-                String::clone,
-            );
-            prepend(&mut args.budgets.tools.deny_tools, &m.tools.deny);
+            merge_requests(&mut args.requests, &m, sub);
+            merge_tools(&mut args.tools, &m, sub);
             if args.protocol.is_none() && !m.requests.is_empty() {
                 bail!(
                     "{}: [requests] budgets need a protocol (`protocol = ...` or --protocol)",
@@ -86,8 +78,7 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
             if args.protocol.is_none() {
                 args.protocol = m.protocol;
             }
-            prepend(&mut args.tools.allow_tools, &m.tools.allow);
-            prepend(&mut args.tools.deny_tools, &m.tools.deny);
+            merge_tools(&mut args.tools, &m, sub);
         }
         Command::Inspect(args) => {
             // inspect starts the plugin only with --protocol: the manifest's protocol is not
@@ -102,8 +93,7 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
             args.sandbox.sources = sources(sub, folded.as_ref(), &["plugin_args"]);
             if let Some((m, path)) = folded {
                 args.policy_file = Some(path);
-                prepend(&mut args.tools.allow_tools, &m.tools.allow);
-                prepend(&mut args.tools.deny_tools, &m.tools.deny);
+                merge_tools(&mut args.tools, &m, sub);
             }
         }
         _ => {}
@@ -212,7 +202,7 @@ const POLICY_KEYS: [PolicyKey; 15] = [
         m.limits.max_disk_write.is_some()
     }),
     PolicyKey::list("grants.dirs", &["dirs"], |m| !m.grants.dirs.is_empty()),
-    PolicyKey::list("grants.env", &["envs"], |m| !m.grants.env.is_empty()),
+    PolicyKey::list("grants.env", &["env"], |m| !m.grants.env.is_empty()),
     PolicyKey::list("grants.allow-imports", &["allow_imports"], |m| {
         !m.grants.allow_imports.is_empty()
     }),
@@ -268,192 +258,168 @@ fn sources(
 }
 
 fn merge_sandbox(s: &mut SandboxArgs, m: &PolicyFile, cli: &ArgMatches) -> Result<()> {
-    let l = &m.limits;
-    if let Some(v) = from_file(cli, "fuel", "limits.fuel", l.fuel) {
-        s.fuel = Some(v);
-    }
-    if let Some(v) = from_file(cli, "max_memory", "limits.max-memory", l.max_memory) {
-        s.max_memory = MemoryCap(v);
-    }
-    if let Some(v) = from_file(cli, "timeout", "limits.timeout", l.timeout) {
-        s.timeout = Some(v);
-    }
-    if let Some(v) = from_file(cli, "max_cpu_time", "limits.max-cpu-time", l.max_cpu_time) {
-        s.max_cpu_time = Some(v);
-    }
-    if let Some(v) = from_file(
+    let (l, f) = (&mut s.limits, &m.limits);
+    layer(cli, ("fuel", "limits.fuel"), &mut l.fuel, &f.fuel);
+    layer(
         cli,
-        "max_open_files",
-        "limits.max-open-files",
-        l.max_open_files,
-    ) {
-        s.max_open_files = FileCap(v);
-    }
-    if let Some(v) = from_file(
+        ("max_memory", "limits.max-memory"),
+        &mut l.max_memory,
+        &f.max_memory,
+    );
+    layer(
         cli,
-        "max_disk_write",
-        "limits.max-disk-write",
-        l.max_disk_write,
-    ) {
-        s.max_disk_write = Some(v);
-    }
-    if let Some(v) = from_file(cli, "max_frame", "limits.max-frame", l.max_frame) {
-        s.max_frame = v;
-    }
-    let g = &m.grants;
-    let dirs = g.dirs.iter().map(dir_spec).collect::<Result<Vec<_>>>()?;
-    let same = String::clone;
+        ("timeout", "limits.timeout"),
+        &mut l.timeout,
+        &f.timeout,
+    );
+    let key = ("max_cpu_time", "limits.max-cpu-time");
+    layer(cli, key, &mut l.max_cpu_time, &f.max_cpu_time);
+    let key = ("max_open_files", "limits.max-open-files");
+    layer(cli, key, &mut l.max_open_files, &f.max_open_files);
+    let key = ("max_disk_write", "limits.max-disk-write");
+    layer(cli, key, &mut l.max_disk_write, &f.max_disk_write);
+    layer(
+        cli,
+        ("max_frame", "limits.max-frame"),
+        &mut l.max_frame,
+        &f.max_frame,
+    );
+    let (g, f) = (&mut s.grants, &m.grants);
     widen(
         cli,
         ("dirs", "SANDPIPE_DIR", "grants.dirs"),
-        &mut s.dirs,
-        &dirs,
-        same,
+        &mut g.dirs,
+        &f.dirs,
+        ToString::to_string,
     );
     widen(
         cli,
-        ("envs", "SANDPIPE_ENV", "grants.env"),
-        &mut s.envs,
-        &g.env,
-        same,
+        ("env", "SANDPIPE_ENV", "grants.env"),
+        &mut g.env,
+        &f.env,
+        ToString::to_string,
+    );
+    let key = (
+        "allow_imports",
+        "SANDPIPE_ALLOW_IMPORT",
+        "grants.allow-imports",
     );
     widen(
         cli,
-        (
-            "allow_imports",
-            "SANDPIPE_ALLOW_IMPORT",
-            "grants.allow-imports",
-        ),
-        &mut s.allow_imports,
-        &g.allow_imports,
-        same,
+        key,
+        &mut g.allow_imports,
+        &f.allow_imports,
+        ToString::to_string,
     );
-    if g.startup_grants == Some(false) {
-        s.no_startup_grants = true;
-    }
-    let n = &m.net;
+    let key = ("no_startup_grants", "grants.startup-grants");
+    layer(cli, key, &mut g.startup_grants, &f.startup_grants);
+    let (n, f) = (&mut s.net, &m.net);
+    let key = ("allow_net", "SANDPIPE_ALLOW_NET", "[net] allow list");
+    widen(cli, key, &mut n.allow, &f.allow, ToString::to_string);
+    let key = ("resolve", "SANDPIPE_RESOLVE", "net.resolve");
+    widen(cli, key, &mut n.resolve, &f.resolve, ToString::to_string);
+    let key = ("http_headers", "SANDPIPE_HTTP_HEADER", "net.http-headers");
     widen(
         cli,
-        ("allow_net", "SANDPIPE_ALLOW_NET", "[net] allow list"),
-        &mut s.allow_net,
-        &n.allow,
-        same,
+        key,
+        &mut n.http_headers,
+        &f.http_headers,
+        ToString::to_string,
     );
-    widen(
-        cli,
-        ("resolve", "SANDPIPE_RESOLVE", "net.resolve"),
-        &mut s.resolve,
-        &n.resolve,
-        same,
-    );
-    widen(
-        cli,
-        ("http_headers", "SANDPIPE_HTTP_HEADER", "net.http-headers"),
-        &mut s.http_headers,
-        &n.http_headers,
-        same,
-    );
-    if let Some(v) = from_file(cli, "audit", "audit", m.audit.clone()) {
-        s.audit = Some(v);
-    }
+    layer(cli, ("audit", "audit"), &mut s.audit, &m.audit);
     s.deterministic |= m.deterministic;
-    if let Some(v) = from_file(cli, "seed", "seed", m.seed) {
-        s.seed = Some(v);
-    }
-    let d = &mut s.dist;
-    let t = &m.trust;
-    if let Some(v) = from_file(cli, "sha256", "plugin.sha256", m.plugin.sha256.clone()) {
-        d.sha256 = Some(v);
-    }
-    widen(
+    layer(cli, ("seed", "seed"), &mut s.seed, &m.seed);
+    let (d, t) = (&mut s.dist, &m.trust);
+    layer(
         cli,
-        ("trusted_keys", "SANDPIPE_TRUSTED_KEY", "trust.trusted-keys"),
-        &mut d.trusted_keys,
-        &t.trusted_keys,
-        |k: &PathBuf| k.display().to_string(),
+        ("sha256", "plugin.sha256"),
+        &mut d.sha256,
+        &m.plugin.sha256,
     );
+    let key = ("trusted_keys", "SANDPIPE_TRUSTED_KEY", "trust.trusted-keys");
+    widen(cli, key, &mut d.trusted_keys, &t.trusted_keys, |k| {
+        k.display().to_string()
+    });
     d.require_signature |= t.require_signature;
-    if let Some(v) = from_file(cli, "lockfile", "trust.lockfile", t.lockfile.clone()) {
-        d.lockfile = Some(v);
-    }
+    layer(
+        cli,
+        ("lockfile", "trust.lockfile"),
+        &mut d.lockfile,
+        &t.lockfile,
+    );
     if (t.locked || d.locked) && d.lockfile.is_none() {
         bail!("`locked` needs a lock file (`trust.lockfile` or --lockfile)");
     }
     d.locked |= t.locked;
     d.offline |= t.offline;
+    let key = (
+        "insecure_registries",
+        "SANDPIPE_INSECURE_REGISTRY",
+        "trust.insecure-registries",
+    );
     widen(
         cli,
-        (
-            "insecure_registries",
-            "SANDPIPE_INSECURE_REGISTRY",
-            "trust.insecure-registries",
-        ),
+        key,
         &mut d.insecure_registries,
         &t.insecure_registries,
-        String::clone,
+        ToString::to_string,
     );
     Ok(())
 }
 
-fn merge_budgets(b: &mut super::supervised::BudgetArgs, m: &PolicyFile, cli: &ArgMatches) {
-    let r = &m.requests;
-    if let Some(v) = from_file(cli, "fuel_per_request", "requests.fuel", r.fuel) {
-        b.fuel_per_request = Some(v);
-    }
-    if let Some(v) = from_file(cli, "request_timeout", "requests.timeout", r.timeout) {
-        b.request_timeout = Some(v);
-    }
-    b.restart |= r.restart;
-    if let Some(v) = from_file(
+fn merge_requests(r: &mut Requests, m: &PolicyFile, cli: &ArgMatches) {
+    let f = &m.requests;
+    layer(
         cli,
-        "recycle_after",
-        "requests.recycle-after",
-        r.recycle_after,
-    ) {
-        b.recycle_after = Some(v);
-    }
-    if let Some(v) = from_file(
+        ("fuel_per_request", "requests.fuel"),
+        &mut r.fuel,
+        &f.fuel,
+    );
+    layer(
         cli,
-        "recycle_memory",
-        "requests.recycle-memory",
-        r.recycle_memory,
-    ) {
-        b.recycle_memory = v;
-    }
-    if let Some(v) = from_file(
-        cli,
-        "recycle_grace",
-        "requests.recycle-grace",
-        r.recycle_grace,
-    ) {
-        b.recycle_grace = v;
-    }
-    if let Some(v) = from_file(
-        cli,
-        "start_timeout",
-        "requests.start-timeout",
-        r.start_timeout,
-    ) {
-        b.start_timeout = v;
-    }
+        ("request_timeout", "requests.timeout"),
+        &mut r.timeout,
+        &f.timeout,
+    );
+    r.restart |= f.restart;
+    let key = ("recycle_after", "requests.recycle-after");
+    layer(cli, key, &mut r.recycle_after, &f.recycle_after);
+    let key = ("recycle_memory", "requests.recycle-memory");
+    layer(cli, key, &mut r.recycle_memory, &f.recycle_memory);
+    let key = ("recycle_grace", "requests.recycle-grace");
+    layer(cli, key, &mut r.recycle_grace, &f.recycle_grace);
+    let key = ("start_timeout", "requests.start-timeout");
+    layer(cli, key, &mut r.start_timeout, &f.start_timeout);
 }
 
-/// The file's `value` for the flag `id`, unless the command line gave the flag itself (which
-/// wins).
+/// MCP tool filters: the file's, then the command line's.
+fn merge_tools(t: &mut Tools, m: &PolicyFile, cli: &ArgMatches) {
+    let key = ("allow_tools", "SANDPIPE_ALLOW_TOOL", "tools.allow");
+    widen(cli, key, &mut t.allow, &m.tools.allow, ToString::to_string);
+    let key = ("deny_tools", "SANDPIPE_DENY_TOOL", "tools.deny");
+    widen(cli, key, &mut t.deny, &m.tools.deny, ToString::to_string);
+}
+
+/// A key the flag and the file hold in the same type: the flag's value if given, else the
+/// file's (`flag.or(file)`).
 ///
 /// One rule for the environment: a `SANDPIPE_*` variable counts as the command line, so it
 /// wins too, but never silently: a note names the variable and the file's `key` it overrides
 /// (a limit raised, a pin replaced), so a policy file read by a reviewer is not quietly
 /// loosened.
-fn from_file<T>(cli: &ArgMatches, id: &str, key: &str, value: Option<T>) -> Option<T> {
-    match value {
-        Some(v) if !given(cli, id) => Some(v),
-        Some(_) if from_env(cli, id) => {
+fn layer<T: Clone>(
+    cli: &ArgMatches,
+    (id, key): (&str, &str),
+    flag: &mut Option<T>,
+    file: &Option<T>,
+) {
+    match (&*flag, file) {
+        (None, Some(v)) => *flag = Some(v.clone()),
+        (Some(_), Some(_)) if from_env(cli, id) => {
             let var = format!("SANDPIPE_{}", id.to_uppercase());
             eprintln!("sandpipe: note: {var} overrides the policy file's {key}");
-            None
         }
-        _ => None,
+        _ => {}
     }
 }
 
@@ -486,12 +452,129 @@ fn prepend<T: Clone>(list: &mut Vec<T>, from_file: &[T]) {
     list.splice(0..0, from_file.iter().cloned());
 }
 
-/// The `--dir` spec of a file's directory grant (its host side already resolved).
-fn dir_spec(d: &Dir) -> Result<String> {
-    let host = d
-        .host
-        .to_str()
-        .with_context(|| format!("grants.dirs: {} is not UTF-8", d.host.display()))?;
-    let access = if d.read_only { ":ro" } else { ":rw" };
-    Ok(format!("{host}::{}{access}", d.guest))
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, FromArgMatches};
+
+    use super::*;
+    use crate::cli::Cli;
+
+    fn run_args(argv: &[&str]) -> super::super::run::RunArgs {
+        let matches = super::super::with_env_names(Cli::command())
+            .try_get_matches_from(argv)
+            .expect("parses");
+        match Cli::from_arg_matches(&matches).expect("parses").command {
+            Command::Run(args) => args,
+            _ => panic!("not run"),
+        }
+    }
+
+    /// Each flag and its policy-file key are one field of one struct, read by one parser: the
+    /// same values given both ways make equal structs, so the overlay is a field at a time.
+    #[test]
+    fn flags_and_policy_file_keys_fill_the_same_structs() {
+        let file = PolicyFile::parse(
+            r#"
+[plugin]
+source = "p.wasm"
+[limits]
+fuel = 5
+max-memory = "none"
+timeout = "3s"
+max-cpu-time = "2s"
+max-open-files = 64
+max-disk-write = "1MiB"
+max-frame = "1KiB"
+[grants]
+dirs = ["/d::/g:ro", "/e"]
+env = ["A=1", "HOME"]
+allow-imports = ["wasi:cli/stdin@0.2"]
+startup-grants = false
+[requests]
+timeout = "1s"
+start-timeout = "5s"
+restart = true
+recycle-after = 3
+recycle-memory = "64MiB"
+recycle-grace = "1s"
+[tools]
+allow = ["a"]
+deny = ["b"]
+[net]
+allow = ["example.com:443"]
+resolve = ["example.com=127.0.0.1"]
+http-headers = ["example.com:X-Key=env:KEY"]
+"#,
+            Path::new("/"),
+        )
+        .expect("a policy file");
+        let run = run_args(&[
+            "sandpipe",
+            "run",
+            "--protocol",
+            "mcp",
+            "--fuel=5",
+            "--max-memory=none",
+            "--timeout=3s",
+            "--max-cpu-time=2s",
+            "--max-open-files=64",
+            "--max-disk-write=1MiB",
+            "--max-frame=1KiB",
+            "--dir=/d::/g:ro",
+            "--dir=/e",
+            "--env=A=1",
+            "--env=HOME",
+            "--allow-import=wasi:cli/stdin@0.2",
+            "--no-startup-grants",
+            "--request-timeout=1s",
+            "--start-timeout=5s",
+            "--restart",
+            "--recycle-after=3",
+            "--recycle-memory=64MiB",
+            "--recycle-grace=1s",
+            "--allow-tool=a",
+            "--deny-tool=b",
+            "--allow-net=example.com:443",
+            "--resolve=example.com=127.0.0.1",
+            "--http-header=example.com:X-Key=env:KEY",
+            "p.wasm",
+        ]);
+        assert_eq!(run.sandbox.limits, file.limits);
+        assert_eq!(run.sandbox.grants, file.grants);
+        assert_eq!(run.sandbox.net, file.net);
+        assert_eq!(run.requests, file.requests);
+        assert_eq!(run.tools, file.tools);
+        // `fuel` and `requests.fuel` exclude each other.
+        let file = PolicyFile::parse(
+            "[plugin]\nsource = \"p.wasm\"\n[requests]\nfuel = 7\n",
+            Path::new("/"),
+        )
+        .expect("a policy file");
+        let run = run_args(&["sandpipe", "run", "--fuel-per-request=7", "p.wasm"]);
+        assert_eq!(run.requests, file.requests);
+        // Nothing given: every key is the default's, as in an empty file.
+        let file = PolicyFile::parse("[plugin]\nsource = \"p.wasm\"\n", Path::new("/"))
+            .expect("a policy file");
+        let run = run_args(&["sandpipe", "run", "p.wasm"]);
+        assert_eq!(run.sandbox.limits, file.limits);
+        assert_eq!(run.sandbox.grants, file.grants);
+        assert_eq!(run.requests, file.requests);
+    }
+
+    /// The table behind `inspect`'s sources names flags `run` has: a misspelt id would read as
+    /// "default" whatever the command line said.
+    #[test]
+    fn every_policy_key_names_flags_run_has() {
+        let cli = super::super::with_env_names(Cli::command());
+        let run = cli.find_subcommand("run").expect("run");
+        for key in &POLICY_KEYS {
+            for id in key.flags {
+                assert!(
+                    run.get_arguments().any(|a| a.get_id() == *id),
+                    "{}: no flag {id}",
+                    key.key
+                );
+            }
+        }
+    }
 }

@@ -20,7 +20,6 @@ mod signals;
 mod status;
 mod stdio;
 mod supervised;
-mod tool_args;
 
 use std::path::PathBuf;
 
@@ -215,14 +214,15 @@ pub fn main() -> i32 {
         return exit_code::HOST_ERROR;
     }
     init_logging(cli.verbose);
-    // Before the policy file: a file's max-memory still wins over the container's default.
-    if let (Command::Run(args), Some(("run", sub))) = (&mut cli.command, matches.subcommand()) {
-        image::follow_cgroup_memory(&mut args.sandbox, sub);
-    }
     // A policy file fills in what the command line left unsaid (see `manifest`).
     if let Err(e) = manifest::apply(&mut cli.command, &matches) {
         eprintln!("sandpipe: {e:#}");
         return exit_code::HOST_ERROR;
+    }
+    // After the policy file: its max-memory, like the command line's, wins over the
+    // container's default.
+    if let Command::Run(args) = &mut cli.command {
+        image::follow_cgroup_memory(&mut args.sandbox);
     }
     // `run` bridges one plugin: on one thread, a frame goes from a read of sandpipe's stdin to
     // the plugin (or the wasm guest running on that same thread) and back to a write of its
@@ -333,14 +333,18 @@ fn log_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> b
     stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
-/// A memory cap in bytes, or none. (A newtype: clap reads a bare `Option` field as
-/// "optional argument", not "a value that may be none".)
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct MemoryCap(Option<u64>);
-
-/// `64MiB`, `1GB`, `4096`, or `none` (the library's [`crate::policy::value::parse_cap`]).
-fn parse_memory(s: &str) -> Result<MemoryCap, String> {
-    crate::policy::value::parse_cap(s).map(MemoryCap)
+/// The MCP tool filter `tools` (`--allow-tool`, `--deny-tool`, a policy file's `[tools]`) set
+/// for `protocol`: one definition for `run --protocol mcp`, `call` and `inspect`, so that what
+/// `inspect` shows and `call` may call is what a client behind `run` sees. An error when tools
+/// are named and the protocol's plugins offer none.
+fn tool_filter(
+    tools: &crate::policy_file::Tools,
+    protocol: Protocol,
+) -> anyhow::Result<sandpipe_proto::mcp::ToolFilter> {
+    if !tools.is_empty() && protocol.spec().tool_filter.is_none() {
+        anyhow::bail!("--allow-tool and --deny-tool need --protocol mcp");
+    }
+    Ok(tools.filter())
 }
 
 #[cfg(test)]
@@ -349,8 +353,13 @@ mod tests {
 
     #[test]
     fn sizes_and_durations() {
-        assert_eq!(parse_memory("64MiB"), Ok(MemoryCap(Some(64 << 20))));
-        assert_eq!(parse_memory("none"), Ok(MemoryCap(None)));
+        use crate::policy::value::Cap;
+        assert_eq!(Cap::size("64MiB"), Ok(Cap(Some(64 << 20))));
+        assert_eq!(Cap::size("none"), Ok(Cap(None)));
+        assert_eq!(Cap::count("64"), Ok(Cap(Some(64))));
+        assert_eq!(Cap::count("none"), Ok(Cap(None)));
+        assert!(Cap::count("-1").is_err());
+        assert!(Cap::count("lots").is_err());
         assert_eq!(parse_size("1KiB"), Ok(1024));
         assert!(parse_size("lots").is_err());
         assert_eq!(parse_duration("2s"), Ok(std::time::Duration::from_secs(2)));

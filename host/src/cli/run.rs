@@ -43,7 +43,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pub(super) sandbox: SandboxArgs,
     #[command(flatten)]
-    pub(super) budgets: super::supervised::BudgetArgs,
+    pub(super) requests: crate::policy_file::Requests,
+    #[command(flatten)]
+    pub(super) tools: crate::policy_file::Tools,
     /// SIGINT: auto forwards it to a native plugin, and for wasm ignores it when stdin is not a
     /// terminal (engines end plugins through the protocol) or acts as SIGTERM on a terminal.
     /// SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2 are forwarded to a native plugin; a wasm plugin's
@@ -78,7 +80,7 @@ pub struct RunArgs {
 pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     // Take the signals over first: from here on a SIGTERM or SIGINT is the plugin's to see.
     if args.protocol.is_none()
-        && let Some(flag) = args.budgets.needs_protocol()
+        && let Some(flag) = super::supervised::needs_protocol(&args.requests, &args.tools)
     {
         // A usage error, with clap's status: the flag alone means nothing.
         eprintln!(
@@ -90,7 +92,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     // Fuel metering costs a guest about a fifth of its speed in every loop (BENCHMARKS.md, the
     // `lim.` rows): compiled in only when this run sets a fuel budget. Epoch checks stay, for
     // deadlines and kills.
-    let fuel = args.sandbox.fuel.is_some() || args.budgets.fuel_per_request.is_some();
+    let fuel = args.sandbox.limits.fuel.is_some() || args.requests.fuel.is_some();
     let host = super::host_metered(
         args.sandbox.cache.dir(),
         crate::Metering::default().fuel(fuel),
@@ -141,7 +143,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
             policy,
             options,
             protocol,
-            &args.budgets,
+            &args.requests,
+            &args.tools,
             signals,
             on_signal,
         )

@@ -1,61 +1,27 @@
 //! Options every subcommand that starts a plugin shares: the sandbox policy and the cache.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Result;
 use sandpipe_proto::frame::FrameLimits;
 
-use super::{CacheArgs, MemoryCap, parse_duration, parse_memory, parse_size};
-use crate::policy::document::Dir;
+use super::CacheArgs;
+use crate::policy::document::Net;
+use crate::policy_file::{Grants, Limits};
 use crate::{
-    Access, DocumentError, LandlockSupport, NamespaceSupport, Plugin, PluginKind, Policy,
-    PolicyDocument,
+    Access, LandlockSupport, NamespaceSupport, Plugin, PluginKind, Policy, PolicyDocument,
 };
 
-/// The sandbox policy on the command line.
+/// The sandbox policy on the command line: the library's policy-file sections
+/// ([`Limits`], [`Grants`], [`Net`]), flattened, so a flag and its policy-file key are one
+/// field with one parser, and the overlay of one on the other is a field at a time
+/// (`manifest.rs`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct SandboxArgs {
-    /// Total fuel (about one unit per wasm instruction) for the whole session [default: unlimited].
-    #[arg(long, value_name = "N")]
-    pub(crate) fuel: Option<u64>,
-    /// Memory cap (e.g. 64MiB, or none): linear memory for wasm; for native, RLIMIT_DATA (heap
-    /// and other writable memory, not address space V8, Go or the JVM only reserve).
-    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_memory)]
-    pub(crate) max_memory: MemoryCap,
-    /// Wall-clock deadline for the whole session (e.g. 2s, 500ms) [default: none].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub(crate) timeout: Option<Duration>,
-    /// Preopen a host directory: HOST[::GUEST][:ro]. GUEST defaults to HOST; `:ro` makes it
-    /// read-only. Without --dir the plugin sees no filesystem.
-    #[arg(long = "dir", value_name = "HOST[::GUEST][:ro]")]
-    pub(crate) dirs: Vec<String>,
-    /// Pass an environment variable: NAME=VALUE, or NAME to copy sandpipe's own value.
-    /// Nothing else is inherited.
-    #[arg(long = "env", value_name = "NAME[=VALUE]")]
-    pub(crate) envs: Vec<String>,
-    /// CPU time for a native plugin (RLIMIT_CPU, whole seconds rounded up, e.g. 30s); past it
-    /// the kernel stops the plugin (exit status 121). Wasm plugins use --fuel [default: unlimited].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub(crate) max_cpu_time: Option<Duration>,
-    /// Most files a plugin may have open at once, or none for sandpipe's own limit. Wasm: host
-    /// descriptors the session holds (its --dir preopens plus what it opened); past it an open
-    /// fails (p2 error-code quota, EDQUOT; p1 EMFILE) and the plugin runs on. Native:
-    /// RLIMIT_NOFILE, stdio included (EMFILE).
-    #[arg(long, value_name = "N", default_value = "1024", value_parser = parse_open_files)]
-    pub(crate) max_open_files: FileCap,
-    /// Bytes a wasm component may write to files through its --dir grants, in all (e.g.
-    /// 100MiB); every write counts, an overwrite again. Past it a write fails with ENOSPC
-    /// (insufficient-space) and the plugin runs on [default: none]. Not for native plugins.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    pub(crate) max_disk_write: Option<u64>,
-    /// Largest frame accepted in either direction (e.g. 16MiB).
-    #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size)]
-    pub(crate) max_frame: u64,
-    /// Strict imports: refuse a component importing anything not listed (repeatable;
-    /// e.g. wasi:cli/stdin@0.2; patch versions are ignored).
-    #[arg(long = "allow-import", value_name = "INTERFACE")]
-    pub(crate) allow_imports: Vec<String>,
+    #[command(flatten)]
+    pub(crate) limits: Limits,
+    #[command(flatten)]
+    pub(crate) grants: Grants,
     /// Deterministic mode (wasm only): clocks that advance 1 ms per read from
     /// 2000-01-01T00:00:00Z, random from the seed. Two runs give byte-identical output.
     #[arg(long)]
@@ -63,26 +29,8 @@ pub struct SandboxArgs {
     /// The seed for --deterministic [default: 0; implies --deterministic].
     #[arg(long, value_name = "N")]
     pub(crate) seed: Option<u64>,
-    /// Native only: do not grant, read-only, what the plugin needs to start (its resolved
-    /// executable, a script's interpreter, the interpreter's install prefix, a venv, script
-    /// files named in its arguments); it then sees only the system directories and --dir.
-    #[arg(long)]
-    pub(crate) no_startup_grants: bool,
-    /// Allow connections to HOST[:PORT] (repeatable, or comma-separated): a name, a wildcard
-    /// (*.example.com), an IP address ([::1]:8080) or a range (10.0.0.0/8). sandpipe resolves
-    /// names itself; a name resolving to a loopback, private or link-local address is refused
-    /// unless a rule names that address. Without it the plugin has no network at all. Native
-    /// plugins reach allowed hosts through sandpipe's proxy (HTTP_PROXY, ALL_PROXY).
-    #[arg(long = "allow-net", value_name = "HOST[:PORT]", value_delimiter = ',')]
-    pub(crate) allow_net: Vec<String>,
-    /// Resolve NAME to these addresses without DNS, as curl's --resolve (repeatable):
-    /// NAME=ADDR[,ADDR...]. The name must still be allowed by --allow-net.
-    #[arg(long = "resolve", value_name = "NAME=ADDR[,ADDR]")]
-    pub(crate) resolve: Vec<String>,
-    /// Add a header to every wasi:http request a wasm plugin sends to HOST, its value read
-    /// from sandpipe's own environment: HOST:NAME=env:VAR (repeatable). The plugin never sees it.
-    #[arg(long = "http-header", value_name = "HOST:NAME=env:VAR")]
-    pub(crate) http_headers: Vec<String>,
+    #[command(flatten)]
+    pub(crate) net: Net,
     /// Append one JSON line per enforcement decision to FILE: connections allowed and refused,
     /// limits reached, tools and requests refused (format: docs/network.md).
     #[arg(long, value_name = "FILE")]
@@ -98,56 +46,36 @@ pub struct SandboxArgs {
 }
 
 impl SandboxArgs {
-    /// The policy these options describe, with `args` after argv[0]: the flags as the policy
-    /// document a policy file and a recording's header fill, and the policy through the same
-    /// path ([`crate::policy_file::policy_with_values`]).
+    /// The policy these options describe (a policy file's values already laid under them),
+    /// with `args` after argv[0], made as a policy file's is ([`crate::policy_file::policy_from`]).
     pub(crate) fn policy(&self, args: Vec<String>) -> Result<Policy> {
-        let mut doc = PolicyDocument {
+        let mut net = self.net.clone();
+        net.allow = net
+            .allow
+            .iter()
+            .map(|rule| rule.trim().to_owned())
+            .filter(|rule| !rule.is_empty())
+            .collect();
+        if net.allow.is_empty() && !(net.resolve.is_empty() && net.http_headers.is_empty()) {
+            anyhow::bail!("--resolve and --http-header need --allow-net: the network is closed");
+        }
+        let doc = PolicyDocument {
             args,
             seed: (self.deterministic || self.seed.is_some()).then(|| self.seed.unwrap_or(0)),
             audit: self.audit.clone(),
             ..PolicyDocument::default()
         };
-        let l = &mut doc.limits;
-        l.fuel = self.fuel;
-        l.max_memory = self.max_memory.0;
-        l.timeout = self.timeout;
-        l.max_cpu_time = self.max_cpu_time;
-        l.max_open_files = self.max_open_files.0;
-        l.max_disk_write = self.max_disk_write;
-        let g = &mut doc.grants;
-        g.dirs = self
-            .dirs
-            .iter()
-            .map(|spec| spec.parse::<Dir>())
-            .collect::<Result<_, _>>()
-            .map_err(anyhow::Error::msg)?;
-        let (names, values) = crate::policy_file::env_grants(&self.envs);
-        g.env = names;
-        g.allow_imports = (!self.allow_imports.is_empty()).then(|| self.allow_imports.clone());
-        g.startup_grants = !self.no_startup_grants;
-        doc.net.allow = self
-            .allow_net
-            .iter()
-            .map(|rule| rule.trim().to_owned())
-            .filter(|rule| !rule.is_empty())
-            .collect();
-        doc.net.resolve.clone_from(&self.resolve);
-        doc.net.http_headers.clone_from(&self.http_headers);
-        if doc.net.allow.is_empty() && !(self.resolve.is_empty() && self.http_headers.is_empty()) {
-            anyhow::bail!("--resolve and --http-header need --allow-net: the network is closed");
-        }
         let env = |name: &str| std::env::var(name).ok();
-        crate::policy_file::policy_with_values(doc, &values, &env).map_err(|e| match e {
-            // The entry's own message, as the flag's parser gives it.
-            DocumentError::Net(e) => anyhow::Error::new(e),
-            e => anyhow::Error::new(e),
-        })
+        // A `[net]` entry's error is its own message, as the flag's parser gives it.
+        crate::policy_file::policy_from(doc, &self.limits, &self.grants, &net, &env)
+            .map_err(anyhow::Error::new)
     }
 
     /// Frame limits from `--max-frame`.
     pub(crate) fn frame_limits(&self) -> FrameLimits {
-        FrameLimits::with_max_frame_bytes(usize::try_from(self.max_frame).unwrap_or(usize::MAX))
+        FrameLimits::with_max_frame_bytes(
+            usize::try_from(self.limits.max_frame()).unwrap_or(usize::MAX),
+        )
     }
 }
 
@@ -457,27 +385,5 @@ mod refused_tests {
             let want = want.map(|(d, op)| (d.to_owned(), op));
             assert_eq!(got, want, "{line}");
         }
-    }
-}
-
-/// An open-file limit, or none. (A newtype for the same reason as `MemoryCap`.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FileCap(pub(crate) Option<u64>);
-
-/// `64`, or `none` (the library's [`crate::policy::value::parse_count_cap`]).
-pub(crate) fn parse_open_files(s: &str) -> Result<FileCap, String> {
-    crate::policy::value::parse_count_cap(s).map(FileCap)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn open_file_counts() {
-        assert_eq!(parse_open_files("64"), Ok(FileCap(Some(64))));
-        assert_eq!(parse_open_files("none"), Ok(FileCap(None)));
-        assert!(parse_open_files("-1").is_err());
-        assert!(parse_open_files("lots").is_err());
     }
 }

@@ -9,101 +9,60 @@ use anyhow::Result;
 use tokio::sync::mpsc;
 
 use super::engine::{read_engine, write_engine};
-use super::parse_duration;
 use super::signals::{Bridge, SignalPolicy, Signals, Stoppable, Stopping};
 use super::status::{failed_by_itself, own_kill};
-use crate::policy_file::RecycleMemory;
+use crate::policy_file::{RecycleMemory, Requests, Tools};
 use crate::speak::protocols::Protocol;
 use crate::speak::supervise::{Budgets, Incident, Supervisor};
 use crate::{Host, Plugin, PluginKind, Policy, SessionGroup, SessionOptions};
 
-/// Per-request limits and instance renewal (`run --protocol` only).
-#[derive(Debug, Clone, clap::Args)]
-pub struct BudgetArgs {
-    /// Fuel for each request instead of the whole session (wasm only). Re-armed when a request
-    /// (a JSON-RPC id, an ATP run, an oracle invoke) reaches the plugin; idle time is not billed.
-    #[arg(long, value_name = "N", conflicts_with = "fuel")]
-    pub(crate) fuel_per_request: Option<u64>,
-    /// Wall-clock limit from a request reaching a started plugin to its response (e.g. 2s);
-    /// neither start-up nor the time between requests is counted. A request that runs over
-    /// gets the protocol's error at once. MCP: the server is sent notifications/cancelled and
-    /// keeps serving; only if it then stays deaf for --recycle-grace is it replaced, with or
-    /// without --restart. Other protocols: the plugin is stopped. For a component that exports
-    /// functions, each call's deadline inside the instance.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub(crate) request_timeout: Option<Duration>,
-    /// How long a fresh instance gets to answer its handshake (MCP: initialize or
-    /// server/discover, or the discover sandpipe sends before a 2026-07-28 client's first
-    /// request), from when it was sent. Start-up is bounded by this, never billed to a request.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
-    pub(crate) start_timeout: Duration,
-    /// After a request's budget stops the plugin (or it dies), give the next request a fresh
-    /// instance, replaying the protocol's handshake to it, instead of ending the session (for a
-    /// component that exports functions: instead of poisoning it, where every later request
-    /// fails with the first stop's reason, as in Scarb).
-    #[arg(long)]
-    pub(crate) restart: bool,
-    /// Replace the plugin with a fresh instance, between requests, after N answered requests.
-    #[arg(long, value_name = "N")]
-    pub(crate) recycle_after: Option<u64>,
-    /// Replace the plugin with a fresh instance, between requests, once it holds more than
-    /// SIZE of memory (wasm: linear memory; native: resident set), e.g. 64MiB. auto (wasm with
-    /// a --max-memory): once it has used half of its headroom below the cap, measured from its
-    /// size after the first request (linear memory never shrinks, so a heap that grows per
-    /// request would otherwise meet the cap mid-request). none: never.
-    #[arg(long, value_name = "SIZE|auto|none", default_value = "auto", value_parser = <RecycleMemory as std::str::FromStr>::from_str)]
-    pub(crate) recycle_memory: RecycleMemory,
-    /// How long a recycled instance gets to exit after its stdin closes, and how long an MCP
-    /// server gets to answer sandpipe's probe after a request was cancelled for its timeout.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
-    pub(crate) recycle_grace: Duration,
-    #[command(flatten)]
-    pub(crate) tools: super::tool_args::ToolArgs,
-}
-
-impl BudgetArgs {
-    /// The option that needs `--protocol`, if one was given.
-    pub(super) fn needs_protocol(&self) -> Option<&'static str> {
-        if self.fuel_per_request.is_some() {
-            Some("--fuel-per-request")
-        } else if self.request_timeout.is_some() {
-            Some("--request-timeout")
-        } else if self.restart {
-            Some("--restart")
-        } else if self.recycle_after.is_some() {
-            Some("--recycle-after")
-        } else if matches!(self.recycle_memory, RecycleMemory::Above(_)) {
-            Some("--recycle-memory")
-        } else if self.tools.given() {
-            Some("--allow-tool/--deny-tool")
-        } else {
-            None
-        }
-    }
-
-    /// The budgets for `plugin` under `policy` (`auto` recycling needs wasm and a memory cap).
-    fn budgets(&self, plugin: &Plugin, policy: &Policy) -> Budgets {
-        let mut b = Budgets {
-            fuel_per_request: self.fuel_per_request,
-            request_timeout: self.request_timeout,
-            restart: self.restart,
-            // Scarb's semantics for a `wasm:` oracle: after a stop, every later call fails.
-            poison: plugin.exports_functions(),
-            start_timeout: Some(self.start_timeout),
-            grace: self.recycle_grace,
-            ..Budgets::default()
-        };
-        b.recycle.after_requests = self.recycle_after;
-        match self.recycle_memory {
-            RecycleMemory::Above(n) => b.recycle.above_memory = Some(n),
-            RecycleMemory::Auto if plugin.kind() != PluginKind::NativeUnsandboxed => {
-                b.recycle.before_cap = policy.max_memory;
-            }
-            RecycleMemory::Auto | RecycleMemory::Never => {}
-        }
-        b
+/// The option that needs `--protocol`, if one was given.
+pub(super) fn needs_protocol(requests: &Requests, tools: &Tools) -> Option<&'static str> {
+    let r = requests;
+    if r.fuel.is_some() {
+        Some("--fuel-per-request")
+    } else if r.timeout.is_some() {
+        Some("--request-timeout")
+    } else if r.restart {
+        Some("--restart")
+    } else if r.recycle_after.is_some() {
+        Some("--recycle-after")
+    } else if matches!(r.recycle_memory, Some(RecycleMemory::Above(_))) {
+        Some("--recycle-memory")
+    } else if !tools.is_empty() {
+        Some("--allow-tool/--deny-tool")
+    } else {
+        None
     }
 }
+
+/// The budgets `requests` set for `plugin` under `policy` (`auto` recycling needs wasm and a
+/// memory cap).
+fn budgets(requests: &Requests, plugin: &Plugin, policy: &Policy) -> Budgets {
+    let r = requests;
+    let mut b = Budgets {
+        fuel_per_request: r.fuel,
+        request_timeout: r.timeout,
+        restart: r.restart,
+        // Scarb's semantics for a `wasm:` oracle: after a stop, every later call fails.
+        poison: plugin.exports_functions(),
+        start_timeout: Some(r.start_timeout.unwrap_or(DEFAULT_START_TIMEOUT)),
+        ..Budgets::default()
+    };
+    b.grace = r.recycle_grace.unwrap_or(b.grace);
+    b.recycle.after_requests = r.recycle_after;
+    match r.recycle_memory.unwrap_or(RecycleMemory::Auto) {
+        RecycleMemory::Above(n) => b.recycle.above_memory = Some(n),
+        RecycleMemory::Auto if plugin.kind() != PluginKind::NativeUnsandboxed => {
+            b.recycle.before_cap = policy.max_memory;
+        }
+        RecycleMemory::Auto | RecycleMemory::Never => {}
+    }
+    b
+}
+
+/// `--start-timeout`'s default, which its `--help` names.
+const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Bridge sandpipe's stdin/stdout to a supervised plugin speaking `protocol`, with the signal
 /// policy and the exit mapping of every bridge (`signals.rs`'s table, `status.rs`'s).
@@ -114,11 +73,12 @@ pub(crate) async fn run_supervised(
     policy: Policy,
     options: SessionOptions,
     protocol: Protocol,
-    args: &BudgetArgs,
+    requests: &Requests,
+    tools: &Tools,
     mut signals: Signals,
     on_signal: SignalPolicy,
 ) -> Result<i32> {
-    if plugin.kind() == PluginKind::NativeUnsandboxed && args.fuel_per_request.is_some() {
+    if plugin.kind() == PluginKind::NativeUnsandboxed && requests.fuel.is_some() {
         eprintln!(
             "sandpipe: note: --fuel-per-request has no effect on a native plugin (use --request-timeout)"
         );
@@ -130,8 +90,8 @@ pub(crate) async fn run_supervised(
     let input_ended = Arc::new(AtomicBool::new(false));
     let input = tokio::spawn(read_engine(in_tx, framing, limits, input_ended.clone()));
     let output = tokio::spawn(write_engine(out_rx, framing, limits));
-    let budgets = args.budgets(plugin, &policy);
-    let filter = args.tools.filter();
+    let budgets = budgets(requests, plugin, &policy);
+    let filter = tools.filter();
     let filtered = match (filter.is_open(), protocol.spec().tool_filter) {
         (true, _) => None,
         (false, Some(rules)) => Some(rules(filter)),

@@ -143,16 +143,55 @@ impl std::str::FromStr for Dir {
     }
 }
 
-/// `[net]`, each entry as its command-line flag takes it.
+/// As `--dir` takes it: `HOST[::GUEST][:ro]`.
+impl std::fmt::Display for Dir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.host.display())?;
+        if self.host.to_str() != Some(self.guest.as_str()) {
+            write!(f, "::{}", self.guest)?;
+        }
+        if self.read_only {
+            f.write_str(":ro")?;
+        }
+        Ok(())
+    }
+}
+
+/// `[net]`, each entry as its command-line flag takes it (the field docs are the flags'
+/// `--help`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct Net {
-    /// `--allow-net` rules.
+    /// Allow connections to HOST[:PORT] (repeatable, or comma-separated): a name, a wildcard
+    /// (*.example.com), an IP address ([::1]:8080) or a range (10.0.0.0/8). sandpipe resolves
+    /// names itself; a name resolving to a loopback, private or link-local address is refused
+    /// unless a rule names that address. Without it the plugin has no network at all. Native
+    /// plugins reach allowed hosts through sandpipe's proxy (HTTP_PROXY, ALL_PROXY).
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            id = "allow_net",
+            long = "allow-net",
+            value_name = "HOST[:PORT]",
+            value_delimiter = ','
+        )
+    )]
     pub allow: Vec<String>,
-    /// `--resolve` pins.
+    /// Resolve NAME to these addresses without DNS, as curl's --resolve (repeatable):
+    /// NAME=ADDR[,ADDR...]. The name must still be allowed by --allow-net.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "resolve", value_name = "NAME=ADDR[,ADDR]")
+    )]
     pub resolve: Vec<String>,
-    /// `--http-header` specs, `HOST:NAME=env:VAR`.
+    /// Add a header to every wasi:http request a wasm plugin sends to HOST, its value read
+    /// from sandpipe's own environment: HOST:NAME=env:VAR (repeatable). The plugin never sees it.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "http-header", value_name = "HOST:NAME=env:VAR")
+    )]
     pub http_headers: Vec<String>,
 }
 

@@ -31,6 +31,24 @@ pub fn parse_count_cap(s: &str) -> Result<Option<u64>, String> {
         .map_err(|e| format!("invalid file count {s:?}: {e}"))
 }
 
+/// A cap that can be lifted: a number, or `Cap(None)` for `none`. One type rather than
+/// `Option<Option<u64>>`, so that a flag reading it takes `none` as its value (clap reads a
+/// nested `Option` as "a flag whose value may be left out").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cap(pub Option<u64>);
+
+impl Cap {
+    /// A size cap: `64MiB`, or `none` ([`parse_cap`]).
+    pub fn size(s: &str) -> Result<Cap, String> {
+        parse_cap(s).map(Cap)
+    }
+
+    /// A count cap: `64`, or `none` ([`parse_count_cap`]).
+    pub fn count(s: &str) -> Result<Cap, String> {
+        parse_count_cap(s).map(Cap)
+    }
+}
+
 /// A duration: `30s`, `1m 30s`, `500ms`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))
