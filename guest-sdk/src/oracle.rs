@@ -244,9 +244,12 @@ mod tests {
             matches!(result, Err(GuestError::Io(ref e)) if e.kind() == io::ErrorKind::InvalidData),
             "{result:?}"
         );
-        // Not JSON at all: the framer refuses it.
+        // Not JSON at all: the protocol machine refuses it.
         let (result, out) = run("not json\n");
         assert_eq!(out, READY);
-        assert!(matches!(result, Err(GuestError::Frame(_))), "{result:?}");
+        assert!(
+            matches!(result, Err(GuestError::Io(ref e)) if e.kind() == io::ErrorKind::InvalidData),
+            "{result:?}"
+        );
     }
 }

@@ -9,8 +9,9 @@
 //!
 //! The loop answers `describe` from [`Provider::schema`] (computed once), answers `execute`
 //! of an action missing from the schema with `unknown_action` without calling the provider,
-//! and answers malformed requests and unknown methods itself. A line the framer rejects (not
-//! JSON, too large) is answered with `invalid_request` and ends the loop with the
+//! and answers malformed requests and unknown methods itself: a line that is not JSON gets
+//! `invalid_request`, and the next line is served as usual. A line the framer rejects (over
+//! the size limit) is answered with `invalid_request` and ends the loop with the
 //! [`GuestError::Frame`], since the stream cannot be resynchronised. Diagnostics go to stderr.
 //!
 //! **Deferred answers.** A provider that processes sequentially always answers in order. To

@@ -315,22 +315,29 @@ fn plan_mode_prints_one_schema_line() {
 }
 
 #[test]
-fn a_line_that_is_not_json_is_answered_then_ends_the_plugin() {
+fn a_line_that_is_not_json_is_answered_and_the_next_line_is_served() {
     let mut s = Session::start();
     s.write(b"{not json".to_vec());
     let reply = s.read();
     assert!(
         reply.starts_with(
-            br#"{"id":null,"error":{"code":"invalid_request","message":"invalid request: "#
+            br#"{"id":null,"error":{"code":"invalid_request","message":"invalid request: not JSON"#
         ),
         "{}",
         String::from_utf8_lossy(&reply)
     );
-    let Session { plugin, .. } = s;
-    assert!(matches!(
-        plugin.join().expect("thread"),
-        Err(GuestError::Frame(_))
-    ));
+    // JSON Lines resynchronises at the next line: the provider serves on.
+    s.describe_and_configure();
+    s.client.shutdown().expect("configured");
+    s.flush();
+    let evs = s.recv(1);
+    assert!(
+        matches!(&evs[..], [ClientEvent::ShutDown { .. }]),
+        "{evs:?}"
+    );
+    let Session { host, plugin, .. } = s;
+    close(&host);
+    plugin.join().expect("thread").expect("clean end");
 }
 
 #[test]
