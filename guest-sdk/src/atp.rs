@@ -43,7 +43,7 @@
 //! assert!(matches!(host.poll_event(), Some(ClientEvent::Hello(_))));
 //! ```
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 
 use sandpipe_proto::atp::{AtpError, AtpServer, ServerEvent};
 pub use sandpipe_proto::atp::{Output, Value, Version};
@@ -101,7 +101,7 @@ pub trait Plugin {
 /// Serve `plugin` over `io` as ATP `version` with `schema` (a map with a `steps` member):
 /// wait for the start item, send hello, then run steps until the session ends (see the module
 /// docs for the order of calls).
-pub fn serve<R: Read, W: Write, P: Plugin + ?Sized>(
+pub fn serve<R: crate::Input, W: Write, P: Plugin + ?Sized>(
     io: &mut Framed<R, W>,
     plugin: &mut P,
     version: Version,

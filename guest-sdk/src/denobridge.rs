@@ -42,7 +42,7 @@
 //! ));
 //! ```
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 
 use sandpipe_proto::denobridge::{
     CreateResult, DataResult, DeleteParams, DoneResult, InvokeProgress, ModifyPlanParams,
@@ -214,7 +214,7 @@ impl<H: ActionProvider> Provider for Action<'_, H> {
 }
 
 /// Serve a resource provider until stdin EOF or `shutdown`.
-pub fn serve_resource<R: Read, W: Write, H: ResourceProvider>(
+pub fn serve_resource<R: crate::Input, W: Write, H: ResourceProvider>(
     io: &mut Framed<R, W>,
     handler: &mut H,
 ) -> Result<(), GuestError> {
@@ -222,7 +222,7 @@ pub fn serve_resource<R: Read, W: Write, H: ResourceProvider>(
 }
 
 /// Serve a data source provider until stdin EOF or `shutdown`.
-pub fn serve_data_source<R: Read, W: Write, H: DataSourceProvider>(
+pub fn serve_data_source<R: crate::Input, W: Write, H: DataSourceProvider>(
     io: &mut Framed<R, W>,
     handler: &mut H,
 ) -> Result<(), GuestError> {
@@ -230,7 +230,7 @@ pub fn serve_data_source<R: Read, W: Write, H: DataSourceProvider>(
 }
 
 /// Serve an ephemeral resource provider until stdin EOF or `shutdown`.
-pub fn serve_ephemeral<R: Read, W: Write, H: EphemeralProvider>(
+pub fn serve_ephemeral<R: crate::Input, W: Write, H: EphemeralProvider>(
     io: &mut Framed<R, W>,
     handler: &mut H,
 ) -> Result<(), GuestError> {
@@ -238,7 +238,7 @@ pub fn serve_ephemeral<R: Read, W: Write, H: EphemeralProvider>(
 }
 
 /// Serve an action provider until stdin EOF or `shutdown`.
-pub fn serve_action<R: Read, W: Write, H: ActionProvider>(
+pub fn serve_action<R: crate::Input, W: Write, H: ActionProvider>(
     io: &mut Framed<R, W>,
     handler: &mut H,
 ) -> Result<(), GuestError> {
@@ -249,7 +249,7 @@ pub fn serve_action<R: Read, W: Write, H: ActionProvider>(
 /// `shutdown`. A frame the machine rejects (not JSON, a duplicate id) is reported on stderr
 /// and skipped: one bad line must not end a Terraform run. Held answers
 /// ([`Reply::AfterNext`]) are sent after the next request's answer, or before the loop ends.
-pub fn serve<R: Read, W: Write, P: Provider>(
+pub fn serve<R: crate::Input, W: Write, P: Provider>(
     io: &mut Framed<R, W>,
     provider: &mut P,
 ) -> Result<(), GuestError> {
@@ -280,7 +280,7 @@ pub fn serve<R: Read, W: Write, P: Provider>(
 }
 
 /// Run the provider, sending each progress notification as it happens.
-fn call<R: Read, W: Write, P: Provider>(
+fn call<R: crate::Input, W: Write, P: Provider>(
     io: &mut Framed<R, W>,
     server: &mut Server,
     provider: &mut P,
@@ -317,7 +317,7 @@ fn respond(server: &mut Server, id: Id, answer: Answer<Response>) -> Result<(), 
     server.respond(id, answer).map_err(machine_error)
 }
 
-fn release<R: Read, W: Write>(
+fn release<R: crate::Input, W: Write>(
     io: &mut Framed<R, W>,
     server: &mut Server,
     held: &mut Vec<(Id, Answer<Response>)>,
@@ -328,7 +328,10 @@ fn release<R: Read, W: Write>(
     flush(io, server)
 }
 
-fn flush<R: Read, W: Write>(io: &mut Framed<R, W>, server: &mut Server) -> Result<(), GuestError> {
+fn flush<R: crate::Input, W: Write>(
+    io: &mut Framed<R, W>,
+    server: &mut Server,
+) -> Result<(), GuestError> {
     while let Some(frame) = server.poll_transmit() {
         io.send(&frame)?;
     }

@@ -47,7 +47,7 @@
 //! ```
 
 use std::collections::VecDeque;
-use std::io::{Read, Write};
+use std::io::Write;
 
 use sandpipe_proto::finecode::Server;
 pub use sandpipe_proto::finecode::serde_json;
@@ -184,7 +184,7 @@ trait Wire {
     fn send(&mut self, frame: &[u8]) -> Result<(), GuestError>;
 }
 
-impl<R: Read, W: Write> Wire for Framed<R, W> {
+impl<R: crate::Input, W: Write> Wire for Framed<R, W> {
     fn recv(&mut self) -> Result<Option<Bytes>, GuestError> {
         Framed::recv(self)
     }
@@ -315,7 +315,7 @@ fn internal(e: ProtocolError) -> ErrorObject {
 }
 
 /// Serve the manager until `exit` or EOF.
-pub fn serve<R: Read, W: Write, H: Runner>(
+pub fn serve<R: crate::Input, W: Write, H: Runner>(
     io: &mut Framed<R, W>,
     runner: &mut H,
 ) -> Result<(), GuestError> {
@@ -409,7 +409,10 @@ fn dispatch<H: Runner>(
     })
 }
 
-fn flush<R: Read, W: Write>(io: &mut Framed<R, W>, server: &mut Server) -> Result<(), GuestError> {
+fn flush<R: crate::Input, W: Write>(
+    io: &mut Framed<R, W>,
+    server: &mut Server,
+) -> Result<(), GuestError> {
     while let Some(frame) = server.poll_transmit() {
         io.send(&frame)?;
     }

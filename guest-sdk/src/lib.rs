@@ -97,8 +97,113 @@ const FIRST_READ: usize = 8 * 1024;
 /// fed large frames reads them in big steps.
 const MAX_READ: usize = 1 << 20;
 
+/// On `wasm32-wasip2`, frames up to this size are sent as one write of the framed bytes;
+/// larger ones as their framing and the frame itself, uncopied (see [`Framed::send`]).
+pub const DIRECT_WRITE: usize = 4096;
+
+/// Whether [`Framed::send`] writes a large frame in place (on `wasm32-wasip2`).
+const WRITE_IN_PLACE: bool = cfg!(all(target_os = "wasi", target_env = "p2"));
+
 /// Framed stdin and stdout of this process.
-pub type Stdio = Framed<io::Stdin, PluginStdout>;
+pub type Stdio = Framed<PluginStdin, PluginStdout>;
+
+/// This process's stdin, as [`Stdio`] reads it.
+///
+/// On `wasm32-wasip2` it holds the `wasi:cli/stdin` stream itself, and a read's bytes, which
+/// the host has already written into a buffer of the guest's, become the framer's buffer as
+/// they are when that is empty (the common case: one read, one frame), with no copy in the
+/// guest. Through std's stdin the same bytes were copied twice more (into the read buffer,
+/// then into the framer's), and a copy in a plugin built for wasm is a `memcpy` call that runs
+/// about one wasm operator a byte. Elsewhere (native, `wasm32-wasip1`) it is std's stdin.
+#[derive(Debug)]
+pub struct PluginStdin {
+    #[cfg(all(target_os = "wasi", target_env = "p2"))]
+    stream: wasip2::io::streams::InputStream,
+    #[cfg(not(all(target_os = "wasi", target_env = "p2")))]
+    stdin: io::Stdin,
+}
+
+impl PluginStdin {
+    /// This process's stdin.
+    pub fn new() -> Self {
+        #[cfg(all(target_os = "wasi", target_env = "p2"))]
+        return PluginStdin {
+            stream: wasip2::cli::stdin::get_stdin(),
+        };
+        #[cfg(not(all(target_os = "wasi", target_env = "p2")))]
+        PluginStdin { stdin: io::stdin() }
+    }
+}
+
+impl Default for PluginStdin {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Where [`Framed`] reads frames from: any [`Read`], or [`PluginStdin`].
+pub trait Input {
+    /// Wait for input and append at most `len` bytes of it to `buf`, returning how many (0 at
+    /// the end of input). `scratch` is the caller's reusable buffer, for a reader that needs
+    /// one.
+    fn read_into(
+        &mut self,
+        buf: &mut BytesMut,
+        len: usize,
+        scratch: &mut Vec<u8>,
+    ) -> io::Result<usize>;
+}
+
+impl<R: Read> Input for R {
+    fn read_into(
+        &mut self,
+        buf: &mut BytesMut,
+        len: usize,
+        scratch: &mut Vec<u8>,
+    ) -> io::Result<usize> {
+        // Zeroed when it grows, not before every read (zero-filling 64 KiB per read was the top
+        // item of the 100 B round-trip profile).
+        if scratch.len() < len {
+            scratch.resize(len, 0);
+        }
+        let n = self.read(&mut scratch[..len])?;
+        buf.extend_from_slice(&scratch[..n]);
+        Ok(n)
+    }
+}
+
+impl Input for PluginStdin {
+    #[cfg(all(target_os = "wasi", target_env = "p2"))]
+    fn read_into(&mut self, buf: &mut BytesMut, len: usize, _: &mut Vec<u8>) -> io::Result<usize> {
+        use wasip2::io::streams::StreamError;
+        let len = u64::try_from(len).unwrap_or(u64::MAX);
+        match self.stream.blocking_read(len) {
+            Ok(chunk) => {
+                let n = chunk.len();
+                if buf.is_empty() {
+                    // The host's bytes become the buffer: `Bytes::from(Vec)` and `BytesMut::from`
+                    // a unique `Bytes` take the allocation over without copying it.
+                    *buf = BytesMut::from(Bytes::from(chunk));
+                } else {
+                    buf.extend_from_slice(&chunk);
+                }
+                Ok(n)
+            }
+            Err(StreamError::Closed) => Ok(0),
+            Err(e) => Err(stream_error(e)),
+        }
+    }
+
+    #[cfg(not(all(target_os = "wasi", target_env = "p2")))]
+    fn read_into(
+        &mut self,
+        buf: &mut BytesMut,
+        len: usize,
+        scratch: &mut Vec<u8>,
+    ) -> io::Result<usize> {
+        self.stdin.read_into(buf, len, scratch)
+    }
+}
 
 /// This process's stdout, as [`Stdio`] writes it.
 ///
@@ -224,10 +329,12 @@ pub struct Framed<R, W> {
     /// re-validating the JSON: see [`Framed::send`].
     encoder: AnyFramer,
     inbuf: BytesMut,
-    /// Reads land here first: zeroed when allocated, not before every read (zero-filling 64 KiB
-    /// per read was the top item of the 100 B round-trip profile). It starts at [`FIRST_READ`]
-    /// and grows to [`MAX_READ`] (a fixed 64 KiB was most of an idle session's memory).
-    scratch: Box<[u8]>,
+    /// How much the next read asks for: it starts at [`FIRST_READ`] and doubles, up to
+    /// [`MAX_READ`], whenever a read fills it (a fixed 64 KiB was most of an idle session's
+    /// memory).
+    read_size: usize,
+    /// A reader's buffer, for readers that need one (see [`Input`]).
+    scratch: Vec<u8>,
     outbuf: BytesMut,
     eof: bool,
 }
@@ -240,11 +347,11 @@ impl Stdio {
 
     /// Framed stdio with explicit limits.
     pub fn with_limits(framing: Framing, limits: FrameLimits) -> Self {
-        Framed::from_parts(io::stdin(), PluginStdout::new(), framing, limits)
+        Framed::from_parts(PluginStdin::new(), PluginStdout::new(), framing, limits)
     }
 }
 
-impl<R: Read, W: Write> Framed<R, W> {
+impl<R: Input, W: Write> Framed<R, W> {
     /// Frame any reader and writer.
     pub fn from_parts(reader: R, writer: W, framing: Framing, limits: FrameLimits) -> Self {
         Self {
@@ -253,7 +360,8 @@ impl<R: Read, W: Write> Framed<R, W> {
             framer: framing.splitter(limits),
             encoder: framing.sender(limits),
             inbuf: BytesMut::new(),
-            scratch: vec![0; FIRST_READ].into_boxed_slice(),
+            read_size: FIRST_READ,
+            scratch: Vec::new(),
             outbuf: BytesMut::new(),
             eof: false,
         }
@@ -285,7 +393,10 @@ impl<R: Read, W: Write> Framed<R, W> {
             if let Some(frame) = self.framer.decode(&mut self.inbuf)? {
                 return Ok(Some(frame));
             }
-            let n = match self.reader.read(&mut self.scratch) {
+            let read = self
+                .reader
+                .read_into(&mut self.inbuf, self.read_size, &mut self.scratch);
+            let n = match read {
                 Ok(n) => n,
                 // A signal is not the end of input: read again.
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -293,12 +404,9 @@ impl<R: Read, W: Write> Framed<R, W> {
             };
             if n == 0 {
                 self.eof = true;
-            } else {
-                self.inbuf.extend_from_slice(&self.scratch[..n]);
-                if n == self.scratch.len() && n < MAX_READ {
-                    // Input is arriving faster than this buffer takes it.
-                    self.scratch = vec![0; n * 2].into_boxed_slice();
-                }
+            } else if n == self.read_size && n < MAX_READ {
+                // Input is arriving faster than this buffer takes it.
+                self.read_size = n * 2;
             }
         }
     }
@@ -319,24 +427,41 @@ impl<R: Read, W: Write> Framed<R, W> {
     /// string payloads, so it costs what the host's framer pays for the same bytes (about 7
     /// instructions a byte on dense maps of small values, nothing per payload byte), once per
     /// reply; the JSON Lines equivalent, the newline check, is a `memchr`.
+    ///
+    /// On `wasm32-wasip2`, a frame over [`DIRECT_WRITE`] bytes is written from where it lies,
+    /// between its framing (a header before, a newline after), rather than copied into the send
+    /// buffer first: there a copy is a `memcpy` call that runs about one wasm operator a byte,
+    /// while the host reads a write straight out of the guest's memory. Natively the copy is
+    /// cheap and one write keeps the frame in one piece on the pipe.
     pub fn send(&mut self, frame: &[u8]) -> Result<(), GuestError> {
         self.outbuf.clear();
-        self.encoder.encode(frame, &mut self.outbuf)?;
-        self.writer.write_all(&self.outbuf)?;
+        if frame.len() <= DIRECT_WRITE || !WRITE_IN_PLACE {
+            self.encoder.encode(frame, &mut self.outbuf)?;
+            self.writer.write_all(&self.outbuf)?;
+        } else {
+            let tail = self.encoder.encode_head(frame, &mut self.outbuf)?;
+            self.writer.write_all(&self.outbuf)?;
+            self.writer.write_all(frame)?;
+            self.writer.write_all(tail)?;
+        }
         self.writer.flush()?;
         Ok(())
     }
 }
 
 /// Answer every frame on stdin with the handler's reply (if any) until stdin closes.
-pub fn serve<F>(framing: Framing, mut handler: F) -> Result<(), GuestError>
+///
+/// The reply is anything that holds bytes: a `Vec<u8>` the handler built, or the `Bytes` it
+/// was given (an echo sends its frame back without copying it).
+pub fn serve<F, Reply>(framing: Framing, mut handler: F) -> Result<(), GuestError>
 where
-    F: FnMut(Bytes) -> Option<Vec<u8>>,
+    F: FnMut(Bytes) -> Option<Reply>,
+    Reply: AsRef<[u8]>,
 {
     let mut io = Stdio::new(framing);
     while let Some(frame) = io.recv()? {
         if let Some(reply) = handler(frame) {
-            io.send(&reply)?;
+            io.send(reply.as_ref())?;
         }
     }
     Ok(())

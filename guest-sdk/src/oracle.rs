@@ -33,7 +33,7 @@
 //! }
 //! ```
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 
 use sandpipe_proto::jsonrpc::{ErrorObject, INTERNAL_ERROR, ProtocolError};
 pub use sandpipe_proto::oracle::Felt;
@@ -94,7 +94,7 @@ pub trait Oracle {
 /// Announce `ready`, wait for the ack, then answer invokes until the `shutdown` notification
 /// or the end of input. An error ack, or a host that breaks the protocol, ends the loop with
 /// an error (as [`GuestError::Io`], kind `ConnectionRefused` and `InvalidData`).
-pub fn serve<R: Read, W: Write, O: Oracle + ?Sized>(
+pub fn serve<R: crate::Input, W: Write, O: Oracle + ?Sized>(
     io: &mut Framed<R, W>,
     oracle: &mut O,
 ) -> Result<(), GuestError> {
@@ -133,7 +133,7 @@ pub fn serve<R: Read, W: Write, O: Oracle + ?Sized>(
     Ok(())
 }
 
-fn flush<R: Read, W: Write, O: Oracle + ?Sized>(
+fn flush<R: crate::Input, W: Write, O: Oracle + ?Sized>(
     io: &mut Framed<R, W>,
     server: &mut OracleServer,
     oracle: &mut O,

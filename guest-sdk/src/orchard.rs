@@ -38,7 +38,7 @@
 //! run(&mut Stdio::new(Framing::JsonLines), &mut Hello, &args).unwrap();
 //! ```
 
-use std::io::{Read, Write};
+use std::io::Write;
 
 use sandpipe_proto::jsonrpc::{Id, ProtocolError};
 pub use sandpipe_proto::orchard::{
@@ -73,7 +73,7 @@ pub trait Provider {
 
 /// The whole provider: `args == ["schema", ..]` prints the schema (plan mode), anything else
 /// serves the RPC loop on `io`.
-pub fn run<R: Read, W: Write, P: Provider>(
+pub fn run<R: crate::Input, W: Write, P: Provider>(
     io: &mut Framed<R, W>,
     provider: &mut P,
     args: &[String],
@@ -92,7 +92,7 @@ pub fn print_schema<W: Write>(out: &mut W, schema: &ProviderSchema) -> Result<()
 }
 
 /// Answer requests until `shutdown` has been answered or stdin closes.
-pub fn serve<R: Read, W: Write, P: Provider>(
+pub fn serve<R: crate::Input, W: Write, P: Provider>(
     io: &mut Framed<R, W>,
     provider: &mut P,
 ) -> Result<(), GuestError> {

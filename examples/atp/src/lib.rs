@@ -13,7 +13,7 @@
 //! finishes there.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 
 use sandpipe_guest::atp::{Output, Plugin, Progress, Run, Value, Version, serve};
 use sandpipe_guest::{Framed, GuestError};
@@ -121,7 +121,7 @@ pub fn schema() -> Value {
 /// The whole plugin minus stdio: `--v1` speaks ATP v1, otherwise v3. `--atp` is accepted and
 /// changes nothing: Arcaflow's container deployers append it to every plugin's command, as the
 /// Python SDK expects.
-pub fn main_with<R: Read, W: Write>(
+pub fn main_with<R: sandpipe_guest::Input, W: Write>(
     io: &mut Framed<R, W>,
     args: &[String],
 ) -> Result<(), GuestError> {

@@ -16,7 +16,7 @@
 //! `example-denobridge STATE_DIR action` is an ACTION provider instead: `invoke` sends the
 //! progress messages `step 1 of 2` and `step 2 of 2`, then answers `{"done": true}`.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::PathBuf;
 
 use sandpipe_guest::denobridge::{ActionProvider, Answer, ResourceProvider};
@@ -164,7 +164,7 @@ impl ActionProvider for TwoSteps {
 }
 
 /// The whole plugin minus stdio: `args` are `STATE_DIR [action]`.
-pub fn main_with<R: Read, W: Write>(
+pub fn main_with<R: sandpipe_guest::Input, W: Write>(
     io: &mut Framed<R, W>,
     args: &[String],
 ) -> Result<(), GuestError> {

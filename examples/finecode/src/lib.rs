@@ -11,7 +11,7 @@
 //! `actions/runHandlers` appends one entry per handler to the previous result's `handlers`;
 //! `actions/mergeResults` concatenates the results' `messages`.
 
-use std::io::{Read, Write};
+use std::io::Write;
 
 use sandpipe_guest::finecode::{
     ActionMeta, ActionMetas, Context, FineCodeError, InitializeParams, InitializeResult,
@@ -175,7 +175,7 @@ impl Runner for ExampleRunner {
 }
 
 /// The whole plugin minus stdio: serve the manager on `io` until `exit` or EOF.
-pub fn main_with<R: Read, W: Write>(
+pub fn main_with<R: sandpipe_guest::Input, W: Write>(
     io: &mut Framed<R, W>,
     _args: &[String],
 ) -> Result<(), GuestError> {

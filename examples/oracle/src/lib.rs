@@ -10,7 +10,7 @@
 //! received and sent is echoed to stderr (as some oracle SDKs do), which must not disturb the
 //! host: only frames go to stdout.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 
 use sandpipe_guest::oracle::{Direction, Felt, InvokeError, Oracle, serve};
 use sandpipe_guest::{Framed, GuestError};
@@ -65,7 +65,7 @@ fn small(selector: &str, index: usize, x: &Felt) -> Result<u128, InvokeError> {
 }
 
 /// The whole plugin minus stdio: parse `args`, then serve until shutdown or end of input.
-pub fn main_with<R: Read, W: Write>(
+pub fn main_with<R: sandpipe_guest::Input, W: Write>(
     io: &mut Framed<R, W>,
     args: &[String],
 ) -> Result<(), GuestError> {

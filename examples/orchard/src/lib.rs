@@ -9,7 +9,7 @@
 //! `"defer": true` is answered only after the next request has been answered (see
 //! [`sandpipe_guest::orchard::Provider::defer`]), which makes answers arrive out of order.
 
-use std::io::{Read, Write};
+use std::io::Write;
 
 use sandpipe_guest::orchard::{
     ActionSchema, AttributeSchema, Provider, ProviderError, ProviderSchema, run,
@@ -85,7 +85,7 @@ fn sum(attrs: &Value) -> Result<Value, ProviderError> {
 }
 
 /// The whole plugin minus stdio: `args == ["schema"]` prints the schema, otherwise serve.
-pub fn main_with<R: Read, W: Write>(
+pub fn main_with<R: sandpipe_guest::Input, W: Write>(
     io: &mut Framed<R, W>,
     args: &[String],
 ) -> Result<(), GuestError> {

@@ -244,6 +244,21 @@ impl Framer for ContentLength {
     }
 
     fn encode(&mut self, frame: &[u8], dst: &mut BytesMut) -> Result<(), FrameError> {
+        dst.reserve(40 + frame.len());
+        self.encode_head(frame, dst)?;
+        dst.extend_from_slice(frame);
+        Ok(())
+    }
+}
+
+impl ContentLength {
+    /// [`Framer::encode`] without the frame: check `frame`, append what goes before it to
+    /// `dst` (the header block), and return what goes after it (nothing).
+    pub fn encode_head(
+        &mut self,
+        frame: &[u8],
+        dst: &mut BytesMut,
+    ) -> Result<&'static [u8], FrameError> {
         if frame.len() > self.limits.max_frame_bytes {
             return Err(FrameError::TooLarge {
                 limit: self.limits.max_frame_bytes,
@@ -259,10 +274,8 @@ impl Framer for ContentLength {
                 limit: self.limits.max_header_bytes,
             });
         }
-        dst.reserve(header.len() + frame.len());
         dst.extend_from_slice(header.as_bytes());
-        dst.extend_from_slice(frame);
-        Ok(())
+        Ok(b"")
     }
 }
 

@@ -166,6 +166,22 @@ impl Framer for JsonLines {
     }
 
     fn encode(&mut self, frame: &[u8], dst: &mut BytesMut) -> Result<(), FrameError> {
+        let tail = self.encode_head(frame, dst)?;
+        dst.reserve(frame.len() + tail.len());
+        dst.extend_from_slice(frame);
+        dst.extend_from_slice(tail);
+        Ok(())
+    }
+}
+
+impl JsonLines {
+    /// [`Framer::encode`] without the frame: check `frame`, append what goes before it to
+    /// `dst` (nothing), and return what goes after it (the newline).
+    pub fn encode_head(
+        &mut self,
+        frame: &[u8],
+        _dst: &mut BytesMut,
+    ) -> Result<&'static [u8], FrameError> {
         if frame.len() > self.limits.max_frame_bytes {
             return Err(self.too_large(frame.len()));
         }
@@ -185,10 +201,7 @@ impl Framer for JsonLines {
         if self.validate_json {
             validate_json(frame)?;
         }
-        dst.reserve(frame.len() + 1);
-        dst.extend_from_slice(frame);
-        dst.extend_from_slice(b"\n");
-        Ok(())
+        Ok(b"\n")
     }
 }
 

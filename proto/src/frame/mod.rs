@@ -169,6 +169,23 @@ impl AnyFramer {
     }
 }
 
+impl AnyFramer {
+    /// [`Framer::encode`] without the frame itself: check `frame`, append what goes before it
+    /// to `dst` (a `Content-Length` header block) and return what goes after it (a JSON Lines
+    /// newline), so a writer can send a large frame from where it lies instead of copying it.
+    pub fn encode_head(
+        &mut self,
+        frame: &[u8],
+        dst: &mut BytesMut,
+    ) -> Result<&'static [u8], FrameError> {
+        match self {
+            AnyFramer::JsonLines(f) => f.encode_head(frame, dst),
+            AnyFramer::CborSeq(f) => f.check_frame(frame).map(|()| &b""[..]),
+            AnyFramer::ContentLength(f) => f.encode_head(frame, dst),
+        }
+    }
+}
+
 impl Framer for AnyFramer {
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, FrameError> {
         match self {
@@ -207,6 +224,52 @@ pub fn escape_snippet(bytes: &[u8], max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encode_head_and_tail_around_the_frame_are_encode() {
+        let limits = FrameLimits::with_max_frame_bytes(64);
+        let cases: [(Framing, &[u8]); 3] = [
+            (Framing::JsonLines, br#"{"id":1}"#),
+            (Framing::CborSeq, &[0x82, 0x01, 0x02]),
+            (Framing::ContentLength, br#"{"id":1}"#),
+        ];
+        for (framing, frame) in cases {
+            let mut whole = BytesMut::new();
+            framing
+                .sender(limits)
+                .encode(frame, &mut whole)
+                .expect("encodes");
+            let mut parts = BytesMut::new();
+            let tail = framing
+                .sender(limits)
+                .encode_head(frame, &mut parts)
+                .expect("encodes");
+            parts.extend_from_slice(frame);
+            parts.extend_from_slice(tail);
+            assert_eq!(parts, whole, "{framing:?}");
+            // The checks are encode's: a frame over the limit, and for CBOR two items.
+            let mut dst = BytesMut::new();
+            assert!(
+                framing
+                    .sender(limits)
+                    .encode_head(&[b'1'; 65], &mut dst)
+                    .is_err()
+            );
+        }
+        let mut dst = BytesMut::new();
+        assert!(
+            Framing::CborSeq
+                .sender(limits)
+                .encode_head(&[1, 2], &mut dst)
+                .is_err()
+        );
+        assert!(
+            Framing::JsonLines
+                .sender(limits)
+                .encode_head(b"a\nb", &mut dst)
+                .is_err()
+        );
+    }
 
     #[test]
     fn a_sender_checks_framing_but_does_not_parse_json() {

@@ -6,7 +6,7 @@
 use sandpipe_guest::{Framing, serve};
 
 fn main() {
-    if let Err(err) = serve(Framing::CborSeq, |frame| Some(frame.to_vec())) {
+    if let Err(err) = serve(Framing::CborSeq, Some) {
         eprintln!("echo-cbor: {err}");
         sandpipe_guest::exit(2);
     }

@@ -6,7 +6,7 @@
 use sandpipe_guest::{Framing, serve};
 
 fn main() {
-    if let Err(err) = serve(Framing::ContentLength, |frame| Some(frame.to_vec())) {
+    if let Err(err) = serve(Framing::ContentLength, Some) {
         eprintln!("echo-content-length: {err}");
         sandpipe_guest::exit(2);
     }
