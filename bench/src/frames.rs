@@ -522,7 +522,7 @@ pub fn profile(inputs: &Inputs, nosimd_wasm: Result<PathBuf, String>) -> anyhow:
     }
     let _ = writeln!(
         o,
-        "\nThe guest's own work per byte: wasm operators the echo component executes (wasmtime's fuel, one unit per operator) per byte of a frame, from the difference between {} frames and none in one instance fed from memory: the guest SDK's framer (read, then a newline search for JSON Lines (the JSON is left to the handler), a CBOR item scan, a `Content-Length` header), the handler's copy and the encoder: `echo-content-length` is the floor of moving the bytes. `simd128`: the workspace's build (`.cargo/config.toml`); without: the same source built with `-C target-feature=-simd128`.\n\n| plugin | frame | build | wasm operators a byte |\n|---|---|---|---:|",
+        "\nThe guest's own work per byte: wasm operators the echo component executes (wasmtime's fuel, one unit per operator) per byte of a frame, from the difference between {} frames and none in one instance fed from memory: the guest SDK's framer (read, then a newline search for JSON Lines (the JSON is left to the handler), a CBOR item scan, a `Content-Length` header), the handler's reply and the encoder: `echo-content-length` is the floor of moving the bytes. `simd128`: the workspace's build (`.cargo/config.toml`); without: the same source built with `-C target-feature=-simd128`.\n\n| plugin | frame | build | wasm operators a byte |\n|---|---|---|---:|",
         FUEL_FRAMES
     );
     let builds = [

@@ -172,8 +172,17 @@ impl<R: Read> Input for R {
     }
 }
 
+/// Natively and on `wasm32-wasip1`, std's stdin: the [`Read`] path of [`Input`].
+#[cfg(not(all(target_os = "wasi", target_env = "p2")))]
+impl Read for PluginStdin {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stdin.read(buf)
+    }
+}
+
+/// On `wasm32-wasip2`, the stream's own buffer becomes the framer's (see [`PluginStdin`]).
+#[cfg(all(target_os = "wasi", target_env = "p2"))]
 impl Input for PluginStdin {
-    #[cfg(all(target_os = "wasi", target_env = "p2"))]
     fn read_into(&mut self, buf: &mut BytesMut, len: usize, _: &mut Vec<u8>) -> io::Result<usize> {
         use wasip2::io::streams::StreamError;
         let len = u64::try_from(len).unwrap_or(u64::MAX);
@@ -192,16 +201,6 @@ impl Input for PluginStdin {
             Err(StreamError::Closed) => Ok(0),
             Err(e) => Err(stream_error(e)),
         }
-    }
-
-    #[cfg(not(all(target_os = "wasi", target_env = "p2")))]
-    fn read_into(
-        &mut self,
-        buf: &mut BytesMut,
-        len: usize,
-        scratch: &mut Vec<u8>,
-    ) -> io::Result<usize> {
-        self.stdin.read_into(buf, len, scratch)
     }
 }
 

@@ -244,7 +244,6 @@ impl Framer for ContentLength {
     }
 
     fn encode(&mut self, frame: &[u8], dst: &mut BytesMut) -> Result<(), FrameError> {
-        dst.reserve(40 + frame.len());
         self.encode_head(frame, dst)?;
         dst.extend_from_slice(frame);
         Ok(())
