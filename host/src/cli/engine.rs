@@ -14,6 +14,7 @@ use sandpipe_proto::frame::{
 use tokio::sync::mpsc;
 
 use super::stdio::{EngineStdin, EngineStdout};
+use crate::run::read_room::reserve_read_room;
 
 /// How much the reader first asks of stdin at a time.
 const READ_SIZE: usize = 64 * 1024;
@@ -57,7 +58,7 @@ impl EngineReader {
             if piece.is_some() || self.eof {
                 return piece;
             }
-            self.buf.reserve(self.read_size);
+            reserve_read_room(&mut self.buf, self.read_size);
             let room = self.buf.capacity() - self.buf.len();
             match self.stdin.read_buf(&mut self.buf).await {
                 Ok(0) | Err(_) => self.eof = true,

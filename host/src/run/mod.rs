@@ -9,6 +9,7 @@ pub(crate) mod cbor_note;
 pub(crate) mod hash_index;
 pub(crate) mod memory_plugin;
 pub(crate) mod native;
+pub(crate) mod read_room;
 pub mod record;
 pub(crate) mod sandbox;
 pub(crate) mod session;

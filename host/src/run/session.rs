@@ -20,6 +20,7 @@ use tokio::sync::watch;
 
 use crate::error::{Exit, SessionError};
 pub use crate::run::native::NativeStdio;
+use crate::run::read_room::start_on_boundary;
 use crate::run::record::Recorder;
 use crate::run::stderr::{StderrMode, StderrTail};
 use crate::run::transport::{KillSwitch, Meter, Transport};
@@ -492,6 +493,7 @@ impl SessionReader {
             if self.buf.capacity() - self.buf.len() < MIN_SPARE {
                 self.buf.reserve(self.chunk);
             }
+            start_on_boundary(&mut self.buf);
             let room = self.buf.capacity() - self.buf.len();
             let n = self
                 .stdout
