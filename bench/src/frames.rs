@@ -549,6 +549,20 @@ pub fn profile(inputs: &Inputs, nosimd_wasm: Result<PathBuf, String>) -> anyhow:
             let _ = writeln!(o, "| `{bin}` | 64 KiB | {build} | {per_byte:.2} |");
         }
     }
+    let _ = writeln!(
+        o,
+        "\nOne 64 KiB copy on this machine by where its destination lies past its source, modulo 4096 (`bench/src/aliasing.rs`; the median of {} batches): why sandpipe starts the read of a large frame on a 64-byte boundary (`host/src/run/read_room.rs`). A pipe's pages are filled from their start; a buffer as large as a frame comes from `mmap`, 16 bytes into a page.\n\n| copy | destination past the source | per copy |\n|---|---:|---:|",
+        crate::aliasing::BATCHES
+    );
+    for row in crate::aliasing::measure()? {
+        let _ = writeln!(
+            o,
+            "| {} | {} B | {} |",
+            row.what,
+            row.distance,
+            fmt_duration(row.per_copy)
+        );
+    }
     let _ = std::fs::remove_dir_all(&scratch);
     print!("{o}");
     Ok(())

@@ -40,6 +40,7 @@
 //! measure many-session scale, throughput, framer throughput or fuel/epoch overhead.
 //! No cargo features.
 
+mod aliasing;
 mod frames;
 mod framings;
 mod fuel;
@@ -104,7 +105,7 @@ struct Args {
 
 const USAGE: &str = "usage: sandpipe-bench [--quick] [--process-only] [--net] [--frames] [--profile-frames] [--static]\n\
     \x20      --frames: 100 B and 64 KiB round trips and a 64 KiB stream through `sandpipe run`, against the plugin direct, the relay and the wasmtime CLI, printed\n\
-    \x20      --profile-frames: system calls per 64 KiB round trip (strace) and the guest's wasm operators per byte (fuel), printed\n\
+    \x20      --profile-frames: system calls per 64 KiB round trip (strace), the guest's wasm operators per byte (fuel) and a 64 KiB copy by where it lands, printed\n\
     \x20      --process-only: only the process-level section (`sandpipe run` over pipes), printed, not written\n\
     \x20      --net: only the network section (the allow-list's proxy per connection and per request, a native start), printed\n\
     \x20      --static: also build the static non-PIE sandpipe and measure its start (a full build of its own)\n\

@@ -21,6 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::error::Exit;
 use crate::policy::document::Dir;
 use crate::policy::{Policy, PolicyDocument};
+use crate::run::read_room::reserve_read_room;
 use crate::run::session::Session;
 use crate::speak::protocols::Protocol;
 
@@ -314,7 +315,7 @@ pub async fn serve(
             Ok(Some(f)) => f,
             Ok(None) if eof => return Ok(report),
             Ok(None) => {
-                inbuf.reserve(64 * 1024);
+                reserve_read_room(&mut inbuf, 64 * 1024);
                 if input.read_buf(&mut inbuf).await? == 0 {
                     eof = true;
                 }

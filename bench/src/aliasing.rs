@@ -1,0 +1,96 @@
+//! What one 64 KiB copy costs on this machine by where its destination lies from its source,
+//! modulo 4096: the measurement behind `host/src/run/read_room.rs` (reads of a large frame
+//! start on a 64-byte boundary).
+//!
+//! On AMD Zen, `rep movsb`, which both the kernel's `copy_to_user` and glibc 2.36's `memcpy`
+//! use for a copy this large, is many times slower when the destination lies 1 to 31 bytes past
+//! the source modulo 4096. A pipe's pages are filled from their start, and a buffer as large as
+//! a frame comes from `mmap` 16 bytes into a page. Elsewhere the rows come out alike, and then
+//! the alignment costs nothing either.
+
+use std::hint::black_box;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+const KIB64: usize = 64 * 1024;
+const PAGE: usize = 4096;
+/// Copies a batch times; the median of [`BATCHES`] batches is printed.
+const BATCH: u32 = 200;
+pub const BATCHES: usize = 9;
+
+/// One row: what was copied, where the destination lay, and the median time a copy.
+pub struct Row {
+    pub what: &'static str,
+    pub distance: usize,
+    pub per_copy: Duration,
+}
+
+/// `len` bytes of `v` starting `offset` bytes past the first page boundary in it.
+fn at_page_offset(v: &mut [u8], offset: usize, len: usize) -> &mut [u8] {
+    let base = v.as_ptr().align_offset(PAGE);
+    &mut v[base + offset..base + offset + len]
+}
+
+fn median_of(mut time_batch: impl FnMut() -> anyhow::Result<Duration>) -> anyhow::Result<Duration> {
+    let mut batches = Vec::with_capacity(BATCHES);
+    for _ in 0..BATCHES {
+        batches.push(time_batch()? / BATCH);
+    }
+    batches.sort_unstable();
+    Ok(batches[BATCHES / 2])
+}
+
+/// A 64 KiB `copy_from_slice` (glibc's `memcpy`) from a page boundary to `distance` bytes past
+/// one.
+fn memcpy(distance: usize) -> anyhow::Result<Duration> {
+    let mut src = vec![7u8; KIB64 + PAGE];
+    let mut dst = vec![0u8; KIB64 + 2 * PAGE];
+    let src = at_page_offset(&mut src, 0, KIB64);
+    let dst = at_page_offset(&mut dst, distance, KIB64);
+    median_of(|| {
+        let start = Instant::now();
+        for _ in 0..BATCH {
+            black_box(&mut *dst).copy_from_slice(black_box(&*src));
+        }
+        Ok(start.elapsed())
+    })
+}
+
+/// A 64 KiB write into an empty pipe, then one read of it into a buffer `distance` bytes past
+/// a page boundary (the kernel's `copy_to_user` from the pipe's pages).
+fn pipe_read(distance: usize) -> anyhow::Result<Duration> {
+    let (mut rx, mut tx) = std::io::pipe()?;
+    let mut src = vec![7u8; KIB64 + PAGE];
+    let mut dst = vec![0u8; KIB64 + 2 * PAGE];
+    let src = at_page_offset(&mut src, 0, KIB64);
+    let dst = at_page_offset(&mut dst, distance, KIB64);
+    median_of(|| {
+        let start = Instant::now();
+        for _ in 0..BATCH {
+            // 64 KiB is the default pipe's capacity: the write completes without a reader.
+            tx.write_all(src)?;
+            rx.read_exact(dst)?;
+        }
+        Ok(start.elapsed())
+    })
+}
+
+/// Every row, the aligned case of each copy first.
+pub fn measure() -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for distance in [0, 16, 64] {
+        rows.push(Row {
+            what: "`memcpy` (user space)",
+            distance,
+            per_copy: memcpy(distance)?,
+        });
+    }
+    for distance in [0, 16, 64] {
+        rows.push(Row {
+            what: "pipe `write` then `read` (kernel)",
+            distance,
+            per_copy: pipe_read(distance)?,
+        });
+    }
+    Ok(rows)
+}
