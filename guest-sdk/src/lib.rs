@@ -141,6 +141,9 @@ impl Default for PluginStdin {
     }
 }
 
+/// Where a read into the scratch buffer starts: see [`Input`]'s implementation for `Read`.
+const READ_ALIGN: usize = 64;
+
 /// Where [`Framed`] reads frames from: any [`Read`], or [`PluginStdin`].
 pub trait Input {
     /// Wait for input and append at most `len` bytes of it to `buf`, returning how many (0 at
@@ -163,11 +166,17 @@ impl<R: Read> Input for R {
     ) -> io::Result<usize> {
         // Zeroed when it grows, not before every read (zero-filling 64 KiB per read was the top
         // item of the 100 B round-trip profile).
-        if scratch.len() < len {
-            scratch.resize(len, 0);
+        if scratch.len() < len + READ_ALIGN {
+            scratch.resize(len + READ_ALIGN, 0);
         }
-        let n = self.read(&mut scratch[..len])?;
-        buf.extend_from_slice(&scratch[..n]);
+        // The read lands on a 64-byte boundary: a large copy whose destination lies 1 to 31
+        // bytes past its source (modulo 4096) is many times slower on AMD Zen, and a pipe's
+        // pages are filled from their start while a buffer this large comes from `mmap`, 16
+        // bytes into a page (sandpipe's host does the same; `sandpipe-bench --profile-frames`
+        // measures it).
+        let at = scratch.as_ptr().align_offset(READ_ALIGN).min(READ_ALIGN);
+        let n = self.read(&mut scratch[at..at + len])?;
+        buf.extend_from_slice(&scratch[at..at + n]);
         Ok(n)
     }
 }
