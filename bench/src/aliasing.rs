@@ -31,47 +31,43 @@ fn at_page_offset(v: &mut [u8], offset: usize, len: usize) -> &mut [u8] {
     &mut v[base + offset..base + offset + len]
 }
 
-fn median_of(mut time_batch: impl FnMut() -> anyhow::Result<Duration>) -> anyhow::Result<Duration> {
+/// The median over [`BATCHES`] batches of one `copy` of 64 KiB from a page boundary to
+/// `distance` bytes past one.
+fn time_copies(
+    distance: usize,
+    mut copy: impl FnMut(&[u8], &mut [u8]) -> std::io::Result<()>,
+) -> anyhow::Result<Duration> {
+    let mut src = vec![7u8; KIB64 + PAGE];
+    let mut dst = vec![0u8; KIB64 + 2 * PAGE];
+    let src = at_page_offset(&mut src, 0, KIB64);
+    let dst = at_page_offset(&mut dst, distance, KIB64);
     let mut batches = Vec::with_capacity(BATCHES);
     for _ in 0..BATCHES {
-        batches.push(time_batch()? / BATCH);
+        let start = Instant::now();
+        for _ in 0..BATCH {
+            copy(src, dst)?;
+        }
+        batches.push(start.elapsed() / BATCH);
     }
     batches.sort_unstable();
     Ok(batches[BATCHES / 2])
 }
 
-/// A 64 KiB `copy_from_slice` (glibc's `memcpy`) from a page boundary to `distance` bytes past
-/// one.
+/// A `copy_from_slice` (glibc's `memcpy`).
 fn memcpy(distance: usize) -> anyhow::Result<Duration> {
-    let mut src = vec![7u8; KIB64 + PAGE];
-    let mut dst = vec![0u8; KIB64 + 2 * PAGE];
-    let src = at_page_offset(&mut src, 0, KIB64);
-    let dst = at_page_offset(&mut dst, distance, KIB64);
-    median_of(|| {
-        let start = Instant::now();
-        for _ in 0..BATCH {
-            black_box(&mut *dst).copy_from_slice(black_box(&*src));
-        }
-        Ok(start.elapsed())
+    time_copies(distance, |src, dst| {
+        black_box(dst).copy_from_slice(black_box(src));
+        Ok(())
     })
 }
 
-/// A 64 KiB write into an empty pipe, then one read of it into a buffer `distance` bytes past
-/// a page boundary (the kernel's `copy_to_user` from the pipe's pages).
+/// A write into an empty pipe, then one read of it (the kernel's `copy_to_user` from the
+/// pipe's pages). 64 KiB is the default pipe's capacity: the write completes without a reader.
 fn pipe_read(distance: usize) -> anyhow::Result<Duration> {
     let (mut rx, mut tx) = std::io::pipe()?;
-    let mut src = vec![7u8; KIB64 + PAGE];
-    let mut dst = vec![0u8; KIB64 + 2 * PAGE];
-    let src = at_page_offset(&mut src, 0, KIB64);
-    let dst = at_page_offset(&mut dst, distance, KIB64);
-    median_of(|| {
-        let start = Instant::now();
-        for _ in 0..BATCH {
-            // 64 KiB is the default pipe's capacity: the write completes without a reader.
-            tx.write_all(src)?;
-            rx.read_exact(dst)?;
-        }
-        Ok(start.elapsed())
+    time_copies(distance, |src, dst| {
+        tx.write_all(src)?;
+        rx.read_exact(dst)
     })
 }
 
