@@ -294,8 +294,8 @@ async fn pump_in(
         };
         let sent = match piece {
             // What the engine wrote, byte for byte; the frame is what is recorded.
-            Some(Piece::Frame { frame, wire }) => writer.send_wire(&frame, &wire).await,
-            Some(Piece::Raw(bytes)) => writer.send_raw(&bytes).await,
+            Some(Piece::Frame { frame, wire }) => writer.send_wire(&frame, wire).await,
+            Some(Piece::Raw(bytes)) => writer.send_raw(bytes).await,
             Some(Piece::TooLarge(e)) => {
                 let _ = bad_input.set(e);
                 writer.close().await;

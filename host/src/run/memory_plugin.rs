@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use crate::error::Exit;
 use crate::run::session::{Session, SessionOptions};
 use crate::run::stderr::StderrTail;
-use crate::run::transport::{KillSwitch, Meter, Transport, killed};
+use crate::run::transport::{KillSwitch, Meter, PluginStdin, Transport, killed};
 
 /// How much each direction's pipe holds before a writer waits.
 const PIPE: usize = 64 * 1024;
@@ -145,7 +145,7 @@ impl Session {
             let _ = exit_tx.send(Some(exit));
         });
         let transport = Transport {
-            stdin: Box::pin(host_stdin),
+            stdin: PluginStdin::Stream(Box::pin(host_stdin)),
             stdout: Box::pin(host_stdout),
             exit,
             kill,

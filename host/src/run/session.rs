@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use sandpipe_proto::frame::{AnyFramer, FrameLimits, Framer, Framing};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::watch;
 
 use crate::error::{Exit, SessionError};
@@ -23,7 +23,7 @@ pub use crate::run::native::NativeStdio;
 use crate::run::read_room::start_on_boundary;
 use crate::run::record::Recorder;
 use crate::run::stderr::{StderrMode, StderrTail};
-use crate::run::transport::{KillSwitch, Meter, Transport};
+use crate::run::transport::{KillSwitch, Meter, PluginStdin, Transport};
 use sandpipe_proto::transcript::Direction;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -218,7 +218,7 @@ pub struct Session {
 /// The sending half: frames to the plugin's stdin.
 pub struct SessionWriter {
     record: Option<Arc<Recorder>>,
-    stdin: Option<Pin<Box<dyn AsyncWrite + Send>>>,
+    stdin: Option<PluginStdin>,
     framer: Option<AnyFramer>,
     buf: BytesMut,
     _kill: KillSwitch,
@@ -400,17 +400,13 @@ impl SessionWriter {
         if let Some(r) = &self.record {
             r.frame(Direction::ToPlugin, frame);
         }
-        let written = async {
-            stdin.write_all(bytes).await?;
-            stdin.flush().await
-        };
-        written.await.map_err(stdin_error)
+        stdin.write(bytes).await.map_err(stdin_error)
     }
 
     /// Send `frame`, already framed by the caller as `wire` (for `Content-Length`, the engine's
     /// own header block and the body): `frame` is what is recorded, `wire` what the plugin
     /// reads. A proxy uses it to pass headers it does not interpret (`Content-Type`) through.
-    pub async fn send_wire(&mut self, frame: &[u8], wire: &[u8]) -> Result<(), SessionError> {
+    pub async fn send_wire(&mut self, frame: &[u8], wire: Bytes) -> Result<(), SessionError> {
         if let Some(r) = &self.record {
             r.frame(Direction::ToPlugin, frame);
         }
@@ -419,14 +415,11 @@ impl SessionWriter {
 
     /// Write `bytes` to the plugin's stdin as they are, outside the framing: for a stream
     /// passed through after its framing was lost (`sandpipe run` forwards what the engine
-    /// writes and lets the plugin judge it). Not recorded.
-    pub async fn send_raw(&mut self, bytes: &[u8]) -> Result<(), SessionError> {
+    /// writes and lets the plugin judge it). Not recorded. A wasm plugin reads `bytes` where
+    /// they lie, not a copy.
+    pub async fn send_raw(&mut self, bytes: Bytes) -> Result<(), SessionError> {
         let stdin = self.stdin.as_mut().ok_or(SessionError::AlreadyClosed)?;
-        let written = async {
-            stdin.write_all(bytes).await?;
-            stdin.flush().await
-        };
-        written.await.map_err(stdin_error)
+        stdin.write_bytes(bytes).await.map_err(stdin_error)
     }
 
     /// Close the plugin's stdin; later sends fail with [`SessionError::AlreadyClosed`].

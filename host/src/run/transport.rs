@@ -4,15 +4,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use tokio::io::{AsyncRead, AsyncWrite};
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::error::Exit;
+use crate::run::sandbox::PipeWriter;
 use crate::run::stderr::StderrTail;
 
 /// A running plugin: its stdio, how it ended, and a way to stop it.
 pub(crate) struct Transport {
-    pub(crate) stdin: Pin<Box<dyn AsyncWrite + Send>>,
+    pub(crate) stdin: PluginStdin,
     pub(crate) stdout: Pin<Box<dyn AsyncRead + Send>>,
     /// `None` while running; the exit once the plugin is gone.
     pub(crate) exit: watch::Receiver<Option<Exit>>,
@@ -23,6 +25,43 @@ pub(crate) struct Transport {
     /// How many of sandpipe's own processes stand between `pid` and the plugin (a namespaced
     /// native plugin's monitor and PID 1: 2), left out when its memory is measured.
     pub(crate) plugin_depth: u8,
+}
+
+/// A plugin's stdin, as a session writes to it.
+pub(crate) enum PluginStdin {
+    /// A pipe to a process, or an in-memory plugin's duplex: bytes are copied in.
+    Stream(Pin<Box<dyn AsyncWrite + Send>>),
+    /// A wasm guest's stdin: a frame held as `Bytes` is handed over without a copy.
+    Guest(PipeWriter),
+}
+
+impl PluginStdin {
+    /// Write all of `bytes` and flush.
+    pub(crate) async fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            PluginStdin::Stream(w) => {
+                w.write_all(bytes).await?;
+                w.flush().await
+            }
+            PluginStdin::Guest(pipe) => pipe.write_all(bytes).await,
+        }
+    }
+
+    /// Write all of `bytes` and flush; a wasm guest takes them as they are.
+    pub(crate) async fn write_bytes(&mut self, bytes: Bytes) -> std::io::Result<()> {
+        match self {
+            PluginStdin::Stream(_) => self.write(&bytes).await,
+            PluginStdin::Guest(pipe) => pipe.write_bytes(bytes).await,
+        }
+    }
+
+    /// Close it: the plugin reads EOF.
+    pub(crate) async fn shutdown(&mut self) -> std::io::Result<()> {
+        match self {
+            PluginStdin::Stream(w) => w.shutdown().await,
+            PluginStdin::Guest(pipe) => pipe.shutdown().await,
+        }
+    }
 }
 
 /// Counters a running plugin shares with its session.

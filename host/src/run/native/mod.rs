@@ -50,7 +50,7 @@ use crate::error::{Exit, HostError};
 use crate::policy::Policy;
 use crate::run::sandbox::finish;
 use crate::run::stderr::{StderrMode, StderrTail};
-use crate::run::transport::{KillSwitch, Transport, killed};
+use crate::run::transport::{KillSwitch, PluginStdin, Transport, killed};
 
 pub use landlock::{LANDLOCK_TARGET_ABI, LandlockSupport};
 pub(crate) use memory::plugin_resident;
@@ -332,7 +332,7 @@ pub(crate) fn spawn(
     });
 
     Ok(Transport {
-        stdin,
+        stdin: PluginStdin::Stream(stdin),
         stdout,
         exit: exit_rx,
         kill,

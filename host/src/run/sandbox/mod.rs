@@ -20,6 +20,8 @@ mod pool;
 mod sockets;
 mod stdio;
 
+pub(crate) use stdio::PipeWriter;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,7 +47,7 @@ use crate::error::{Exit, HostError};
 use crate::net::Resolver;
 use crate::policy::{Access, Fuel, ImportPolicy, Policy, import_allowed};
 use crate::run::stderr::{StderrMode, StderrTail};
-use crate::run::transport::{KillSwitch, Meter, Transport, killed};
+use crate::run::transport::{KillSwitch, Meter, PluginStdin, Transport, killed};
 
 /// How often the epoch ticker bumps the engine's epoch. Each bump lets a running guest yield
 /// to tokio (so kills and timeouts are noticed) and checks its deadline.
@@ -720,7 +722,7 @@ impl Sandbox {
             }
         }
         Ok(Transport {
-            stdin: Box::pin(host_in),
+            stdin: PluginStdin::Guest(host_in),
             stdout: Box::pin(host_out),
             exit: exit_rx,
             kill,

@@ -290,6 +290,46 @@ impl Drop for PipeWriter {
     }
 }
 
+impl PipeWriter {
+    /// Write all of `bytes`, handing them to the guest as they are: a frame the host already
+    /// holds as `Bytes` is not copied (split only where the pipe's capacity makes the writer
+    /// wait). Bytes written are visible to the guest at once.
+    pub(crate) async fn write_bytes(&mut self, mut bytes: Bytes) -> io::Result<()> {
+        while !bytes.is_empty() {
+            std::future::poll_fn(|cx| self.poll_push(cx, bytes.len(), |n| bytes.split_to(n)))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Push what `take(n)` gives for the `n` of `len` bytes the pipe has room for.
+    fn poll_push(
+        &self,
+        cx: &mut Context<'_>,
+        len: usize,
+        take: impl FnOnce(usize) -> Bytes,
+    ) -> Poll<io::Result<usize>> {
+        let mut s = self.shared.lock();
+        if s.readers == 0 {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        if s.write_closed {
+            return Poll::Ready(Err(io::Error::other("write after shutdown")));
+        }
+        let n = s.room().min(len);
+        if n == 0 {
+            let old = register(&mut s.writer_waker, cx);
+            drop(s);
+            wake(old);
+            return Poll::Pending;
+        }
+        let w = s.push(take(n));
+        drop(s);
+        wake(w);
+        Poll::Ready(Ok(n))
+    }
+}
+
 impl AsyncWrite for PipeWriter {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -299,24 +339,7 @@ impl AsyncWrite for PipeWriter {
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        let mut s = self.shared.lock();
-        if s.readers == 0 {
-            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
-        }
-        if s.write_closed {
-            return Poll::Ready(Err(io::Error::other("write after shutdown")));
-        }
-        let n = s.room().min(buf.len());
-        if n == 0 {
-            let old = register(&mut s.writer_waker, cx);
-            drop(s);
-            wake(old);
-            return Poll::Pending;
-        }
-        let w = s.push(Bytes::copy_from_slice(&buf[..n]));
-        drop(s);
-        wake(w);
-        Poll::Ready(Ok(n))
+        self.poll_push(cx, buf.len(), |n| Bytes::copy_from_slice(&buf[..n]))
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
