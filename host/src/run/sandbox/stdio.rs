@@ -650,6 +650,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn bytes_handed_over_reach_the_guest_where_they_lie_and_wait_for_room() {
+        let (mut host, stdin) = stdin_pipe(4);
+        let mut guest = stdin.p2_stream();
+        let frame = Bytes::from_static(b"0123456789");
+        let writer = tokio::spawn({
+            let frame = frame.clone();
+            async move {
+                host.write_bytes(frame).await.expect("write");
+                host
+            }
+        });
+        let mut got = Vec::new();
+        let mut first = true;
+        while got.len() < 10 {
+            let part = guest.blocking_read(16).await.expect("read");
+            if first && !part.is_empty() {
+                // The first part is the frame's own memory, not a copy of it.
+                assert_eq!(part.as_ptr(), frame.as_ptr());
+                first = false;
+            }
+            got.extend_from_slice(&part);
+        }
+        assert_eq!(got, b"0123456789");
+        drop(writer.await.expect("writer"));
+        assert!(matches!(guest.read(1), Err(StreamError::Closed)));
+    }
+
+    #[tokio::test]
     async fn guest_output_is_bounded_and_survives_the_guest() {
         let (stdout, mut host) = stdout_pipe(5);
         let mut guest = stdout.p2_stream();
