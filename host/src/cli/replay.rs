@@ -105,13 +105,24 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
     match replay::check(&mut session, &transcript, args.wait).await {
         Ok(exit) => {
             let frames = transcript.entries.len();
-            eprintln!("sandpipe: replay matched all {frames} frames; {exit}");
+            say(&format!(
+                "sandpipe: replay matched all {frames} frames; {exit}\n"
+            ));
             Ok(0)
         }
         Err(d) => {
             session.kill();
-            eprint!("sandpipe: {d}");
+            say(&format!("sandpipe: {d}"));
             Ok(1)
         }
     }
+}
+
+/// Write the verdict to stderr in one `write`. The plugin's stderr is forwarded to the same
+/// descriptor, as it comes, until it ends; `eprint!` writes each piece of its format
+/// separately, so a plugin's line could land inside the verdict (it did: "first divergence at
+/// frame hog: sqrt starting\n3: …").
+fn say(report: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().lock().write_all(report.as_bytes());
 }
