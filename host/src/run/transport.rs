@@ -3,13 +3,13 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::error::Exit;
-use crate::run::sandbox::PipeWriter;
 use crate::run::stderr::StderrTail;
 
 /// A running plugin: its stdio, how it ended, and a way to stop it.
@@ -32,7 +32,19 @@ pub(crate) enum PluginStdin {
     /// A pipe to a process, or an in-memory plugin's duplex: bytes are copied in.
     Stream(Pin<Box<dyn AsyncWrite + Send>>),
     /// A wasm guest's stdin: a frame held as `Bytes` is handed over without a copy.
-    Guest(PipeWriter),
+    Guest(Pin<Box<dyn BytesSink>>),
+}
+
+/// A stdin that takes a frame's `Bytes` as they are: a wasm guest's pipe
+/// (`sandbox::stdio::PipeWriter`).
+pub(crate) trait BytesSink: AsyncWrite + Send {
+    /// Take as much of `bytes` as there is room for off its front, without copying it;
+    /// `Pending` while there is no room.
+    fn poll_write_bytes(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bytes: &mut Bytes,
+    ) -> Poll<std::io::Result<()>>;
 }
 
 impl PluginStdin {
@@ -48,10 +60,16 @@ impl PluginStdin {
     }
 
     /// Write all of `bytes` and flush; a wasm guest takes them as they are.
-    pub(crate) async fn write_bytes(&mut self, bytes: Bytes) -> std::io::Result<()> {
+    pub(crate) async fn write_bytes(&mut self, mut bytes: Bytes) -> std::io::Result<()> {
         match self {
             PluginStdin::Stream(_) => self.write(&bytes).await,
-            PluginStdin::Guest(pipe) => pipe.write_bytes(bytes).await,
+            PluginStdin::Guest(pipe) => {
+                while !bytes.is_empty() {
+                    std::future::poll_fn(|cx| pipe.as_mut().poll_write_bytes(cx, &mut bytes))
+                        .await?;
+                }
+                Ok(())
+            }
         }
     }
 

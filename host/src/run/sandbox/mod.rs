@@ -20,8 +20,6 @@ mod pool;
 mod sockets;
 mod stdio;
 
-pub(crate) use stdio::PipeWriter;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -722,7 +720,7 @@ impl Sandbox {
             }
         }
         Ok(Transport {
-            stdin: PluginStdin::Guest(host_in),
+            stdin: PluginStdin::Guest(Box::pin(host_in)),
             stdout: Box::pin(host_out),
             exit: exit_rx,
             kill,

@@ -37,6 +37,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
 use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamError, StreamResult};
 
+use crate::run::transport::BytesSink;
+
 /// The most one guest write to stdout or stderr may hand over while the pipe is under its
 /// capacity: the default `max_frame_bytes`, so a frame written with one `write()` arrives whole.
 /// A larger write is short (the guest's libc returns the count, as POSIX allows).
@@ -290,18 +292,21 @@ impl Drop for PipeWriter {
     }
 }
 
-impl PipeWriter {
-    /// Write all of `bytes`, handing them to the guest as they are: a frame the host already
-    /// holds as `Bytes` is not copied (split only where the pipe's capacity makes the writer
-    /// wait). Bytes written are visible to the guest at once.
-    pub(crate) async fn write_bytes(&mut self, mut bytes: Bytes) -> io::Result<()> {
-        while !bytes.is_empty() {
-            std::future::poll_fn(|cx| self.poll_push(cx, bytes.len(), |n| bytes.split_to(n)))
-                .await?;
-        }
-        Ok(())
+impl BytesSink for PipeWriter {
+    /// The guest reads `bytes` where they lie: a frame the host already holds as `Bytes` is
+    /// not copied (split only where the pipe's capacity makes the writer wait).
+    fn poll_write_bytes(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bytes: &mut Bytes,
+    ) -> Poll<io::Result<()>> {
+        let len = bytes.len();
+        self.poll_push(cx, len, |n| bytes.split_to(n))
+            .map_ok(|_| ())
     }
+}
 
+impl PipeWriter {
     /// Push what `take(n)` gives for the `n` of `len` bytes the pipe has room for.
     fn poll_push(
         &self,
@@ -602,6 +607,7 @@ impl AsyncWrite for PipeWriterHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::transport::PluginStdin;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[tokio::test]
@@ -651,12 +657,13 @@ mod tests {
 
     #[tokio::test]
     async fn bytes_handed_over_reach_the_guest_where_they_lie_and_wait_for_room() {
-        let (mut host, stdin) = stdin_pipe(4);
+        let (host, stdin) = stdin_pipe(4);
         let mut guest = stdin.p2_stream();
         let frame = Bytes::from_static(b"0123456789");
         let writer = tokio::spawn({
             let frame = frame.clone();
             async move {
+                let mut host = PluginStdin::Guest(Box::pin(host));
                 host.write_bytes(frame).await.expect("write");
                 host
             }
