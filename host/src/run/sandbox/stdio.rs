@@ -244,6 +244,34 @@ impl Shared {
         self.clone()
     }
 
+    /// Push what `take(n)` gives for the `n` of `len` bytes the pipe has room for; `Pending`
+    /// (the writer's waker kept) while it has none. Every host-side writer goes through it.
+    fn poll_push(
+        &self,
+        cx: &mut Context<'_>,
+        len: usize,
+        take: impl FnOnce(usize) -> Bytes,
+    ) -> Poll<io::Result<usize>> {
+        let mut s = self.lock();
+        if s.readers == 0 {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        if s.write_closed {
+            return Poll::Ready(Err(io::Error::other("write after shutdown")));
+        }
+        let n = s.room().min(len);
+        if n == 0 {
+            let old = register(&mut s.writer_waker, cx);
+            drop(s);
+            wake(old);
+            return Poll::Pending;
+        }
+        let w = s.push(take(n));
+        drop(s);
+        wake(w);
+        Poll::Ready(Ok(n))
+    }
+
     fn close_write(&self) {
         let mut s = self.lock();
         s.write_closed = true;
@@ -301,37 +329,9 @@ impl BytesSink for PipeWriter {
         bytes: &mut Bytes,
     ) -> Poll<io::Result<()>> {
         let len = bytes.len();
-        self.poll_push(cx, len, |n| bytes.split_to(n))
+        self.shared
+            .poll_push(cx, len, |n| bytes.split_to(n))
             .map_ok(|_| ())
-    }
-}
-
-impl PipeWriter {
-    /// Push what `take(n)` gives for the `n` of `len` bytes the pipe has room for.
-    fn poll_push(
-        &self,
-        cx: &mut Context<'_>,
-        len: usize,
-        take: impl FnOnce(usize) -> Bytes,
-    ) -> Poll<io::Result<usize>> {
-        let mut s = self.shared.lock();
-        if s.readers == 0 {
-            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
-        }
-        if s.write_closed {
-            return Poll::Ready(Err(io::Error::other("write after shutdown")));
-        }
-        let n = s.room().min(len);
-        if n == 0 {
-            let old = register(&mut s.writer_waker, cx);
-            drop(s);
-            wake(old);
-            return Poll::Pending;
-        }
-        let w = s.push(take(n));
-        drop(s);
-        wake(w);
-        Poll::Ready(Ok(n))
     }
 }
 
@@ -344,7 +344,8 @@ impl AsyncWrite for PipeWriter {
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        self.poll_push(cx, buf.len(), |n| Bytes::copy_from_slice(&buf[..n]))
+        self.shared
+            .poll_push(cx, buf.len(), |n| Bytes::copy_from_slice(&buf[..n]))
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -577,22 +578,12 @@ impl AsyncWrite for PipeWriterHandle {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let shared = &self.0.shared;
-        let mut s = shared.lock();
-        if s.readers == 0 {
-            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
         }
-        let n = s.room().min(buf.len());
-        if n == 0 && !buf.is_empty() {
-            let old = register(&mut s.writer_waker, cx);
-            drop(s);
-            wake(old);
-            return Poll::Pending;
-        }
-        let w = s.push(Bytes::copy_from_slice(&buf[..n]));
-        drop(s);
-        wake(w);
-        Poll::Ready(Ok(n))
+        self.0
+            .shared
+            .poll_push(cx, buf.len(), |n| Bytes::copy_from_slice(&buf[..n]))
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
