@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use crate::error::Exit;
 use crate::run::session::{Session, SessionOptions};
 use crate::run::stderr::StderrTail;
-use crate::run::transport::{KillSwitch, Meter, PluginStdin, Transport, killed};
+use crate::run::transport::{KillSwitch, Meter, PluginStdin, PluginStdout, Transport, killed};
 
 /// How much each direction's pipe holds before a writer waits.
 const PIPE: usize = 64 * 1024;
@@ -146,7 +146,7 @@ impl Session {
         });
         let transport = Transport {
             stdin: PluginStdin::Stream(Box::pin(host_stdin)),
-            stdout: Box::pin(host_stdout),
+            stdout: PluginStdout::Stream(Box::pin(host_stdout)),
             exit,
             kill,
             stderr,

@@ -10,12 +10,10 @@
 //! plugin's stdout only reaches EOF once the plugin is gone, so every frame the plugin
 //! completed before it failed is delivered before the failure is seen.
 
-use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use sandpipe_proto::frame::{AnyFramer, FrameLimits, Framer, Framing};
-use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::watch;
 
 use crate::error::{Exit, SessionError};
@@ -23,7 +21,7 @@ pub use crate::run::native::NativeStdio;
 use crate::run::read_room::start_on_boundary;
 use crate::run::record::Recorder;
 use crate::run::stderr::{StderrMode, StderrTail};
-use crate::run::transport::{KillSwitch, Meter, PluginStdin, Transport};
+use crate::run::transport::{KillSwitch, Meter, PluginStdin, PluginStdout, Transport};
 use sandpipe_proto::transcript::Direction;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -227,7 +225,7 @@ pub struct SessionWriter {
 /// The receiving half: frames from the plugin's stdout.
 pub struct SessionReader {
     record: Option<Arc<Recorder>>,
-    stdout: Pin<Box<dyn AsyncRead + Send>>,
+    stdout: PluginStdout,
     framer: Option<AnyFramer>,
     buf: BytesMut,
     /// What a read reserves when the buffer runs low: doubled up to [`MAX_READ_CHUNK`] each
@@ -483,14 +481,20 @@ impl SessionReader {
                     });
                 }
             }
-            if self.buf.capacity() - self.buf.len() < MIN_SPARE {
-                self.buf.reserve(self.chunk);
-            }
-            start_on_boundary(&mut self.buf);
-            let room = self.buf.capacity() - self.buf.len();
+            // A wasm guest's bytes become an empty buffer as they lie, with no room reserved
+            // (see `PluginStdout::read_into`).
+            let room = if self.buf.is_empty() && self.stdout.hands_over_bytes() {
+                usize::MAX
+            } else {
+                if self.buf.capacity() - self.buf.len() < MIN_SPARE {
+                    self.buf.reserve(self.chunk);
+                }
+                start_on_boundary(&mut self.buf);
+                self.buf.capacity() - self.buf.len()
+            };
             let n = self
                 .stdout
-                .read_buf(&mut self.buf)
+                .read_into(&mut self.buf)
                 .await
                 .map_err(SessionError::Io)?;
             if n == 0 {

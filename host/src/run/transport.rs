@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::error::Exit;
@@ -15,7 +15,7 @@ use crate::run::stderr::StderrTail;
 /// A running plugin: its stdio, how it ended, and a way to stop it.
 pub(crate) struct Transport {
     pub(crate) stdin: PluginStdin,
-    pub(crate) stdout: Pin<Box<dyn AsyncRead + Send>>,
+    pub(crate) stdout: PluginStdout,
     /// `None` while running; the exit once the plugin is gone.
     pub(crate) exit: watch::Receiver<Option<Exit>>,
     pub(crate) kill: KillSwitch,
@@ -25,6 +25,55 @@ pub(crate) struct Transport {
     /// How many of sandpipe's own processes stand between `pid` and the plugin (a namespaced
     /// native plugin's monitor and PID 1: 2), left out when its memory is measured.
     pub(crate) plugin_depth: u8,
+}
+
+/// A plugin's stdout, as a session reads it.
+pub(crate) enum PluginStdout {
+    /// A pipe from a process, or an in-memory plugin's duplex: bytes are copied out.
+    Stream(Pin<Box<dyn AsyncRead + Send>>),
+    /// A wasm guest's stdout: what each guest write lifted out of the guest's memory is handed
+    /// over as it lies.
+    Guest(Pin<Box<dyn BytesSource>>),
+}
+
+/// A stdout that hands over what was written as `Bytes`: a wasm guest's pipe
+/// (`sandbox::stdio::PipeReader`).
+pub(crate) trait BytesSource: AsyncRead + Send {
+    /// What was written and not yet read, as it lies when it is one write (several writes are
+    /// gathered into one buffer); empty at the end.
+    fn poll_read_bytes(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<Bytes>>;
+}
+
+impl PluginStdout {
+    /// Read what comes next into `buf`, returning how many bytes (0 at the end). Into an empty
+    /// `buf`, a guest's bytes become `buf` itself, without a copy; otherwise they are appended
+    /// into the room the caller reserved, as a stream's are.
+    pub(crate) async fn read_into(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        match self {
+            PluginStdout::Guest(pipe) if buf.is_empty() => {
+                let bytes = std::future::poll_fn(|cx| pipe.as_mut().poll_read_bytes(cx)).await?;
+                let n = bytes.len();
+                *buf = BytesMut::from(bytes);
+                Ok(n)
+            }
+            PluginStdout::Guest(pipe) => pipe.read_buf(buf).await,
+            PluginStdout::Stream(stream) => stream.read_buf(buf).await,
+        }
+    }
+
+    /// Whether [`Self::read_into`] makes an empty buffer of the bytes it reads, so the caller
+    /// need not reserve room.
+    pub(crate) fn hands_over_bytes(&self) -> bool {
+        matches!(self, PluginStdout::Guest(_))
+    }
+
+    /// Read into `scratch`, as [`AsyncReadExt::read`].
+    pub(crate) async fn read(&mut self, scratch: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            PluginStdout::Guest(pipe) => pipe.read(scratch).await,
+            PluginStdout::Stream(stream) => stream.read(scratch).await,
+        }
+    }
 }
 
 /// A plugin's stdin, as a session writes to it.

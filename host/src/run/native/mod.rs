@@ -50,7 +50,7 @@ use crate::error::{Exit, HostError};
 use crate::policy::Policy;
 use crate::run::sandbox::finish;
 use crate::run::stderr::{StderrMode, StderrTail};
-use crate::run::transport::{KillSwitch, PluginStdin, Transport, killed};
+use crate::run::transport::{KillSwitch, PluginStdin, PluginStdout, Transport, killed};
 
 pub use landlock::{LANDLOCK_TARGET_ABI, LandlockSupport};
 pub(crate) use memory::plugin_resident;
@@ -333,7 +333,7 @@ pub(crate) fn spawn(
 
     Ok(Transport {
         stdin: PluginStdin::Stream(stdin),
-        stdout,
+        stdout: PluginStdout::Stream(stdout),
         exit: exit_rx,
         kill,
         stderr,

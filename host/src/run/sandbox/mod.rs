@@ -45,7 +45,7 @@ use crate::error::{Exit, HostError};
 use crate::net::Resolver;
 use crate::policy::{Access, Fuel, ImportPolicy, Policy, import_allowed};
 use crate::run::stderr::{StderrMode, StderrTail};
-use crate::run::transport::{KillSwitch, Meter, PluginStdin, Transport, killed};
+use crate::run::transport::{KillSwitch, Meter, PluginStdin, PluginStdout, Transport, killed};
 
 /// How often the epoch ticker bumps the engine's epoch. Each bump lets a running guest yield
 /// to tokio (so kills and timeouts are noticed) and checks its deadline.
@@ -721,7 +721,7 @@ impl Sandbox {
         }
         Ok(Transport {
             stdin: PluginStdin::Guest(Box::pin(host_in)),
-            stdout: Box::pin(host_out),
+            stdout: PluginStdout::Guest(Box::pin(host_out)),
             exit: exit_rx,
             kill,
             stderr,

@@ -37,7 +37,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
 use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamError, StreamResult};
 
-use crate::run::transport::BytesSink;
+use crate::run::transport::{BytesSink, BytesSource};
 
 /// The most one guest write to stdout or stderr may hand over while the pipe is under its
 /// capacity: the default `max_frame_bytes`, so a frame written with one `write()` arrives whole.
@@ -272,6 +272,30 @@ impl Shared {
         Poll::Ready(Ok(n))
     }
 
+    /// The host's read: what `take` takes while the pipe holds bytes, `end()` once it is empty
+    /// and the writer is gone, else wait for the writer.
+    fn poll_take<T>(
+        &self,
+        cx: &Context<'_>,
+        take: impl FnOnce(&mut State) -> (T, Option<Waker>),
+        end: impl FnOnce() -> T,
+    ) -> Poll<T> {
+        let mut s = self.lock();
+        if s.len > 0 {
+            let (taken, w) = take(&mut s);
+            drop(s);
+            wake(w);
+            return Poll::Ready(taken);
+        }
+        if s.writer_gone() {
+            return Poll::Ready(end());
+        }
+        let old = register(&mut s.reader_waker, cx);
+        drop(s);
+        wake(old);
+        Poll::Pending
+    }
+
     fn close_write(&self) {
         let mut s = self.lock();
         s.write_closed = true;
@@ -380,20 +404,18 @@ impl AsyncRead for PipeReader {
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }
-        let mut s = self.shared.lock();
-        if s.len > 0 {
-            let w = s.copy_into(buf);
-            drop(s);
-            wake(w);
-            return Poll::Ready(Ok(()));
-        }
-        if s.writer_gone() {
-            return Poll::Ready(Ok(())); // EOF
-        }
-        let old = register(&mut s.reader_waker, cx);
-        drop(s);
-        wake(old);
-        Poll::Pending
+        // Nothing read at the end: EOF.
+        self.shared
+            .poll_take(cx, |s| ((), s.copy_into(buf)), || ())
+            .map(Ok)
+    }
+}
+
+impl BytesSource for PipeReader {
+    fn poll_read_bytes(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<Bytes>> {
+        self.shared
+            .poll_take(cx, |s| s.pop(usize::MAX), Bytes::new)
+            .map(Ok)
     }
 }
 
@@ -598,7 +620,7 @@ impl AsyncWrite for PipeWriterHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::transport::PluginStdin;
+    use crate::run::transport::{PluginStdin, PluginStdout};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[tokio::test]
@@ -673,6 +695,42 @@ mod tests {
         assert_eq!(got, b"0123456789");
         drop(writer.await.expect("writer"));
         assert!(matches!(guest.read(1), Err(StreamError::Closed)));
+    }
+
+    #[tokio::test]
+    async fn what_the_guest_writes_reaches_an_empty_host_buffer_where_it_lies() {
+        let (stdout, host) = stdout_pipe(1 << 10);
+        let mut guest = stdout.p2_stream();
+        let frame = Bytes::from(b"{\"id\":1}".to_vec());
+        let at = frame.as_ptr();
+        guest.write(frame).expect("write");
+        guest.write(Bytes::from_static(b"\n")).expect("write");
+        drop(guest);
+        drop(stdout);
+        let mut host = PluginStdout::Guest(Box::pin(host));
+        let mut buf = BytesMut::new();
+        // Into an empty buffer the two writes come gathered, in a buffer of their own.
+        assert_eq!(host.read_into(&mut buf).await.expect("read"), 9);
+        assert_eq!(&buf[..], b"{\"id\":1}\n");
+        assert_ne!(buf.as_ptr(), at, "two writes are gathered into one buffer");
+        assert_eq!(host.read_into(&mut buf).await.expect("eof"), 0);
+
+        // One write, read into an empty buffer: the buffer is the write's own memory.
+        let (stdout, host) = stdout_pipe(1 << 10);
+        let mut guest = stdout.p2_stream();
+        let frame = Bytes::from(vec![7u8; 300]);
+        let at = frame.as_ptr();
+        guest.write(frame).expect("write");
+        let mut host = PluginStdout::Guest(Box::pin(host));
+        let mut buf = BytesMut::new();
+        assert_eq!(host.read_into(&mut buf).await.expect("read"), 300);
+        assert_eq!(buf.as_ptr(), at, "not a copy");
+        // Into a buffer that holds bytes, the next write is appended.
+        guest.write(Bytes::from_static(b"!")).expect("write");
+        buf.reserve(16);
+        assert_eq!(host.read_into(&mut buf).await.expect("read"), 1);
+        assert_eq!(buf.len(), 301);
+        assert_eq!(buf[300], b'!');
     }
 
     #[tokio::test]
