@@ -481,27 +481,30 @@ impl SessionReader {
                     });
                 }
             }
-            // A wasm guest's bytes become an empty buffer as they lie, with no room reserved
-            // (see `PluginStdout::read_into`).
-            let room = if self.buf.is_empty() && self.stdout.hands_over_bytes() {
-                usize::MAX
-            } else {
-                if self.buf.capacity() - self.buf.len() < MIN_SPARE {
-                    self.buf.reserve(self.chunk);
+            // One write of a wasm guest becomes an empty buffer as it lies.
+            let n = match self.stdout.take_one_write(&mut self.buf).await {
+                Some(n) => n,
+                None => {
+                    if self.buf.capacity() - self.buf.len() < MIN_SPARE {
+                        self.buf.reserve(self.chunk);
+                    }
+                    start_on_boundary(&mut self.buf);
+                    let room = self.buf.capacity() - self.buf.len();
+                    let n = self
+                        .stdout
+                        .read_into(&mut self.buf)
+                        .await
+                        .map_err(SessionError::Io)?;
+                    if n == room {
+                        // The plugin writes faster than this buffer takes it: read more at a
+                        // time.
+                        self.chunk = (self.chunk * 2).min(MAX_READ_CHUNK);
+                    }
+                    n
                 }
-                start_on_boundary(&mut self.buf);
-                self.buf.capacity() - self.buf.len()
             };
-            let n = self
-                .stdout
-                .read_into(&mut self.buf)
-                .await
-                .map_err(SessionError::Io)?;
             if n == 0 {
                 self.eof = true;
-            } else if n == room {
-                // The plugin writes faster than this buffer takes it: read more at a time.
-                self.chunk = (self.chunk * 2).min(MAX_READ_CHUNK);
             }
         }
     }

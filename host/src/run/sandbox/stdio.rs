@@ -412,10 +412,18 @@ impl AsyncRead for PipeReader {
 }
 
 impl BytesSource for PipeReader {
-    fn poll_read_bytes(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<Bytes>> {
-        self.shared
-            .poll_take(cx, |s| s.pop(usize::MAX), Bytes::new)
-            .map(Ok)
+    fn poll_one_write(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        self.shared.poll_take(
+            cx,
+            |s| match s.chunks.len() {
+                1 => {
+                    let (bytes, w) = s.pop(usize::MAX);
+                    (Some(bytes), w)
+                }
+                _ => (None, None),
+            },
+            || Some(Bytes::new()),
+        )
     }
 }
 
@@ -698,39 +706,34 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn what_the_guest_writes_reaches_an_empty_host_buffer_where_it_lies() {
+    async fn one_guest_write_reaches_an_empty_host_buffer_where_it_lies() {
         let (stdout, host) = stdout_pipe(1 << 10);
         let mut guest = stdout.p2_stream();
-        let frame = Bytes::from(b"{\"id\":1}".to_vec());
-        let at = frame.as_ptr();
-        guest.write(frame).expect("write");
-        guest.write(Bytes::from_static(b"\n")).expect("write");
-        drop(guest);
-        drop(stdout);
         let mut host = PluginStdout::Guest(Box::pin(host));
-        let mut buf = BytesMut::new();
-        // Into an empty buffer the two writes come gathered, in a buffer of their own.
-        assert_eq!(host.read_into(&mut buf).await.expect("read"), 9);
-        assert_eq!(&buf[..], b"{\"id\":1}\n");
-        assert_ne!(buf.as_ptr(), at, "two writes are gathered into one buffer");
-        assert_eq!(host.read_into(&mut buf).await.expect("eof"), 0);
-
-        // One write, read into an empty buffer: the buffer is the write's own memory.
-        let (stdout, host) = stdout_pipe(1 << 10);
-        let mut guest = stdout.p2_stream();
         let frame = Bytes::from(vec![7u8; 300]);
         let at = frame.as_ptr();
         guest.write(frame).expect("write");
-        let mut host = PluginStdout::Guest(Box::pin(host));
         let mut buf = BytesMut::new();
-        assert_eq!(host.read_into(&mut buf).await.expect("read"), 300);
-        assert_eq!(buf.as_ptr(), at, "not a copy");
-        // Into a buffer that holds bytes, the next write is appended.
+        assert_eq!(host.take_one_write(&mut buf).await, Some(300));
+        assert_eq!(buf.as_ptr(), at, "the write's own memory, not a copy");
+        // Into a buffer that holds bytes, nothing is handed over: the caller reads into it.
         guest.write(Bytes::from_static(b"!")).expect("write");
+        assert_eq!(host.take_one_write(&mut buf).await, None);
         buf.reserve(16);
         assert_eq!(host.read_into(&mut buf).await.expect("read"), 1);
-        assert_eq!(buf.len(), 301);
-        assert_eq!(buf[300], b'!');
+        assert_eq!((buf.len(), buf[300]), (301, b'!'));
+        // Two writes waiting are read, not gathered into a buffer of their own.
+        guest.write(Bytes::from_static(b"{}")).expect("write");
+        guest.write(Bytes::from_static(b"\n")).expect("write");
+        let mut buf = BytesMut::new();
+        assert_eq!(host.take_one_write(&mut buf).await, None);
+        buf.reserve(16);
+        assert_eq!(host.read_into(&mut buf).await.expect("read"), 3);
+        assert_eq!(&buf[..], b"{}\n");
+        // The end is an empty write.
+        drop(guest);
+        drop(stdout);
+        assert_eq!(host.take_one_write(&mut BytesMut::new()).await, Some(0));
     }
 
     #[tokio::test]
