@@ -217,6 +217,44 @@ fn streams(
         .collect())
 }
 
+/// What sandpipe's own checks cost on one 64 KiB frame of `framing`, in-process on this thread
+/// (the median of [`CHECK_PASSES`] passes): the session's decode of the plugin's reply, which
+/// validates it, and `EngineSplitter`'s split of the engine's frame, which finds where it ends.
+fn checks(framing: Framing) -> anyhow::Result<(Duration, Duration)> {
+    use sandpipe_proto::frame::{BytesMut, EngineSplitter, FrameLimits, Framer, Piece};
+    let frame = frame_for(framing, KIB64)?;
+    let wire = wire(framing, &frame);
+    let limits = FrameLimits::default();
+    let median = |pass: &mut dyn FnMut(BytesMut) -> bool| -> anyhow::Result<Duration> {
+        let mut times = Vec::with_capacity(CHECK_PASSES);
+        for _ in 0..CHECK_PASSES {
+            let buf = BytesMut::from(&wire[..]);
+            let start = std::time::Instant::now();
+            let whole = pass(std::hint::black_box(buf));
+            times.push(start.elapsed());
+            ensure!(
+                whole,
+                "the bench's own {framing:?} frame did not come out whole"
+            );
+        }
+        times.sort_unstable();
+        Ok(times[CHECK_PASSES / 2])
+    };
+    let reply = median(
+        &mut |mut buf| matches!(framing.framer(limits).decode(&mut buf), Ok(Some(f)) if f.len() == frame.len()),
+    )?;
+    let split = median(&mut |mut buf| {
+        matches!(
+            EngineSplitter::new(framing, limits).next(&mut buf, false),
+            Some(Piece::Frame { frame: f, .. }) if f.len() == frame.len()
+        )
+    })?;
+    Ok((reply, split))
+}
+
+/// Passes of each check in [`checks`].
+const CHECK_PASSES: usize = 31;
+
 fn cell(s: Option<&Stats>) -> String {
     s.map_or("—".to_owned(), |s| {
         format!("{} / {}", fmt_duration(s.p50), fmt_duration(s.p99))
@@ -303,8 +341,33 @@ fn measure(inputs: &Inputs, scratch: &Path) -> anyhow::Result<String> {
     let get = |row: &[(&'static str, Stats)], who: &str| {
         row.iter().find(|(w, _)| *w == who).map(|(_, s)| *s)
     };
-    let mut targets: Vec<(String, Option<f64>, &str, bool)> = Vec::new();
-    for (m, (mode, _, _)) in MODES.into_iter().enumerate() {
+    let mut targets: Vec<(String, Option<f64>, &str, bool, String)> = Vec::new();
+    for (m, (mode, framing, _)) in MODES.into_iter().enumerate() {
+        // What sandpipe's own checks cost in a 64 KiB round trip (none for raw bytes): the
+        // ratio without them, and what they may cost at the goal, given the rest.
+        let checked = (mode != "raw").then(|| checks(framing)).transpose()?;
+        let budget = |who: Option<&Stats>, over: Option<&Stats>, goal: f64| {
+            let ((reply, split), who, over) = (checked?, who?.p50, over?.p50);
+            let checks = (reply + split).as_secs_f64();
+            let rest = who.as_secs_f64() - checks;
+            let over = over.as_secs_f64().max(1e-12);
+            let allowed = goal * over - rest;
+            Some(format!(
+                "{} ({} + {}): {:.2}× without them; {}",
+                fmt_duration(reply + split),
+                fmt_duration(reply),
+                fmt_duration(split),
+                rest / over,
+                if allowed > 0.0 {
+                    format!(
+                        "at the goal they may take {}",
+                        fmt_duration(Duration::from_secs_f64(allowed))
+                    )
+                } else {
+                    "over the goal without them".to_owned()
+                }
+            ))
+        };
         for (s, size) in SIZES.into_iter().enumerate() {
             let row = &rows[&(m, s)];
             let (d, w, n, r, c) = (
@@ -340,6 +403,7 @@ fn measure(inputs: &Inputs, scratch: &Path) -> anyhow::Result<String> {
                     r_w,
                     goal,
                     r_w.is_some_and(|x| x <= limit),
+                    budget(w.as_ref(), d.as_ref(), limit).unwrap_or_default(),
                 ));
                 if mode != "raw" {
                     let r_n = ratio(n.as_ref(), r.as_ref());
@@ -348,6 +412,7 @@ fn measure(inputs: &Inputs, scratch: &Path) -> anyhow::Result<String> {
                         r_n,
                         "≤ 1.2×",
                         r_n.is_some_and(|x| x <= 1.2),
+                        budget(n.as_ref(), r.as_ref(), 1.2).unwrap_or_default(),
                     ));
                 }
             }
@@ -358,6 +423,7 @@ fn measure(inputs: &Inputs, scratch: &Path) -> anyhow::Result<String> {
                     r_c,
                     "≤ 1×",
                     r_c.is_some_and(|x| x <= 1.0),
+                    String::new(),
                 ));
             }
         }
@@ -376,20 +442,26 @@ fn measure(inputs: &Inputs, scratch: &Path) -> anyhow::Result<String> {
                 rel,
                 "≥ 0.8×",
                 rel.is_some_and(|x| x >= 0.8),
+                String::new(),
             ));
         }
     }
     let _ = writeln!(
         o,
-        "\n| target | ratio | goal | result |\n|---|---:|---:|---|"
+        "\nsandpipe's own checks of a 64 KiB frame, where the framing has them, each timed in this process on the bench's own frame (the median of {CHECK_PASSES} passes): the session's decode of the plugin's reply (JSON Lines: the line validated as JSON; CBOR: its items walked), plus `EngineSplitter`'s split of the engine's frame (JSON Lines: a newline search; CBOR: its items walked). The last column takes them out of the contender's p50 to give the ratio without them, and says what they may cost for the target to be met, all else as measured.\n\n| target | ratio | goal | result | sandpipe's checks (reply + engine frame) |\n|---|---:|---:|---|---|"
     );
-    for (name, r, goal, met) in targets {
+    for (name, r, goal, met, checks) in targets {
         let result = match (r, met) {
             (None, _) => "not measured",
             (Some(_), true) => "met",
             (Some(_), false) => "**missed**",
         };
-        let _ = writeln!(o, "| {name} | {} | {goal} | {result} |", fmt_ratio(r));
+        let checks = if checks.is_empty() { "—" } else { &checks };
+        let _ = writeln!(
+            o,
+            "| {name} | {} | {goal} | {result} | {checks} |",
+            fmt_ratio(r)
+        );
     }
     Ok(o)
 }
