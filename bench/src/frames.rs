@@ -25,7 +25,7 @@ use anyhow::{Context, ensure};
 use sandpipe_proto::frame::Framing;
 
 use crate::framings::{frame_for, sibling};
-use crate::measure::{Sampler, Stats};
+use crate::measure::{Plan, Sampler, Stats, run_sync};
 use crate::process::{Peer, plans, relay_cmd, run_cmd, stream, warm, wire};
 use crate::report::fmt_duration;
 
@@ -225,20 +225,26 @@ fn checks(framing: Framing) -> anyhow::Result<(Duration, Duration)> {
     let frame = frame_for(framing, KIB64)?;
     let wire = wire(framing, &frame);
     let limits = FrameLimits::default();
+    // Every pass timed, none dropped: the figure is the median of `CHECK_PASSES`.
+    let plan = Plan {
+        warmup: 0,
+        iters: CHECK_PASSES,
+        budget: Duration::MAX,
+        min_iters: CHECK_PASSES,
+    };
     let median = |pass: &mut dyn FnMut(BytesMut) -> bool| -> anyhow::Result<Duration> {
-        let mut times = Vec::with_capacity(CHECK_PASSES);
-        for _ in 0..CHECK_PASSES {
+        let stats = run_sync(&plan, || {
             let buf = BytesMut::from(&wire[..]);
             let start = std::time::Instant::now();
             let whole = pass(std::hint::black_box(buf));
-            times.push(start.elapsed());
+            let took = start.elapsed();
             ensure!(
                 whole,
                 "the bench's own {framing:?} frame did not come out whole"
             );
-        }
-        times.sort_unstable();
-        Ok(times[CHECK_PASSES / 2])
+            Ok(took)
+        })?;
+        Ok(stats.p50)
     };
     let reply = median(
         &mut |mut buf| matches!(framing.framer(limits).decode(&mut buf), Ok(Some(f)) if f.len() == frame.len()),

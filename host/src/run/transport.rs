@@ -63,20 +63,22 @@ impl PluginStdout {
         }
     }
 
+    /// Either kind, as the byte stream it also is.
+    fn stream(&mut self) -> Pin<&mut (dyn AsyncRead + Send)> {
+        match self {
+            PluginStdout::Stream(stream) => stream.as_mut(),
+            PluginStdout::Guest(pipe) => pipe.as_mut(),
+        }
+    }
+
     /// Read into the room reserved in `buf`, as [`AsyncReadExt::read_buf`].
     pub(crate) async fn read_into(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
-        match self {
-            PluginStdout::Guest(pipe) => pipe.read_buf(buf).await,
-            PluginStdout::Stream(stream) => stream.read_buf(buf).await,
-        }
+        self.stream().read_buf(buf).await
     }
 
     /// Read into `scratch`, as [`AsyncReadExt::read`].
     pub(crate) async fn read(&mut self, scratch: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            PluginStdout::Guest(pipe) => pipe.read(scratch).await,
-            PluginStdout::Stream(stream) => stream.read(scratch).await,
-        }
+        self.stream().read(scratch).await
     }
 }
 
@@ -101,15 +103,19 @@ pub(crate) trait BytesSink: AsyncWrite + Send {
 }
 
 impl PluginStdin {
+    /// Either kind, as the byte stream it also is.
+    fn stream(&mut self) -> Pin<&mut (dyn AsyncWrite + Send)> {
+        match self {
+            PluginStdin::Stream(stream) => stream.as_mut(),
+            PluginStdin::Guest(pipe) => pipe.as_mut(),
+        }
+    }
+
     /// Write all of `bytes` and flush.
     pub(crate) async fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        match self {
-            PluginStdin::Stream(w) => {
-                w.write_all(bytes).await?;
-                w.flush().await
-            }
-            PluginStdin::Guest(pipe) => pipe.write_all(bytes).await,
-        }
+        let mut stream = self.stream();
+        stream.write_all(bytes).await?;
+        stream.flush().await
     }
 
     /// Write all of `bytes` and flush; a wasm guest takes them as they are.
@@ -128,10 +134,7 @@ impl PluginStdin {
 
     /// Close it: the plugin reads EOF.
     pub(crate) async fn shutdown(&mut self) -> std::io::Result<()> {
-        match self {
-            PluginStdin::Stream(w) => w.shutdown().await,
-            PluginStdin::Guest(pipe) => pipe.shutdown().await,
-        }
+        self.stream().shutdown().await
     }
 }
 
