@@ -1,8 +1,9 @@
 //! Large frames: `sandpipe-bench --frames` times 100 B and 64 KiB round trips and a 64 KiB
 //! stream through `sandpipe run` against the native plugin run directly, the pass-through relay
 //! and the wasmtime CLI (when installed); `sandpipe-bench --profile-frames` says where a 64 KiB
-//! round trip's time goes: system calls and bytes per call on each side (`strace`), and the
-//! guest's wasm operators per byte (fuel, counted by wasmtime), with and without `simd128`.
+//! round trip's time goes: system calls and bytes per call on each side (`strace`), the large
+//! user-space copies in each process (`bench/copy-count`, preloaded), and the guest's wasm
+//! operators per byte (fuel, counted by wasmtime), with and without `simd128`.
 //!
 //! ```text
 //!  sandpipe-bench --frames   (the process and every child pinned to CPU 0)
@@ -31,7 +32,7 @@ use crate::report::fmt_duration;
 
 /// The wasmtime version sandpipe links, and so the CLI worth comparing with.
 const WASMTIME_VERSION: &str = "48.0.8";
-const KIB64: usize = 64 * 1024;
+pub(crate) const KIB64: usize = 64 * 1024;
 const SIZES: [usize; 2] = [100, KIB64];
 /// The framings of the issue's targets: raw bytes (JSON Lines on the wire), JSON Lines, CBOR.
 const MODES: [(&str, Framing, &str); 3] = [
@@ -39,6 +40,9 @@ const MODES: [(&str, Framing, &str); 3] = [
     ("lines", Framing::JsonLines, "echo-lines"),
     ("cbor", Framing::CborSeq, "echo-cbor"),
 ];
+/// The last column of a raw target, which has no checks to take out.
+const RAW_WHY: &str =
+    "none: raw bytes are not checked; their copies and system calls: `--profile-frames`";
 const DIRECT: &str = "native direct";
 const RUN_WASM: &str = "`sandpipe run` wasm";
 const RUN_NATIVE: &str = "`sandpipe run` native";
@@ -409,7 +413,7 @@ fn measure(inputs: &Inputs, scratch: &Path) -> anyhow::Result<String> {
                     r_w,
                     goal,
                     r_w.is_some_and(|x| x <= limit),
-                    budget(w.as_ref(), d.as_ref(), limit).unwrap_or_default(),
+                    budget(w.as_ref(), d.as_ref(), limit).unwrap_or_else(|| RAW_WHY.to_owned()),
                 ));
                 if mode != "raw" {
                     let r_n = ratio(n.as_ref(), r.as_ref());
@@ -448,7 +452,7 @@ fn measure(inputs: &Inputs, scratch: &Path) -> anyhow::Result<String> {
                 rel,
                 "≥ 0.8×",
                 rel.is_some_and(|x| x >= 0.8),
-                String::new(),
+                RAW_WHY.to_owned(),
             ));
         }
     }
@@ -472,9 +476,14 @@ fn measure(inputs: &Inputs, scratch: &Path) -> anyhow::Result<String> {
     Ok(o)
 }
 
-/// `--profile-frames`: system calls per 64 KiB round trip through `sandpipe run` (strace), and
-/// the guest's wasm operators per byte (fuel) with and without `simd128`.
-pub fn profile(inputs: &Inputs, nosimd_wasm: Result<PathBuf, String>) -> anyhow::Result<()> {
+/// `--profile-frames`: system calls per 64 KiB round trip through `sandpipe run` (strace), the
+/// large user-space copies per frame byte in each process (`bench/copy-count`), and the guest's
+/// wasm operators per byte (fuel) with and without `simd128`.
+pub fn profile(
+    inputs: &Inputs,
+    nosimd_wasm: Result<PathBuf, String>,
+    copy_lib: Result<PathBuf, String>,
+) -> anyhow::Result<()> {
     use std::fmt::Write as _;
     let scratch = std::env::temp_dir().join(format!("sandpipe-bench-prof-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
@@ -496,43 +505,7 @@ pub fn profile(inputs: &Inputs, nosimd_wasm: Result<PathBuf, String>) -> anyhow:
                 o,
                 "| contender | engine reads | bytes a read | engine writes | bytes a write | other reads | other writes | futex wakes | epoll_wait | all calls |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
             );
-            for (label, mode, framing, bin, wasm) in [
-                (
-                    "`sandpipe run` wasm, raw",
-                    "raw",
-                    Framing::JsonLines,
-                    "echo-lines",
-                    true,
-                ),
-                (
-                    "`sandpipe run` wasm, lines",
-                    "lines",
-                    Framing::JsonLines,
-                    "echo-lines",
-                    true,
-                ),
-                (
-                    "`sandpipe run` wasm, cbor",
-                    "cbor",
-                    Framing::CborSeq,
-                    "echo-cbor",
-                    true,
-                ),
-                (
-                    "`sandpipe run` native, lines",
-                    "lines",
-                    Framing::JsonLines,
-                    "echo-lines",
-                    false,
-                ),
-                (
-                    "`sandpipe run` native, cbor",
-                    "cbor",
-                    Framing::CborSeq,
-                    "echo-cbor",
-                    false,
-                ),
-            ] {
+            for (label, mode, framing, bin, wasm) in PROFILED {
                 let plugin = if wasm {
                     sibling(&inputs.wasm, bin)
                 } else {
@@ -598,6 +571,7 @@ pub fn profile(inputs: &Inputs, nosimd_wasm: Result<PathBuf, String>) -> anyhow:
             }
         }
     }
+    copies(&mut o, inputs, copy_lib, &scratch, &cache)?;
     let _ = writeln!(
         o,
         "\nThe guest's own work per byte: wasm operators the echo component executes (wasmtime's fuel, one unit per operator) per byte of a frame, from the difference between {} frames and none in one instance fed from memory: the guest SDK's framer (read, then a newline search for JSON Lines (the JSON is left to the handler), a CBOR item scan, a `Content-Length` header), the handler's reply and the encoder: `echo-content-length` is the floor of moving the bytes. `simd128`: the workspace's build (`.cargo/config.toml`); without: the same source built with `-C target-feature=-simd128`.\n\n| plugin | frame | build | wasm operators a byte |\n|---|---|---|---:|",
@@ -646,8 +620,133 @@ pub fn profile(inputs: &Inputs, nosimd_wasm: Result<PathBuf, String>) -> anyhow:
     Ok(())
 }
 
+/// `--profile-frames`' user-space copies per 64 KiB round trip, in each process of each
+/// contender, the native plugin run directly first (see [`crate::copies`]).
+fn copies(
+    o: &mut String,
+    inputs: &Inputs,
+    copy_lib: Result<PathBuf, String>,
+    scratch: &Path,
+    cache: &Path,
+) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    let rounds = PROFILE_FRAMES.1 - PROFILE_FRAMES.0;
+    let _ = writeln!(
+        o,
+        "\nUser-space copies per 64 KiB round trip: every `memcpy` and `memmove` of {} bytes or more, counted in each process by `bench/copy-count` (preloaded with `LD_PRELOAD`), the difference between a run of {} and one of {} round trips, divided by {rounds}. Bytes are per byte of the frame: a frame copied once on its way in and once on its way out reads 2.0. A wasm plugin's own copies (its `memory.copy`, the lowering into its memory and the lifting out) are in sandpipe's process. Not in it: copies the compiler inlined, and the kernel's copies into and out of pipes (the system calls above). A native plugin under `sandpipe run` shows up only if its environment kept `LD_PRELOAD`.\n",
+        crate::copies::LARGE,
+        PROFILE_FRAMES.1,
+        PROFILE_FRAMES.0,
+    );
+    let lib = match copy_lib {
+        Ok(lib) => lib,
+        Err(why) => {
+            let _ = writeln!(o, "Copy rows **not measured**: {why}.");
+            return Ok(());
+        }
+    };
+    let _ = writeln!(
+        o,
+        "| contender | process | large copies a round trip | `memcpy` bytes a frame byte | `memmove` bytes a frame byte | all copied bytes a frame byte |\n|---|---|---:|---:|---:|---:|"
+    );
+    let direct = [
+        (
+            "native direct, lines",
+            "",
+            Framing::JsonLines,
+            "echo-lines",
+            false,
+        ),
+        (
+            "native direct, cbor",
+            "",
+            Framing::CborSeq,
+            "echo-cbor",
+            false,
+        ),
+    ];
+    let dir = scratch.join("copies");
+    for (label, mode, framing, bin, wasm) in direct.into_iter().chain(PROFILED) {
+        let plugin = if wasm {
+            sibling(&inputs.wasm, bin)
+        } else {
+            sibling(&inputs.native, bin)
+        };
+        if wasm {
+            warm(&inputs.sandpipe, mode, &plugin, framing, cache)?;
+        }
+        let cmd = || {
+            if mode.is_empty() {
+                Command::new(&plugin)
+            } else {
+                run_cmd(&inputs.sandpipe, mode, &plugin)
+            }
+        };
+        let short = crate::copies::count(&lib, &dir, cmd(), framing, PROFILE_FRAMES.0, cache)?;
+        let long = crate::copies::count(&lib, &dir, cmd(), framing, PROFILE_FRAMES.1, cache)?;
+        for (exe, l) in &long {
+            let s = short.get(exe).copied().unwrap_or_default();
+            let per = |l: u64, s: u64| (l as f64 - s as f64) / rounds as f64;
+            let per_byte = |l: u64, s: u64| per(l, s) / KIB64 as f64;
+            let _ = writeln!(
+                o,
+                "| {label} | `{exe}` | {:.1} | {:.2} | {:.2} | {:.2} |",
+                per(
+                    l.memcpy_calls + l.memmove_calls,
+                    s.memcpy_calls + s.memmove_calls
+                ),
+                per_byte(l.memcpy_bytes, s.memcpy_bytes),
+                per_byte(l.memmove_bytes, s.memmove_bytes),
+                per_byte(
+                    l.memcpy_bytes + l.memmove_bytes,
+                    s.memcpy_bytes + s.memmove_bytes
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Round trips of the short and the long strace run.
 const PROFILE_FRAMES: (u64, u64) = (10, 50);
+/// `--profile-frames`' contenders: label, `sandpipe run` mode, framing, echo plugin, wasm.
+const PROFILED: [(&str, &str, Framing, &str, bool); 5] = [
+    (
+        "`sandpipe run` wasm, raw",
+        "raw",
+        Framing::JsonLines,
+        "echo-lines",
+        true,
+    ),
+    (
+        "`sandpipe run` wasm, lines",
+        "lines",
+        Framing::JsonLines,
+        "echo-lines",
+        true,
+    ),
+    (
+        "`sandpipe run` wasm, cbor",
+        "cbor",
+        Framing::CborSeq,
+        "echo-cbor",
+        true,
+    ),
+    (
+        "`sandpipe run` native, lines",
+        "lines",
+        Framing::JsonLines,
+        "echo-lines",
+        false,
+    ),
+    (
+        "`sandpipe run` native, cbor",
+        "cbor",
+        Framing::CborSeq,
+        "echo-cbor",
+        false,
+    ),
+];
 /// Frames fed to one guest instance for the fuel count.
 const FUEL_FRAMES: usize = 20;
 

@@ -41,6 +41,7 @@
 //! No cargo features.
 
 mod aliasing;
+mod copies;
 mod frames;
 mod framings;
 mod fuel;
@@ -105,7 +106,7 @@ struct Args {
 
 const USAGE: &str = "usage: sandpipe-bench [--quick] [--process-only] [--net] [--frames] [--profile-frames] [--static]\n\
     \x20      --frames: 100 B and 64 KiB round trips and a 64 KiB stream through `sandpipe run`, against the plugin direct, the relay and the wasmtime CLI, printed\n\
-    \x20      --profile-frames: system calls per 64 KiB round trip (strace), the guest's wasm operators per byte (fuel) and a 64 KiB copy by where it lands, printed\n\
+    \x20      --profile-frames: system calls (strace) and large user-space copies (bench/copy-count) per 64 KiB round trip, the guest's wasm operators per byte (fuel) and a 64 KiB copy by where it lands, printed\n\
     \x20      --process-only: only the process-level section (`sandpipe run` over pipes), printed, not written\n\
     \x20      --net: only the network section (the allow-list's proxy per connection and per request, a native start), printed\n\
     \x20      --static: also build the static non-PIE sandpipe and measure its start (a full build of its own)\n\
@@ -215,7 +216,9 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
                 .context("the target directory")?
                 .join("no-simd128");
             eprintln!("sandpipe-bench: building the echo plugins without simd128");
-            return frames::profile(&inputs, frames::build_without_simd(&target));
+            let nosimd = frames::build_without_simd(&target);
+            eprintln!("sandpipe-bench: building the copy counter (bench/copy-count)");
+            return frames::profile(&inputs, nosimd, copies::build());
         }
         return frames::run(&inputs);
     }

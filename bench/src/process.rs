@@ -155,6 +155,16 @@ fn cargo_build_sandpipe(
     what: &str,
     extra: impl FnOnce(&mut Command),
 ) -> anyhow::Result<(PathBuf, String)> {
+    cargo_build(what, &["-p", "sandpipe", "--bin", "sandpipe"], extra)
+}
+
+/// Build `what` (cargo's `package` arguments) with this bench's profile into its target
+/// directory: returns the target directory and the profile's name.
+pub(crate) fn cargo_build(
+    what: &str,
+    package: &[&str],
+    extra: impl FnOnce(&mut Command),
+) -> anyhow::Result<(PathBuf, String)> {
     let exe = std::env::current_exe().context("finding the bench binary")?;
     let profile_dir = exe.parent().context("the bench binary's directory")?;
     let target = profile_dir.parent().context("the target directory")?;
@@ -165,7 +175,8 @@ fn cargo_build_sandpipe(
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(sandpipe_tests::workspace_root())
-        .args(["build", "--quiet", "-p", "sandpipe", "--bin", "sandpipe"])
+        .args(["build", "--quiet"])
+        .args(package)
         .arg("--target-dir")
         .arg(target);
     match profile {

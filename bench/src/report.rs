@@ -385,8 +385,9 @@ pub fn render(run: &Run) -> String {
          `sandpipe-bench --frames` (`bench/src/frames.rs`: 100 B and 64 KiB round trips and a \
          64 KiB stream through `sandpipe run`, against the plugin direct, the pass-through relay \
          and the wasmtime CLI), `sandpipe-bench --profile-frames` (the same file: system calls \
-         per 64 KiB round trip from `strace`, and the guest's wasm operators per byte from \
-         wasmtime's fuel, with and without `simd128`), `sandpipe-bench --net` \
+         per 64 KiB round trip from `strace`, large user-space copies per byte from \
+         `bench/copy-count`, and the guest's wasm operators per byte from wasmtime's fuel, \
+         with and without `simd128`), `sandpipe-bench --net` \
          (`bench/src/net.rs`).\n"
     );
     let _ = writeln!(w, "## Figures\n");
