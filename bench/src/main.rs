@@ -160,6 +160,15 @@ fn main() -> ExitCode {
             }
         };
     }
+    if args.first().map(String::as_str) == Some(frames::CHECKS_FLAG) {
+        return match frames::checks_child(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("sandpipe-bench: checks: {err:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if args.first().map(String::as_str) == Some(process::RELAY_FLAG) {
         return match process::relay_floor(&args[1..]) {
             Ok(()) => ExitCode::SUCCESS,
