@@ -167,32 +167,13 @@ pub(crate) fn cargo_build(
 ) -> anyhow::Result<(PathBuf, String)> {
     let exe = std::env::current_exe().context("finding the bench binary")?;
     let profile_dir = exe.parent().context("the bench binary's directory")?;
+    sandpipe_tests::cargo_build_into(profile_dir, package, extra)
+        .map_err(|e| anyhow::anyhow!("building {what}: {e}"))?;
     let target = profile_dir.parent().context("the target directory")?;
     let profile = profile_dir
         .file_name()
         .and_then(|n| n.to_str())
         .context("the profile directory's name")?;
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(sandpipe_tests::workspace_root())
-        .args(["build", "--quiet"])
-        .args(package)
-        .arg("--target-dir")
-        .arg(target);
-    match profile {
-        "debug" => {}
-        "release" => {
-            cmd.arg("--release");
-        }
-        other => {
-            cmd.args(["--profile", other]);
-        }
-    }
-    extra(&mut cmd);
-    let status = cmd
-        .status()
-        .with_context(|| format!("running cargo to build {what}"))?;
-    ensure!(status.success(), "building {what} failed");
     Ok((target.to_path_buf(), profile.to_owned()))
 }
 

@@ -6,38 +6,12 @@ use std::process::Command;
 
 /// Build the library into this test's target directory and return its path.
 fn library() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary");
-    // <target>/<profile>/deps/<test>
-    let profile_dir = exe.parent().and_then(|d| d.parent()).expect("profile dir");
-    let target = profile_dir.parent().expect("target dir");
-    let profile = profile_dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .expect("profile name");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "sandpipe-copy-count",
-            "--target-dir",
-        ])
-        .arg(target);
-    match profile {
-        "debug" => {}
-        "release" => {
-            cmd.arg("--release");
-        }
-        other => {
-            cmd.args(["--profile", other]);
-        }
+    let profile_dir = sandpipe_tests::test_profile_dir();
+    if let Err(e) =
+        sandpipe_tests::cargo_build_into(&profile_dir, &["-p", "sandpipe-copy-count"], |_| {})
+    {
+        panic!("building the copy counter: {e}");
     }
-    assert!(
-        cmd.status().expect("running cargo").success(),
-        "cargo build failed"
-    );
     let lib = profile_dir.join("libsandpipe_copy_count.so");
     assert!(lib.is_file(), "{} was not built", lib.display());
     lib

@@ -66,6 +66,59 @@ pub fn workspace_root() -> PathBuf {
         .to_owned()
 }
 
+/// Build `package` (cargo's package arguments, e.g. `["-p", "sandpipe", "--bin", "sandpipe"]`)
+/// into the target directory that holds `profile_dir` (`<target>/<profile>`), with that
+/// profile: how a test or the bench builds another package's binary next to its own. Cargo
+/// rebuilds only what changed. `extra` adds what else the build needs (flags, environment).
+pub fn cargo_build_into(
+    profile_dir: &Path,
+    package: &[&str],
+    extra: impl FnOnce(&mut std::process::Command),
+) -> Result<(), String> {
+    let target = profile_dir
+        .parent()
+        .ok_or_else(|| format!("{} has no target directory", profile_dir.display()))?;
+    let profile = profile_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| format!("{} names no profile", profile_dir.display()))?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.current_dir(workspace_root())
+        .args(["build", "--quiet"])
+        .args(package)
+        .arg("--target-dir")
+        .arg(target);
+    match profile {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        other => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    extra(&mut cmd);
+    let status = cmd
+        .status()
+        .map_err(|e| format!("running cargo build {package:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo build {package:?} failed ({status})"))
+    }
+}
+
+/// The profile directory (`<target>/<profile>`) of the test binary running this:
+/// `<target>/<profile>/deps/<test binary>`.
+pub fn test_profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("the test binary lives in <target>/<profile>/deps")
+        .to_owned()
+}
+
 /// Where plugins are built: `SANDPIPE_PLUGIN_TARGET_DIR` if set (so several checkouts can share
 /// one `CARGO_TARGET_DIR` without overwriting each other's plugins), else `<target>/plugins`.
 pub fn plugin_target_dir() -> PathBuf {

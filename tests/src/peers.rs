@@ -8,7 +8,7 @@
 //! assert!(deno.ends_with("node_modules/.bin/deno"));
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -102,34 +102,14 @@ pub fn sandpipe() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let exe = std::env::current_exe().expect("the test binary's path");
-            // <target>/<profile>/deps/<test binary>
-            let profile_dir = exe
-                .parent()
-                .and_then(Path::parent)
-                .expect("the test binary lives in <target>/<profile>/deps");
-            let target = profile_dir.parent().expect("<target>");
-            let profile = profile_dir
-                .file_name()
-                .and_then(|n| n.to_str())
-                .expect("profile directory name");
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let mut cmd = Command::new(cargo);
-            cmd.current_dir(super::workspace_root())
-                .args(["build", "--quiet", "-p", "sandpipe", "--bin", "sandpipe"])
-                .arg("--target-dir")
-                .arg(target);
-            match profile {
-                "debug" => {}
-                "release" => {
-                    cmd.arg("--release");
-                }
-                other => {
-                    cmd.args(["--profile", other]);
-                }
+            let profile_dir = super::test_profile_dir();
+            if let Err(e) = super::cargo_build_into(
+                &profile_dir,
+                &["-p", "sandpipe", "--bin", "sandpipe"],
+                |_| {},
+            ) {
+                panic!("building the sandpipe binary: {e}");
             }
-            let status = cmd.status().expect("running cargo to build sandpipe");
-            assert!(status.success(), "building the sandpipe binary failed");
             let bin = profile_dir.join("sandpipe");
             assert!(bin.exists(), "{} was not built", bin.display());
             bin
