@@ -718,6 +718,7 @@ fn copies(
         o,
         "| contender | process | large copies a round trip | `memcpy` bytes a frame byte | `memmove` bytes a frame byte | all copied bytes a frame byte |\n|---|---|---:|---:|---:|---:|"
     );
+    // An empty mode: the plugin run directly, without sandpipe.
     let direct = [
         (
             "native direct, lines",
