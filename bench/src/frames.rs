@@ -40,6 +40,41 @@ const MODES: [(&str, Framing, &str); 3] = [
     ("lines", Framing::JsonLines, "echo-lines"),
     ("cbor", Framing::CborSeq, "echo-cbor"),
 ];
+/// One row of `--frames`' target table.
+#[derive(Debug)]
+struct Target {
+    name: String,
+    ratio: Option<f64>,
+    goal: Goal,
+    /// The last column: what sandpipe's checks cost and may cost, or where to look instead.
+    why: Option<String>,
+}
+
+/// A target's goal for its ratio.
+#[derive(Debug, Clone, Copy)]
+enum Goal {
+    AtMost(f64),
+    AtLeast(f64),
+}
+
+impl Goal {
+    fn met(self, ratio: f64) -> bool {
+        match self {
+            Goal::AtMost(limit) => ratio <= limit,
+            Goal::AtLeast(limit) => ratio >= limit,
+        }
+    }
+}
+
+impl std::fmt::Display for Goal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Goal::AtMost(limit) => write!(f, "≤ {limit}×"),
+            Goal::AtLeast(limit) => write!(f, "≥ {limit}×"),
+        }
+    }
+}
+
 /// The last column of a raw target, which has no checks to take out.
 const RAW_WHY: &str =
     "none: raw bytes are not checked; their copies and system calls: `--profile-frames`";
@@ -416,7 +451,7 @@ fn measure(inputs: &Inputs, scratch: &Path) -> anyhow::Result<String> {
     let get = |row: &[(&'static str, Stats)], who: &str| {
         row.iter().find(|(w, _)| *w == who).map(|(_, s)| *s)
     };
-    let mut targets: Vec<(String, Option<f64>, &str, bool, String)> = Vec::new();
+    let mut targets: Vec<Target> = Vec::new();
     for (m, (mode, framing, _)) in MODES.into_iter().enumerate() {
         // What sandpipe's own checks cost in a 64 KiB round trip (none for raw bytes): the
         // ratio without them, and what they may cost at the goal, given the rest.
@@ -470,40 +505,33 @@ fn measure(inputs: &Inputs, scratch: &Path) -> anyhow::Result<String> {
                 fmt_ratio(ratio(w.as_ref(), c.as_ref())),
             );
             if size == KIB64 {
-                let goal = if mode == "raw" {
-                    "≤ 1.3×"
-                } else {
-                    "≤ 1.5×"
-                };
                 let limit = if mode == "raw" { 1.3 } else { 1.5 };
-                let r_w = ratio(w.as_ref(), d.as_ref());
-                targets.push((
-                    format!("64 KiB {mode}, `run` wasm / native direct"),
-                    r_w,
-                    goal,
-                    r_w.is_some_and(|x| x <= limit),
-                    budget(w.as_ref(), d.as_ref(), limit).unwrap_or_else(|| RAW_WHY.to_owned()),
-                ));
+                targets.push(Target {
+                    name: format!("64 KiB {mode}, `run` wasm / native direct"),
+                    ratio: ratio(w.as_ref(), d.as_ref()),
+                    goal: Goal::AtMost(limit),
+                    why: if mode == "raw" {
+                        Some(RAW_WHY.to_owned())
+                    } else {
+                        budget(w.as_ref(), d.as_ref(), limit)
+                    },
+                });
                 if mode != "raw" {
-                    let r_n = ratio(n.as_ref(), r.as_ref());
-                    targets.push((
-                        format!("64 KiB {mode}, `run` native / pass-through relay"),
-                        r_n,
-                        "≤ 1.2×",
-                        r_n.is_some_and(|x| x <= 1.2),
-                        budget(n.as_ref(), r.as_ref(), 1.2).unwrap_or_default(),
-                    ));
+                    targets.push(Target {
+                        name: format!("64 KiB {mode}, `run` native / pass-through relay"),
+                        ratio: ratio(n.as_ref(), r.as_ref()),
+                        goal: Goal::AtMost(1.2),
+                        why: budget(n.as_ref(), r.as_ref(), 1.2),
+                    });
                 }
             }
             if mode == "raw" {
-                let r_c = ratio(w.as_ref(), c.as_ref());
-                targets.push((
-                    format!("{name} raw, `run` wasm / wasmtime CLI"),
-                    r_c,
-                    "≤ 1×",
-                    r_c.is_some_and(|x| x <= 1.0),
-                    String::new(),
-                ));
+                targets.push(Target {
+                    name: format!("{name} raw, `run` wasm / wasmtime CLI"),
+                    ratio: ratio(w.as_ref(), c.as_ref()),
+                    goal: Goal::AtMost(1.0),
+                    why: None,
+                });
             }
         }
     }
@@ -516,30 +544,31 @@ fn measure(inputs: &Inputs, scratch: &Path) -> anyhow::Result<String> {
         let rel = direct_rate.map(|d| mbs / d.max(1e-9));
         let _ = writeln!(o, "| {who} | {mbs:.1} | {} |", fmt_ratio(rel));
         if *who == RUN_WASM {
-            targets.push((
-                "streaming 64 KiB raw, `run` wasm / native direct".to_owned(),
-                rel,
-                "≥ 0.8×",
-                rel.is_some_and(|x| x >= 0.8),
-                RAW_WHY.to_owned(),
-            ));
+            targets.push(Target {
+                name: "streaming 64 KiB raw, `run` wasm / native direct".to_owned(),
+                ratio: rel,
+                goal: Goal::AtLeast(0.8),
+                why: Some(RAW_WHY.to_owned()),
+            });
         }
     }
     let _ = writeln!(
         o,
         "\nsandpipe's own checks of a 64 KiB frame, where the framing has them, each timed on the bench's own frame in {CHECK_PROCESSES} child processes of the bench on its CPU (the median of {CHECK_PASSES} passes in each; the process with the median total is used, and the least and most totals are shown, since the figure can differ from one process to the next): the session's decode of the plugin's reply (JSON Lines: the line validated as JSON; CBOR: its items walked), plus `EngineSplitter`'s split of the engine's frame (JSON Lines: a newline search; CBOR: its items walked). The last column takes them out of the contender's p50 to give the ratio without them, and says what they may cost for the target to be met, all else as measured.\n\n| target | ratio | goal | result | sandpipe's checks (reply + engine frame) |\n|---|---:|---:|---|---|"
     );
-    for (name, r, goal, met, checks) in targets {
-        let result = match (r, met) {
-            (None, _) => "not measured",
-            (Some(_), true) => "met",
-            (Some(_), false) => "**missed**",
+    for t in targets {
+        let result = match t.ratio {
+            None => "not measured",
+            Some(r) if t.goal.met(r) => "met",
+            Some(_) => "**missed**",
         };
-        let checks = if checks.is_empty() { "—" } else { &checks };
         let _ = writeln!(
             o,
-            "| {name} | {} | {goal} | {result} | {checks} |",
-            fmt_ratio(r)
+            "| {} | {} | {} | {result} | {} |",
+            t.name,
+            fmt_ratio(t.ratio),
+            t.goal,
+            t.why.as_deref().unwrap_or("—"),
         );
     }
     Ok(o)
@@ -557,6 +586,12 @@ pub fn profile(
     let scratch = std::env::temp_dir().join(format!("sandpipe-bench-prof-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let cache = scratch.join("cache");
+    // Compile each wasm contender into the cache once, for every table below.
+    for c in PROFILED {
+        if let (true, Some(mode)) = (c.wasm, c.run) {
+            warm(&inputs.sandpipe, mode, &c.plugin(inputs), c.framing, &cache)?;
+        }
+    }
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -574,18 +609,13 @@ pub fn profile(
                 o,
                 "| contender | engine reads | bytes a read | engine writes | bytes a write | other reads | other writes | futex wakes | epoll_wait | all calls |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
             );
-            for (label, mode, framing, bin, wasm) in PROFILED {
-                let plugin = if wasm {
-                    sibling(&inputs.wasm, bin)
-                } else {
-                    sibling(&inputs.native, bin)
-                };
-                if wasm {
-                    warm(&inputs.sandpipe, mode, &plugin, framing, &cache)?;
-                }
+            for (i, c) in PROFILED.iter().enumerate() {
+                let frame = frame_for(c.framing, KIB64)?;
+                let wire = wire(c.framing, &frame);
                 let mut counts = Vec::new();
                 for frames in [PROFILE_FRAMES.0, PROFILE_FRAMES.1] {
-                    let trace = scratch.join(format!("trace-{mode}-{frames}"));
+                    let trace = scratch.join(format!("trace-{i}-{frames}"));
+                    let run = c.command(inputs);
                     let mut cmd = Command::new(&strace);
                     cmd.args([
                         "-f",
@@ -597,15 +627,9 @@ pub fn profile(
                     ])
                     .arg("-o")
                     .arg(&trace)
-                    .arg(&inputs.sandpipe)
-                    .arg("run");
-                    if mode != "raw" {
-                        cmd.args(["--framing", mode]);
-                    }
-                    cmd.arg(&plugin);
-                    let frame = frame_for(framing, KIB64)?;
-                    let wire = wire(framing, &frame);
-                    let mut peer = Peer::spawn(cmd, framing, &cache)?;
+                    .arg(run.get_program())
+                    .args(run.get_args());
+                    let mut peer = Peer::spawn(cmd, c.framing, &cache)?;
                     for _ in 0..frames {
                         peer.echo(&wire, frame.len())?;
                     }
@@ -626,7 +650,8 @@ pub fn profile(
                 };
                 let _ = writeln!(
                     o,
-                    "| {label} | {:.1} | {} | {:.1} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                    "| {} | {:.1} | {} | {:.1} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                    c.label,
                     per(|c| c.engine_reads),
                     per_call(|c| c.engine_read_bytes, |c| c.engine_reads),
                     per(|c| c.engine_writes),
@@ -718,49 +743,19 @@ fn copies(
         o,
         "| contender | process | large copies a round trip | `memcpy` bytes a frame byte | `memmove` bytes a frame byte | all copied bytes a frame byte |\n|---|---|---:|---:|---:|---:|"
     );
-    // An empty mode: the plugin run directly, without sandpipe.
-    let direct = [
-        (
-            "native direct, lines",
-            "",
-            Framing::JsonLines,
-            "echo-lines",
-            false,
-        ),
-        (
-            "native direct, cbor",
-            "",
-            Framing::CborSeq,
-            "echo-cbor",
-            false,
-        ),
-    ];
     let dir = scratch.join("copies");
-    for (label, mode, framing, bin, wasm) in direct.into_iter().chain(PROFILED) {
-        let plugin = if wasm {
-            sibling(&inputs.wasm, bin)
-        } else {
-            sibling(&inputs.native, bin)
-        };
-        if wasm {
-            warm(&inputs.sandpipe, mode, &plugin, framing, cache)?;
-        }
-        let cmd = || {
-            if mode.is_empty() {
-                Command::new(&plugin)
-            } else {
-                run_cmd(&inputs.sandpipe, mode, &plugin)
-            }
-        };
-        let short = crate::copies::count(&lib, &dir, cmd(), framing, PROFILE_FRAMES.0, cache)?;
-        let long = crate::copies::count(&lib, &dir, cmd(), framing, PROFILE_FRAMES.1, cache)?;
+    for c in DIRECT_PROFILED.iter().chain(&PROFILED) {
+        let count =
+            |frames| crate::copies::count(&lib, &dir, c.command(inputs), c.framing, frames, cache);
+        let (short, long) = (count(PROFILE_FRAMES.0)?, count(PROFILE_FRAMES.1)?);
         for (exe, l) in &long {
             let s = short.get(exe).copied().unwrap_or_default();
             let per = |l: u64, s: u64| (l as f64 - s as f64) / rounds as f64;
             let per_byte = |l: u64, s: u64| per(l, s) / KIB64 as f64;
             let _ = writeln!(
                 o,
-                "| {label} | `{exe}` | {:.1} | {:.2} | {:.2} | {:.2} |",
+                "| {} | `{exe}` | {:.1} | {:.2} | {:.2} | {:.2} |",
+                c.label,
                 per(
                     l.memcpy_calls + l.memmove_calls,
                     s.memcpy_calls + s.memmove_calls
@@ -779,43 +774,91 @@ fn copies(
 
 /// Round trips of the short and the long strace run.
 const PROFILE_FRAMES: (u64, u64) = (10, 50);
-/// `--profile-frames`' contenders: label, `sandpipe run` mode, framing, echo plugin, wasm.
-const PROFILED: [(&str, &str, Framing, &str, bool); 5] = [
-    (
-        "`sandpipe run` wasm, raw",
-        "raw",
-        Framing::JsonLines,
-        "echo-lines",
-        true,
-    ),
-    (
-        "`sandpipe run` wasm, lines",
-        "lines",
-        Framing::JsonLines,
-        "echo-lines",
-        true,
-    ),
-    (
-        "`sandpipe run` wasm, cbor",
-        "cbor",
-        Framing::CborSeq,
-        "echo-cbor",
-        true,
-    ),
-    (
-        "`sandpipe run` native, lines",
-        "lines",
-        Framing::JsonLines,
-        "echo-lines",
-        false,
-    ),
-    (
-        "`sandpipe run` native, cbor",
-        "cbor",
-        Framing::CborSeq,
-        "echo-cbor",
-        false,
-    ),
+/// A `--profile-frames` contender: an echo plugin, wasm or native, behind `sandpipe run` or
+/// run directly.
+#[derive(Debug, Clone, Copy)]
+struct Profiled {
+    label: &'static str,
+    /// `sandpipe run`'s mode (raw, lines or cbor), or `None` for the plugin run directly.
+    run: Option<&'static str>,
+    framing: Framing,
+    bin: &'static str,
+    wasm: bool,
+}
+
+impl Profiled {
+    fn plugin(&self, inputs: &Inputs) -> PathBuf {
+        let build = if self.wasm {
+            &inputs.wasm
+        } else {
+            &inputs.native
+        };
+        sibling(build, self.bin)
+    }
+
+    fn command(&self, inputs: &Inputs) -> Command {
+        let plugin = self.plugin(inputs);
+        match self.run {
+            Some(mode) => run_cmd(&inputs.sandpipe, mode, &plugin),
+            None => Command::new(plugin),
+        }
+    }
+}
+
+/// The baselines of the copy rows: the native echo plugins run directly.
+const DIRECT_PROFILED: [Profiled; 2] = [
+    Profiled {
+        label: "native direct, lines",
+        run: None,
+        framing: Framing::JsonLines,
+        bin: "echo-lines",
+        wasm: false,
+    },
+    Profiled {
+        label: "native direct, cbor",
+        run: None,
+        framing: Framing::CborSeq,
+        bin: "echo-cbor",
+        wasm: false,
+    },
+];
+/// `sandpipe run`'s contenders in every `--profile-frames` table.
+const PROFILED: [Profiled; 5] = [
+    Profiled {
+        label: "`sandpipe run` wasm, raw",
+        run: Some("raw"),
+        framing: Framing::JsonLines,
+        bin: "echo-lines",
+        wasm: true,
+    },
+    Profiled {
+        label: "`sandpipe run` wasm, lines",
+        run: Some("lines"),
+        framing: Framing::JsonLines,
+        bin: "echo-lines",
+        wasm: true,
+    },
+    Profiled {
+        label: "`sandpipe run` wasm, cbor",
+        run: Some("cbor"),
+        framing: Framing::CborSeq,
+        bin: "echo-cbor",
+        wasm: true,
+    },
+    Profiled {
+        label: "`sandpipe run` native, lines",
+        run: Some("lines"),
+        framing: Framing::JsonLines,
+        bin: "echo-lines",
+        wasm: false,
+    },
+    Profiled {
+        label: "`sandpipe run` native, cbor",
+        run: Some("cbor"),
+        framing: Framing::CborSeq,
+        bin: "echo-cbor",
+        wasm: false,
+    },
 ];
 /// Frames fed to one guest instance for the fuel count.
 const FUEL_FRAMES: usize = 20;

@@ -149,34 +149,27 @@ fn parse_args() -> anyhow::Result<Args> {
     Ok(args)
 }
 
+/// A child mode's main, given the arguments after its flag.
+type ChildMain = fn(&[String]) -> anyhow::Result<()>;
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some(net::CLIENT_FLAG) {
-        return match net::client(&args[1..]) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                eprintln!("sandpipe-bench: net client: {err:#}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    if args.first().map(String::as_str) == Some(frames::CHECKS_FLAG) {
-        return match frames::checks_child(&args[1..]) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                eprintln!("sandpipe-bench: checks: {err:#}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    if args.first().map(String::as_str) == Some(process::RELAY_FLAG) {
-        return match process::relay_floor(&args[1..]) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                eprintln!("sandpipe-bench: relay: {err:#}");
-                ExitCode::FAILURE
-            }
-        };
+    // A child the bench starts with a hidden flag: what it does, and its name in errors.
+    let children: [(&str, &str, ChildMain); 3] = [
+        (net::CLIENT_FLAG, "net client", net::client),
+        (frames::CHECKS_FLAG, "checks", frames::checks_child),
+        (process::RELAY_FLAG, "relay", process::relay_floor),
+    ];
+    for (flag, what, child) in children {
+        if args.first().map(String::as_str) == Some(flag) {
+            return match child(&args[1..]) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("sandpipe-bench: {what}: {err:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
     }
     let result = match (scale::child_args(), process::child_args()) {
         (Some(child), _) => scale::child_main(&child),

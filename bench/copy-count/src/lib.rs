@@ -21,31 +21,73 @@ pub const LARGE: usize = 4096;
 
 type CopyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> *mut c_void;
 
-static REAL_MEMCPY: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-static REAL_MEMMOVE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 /// Set while `dlsym` runs, which may itself copy: those copies take the byte loop.
 static RESOLVING: AtomicBool = AtomicBool::new(false);
 
-static MEMCPY_CALLS: AtomicU64 = AtomicU64::new(0);
-static MEMCPY_BYTES: AtomicU64 = AtomicU64::new(0);
-static MEMMOVE_CALLS: AtomicU64 = AtomicU64::new(0);
-static MEMMOVE_BYTES: AtomicU64 = AtomicU64::new(0);
+/// One interposed function: the C library's, looked up once, and what was counted.
+struct Interposed {
+    name: &'static CStr,
+    real: AtomicPtr<c_void>,
+    calls: AtomicU64,
+    bytes: AtomicU64,
+}
 
-/// The C library's function called `name`, looked up once; `None` while a lookup is under way.
-fn real(slot: &AtomicPtr<c_void>, name: &CStr) -> Option<CopyFn> {
-    let mut found = slot.load(Ordering::Acquire);
-    if found.is_null() {
-        if RESOLVING.swap(true, Ordering::Acquire) {
-            return None;
+static MEMCPY: Interposed = Interposed::new(c"memcpy");
+static MEMMOVE: Interposed = Interposed::new(c"memmove");
+
+impl Interposed {
+    const fn new(name: &'static CStr) -> Self {
+        Self {
+            name,
+            real: AtomicPtr::new(std::ptr::null_mut()),
+            calls: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
         }
-        // SAFETY: `name` is a NUL-terminated string; RTLD_NEXT asks for the next object's
-        // definition after this library, the C library's.
-        found = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
-        slot.store(found, Ordering::Release);
-        RESOLVING.store(false, Ordering::Release);
     }
-    // SAFETY: `memcpy` and `memmove` have this signature in every C library.
-    (!found.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, CopyFn>(found) })
+
+    /// The C library's function, looked up once; `None` while a lookup is under way.
+    fn real(&self) -> Option<CopyFn> {
+        let mut found = self.real.load(Ordering::Acquire);
+        if found.is_null() {
+            if RESOLVING.swap(true, Ordering::Acquire) {
+                return None;
+            }
+            // SAFETY: `name` is a NUL-terminated string; RTLD_NEXT asks for the next object's
+            // definition after this library, the C library's.
+            found = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
+            self.real.store(found, Ordering::Release);
+            RESOLVING.store(false, Ordering::Release);
+        }
+        // SAFETY: `memcpy` and `memmove` have this signature in every C library.
+        (!found.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, CopyFn>(found) })
+    }
+
+    /// Count a copy of `n` bytes if it is large, then make it with the C library's function
+    /// (or the byte loop while that is looked up).
+    ///
+    /// # Safety
+    /// As the interposed function (for `memcpy`, non-overlapping ranges, a case of `memmove`'s
+    /// contract, which the byte loop needs).
+    unsafe fn copy(&self, dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
+        if n >= LARGE {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        match self.real() {
+            // SAFETY: the caller's contract, passed on unchanged.
+            Some(copy) => unsafe { copy(dst, src, n) },
+            // SAFETY: the caller's contract.
+            None => unsafe { byte_copy(dst, src, n) },
+        }
+    }
+
+    /// Calls and bytes counted so far.
+    fn counts(&self) -> (u64, u64) {
+        (
+            self.calls.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// A copy without the C library, for the calls made while it is looked up: one byte at a
@@ -71,44 +113,26 @@ unsafe fn byte_copy(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_vo
     dst
 }
 
-fn count(calls: &AtomicU64, bytes: &AtomicU64, n: usize) {
-    if n >= LARGE {
-        calls.fetch_add(1, Ordering::Relaxed);
-        bytes.fetch_add(n as u64, Ordering::Relaxed);
-    }
-}
-
 /// # Safety
 /// As the C library's `memcpy`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
-    count(&MEMCPY_CALLS, &MEMCPY_BYTES, n);
-    match real(&REAL_MEMCPY, c"memcpy") {
-        // SAFETY: the caller's contract, passed on unchanged.
-        Some(copy) => unsafe { copy(dst, src, n) },
-        // SAFETY: non-overlapping ranges are a case of `memmove`'s contract.
-        None => unsafe { byte_copy(dst, src, n) },
-    }
+    // SAFETY: the caller's contract, passed on unchanged.
+    unsafe { MEMCPY.copy(dst, src, n) }
 }
 
 /// # Safety
 /// As the C library's `memmove`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
-    count(&MEMMOVE_CALLS, &MEMMOVE_BYTES, n);
-    match real(&REAL_MEMMOVE, c"memmove") {
-        // SAFETY: the caller's contract, passed on unchanged.
-        Some(copy) => unsafe { copy(dst, src, n) },
-        // SAFETY: the caller's contract.
-        None => unsafe { byte_copy(dst, src, n) },
-    }
+    // SAFETY: the caller's contract, passed on unchanged.
+    unsafe { MEMMOVE.copy(dst, src, n) }
 }
 
 /// At exit: the counts as they stand, to `$SANDPIPE_COPY_COUNT_DIR/<pid>`. Writing the file
 /// copies too, after the counts are read.
 extern "C" fn report() {
-    let counts = [&MEMCPY_CALLS, &MEMCPY_BYTES, &MEMMOVE_CALLS, &MEMMOVE_BYTES]
-        .map(|c| c.load(Ordering::Relaxed));
+    let ((mc, mb), (vc, vb)) = (MEMCPY.counts(), MEMMOVE.counts());
     let Some(dir) = std::env::var_os("SANDPIPE_COPY_COUNT_DIR") else {
         return;
     };
@@ -116,7 +140,6 @@ extern "C" fn report() {
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_default();
-    let [mc, mb, vc, vb] = counts;
     let path = std::path::Path::new(&dir).join(std::process::id().to_string());
     // Nothing to report a failure to: the bench finds the file missing and says so.
     let _ = std::fs::write(path, format!("{exe}\n{mc} {mb} {vc} {vb}\n"));
@@ -124,8 +147,8 @@ extern "C" fn report() {
 
 extern "C" fn init() {
     // Look both up before the process has threads, so the byte loop is for `dlsym` alone.
-    let _ = real(&REAL_MEMCPY, c"memcpy");
-    let _ = real(&REAL_MEMMOVE, c"memmove");
+    let _ = MEMCPY.real();
+    let _ = MEMMOVE.real();
     // SAFETY: `report` is an `extern "C" fn()` that lives as long as the process.
     unsafe {
         libc::atexit(report);
