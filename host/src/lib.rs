@@ -81,14 +81,14 @@ use std::time::{Duration, Instant};
 
 pub use error::{Exit, HostError, SessionError, Stopped};
 pub use policy::{
-    Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, DocumentError, Fuel, ImportPolicy, Policy,
-    PolicyDocument, Preopen,
+    Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, DEFAULT_MAX_PROCESSES, DocumentError, Fuel,
+    ImportPolicy, Policy, PolicyDocument, Preopen,
 };
 pub use policy_file::{PolicyFile, PolicyFileError};
 pub use run::memory_plugin::MemoryPlugin;
 pub use run::native::{
-    LANDLOCK_TARGET_ABI, LandlockSupport, NamespaceSupport, PROXY_PORT, StartupGrant,
-    WithheldGrant, startup_grants, withheld_startup_grants,
+    CgroupSupport, LANDLOCK_TARGET_ABI, LandlockSupport, NamespaceSupport, PROXY_PORT,
+    StartupGrant, WithheldGrant, startup_grants, withheld_startup_grants,
 };
 pub use run::sandbox::{
     ExportedFunc, InstanceAllocator, LoadSource, Metering, PoolNeeds, Pooling, default_cache_dir,

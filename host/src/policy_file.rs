@@ -151,6 +151,12 @@ pub struct Limits {
     #[serde(default, deserialize_with = "count_cap")]
     #[cfg_attr(feature = "cli", arg(long, value_name = "N", value_parser = Cap::count))]
     pub max_open_files: Option<Cap>,
+    /// Native only: most processes and threads the plugin may have at once, or none. Past it
+    /// fork and thread creation fail with EAGAIN (the plugin's cgroup pids.max: not enforced
+    /// where no cgroup can be had, as the start-up line then says) [default: 512].
+    #[serde(default, deserialize_with = "count_cap")]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N", value_parser = Cap::count))]
+    pub max_processes: Option<Cap>,
     /// Bytes a wasm component may write to files through its --dir grants, in all (e.g.
     /// 100MiB); every write counts, an overwrite again. Past it a write fails with ENOSPC
     /// (insufficient-space) and the plugin runs on [default: none]. Not for native plugins.
@@ -176,6 +182,7 @@ impl Limits {
         doc.timeout = self.timeout.or(doc.timeout);
         doc.max_cpu_time = self.max_cpu_time.or(doc.max_cpu_time);
         doc.max_open_files = self.max_open_files.map_or(doc.max_open_files, |c| c.0);
+        doc.max_processes = self.max_processes.map_or(doc.max_processes, |c| c.0);
         doc.max_disk_write = self.max_disk_write.or(doc.max_disk_write);
     }
 }

@@ -1167,7 +1167,7 @@ fn a_venv_python_starts_under_the_default_limits() {
         let err = stderr(&out);
         assert_ne!(out.status.code(), Some(0), "{err}");
         assert!(
-            err.contains("sandpipe: note: the plugin failed before writing any output; under Landlock it could read only"),
+            err.contains("sandpipe: note: the plugin failed before writing any output; in its sandbox it could read only"),
             "{err}"
         );
     }

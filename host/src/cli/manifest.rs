@@ -184,7 +184,7 @@ impl PolicyKey {
 }
 
 /// Every key of the policy document but `args`, whose flag differs per command.
-const POLICY_KEYS: [PolicyKey; 15] = [
+const POLICY_KEYS: [PolicyKey; 16] = [
     PolicyKey::one("limits.fuel", &["fuel"], |m| m.limits.fuel.is_some()),
     PolicyKey::one("limits.max-memory", &["max_memory"], |m| {
         m.limits.max_memory.is_some()
@@ -197,6 +197,9 @@ const POLICY_KEYS: [PolicyKey; 15] = [
     }),
     PolicyKey::one("limits.max-open-files", &["max_open_files"], |m| {
         m.limits.max_open_files.is_some()
+    }),
+    PolicyKey::one("limits.max-processes", &["max_processes"], |m| {
+        m.limits.max_processes.is_some()
     }),
     PolicyKey::one("limits.max-disk-write", &["max_disk_write"], |m| {
         m.limits.max_disk_write.is_some()
@@ -276,6 +279,8 @@ fn merge_sandbox(s: &mut SandboxArgs, m: &PolicyFile, cli: &ArgMatches) -> Resul
     layer(cli, key, &mut l.max_cpu_time, &f.max_cpu_time);
     let key = ("max_open_files", "limits.max-open-files");
     layer(cli, key, &mut l.max_open_files, &f.max_open_files);
+    let key = ("max_processes", "limits.max-processes");
+    layer(cli, key, &mut l.max_processes, &f.max_processes);
     let key = ("max_disk_write", "limits.max-disk-write");
     layer(cli, key, &mut l.max_disk_write, &f.max_disk_write);
     layer(

@@ -201,6 +201,7 @@ fn host_metered(
 
 /// Parse the command line, run it, and return the process exit code (pass it to [`exit`]).
 pub fn main() -> i32 {
+    status::no_core_file();
     let matches = with_env_names(Cli::command()).get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // An empty --stderr (`-e SANDPIPE_STDERR=` over an image's default) keeps stderr.

@@ -127,6 +127,7 @@ pub(crate) fn warn_if_native(plugin: &Plugin, policy: &Policy) {
             LandlockSupport::Unavailable { .. } => parts.push("no Landlock".to_owned()),
             _ => parts.push(format!("Landlock ABI {}", support.abi().unwrap_or(0))),
         }
+        parts.push(crate::CgroupSupport::detect().describe());
         let grants = native_grants(plugin, policy);
         if !grants.is_empty() {
             parts.push(format!("read-only for start-up: {grants}"));
@@ -239,8 +240,13 @@ pub(crate) fn explain_failed_start(
         None => "if it needs more, grant it with --dir PATH:ro to read, or --dir PATH to write"
             .to_owned(),
     };
+    let confined = if NamespaceSupport::detect().is_available() {
+        "in its sandbox"
+    } else {
+        "under Landlock"
+    };
     eprintln!(
-        "sandpipe: note: {when}; under Landlock it could read only {}; {advice}",
+        "sandpipe: note: {when}; {confined} it could read only {}; {advice}",
         allowed.join(", ")
     );
 }

@@ -66,6 +66,8 @@ pub fn exit(code: i32) -> ! {
         // signals only write to a pipe; the process ends here either way.
         #[allow(unsafe_code)]
         unsafe {
+            no_core_file();
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
             libc::signal(signal, libc::SIG_DFL);
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
@@ -75,6 +77,26 @@ pub fn exit(code: i32) -> ! {
         }
     }
     std::process::exit(code)
+}
+
+/// sandpipe never leaves a core file: its memory holds what it keeps from the plugin (the
+/// `--http-header` secrets, the caller's whole environment), and a core lands in the working
+/// directory, which may be a plugin's `--dir` grant. `RLIMIT_CORE` goes to 0, hard limit
+/// included, at the start of every command, before any plugin runs and whatever `ulimit -c`
+/// the caller set; and sandpipe becomes non-dumpable before it re-raises a plugin's signal.
+/// Not non-dumpable from the start: a non-dumpable process's `/proc/self` belongs to root, so
+/// an unprivileged sandpipe's forked jail could not write its own `uid_map`.
+pub(crate) fn no_core_file() {
+    let none = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: setrlimit reads one rlimit on our stack. Lowering a limit cannot fail but for
+    // a bad resource; the plugin's own limit is 0 regardless.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_CORE, &none);
+    }
 }
 
 /// Why the bridge stopped early.

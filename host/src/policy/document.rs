@@ -63,6 +63,9 @@ pub struct Limits {
     /// Most files open at once; `None` keeps sandpipe's own limit.
     #[serde(with = "size")]
     pub max_open_files: Option<u64>,
+    /// A native plugin's processes and threads; `None` is no limit.
+    #[serde(with = "size")]
+    pub max_processes: Option<u64>,
     /// Bytes a component may write through its preopens.
     #[serde(with = "size")]
     pub max_disk_write: Option<u64>,
@@ -229,6 +232,7 @@ impl Policy {
             deterministic,
             max_cpu_time,
             max_open_files,
+            max_processes,
             max_disk_write,
             startup_grants,
             net,
@@ -249,6 +253,7 @@ impl Policy {
                 timeout: *deadline,
                 max_cpu_time: *max_cpu_time,
                 max_open_files: *max_open_files,
+                max_processes: *max_processes,
                 max_disk_write: *max_disk_write,
             },
             grants: Grants {
@@ -295,6 +300,7 @@ impl Policy {
             .max_memory(l.max_memory)
             .max_cpu_time(l.max_cpu_time)
             .max_open_files(l.max_open_files)
+            .max_processes(l.max_processes)
             .max_disk_write(l.max_disk_write)
             .startup_grants(doc.grants.startup_grants);
         policy.deadline = l.timeout;

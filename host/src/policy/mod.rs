@@ -107,6 +107,8 @@ pub enum ImportPolicy {
 /// - `max_cpu_time`: `None`, no CPU-time limit for a native plugin (the wasm counterpart, fuel,
 ///   is unlimited by default too; a long-lived server legitimately adds up CPU over hours);
 /// - `max_open_files`: 1024 ([`DEFAULT_MAX_OPEN_FILES`]) open files, wasm and native;
+/// - `max_processes`: 512 ([`DEFAULT_MAX_PROCESSES`]) processes and threads of a native
+///   plugin, where it has a cgroup;
 /// - `startup_grants`: on; a native plugin may read what it needs to start (see
 ///   [`crate::startup_grants`]).
 ///
@@ -156,6 +158,13 @@ pub struct Policy {
     ///   to sandpipe's own hard limit when that is smaller. A dynamically linked program needs
     ///   a few to start (at least 16 is safe). `None` keeps sandpipe's own limit.
     pub max_open_files: Option<u64>,
+    /// Native only: most processes and threads the plugin may have at once, all counted
+    /// together (the cgroup's `pids.max`; sandpipe's own two helpers in the sandbox are not
+    /// counted). Past it `fork`, `clone` and thread creation fail with `EAGAIN`, as under
+    /// `ulimit -u`, and the plugin runs on. Enforced where the plugin has a cgroup (see
+    /// [`crate::CgroupSupport`]); without one it is not, and the start-up line says so.
+    /// `None`: no limit.
+    pub max_processes: Option<u64>,
     /// Bytes a wasm component may write to files through its preopens, in all, for the
     /// session: every write counts, whatever its offset (an overwrite counts again; a file
     /// grown by `set-size` does not). Past it a write fails with `insufficient-space`
@@ -185,6 +194,11 @@ pub const DEFAULT_MAX_MEMORY: u64 = 256 << 20;
 /// process's own limit, shared by every session (wasm).
 pub const DEFAULT_MAX_OPEN_FILES: u64 = 1024;
 
+/// The default process limit of a native plugin: room for a runtime's worker threads (Node
+/// and Deno start about a dozen, a JVM a few dozen) and a pool of children, while a fork bomb
+/// or a thread leak stops at hundreds instead of at the host's limit, which the host shares.
+pub const DEFAULT_MAX_PROCESSES: u64 = 512;
+
 impl Default for Policy {
     fn default() -> Self {
         Self {
@@ -198,6 +212,7 @@ impl Default for Policy {
             deterministic: None,
             max_cpu_time: None,
             max_open_files: Some(DEFAULT_MAX_OPEN_FILES),
+            max_processes: Some(DEFAULT_MAX_PROCESSES),
             max_disk_write: None,
             startup_grants: true,
             net: NetPolicy::default(),
@@ -227,6 +242,13 @@ impl Policy {
     /// [`Policy::max_open_files`]).
     pub fn max_open_files(mut self, limit: Option<u64>) -> Self {
         self.max_open_files = limit;
+        self
+    }
+
+    /// Set the process and thread limit of a native plugin (`None` removes it; see
+    /// [`Policy::max_processes`]).
+    pub fn max_processes(mut self, limit: Option<u64>) -> Self {
+        self.max_processes = limit;
         self
     }
 

@@ -133,7 +133,12 @@ impl StderrTail {
         match mode {
             // The host's stderr going away must not stop the drain: the plugin would then
             // block on a full pipe. So write errors are ignored.
-            StderrMode::Inherit => self.forward(stream, HostStderr::default()).await,
+            // On a terminal, the plugin's escape sequences would be the terminal's commands
+            // (a window title, OSC 52 writing the clipboard): they are shown quoted.
+            StderrMode::Inherit => {
+                let quote = std::io::IsTerminal::is_terminal(&std::io::stderr());
+                self.forward(stream, HostStderr::default(), quote).await;
+            }
             StderrMode::Log | StderrMode::Discard => {
                 let mut stream = stream;
                 let mut buf = vec![0u8; 8 * 1024];
@@ -162,7 +167,12 @@ impl StderrTail {
     /// write; an unterminated last line is written once no more bytes come for
     /// [`PARTIAL_LINE_WAIT`] (a prompt or a progress line still shows), at [`MAX_HELD_BYTES`],
     /// or at EOF.
-    async fn forward(&self, mut stream: impl AsyncRead + Unpin, mut sink: impl AsyncWrite + Unpin) {
+    async fn forward(
+        &self,
+        mut stream: impl AsyncRead + Unpin,
+        mut sink: impl AsyncWrite + Unpin,
+        quote: bool,
+    ) {
         let mut buf = vec![0u8; 8 * 1024];
         let mut held: Vec<u8> = Vec::new();
         loop {
@@ -174,7 +184,7 @@ impl StderrTail {
                 match tokio::time::timeout(PARTIAL_LINE_WAIT, stream.read(&mut buf)).await {
                     Ok(read) => read,
                     Err(_) => {
-                        let _ = sink.write_all(&held).await;
+                        emit(&mut sink, &held, quote).await;
                         let _ = sink.flush().await;
                         held.clear();
                         continue;
@@ -190,25 +200,70 @@ impl StderrTail {
             match bytes.iter().rposition(|&b| b == b'\n') {
                 // The usual case, nothing held: the complete lines go out as they were read.
                 Some(last) if held.is_empty() => {
-                    let _ = sink.write_all(&bytes[..=last]).await;
+                    emit(&mut sink, &bytes[..=last], quote).await;
                     held.extend_from_slice(&bytes[last + 1..]);
                 }
                 Some(last) => {
                     held.extend_from_slice(&bytes[..=last]);
-                    let _ = sink.write_all(&held).await;
+                    emit(&mut sink, &held, quote).await;
                     held.clear();
                     held.extend_from_slice(&bytes[last + 1..]);
                 }
                 None => held.extend_from_slice(bytes),
             }
             if held.len() >= MAX_HELD_BYTES {
-                let _ = sink.write_all(&held).await;
+                emit(&mut sink, &held, quote).await;
                 held.clear();
             }
         }
-        let _ = sink.write_all(&held).await;
+        emit(&mut sink, &held, quote).await;
         let _ = sink.flush().await;
     }
+}
+
+/// Write `bytes` to `sink`, quoted for a terminal when `quote`; a failed write is ignored (the
+/// drain must go on, or the plugin would block on a full pipe).
+async fn emit(sink: &mut (impl AsyncWrite + Unpin), bytes: &[u8], quote: bool) {
+    let out = if quote {
+        quote_controls(bytes)
+    } else {
+        std::borrow::Cow::Borrowed(bytes)
+    };
+    let _ = sink.write_all(&out).await;
+}
+
+/// `bytes` with every control character but newline, carriage return and tab written as
+/// `\xNN` (C0 and DEL) or `\u{NN}` (the C1 controls, U+0080 to U+009F, which a UTF-8 terminal
+/// also obeys), and bytes that are not UTF-8 as `\xNN`: what is left cannot move the cursor
+/// beyond its line, set a title, or reach the clipboard. Text without them is not copied.
+pub(crate) fn quote_controls(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    use std::io::Write;
+    let plain = |c: char| matches!(c, '\n' | '\r' | '\t') || !(c.is_control());
+    let clean = std::str::from_utf8(bytes).is_ok_and(|t| t.chars().all(plain));
+    if clean {
+        return std::borrow::Cow::Borrowed(bytes);
+    }
+    let mut out = Vec::with_capacity(bytes.len() + 16);
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                c if plain(c) => {
+                    let mut utf8 = [0u8; 4];
+                    out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+                }
+                c if (c as u32) < 0x80 => {
+                    let _ = write!(out, "\\x{:02x}", c as u32);
+                }
+                c => {
+                    let _ = write!(out, "\\u{{{:x}}}", c as u32);
+                }
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// sandpipe's own stderr as the sink of forwarded lines.
@@ -423,7 +478,7 @@ mod tests {
         stream: tokio::io::DuplexStream,
         sink: Writes,
     ) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move { tail.forward(stream, sink).await })
+        tokio::spawn(async move { tail.forward(stream, sink, false).await })
     }
 
     #[tokio::test]

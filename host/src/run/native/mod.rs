@@ -30,6 +30,8 @@
 //! task: select { waited → classify | deadline → killpg | kill switch → killpg } → Exit
 //! ```
 
+mod cgroup;
+mod grant_path;
 mod landlock;
 mod memory;
 mod namespace;
@@ -47,11 +49,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
 
 use crate::error::{Exit, HostError};
-use crate::policy::Policy;
+use crate::policy::{Policy, Preopen};
 use crate::run::sandbox::finish;
 use crate::run::stderr::{StderrMode, StderrTail};
 use crate::run::transport::{KillSwitch, PluginStdin, PluginStdout, Transport, killed};
 
+pub use cgroup::CgroupSupport;
 pub use landlock::{LANDLOCK_TARGET_ABI, LandlockSupport};
 pub(crate) use memory::plugin_resident;
 pub use namespace::{NamespaceSupport, PROXY_PORT};
@@ -86,6 +89,7 @@ pub(crate) fn spawn(
         source,
     };
     let limits = Limits::for_policy(policy);
+    let preopens = resolved_preopens(&policy.preopens)?;
     let grants = if policy.startup_grants {
         startup_grants(program, &policy.args)
     } else {
@@ -94,7 +98,7 @@ pub(crate) fn spawn(
     let namespaces = NamespaceSupport::detect();
     let mut confinement = landlock::confinement(
         program,
-        &policy.preopens,
+        &preopens,
         &grants,
         namespaces.is_available(),
         namespaces.is_available() && !policy.net.is_closed(),
@@ -110,7 +114,7 @@ pub(crate) fn spawn(
     }
     let filter = if seccomp::available() {
         Some(
-            seccomp::SyscallFilter::build().map_err(|message| HostError::Seccomp {
+            seccomp::SyscallFilter::get().map_err(|message| HostError::Seccomp {
                 program: program.to_owned(),
                 message,
             })?,
@@ -130,12 +134,11 @@ pub(crate) fn spawn(
         program.to_owned()
     };
     // In its own root the plugin is found by absolute path (the working directory there is a
-    // copy of sandpipe's); argv[0] stays the name it was given.
-    let exec_path = if namespaces.is_available() {
-        std::path::absolute(&file).map_err(spawn_error)?
-    } else {
-        file.clone()
-    };
+    // copy of sandpipe's), `..` and symlinked directories resolved as a shell would, a version
+    // manager's shim as the interpreter it would run; argv[0] stays the name it was given, or
+    // for a shim the interpreter's.
+    let (exec_path, shim) = startup::resolve_program(&file).map_err(spawn_error)?;
+    let file = if shim { exec_path.clone() } else { file };
     let proxy_channel = if namespaces.is_available() && !policy.net.is_closed() {
         Some(std::os::unix::net::UnixStream::pair().map_err(spawn_error)?)
     } else {
@@ -145,13 +148,17 @@ pub(crate) fn spawn(
         Some((ours, theirs)) => (Some(ours), Some(std::os::fd::OwnedFd::from(theirs))),
         None => (None, None),
     };
+    let cgroup = cgroup::PluginCgroup::create(policy.max_memory, policy.max_processes);
+    let joiner = cgroup.as_ref().map(cgroup::PluginCgroup::joiner);
     let mut jail = if namespaces.is_available() {
         Some(namespace::Jail::plan(
             program,
             &exec_path,
-            &policy.preopens,
+            &preopens,
             &grants,
             proxy_theirs,
+            // With a cgroup, shared memory is counted with the rest, to the cap exactly.
+            policy.max_memory.filter(|_| cgroup.is_none()),
         )?)
     } else {
         None
@@ -189,6 +196,9 @@ pub(crate) fn spawn(
     unsafe {
         cmd.pre_exec(move || {
             die_with_parent(parent)?;
+            if let Some(joiner) = &joiner {
+                joiner.join()?;
+            }
             close_inherited_descriptors();
             match jail.as_mut() {
                 // In the plugin: the jail's own steps open descriptors (the status pipe, the
@@ -288,6 +298,13 @@ pub(crate) fn spawn(
         let _guard = KillOnDrop(group.clone());
         let _group_guard = guard;
         let _proxy = proxy;
+        // Removed when this task ends, after the plugin was reaped.
+        let cgroup = cgroup;
+        let oom = || {
+            cgroup
+                .as_ref()
+                .is_some_and(cgroup::PluginCgroup::oom_killed)
+        };
         let mut waited = waited;
         let timer = async {
             match deadline {
@@ -304,7 +321,7 @@ pub(crate) fn spawn(
         };
         let exit = tokio::select! {
             done = &mut waited => match done {
-                Ok(Ok(w)) => from_status(&w, peak.load(std::sync::atomic::Ordering::Relaxed), cpu_limit, memory_limit, &tail),
+                Ok(Ok(w)) => from_status(&w, peak.load(std::sync::atomic::Ordering::Relaxed), oom(), cpu_limit, memory_limit, &tail),
                 Ok(Err(e)) => Exit::Trap { message: format!("waiting for child: {e}"), stderr_tail: Vec::new() },
                 Err(_) => Exit::Trap { message: "waiting for child: the waiter thread ended".to_owned(), stderr_tail: Vec::new() },
             },
@@ -323,7 +340,7 @@ pub(crate) fn spawn(
                 match (&mut waited).await {
                     // It had already ended (a forwarded SIGTERM, its own exit) and was not yet
                     // reaped when the kill came: that end is the truth, not the kill.
-                    Ok(Ok(w)) if w.status.signal() != Some(libc::SIGKILL) => from_status(&w, peak.load(std::sync::atomic::Ordering::Relaxed), cpu_limit, memory_limit, &tail),
+                    Ok(Ok(w)) if w.status.signal() != Some(libc::SIGKILL) => from_status(&w, peak.load(std::sync::atomic::Ordering::Relaxed), oom(), cpu_limit, memory_limit, &tail),
                     _ => Exit::Killed { signal: Some(libc::SIGKILL) },
                 }
             }
@@ -340,6 +357,31 @@ pub(crate) fn spawn(
         pid,
         plugin_depth,
     })
+}
+
+/// `preopens` with each host path resolved ([`grant_path::resolve`]: `..` and relative paths
+/// as a shell would, no symbolic link that leads out of its directory). A grant seen at its
+/// own path (no `::GUEST`) is seen at the resolved path.
+fn resolved_preopens(preopens: &[Preopen]) -> Result<Vec<Preopen>, HostError> {
+    preopens
+        .iter()
+        .map(|p| {
+            let host = grant_path::resolve(&p.host).map_err(|message| HostError::Preopen {
+                host: p.host.clone(),
+                message,
+            })?;
+            let guest = if p.guest == p.host.display().to_string() {
+                host.display().to_string()
+            } else {
+                p.guest.clone()
+            };
+            Ok(Preopen {
+                host,
+                guest,
+                access: p.access,
+            })
+        })
+        .collect()
 }
 
 /// Whether native plugins get a seccomp system-call filter on this kernel (the start-up line).
@@ -620,7 +662,8 @@ fn timeval(t: libc::timeval) -> Duration {
 }
 
 /// Classify an exit the host did not cause. `cpu_limit` is the soft `RLIMIT_CPU` the child ran
-/// under, `memory_limit` its `RLIMIT_DATA`.
+/// under, `memory_limit` its memory cap, `oom` whether the kernel's OOM killer killed in the
+/// plugin's cgroup (which holds it to the cap exactly, memfd and shared memory included).
 ///
 /// A native plugin refused memory under `RLIMIT_DATA` sees `ENOMEM` and usually dies of it
 /// (Rust and C++ abort, Python exits 1 on an uncaught `MemoryError`, Go and V8 crash); the kernel
@@ -631,6 +674,7 @@ fn timeval(t: libc::timeval) -> Duration {
 fn from_status(
     waited: &Waited,
     peak: u64,
+    oom: bool,
     cpu_limit: Option<Duration>,
     memory_limit: Option<u64>,
     tail: &StderrTail,
@@ -654,7 +698,7 @@ fn from_status(
     };
     if let Some(limit) = memory_limit
         && failed
-        && peak >= limit / 2
+        && (oom || peak >= limit / 2)
     {
         return Exit::MemoryLimit { limit };
     }

@@ -45,8 +45,8 @@ const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
     | libc::CLONE_NEWUTS;
 
 /// Where the new root is assembled before `pivot_root`: a directory every Linux system has,
-/// hidden only inside the plugin's own mount namespace. Sources are opened before it is
-/// covered, so a grant below it still works.
+/// hidden only inside the plugin's own mount namespace. Each source is copied (`open_tree`)
+/// before it is covered, so a grant of it, below it or above it sees the host's.
 const STAGING: &str = "/tmp";
 
 /// Whether this kernel lets sandpipe give a native plugin its own namespaces.
@@ -308,6 +308,9 @@ struct Entry {
     attr: u64,
     /// Whether the spawn fails when it cannot be mounted.
     required: bool,
+    /// Opened with `RESOLVE_NO_SYMLINKS`: a `--dir` grant, resolved before (see
+    /// `grant_path`), which a link planted since must not redirect.
+    no_symlinks: bool,
 }
 
 /// A plan entry before it is turned into C strings.
@@ -320,8 +323,21 @@ struct Planned {
     /// Device nodes keep their mount's flags: `nodev` would make them unusable.
     device: bool,
     required: bool,
+    no_symlinks: bool,
 }
 
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+
+/// `struct open_how` of `openat2(2)`.
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
@@ -348,6 +364,10 @@ pub(crate) struct Jail {
     cwd: Option<(Vec<CString>, CString)>,
     /// sandpipe's end stays in sandpipe; the child sends the proxy listener through this one.
     proxy: Option<OwnedFd>,
+    /// The plugin's IPC namespace's `kernel.shmmax` and `kernel.shmall`, from the memory cap:
+    /// SysV shared memory outlives the processes that made it, so even without a cgroup
+    /// (which counts its pages) the namespace cannot hold more than the cap.
+    shm_limits: Vec<(&'static CStr, Vec<u8>)>,
 }
 
 impl Jail {
@@ -359,6 +379,7 @@ impl Jail {
         preopens: &[Preopen],
         grants: &[StartupGrant],
         proxy: Option<OwnedFd>,
+        max_memory: Option<u64>,
     ) -> Result<Jail, HostError> {
         let mut planned = Vec::new();
         let ro = |host: &Path, required: bool, device: bool| -> Option<Planned> {
@@ -370,6 +391,7 @@ impl Jail {
                 access: Access::ReadOnly,
                 device,
                 required,
+                no_symlinks: false,
             })
         };
         for dir in SYSTEM_DIRS {
@@ -384,6 +406,7 @@ impl Jail {
                             access: Access::ReadOnly,
                             device: false,
                             required: false,
+                            no_symlinks: false,
                         });
                     }
                 }
@@ -405,6 +428,7 @@ impl Jail {
                         access: Access::ReadOnly,
                         device,
                         required: false,
+                        no_symlinks: false,
                     });
                     planned.extend(ro(&real, false, device));
                 }
@@ -428,6 +452,7 @@ impl Jail {
                 access: Access::ReadOnly,
                 device: false,
                 required: false,
+                no_symlinks: false,
             });
         }
         for grant in grants {
@@ -460,6 +485,7 @@ impl Jail {
                 access: preopen.access,
                 device: false,
                 required: true,
+                no_symlinks: true,
             });
         }
         if !proc_granted {
@@ -470,6 +496,7 @@ impl Jail {
                 access: Access::ReadOnly,
                 device: false,
                 required: true,
+                no_symlinks: false,
             });
         }
         let planned = without_covered(planned);
@@ -491,6 +518,7 @@ impl Jail {
                 kind: p.kind,
                 attr,
                 required: p.required,
+                no_symlinks: p.no_symlinks,
             });
         }
         let cwd = match std::env::current_dir() {
@@ -508,6 +536,15 @@ impl Jail {
             staging: c_path(staging)?,
             cwd,
             proxy,
+            shm_limits: max_memory
+                .map(|cap| {
+                    let pages = cap / super::memory::page_size();
+                    vec![
+                        (c"/proc/sys/kernel/shmmax", cap.to_string().into_bytes()),
+                        (c"/proc/sys/kernel/shmall", pages.to_string().into_bytes()),
+                    ]
+                })
+                .unwrap_or_default(),
         })
     }
 
@@ -528,6 +565,10 @@ impl Jail {
                 .write()
                 .map_err(|(_, e)| std::io::Error::from_raw_os_error(e))?;
             loopback_up()?;
+            // The host's /proc shows the calling process's IPC namespace, which is new.
+            for (file, value) in &self.shm_limits {
+                write_file(file, value).map_err(std::io::Error::from_raw_os_error)?;
+            }
             if let Some(channel) = self.proxy.take() {
                 send_listener(channel.as_raw_fd())?;
                 drop(channel);
@@ -607,10 +648,45 @@ impl Jail {
             {
                 return Err(os());
             }
-            // Sources first, while nothing covers them.
+            // Sources first, while nothing covers them: each a detached copy of its mount tree
+            // as it is now, so a grant of the staging directory itself (`--dir /tmp`) or of one
+            // above it does not take in the root being built there.
             for (entry, fd) in self.entries.iter().zip(self.fds.iter_mut()) {
                 if matches!(entry.kind, Kind::Dir | Kind::File) {
-                    *fd = libc::open(entry.source.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+                    let clone = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_RECURSIVE;
+                    *fd = if entry.no_symlinks {
+                        let how = OpenHow {
+                            flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
+                            mode: 0,
+                            resolve: RESOLVE_NO_SYMLINKS,
+                        };
+                        let path = libc::syscall(
+                            libc::SYS_openat2,
+                            libc::AT_FDCWD,
+                            entry.source.as_ptr(),
+                            &raw const how,
+                            std::mem::size_of::<OpenHow>(),
+                        ) as RawFd;
+                        if path < 0 {
+                            -1
+                        } else {
+                            let tree = libc::syscall(
+                                libc::SYS_open_tree,
+                                path,
+                                c"".as_ptr(),
+                                clone | libc::AT_EMPTY_PATH as libc::c_uint,
+                            ) as RawFd;
+                            libc::close(path);
+                            tree
+                        }
+                    } else {
+                        libc::syscall(
+                            libc::SYS_open_tree,
+                            libc::AT_FDCWD,
+                            entry.source.as_ptr(),
+                            clone,
+                        ) as RawFd
+                    };
                     if *fd < 0 && entry.required {
                         return Err(os());
                     }
@@ -649,13 +725,13 @@ impl Jail {
                                 libc::close(f);
                             }
                         }
-                        let mut path = [0u8; 32];
-                        libc::mount(
-                            fd_path(fd, &mut path).as_ptr(),
+                        libc::syscall(
+                            libc::SYS_move_mount,
+                            fd,
+                            c"".as_ptr(),
+                            libc::AT_FDCWD,
                             entry.target.as_ptr(),
-                            null,
-                            libc::MS_BIND | libc::MS_REC,
-                            std::ptr::null(),
+                            MOVE_MOUNT_F_EMPTY_PATH,
                         ) == 0
                     }
                     Kind::Proc => {
@@ -741,28 +817,6 @@ fn set_mount_attr(target: *const libc::c_char, attr: u64, recursive: bool) -> st
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// `/proc/self/fd/N` in `buf`, without allocating.
-fn fd_path(fd: RawFd, buf: &mut [u8; 32]) -> &CStr {
-    const PREFIX: &[u8] = b"/proc/self/fd/";
-    buf[..PREFIX.len()].copy_from_slice(PREFIX);
-    let mut digits = [0u8; 10];
-    let mut n = fd.unsigned_abs();
-    let mut len = 0;
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for i in 0..len {
-        buf[PREFIX.len() + i] = digits[len - 1 - i];
-    }
-    buf[PREFIX.len() + len] = 0;
-    CStr::from_bytes_until_nul(&buf[..]).unwrap_or(c"/")
 }
 
 /// Bring up `lo` in the new network namespace (`ioctl(SIOCSIFFLAGS)`).
@@ -1190,13 +1244,6 @@ mod tests {
     }
 
     #[test]
-    fn descriptor_paths_are_written_without_allocating() {
-        let mut buf = [0u8; 32];
-        assert_eq!(fd_path(0, &mut buf), c"/proc/self/fd/0");
-        assert_eq!(fd_path(1234567, &mut buf), c"/proc/self/fd/1234567");
-    }
-
-    #[test]
     fn guest_paths_are_absolute_and_clean() {
         assert_eq!(guest_path("/data/./x"), Ok(PathBuf::from("/data/x")));
         assert!(guest_path("/data/../etc").is_err());
@@ -1213,6 +1260,7 @@ mod tests {
             access,
             device: false,
             required: false,
+            no_symlinks: false,
         }
     }
 

@@ -90,11 +90,96 @@ fn too_wide(dir: &Path, home: Option<&Path>) -> Option<String> {
         .map(|s| format!("it holds {s}"))
 }
 
+/// The file a native plugin named `program` really is, as a shell would run it: relative to
+/// the working directory, `..` and symlinked directories resolved physically (as the kernel
+/// resolves them), the file's own name kept (a venv's `bin/python` is a link whose location
+/// tells Python its venv). A version manager's shim (pyenv, asdf, mise: a script that looks
+/// up the interpreter on every run, in a tree the plugin is not granted) becomes the program
+/// the manager would run here, asked with `MANAGER which NAME` in sandpipe's own
+/// environment and working directory, so `.python-version` and `PYENV_VERSION` count.
+/// The second value says whether it was a shim.
+pub(crate) fn resolve_program(program: &Path) -> std::io::Result<(PathBuf, bool)> {
+    let absolute = std::path::absolute(program)?;
+    let name = absolute
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
+    let dir = absolute.parent().unwrap_or(Path::new("/")).canonicalize()?;
+    let resolved = dir.join(name);
+    match shim_manager(&resolved) {
+        Some(manager) => which(&manager, name).map(|p| (p, true)).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!(
+                    "{} is a shim of {}, which names no {} here: run `{} which {}` to see why",
+                    resolved.display(),
+                    manager.display(),
+                    name.to_string_lossy(),
+                    manager.display(),
+                    name.to_string_lossy()
+                ),
+            )
+        }),
+        None => Ok((resolved, false)),
+    }
+}
+
+/// The version manager whose shim `path` is: a `shims` directory whose script runs
+/// `pyenv exec`, `asdf exec` or `mise x` (or `exec`). The manager is the one the shim names
+/// (pyenv's shim names its own `libexec/pyenv`), else found beside the shims directory.
+fn shim_manager(path: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let dir = path.parent()?;
+    if dir.file_name()? != "shims" {
+        return None;
+    }
+    let mut head = [0u8; 2048];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let text = std::str::from_utf8(head.get(..n)?).ok()?;
+    if !text.starts_with("#!") {
+        return None;
+    }
+    let root = dir.parent()?;
+    let named = |tool: &str| {
+        text.split(['"', '\'', ' ', '\n'])
+            .map(Path::new)
+            .find(|w| w.is_absolute() && w.file_name().is_some_and(|f| f == tool))
+            .map(Path::to_owned)
+    };
+    [
+        ("pyenv", " exec ", root.join("libexec/pyenv")),
+        ("asdf", " exec ", root.join("bin/asdf")),
+        ("mise", " x ", root.join("bin/mise")),
+        ("mise", " exec ", root.join("bin/mise")),
+    ]
+    .into_iter()
+    .find(|(tool, verb, _)| text.contains(tool) && text.contains(verb))
+    .and_then(|(tool, _, beside)| {
+        named(tool)
+            .or_else(|| beside.is_file().then_some(beside))
+            .or_else(|| Some(PathBuf::from(tool)))
+    })
+}
+
+/// `MANAGER which NAME`: the file the manager would run for `name`.
+fn which(manager: &Path, name: &std::ffi::OsStr) -> Option<PathBuf> {
+    let out = std::process::Command::new(manager)
+        .arg("which")
+        .arg(name)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    let path = PathBuf::from(text.lines().next()?.trim());
+    (out.status.success() && path.is_absolute() && path.is_file()).then_some(path)
+}
+
 fn plan(program: &Path, args: &[String], home: Option<&Path>) -> Grants {
     let mut grants = Grants {
         home: home.map(Path::to_owned),
         ..Grants::default()
     };
+    let program = &resolve_program(program).map_or_else(|_| program.to_owned(), |(p, _)| p);
     grants.executable(program, "program");
     if let Some(interpreter) = shebang_interpreter(program) {
         grants.executable(&interpreter, "interpreter");
