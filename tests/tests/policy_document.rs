@@ -77,6 +77,7 @@ max-memory = "64MiB"
 timeout = "5m"
 max-cpu-time = "10s"
 max-open-files = 64
+max-processes = 100
 max-disk-write = "1MiB"
 
 [grants]
@@ -106,6 +107,7 @@ http-headers = ["api.test:X-Key=env:POLICY_TEST_TOKEN"]
             "timeout": "5m",
             "max-cpu-time": "10s",
             "max-open-files": 64,
+            "max-processes": 100,
             "max-disk-write": 1u64 << 20,
         },
         "grants": {

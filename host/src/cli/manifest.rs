@@ -488,6 +488,7 @@ max-memory = "none"
 timeout = "3s"
 max-cpu-time = "2s"
 max-open-files = 64
+max-processes = 16
 max-disk-write = "1MiB"
 max-frame = "1KiB"
 [grants]
@@ -523,6 +524,7 @@ http-headers = ["example.com:X-Key=env:KEY"]
             "--timeout=3s",
             "--max-cpu-time=2s",
             "--max-open-files=64",
+            "--max-processes=16",
             "--max-disk-write=1MiB",
             "--max-frame=1KiB",
             "--dir=/d::/g:ro",

@@ -15,8 +15,9 @@
 //!   cap, at least 1 GiB, so a runaway that allocates faster than the watch samples is refused
 //!   by the kernel (`ENOMEM`) long before it can take the host's memory.
 //!
-//! Where the kernel delegates a cgroup v2 `memory.max` the kernel could enforce the first
-//! exactly; this machine's hybrid cgroup v1 layout does not, so the watch is what runs.
+//! Where the plugin has a cgroup of its own (`cgroup.rs`) the kernel enforces the cap exactly,
+//! memfd and shared memory included, and the watch does not run: it counts a page shared by N
+//! processes N times, which would end a plugin that forks many children early.
 
 use std::time::Duration;
 

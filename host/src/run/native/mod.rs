@@ -290,6 +290,9 @@ pub(crate) fn spawn(
     let deadline = policy.deadline;
     let cpu_limit = limits.cpu_time();
     let memory_limit = policy.max_memory;
+    // With a cgroup the kernel holds the cap exactly; the resident-set watch, which counts a
+    // page shared by N processes N times (a fork-heavy plugin), is for where there is none.
+    let watched = memory_limit.filter(|_| cgroup.is_none());
     let tail = stderr.clone();
     let pid = u32::try_from(group.pgid).ok();
 
@@ -314,7 +317,7 @@ pub(crate) fn spawn(
         };
         let peak = std::sync::atomic::AtomicU64::new(0);
         let over_memory = async {
-            match memory_limit {
+            match watched {
                 Some(cap) => memory::exceeded(group.pgid as u32, plugin_depth, cap, &peak).await,
                 None => std::future::pending().await,
             }

@@ -368,6 +368,23 @@ pub(crate) struct Jail {
     /// SysV shared memory outlives the processes that made it, so even without a cgroup
     /// (which counts its pages) the namespace cannot hold more than the cap.
     shm_limits: Vec<(&'static CStr, Vec<u8>)>,
+    /// Where sandpipe's own command line lies in its memory (`arg_start`, `arg_end` of
+    /// `/proc/self/stat`). PID 1 is a fork of sandpipe, so its `/proc/1/cmdline` would be
+    /// sandpipe's, `--dir HOST::GUEST` and all, for a plugin granted `/proc`: PID 1 blanks it.
+    argv: Option<(usize, usize)>,
+}
+
+/// `arg_start` and `arg_end` of this process (fields 48 and 49 of `/proc/self/stat`).
+fn argv_range() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which may hold spaces, start with the third.
+    let mut fields = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .skip(45);
+    let start = fields.next()?.parse().ok()?;
+    let end = fields.next()?.parse().ok()?;
+    (start < end).then_some((start, end))
 }
 
 impl Jail {
@@ -536,6 +553,7 @@ impl Jail {
             staging: c_path(staging)?,
             cwd,
             proxy,
+            argv: argv_range(),
             shm_limits: max_memory
                 .map(|cap| {
                     let pages = cap / super::memory::page_size();
@@ -613,7 +631,7 @@ impl Jail {
                 return Err(os());
             }
             if plugin > 0 {
-                init_process(plugin, status_write);
+                init_process(plugin, status_write, self.argv);
             }
             libc::prctl(
                 libc::PR_SET_PDEATHSIG,
@@ -1032,9 +1050,17 @@ fn monitor_alive(status_write: libc::c_int) -> bool {
 /// PID 1 of the namespace: hold only the status pipe, reap every orphan, and report the
 /// plugin's raw wait status. Its end takes every other process of the namespace with it.
 #[allow(unsafe_code)]
-fn init_process(plugin: libc::pid_t, status_write: libc::c_int) -> ! {
-    // SAFETY: close_range, waitpid, write and _exit on integers and our stack.
+fn init_process(plugin: libc::pid_t, status_write: libc::c_int, argv: Option<(usize, usize)>) -> ! {
+    // SAFETY: close_range, waitpid, write and _exit on integers and our stack; the command
+    // line's bytes are this process's own copy of sandpipe's initial stack, which nothing in
+    // PID 1 reads again.
     unsafe {
+        if let Some((start, end)) = argv {
+            const NAME: &[u8] = b"sandpipe-init\0";
+            let area = start as *mut u8;
+            std::ptr::write_bytes(area, 0, end - start);
+            std::ptr::copy_nonoverlapping(NAME.as_ptr(), area, NAME.len().min(end - start));
+        }
         let w = status_write as libc::c_uint;
         if w > 0 {
             libc::syscall(libc::SYS_close_range, 0u32, w - 1, 0u32);
