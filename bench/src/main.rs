@@ -53,6 +53,7 @@ mod process;
 mod report;
 mod roundtrip;
 mod scale;
+mod start_profile;
 mod startup;
 
 use std::io::Write as _;
@@ -97,6 +98,7 @@ struct Args {
     net: bool,
     frames: bool,
     profile_frames: bool,
+    profile_start: bool,
     static_build: bool,
     phase: Option<Phase>,
     wasm: Option<PathBuf>,
@@ -104,9 +106,10 @@ struct Args {
     profile: Option<String>,
 }
 
-const USAGE: &str = "usage: sandpipe-bench [--quick] [--process-only] [--net] [--frames] [--profile-frames] [--static]\n\
+const USAGE: &str = "usage: sandpipe-bench [--quick] [--process-only] [--net] [--frames] [--profile-frames] [--profile-start] [--static]\n\
     \x20      --frames: 100 B and 64 KiB round trips and a 64 KiB stream through `sandpipe run`, against the plugin direct, the relay and the wasmtime CLI, printed\n\
     \x20      --profile-frames: system calls (strace) and large user-space copies (bench/copy-count) per 64 KiB round trip, the guest's wasm operators per byte (fuel) and a 64 KiB copy by where it lands, printed\n\
+    \x20      --profile-start: `sandpipe run /bin/true` against bubblewrap with the same namespaces, alternated, and where sandpipe's native start goes, phase by phase; printed, and written into BENCHMARKS.md unless --quick\n\
     \x20      --process-only: only the process-level section (`sandpipe run` over pipes), printed, not written\n\
     \x20      --net: only the network section (the allow-list's proxy per connection and per request, a native start), printed\n\
     \x20      --static: also build the static non-PIE sandpipe and measure its start (a full build of its own)\n\
@@ -128,6 +131,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--net" => args.net = true,
             "--frames" => args.frames = true,
             "--profile-frames" => args.profile_frames = true,
+            "--profile-start" => args.profile_start = true,
             "--static" => args.static_build = true,
             "--phase" => {
                 args.phase = Some(match value()?.as_str() {
@@ -190,9 +194,12 @@ fn main() -> ExitCode {
 
 /// The parent: build the plugins, run each phase in a child process, report.
 fn run_all(args: &Args) -> anyhow::Result<()> {
-    if args.net {
+    if args.net || args.profile_start {
         eprintln!("sandpipe-bench: building the sandpipe binary (this bench's profile)");
         let sandpipe = process::build_sandpipe()?;
+        if args.profile_start {
+            return start_profile::run(&sandpipe, args.quick);
+        }
         return net::run(&sandpipe, args.quick);
     }
     let load1_before = machine::load1();

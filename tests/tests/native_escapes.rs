@@ -558,7 +558,7 @@ fn git_sqlite_cpython_and_node_do_their_usual_work_under_the_allow_list() {
     let js = "const cp = require('child_process'); const fs = require('fs');\
         fs.writeFileSync('node.txt', cp.execFileSync('/bin/echo', ['child']));\
         console.log(fs.readFileSync('node.txt', 'utf8').trim());";
-    assert_eq!(run(&node, &["-e", &js]), "child\n");
+    assert_eq!(run(&node, &["-e", js]), "child\n");
 }
 
 /// A program on this machine's PATH, as an absolute path.

@@ -88,6 +88,7 @@ pub(crate) fn spawn(
         program: program.to_owned(),
         source,
     };
+    let mut phases = Phases::new();
     let limits = Limits::for_policy(policy);
     let preopens = resolved_preopens(&policy.preopens)?;
     let grants = if policy.startup_grants {
@@ -95,7 +96,10 @@ pub(crate) fn spawn(
     } else {
         Vec::new()
     };
+    phases.mark("grants");
     let namespaces = NamespaceSupport::detect();
+    phases.mark("probe");
+    phases.add("probe_once", NamespaceSupport::probe_time());
     let mut confinement = landlock::confinement(
         program,
         &preopens,
@@ -112,6 +116,7 @@ pub(crate) fn spawn(
             reason: reason.clone(),
         });
     }
+    phases.mark("landlock");
     let filter = if seccomp::available() {
         Some(
             seccomp::SyscallFilter::get().map_err(|message| HostError::Seccomp {
@@ -148,7 +153,9 @@ pub(crate) fn spawn(
         Some((ours, theirs)) => (Some(ours), Some(std::os::fd::OwnedFd::from(theirs))),
         None => (None, None),
     };
+    phases.mark("seccomp");
     let cgroup = cgroup::PluginCgroup::create(policy.max_memory, policy.max_processes);
+    phases.mark("cgroup");
     let joiner = cgroup.as_ref().map(cgroup::PluginCgroup::joiner);
     let mut jail = if namespaces.is_available() {
         Some(namespace::Jail::plan(
@@ -163,7 +170,8 @@ pub(crate) fn spawn(
     } else {
         None
     };
-    let plugin_depth = if jail.is_some() { 2 } else { 0 };
+    let jailed = jail.is_some();
+    let plugin_depth = if jailed { 2 } else { 0 };
     let mut cmd = std::process::Command::new(&exec_path);
     cmd.arg0(&file)
         .args(&policy.args)
@@ -217,16 +225,24 @@ pub(crate) fn spawn(
             Ok(())
         });
     }
+    phases.mark("plan");
     let started = Instant::now();
     let mut child = spawn_from_spawner_thread(cmd).map_err(spawn_error)?;
+    phases.mark("fork_exec");
     let group = Arc::new(Group {
         pgid: i32::try_from(child.id())
             .map_err(|_| spawn_error(std::io::Error::other("process id out of range")))?,
         reaped: Mutex::new(false),
     });
     // A process of its own that SIGKILLs the plugin's group when sandpipe dies, however it
-    // dies: PR_SET_PDEATHSIG reaches the plugin alone, not what the plugin started.
-    let guard = GroupGuard::start(group.pgid);
+    // dies: PR_SET_PDEATHSIG reaches the plugin alone, not what the plugin started. In the
+    // jail it is not needed (and its fork of sandpipe not paid): the monitor dies with
+    // sandpipe, PID 1 with the monitor, and everything in the PID namespace with PID 1.
+    let guard = if jailed {
+        None
+    } else {
+        GroupGuard::start(group.pgid)
+    };
     let proxy = match proxy_ours {
         Some(channel) => {
             let received = namespace::receive_listener(&std::os::fd::OwnedFd::from(channel));
@@ -351,6 +367,8 @@ pub(crate) fn spawn(
         finish(exit, stderr_task, &tail, exit_tx).await;
     });
 
+    phases.mark("ready");
+    phases.log();
     Ok(Transport {
         stdin: PluginStdin::Stream(stdin),
         stdout: PluginStdout::Stream(stdout),
@@ -385,6 +403,47 @@ fn resolved_preopens(preopens: &[Preopen]) -> Result<Vec<Preopen>, HostError> {
             })
         })
         .collect()
+}
+
+/// How long each phase of a native start took, logged at debug level (target
+/// `sandpipe::start`, one event: `probe_us=.. landlock_us=.. ...`) for `sandpipe-bench
+/// --profile-start`. `fork_exec` runs from the fork to the plugin's `exec` (the jail's steps
+/// in the child included); `probe` is the namespace probe, paid once per process.
+struct Phases {
+    last: Instant,
+    taken: Vec<(&'static str, Duration)>,
+}
+
+impl Phases {
+    fn new() -> Phases {
+        Phases {
+            last: Instant::now(),
+            taken: Vec::with_capacity(8),
+        }
+    }
+
+    /// A phase timed elsewhere (the namespace probe, maybe run before this start began).
+    fn add(&mut self, phase: &'static str, took: Duration) {
+        self.taken.push((phase, took));
+    }
+
+    fn mark(&mut self, phase: &'static str) {
+        let now = Instant::now();
+        self.taken.push((phase, now - self.last));
+        self.last = now;
+    }
+
+    fn log(&self) {
+        if tracing::enabled!(target: "sandpipe::start", tracing::Level::DEBUG) {
+            let text = self
+                .taken
+                .iter()
+                .map(|(phase, d)| format!("{phase}_us={}", d.as_micros()))
+                .collect::<Vec<_>>()
+                .join(" ");
+            tracing::debug!(target: "sandpipe::start", "native start: {text}");
+        }
+    }
 }
 
 /// Whether native plugins get a seccomp system-call filter on this kernel (the start-up line).

@@ -66,8 +66,22 @@ pub enum NamespaceSupport {
 impl NamespaceSupport {
     /// Try, once per process, what a native plugin's start needs in a throwaway child.
     pub fn detect() -> NamespaceSupport {
-        static SUPPORT: OnceLock<NamespaceSupport> = OnceLock::new();
-        SUPPORT.get_or_init(probe).clone()
+        Self::probed().0.clone()
+    }
+
+    /// The answer, and how long the probe that found it took.
+    fn probed() -> &'static (NamespaceSupport, std::time::Duration) {
+        static SUPPORT: OnceLock<(NamespaceSupport, std::time::Duration)> = OnceLock::new();
+        SUPPORT.get_or_init(|| {
+            let started = std::time::Instant::now();
+            let support = probe();
+            (support, started.elapsed())
+        })
+    }
+
+    /// How long this process's probe took (it runs once, on the first [`Self::detect`]).
+    pub(crate) fn probe_time() -> std::time::Duration {
+        Self::probed().1
     }
 
     /// Whether native plugins get their own namespaces.

@@ -160,8 +160,29 @@ fn shim_manager(path: &Path) -> Option<PathBuf> {
     })
 }
 
-/// `MANAGER which NAME`: the file the manager would run for `name`.
+/// `MANAGER which NAME`: the file the manager would run for `name`. Asked once per process
+/// for each pair (the start-up line, its notes and the spawn each resolve the program).
 fn which(manager: &Path, name: &std::ffi::OsStr) -> Option<PathBuf> {
+    type Answers = std::collections::HashMap<(PathBuf, std::ffi::OsString), Option<PathBuf>>;
+    static ANSWERS: std::sync::OnceLock<std::sync::Mutex<Answers>> = std::sync::OnceLock::new();
+    let answers = ANSWERS.get_or_init(Default::default);
+    let key = (manager.to_owned(), name.to_owned());
+    if let Some(answer) = answers
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&key)
+    {
+        return answer.clone();
+    }
+    let answer = ask_which(manager, name);
+    answers
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(key, answer.clone());
+    answer
+}
+
+fn ask_which(manager: &Path, name: &std::ffi::OsStr) -> Option<PathBuf> {
     let out = std::process::Command::new(manager)
         .arg("which")
         .arg(name)
