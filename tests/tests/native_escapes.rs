@@ -372,6 +372,21 @@ fn a_grant_of_tmp_itself_works_below_it_read_only_and_writable() {
 }
 
 #[test]
+fn a_grant_of_the_whole_root_is_the_root() {
+    let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let file = dir.path().join("written");
+    let write = format!("write:{}", file.display());
+    let ro = sandboxed_ok(&["--dir", "/:ro"], &["read:/etc/passwd", &write]);
+    assert_eq!(ro[0]["ok"], true, "{ro:?}");
+    assert_refused(&ro[1], EROFS);
+    let rw = sandboxed_ok(&["--dir", "/"], &[&write, "pid"]);
+    assert_eq!(rw[0]["ok"], true, "{rw:?}");
+    assert_eq!(std::fs::read(&file).expect("written"), b"sandpipe");
+    // Still its own PID namespace and /proc.
+    assert_eq!(rw[1]["pid"], 2, "{rw:?}");
+}
+
+#[test]
 fn the_working_directory_inside_a_grant_is_the_grant() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("input"), "in").expect("write");

@@ -36,7 +36,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::{Admitted, AuditEvent, Refused, Resolver, Via};
+use super::{Admitted, AuditEvent, Decision, Refused, Resolver, Via};
 
 /// The largest request head (request line and header fields) the proxy reads; past it the
 /// answer is `431 Request Header Fields Too Large`.
@@ -300,6 +300,23 @@ fn host_of(ip: IpAddr) -> String {
     }
 }
 
+/// Audit a request the proxy refused before asking the allow-list (a malformed request, a
+/// SOCKS5 command or method it does not serve): the resolver audits the refusals it decides
+/// itself, so every refusal has its line.
+fn audit_refused(resolver: &Resolver, name: Option<String>, port: u16, reason: String) {
+    if let Some(audit) = resolver.audit() {
+        audit.record(&AuditEvent::Net {
+            decision: Decision::Refuse,
+            via: Via::Proxy,
+            name,
+            addr: None,
+            port,
+            rule: None,
+            reason: Some(reason),
+        });
+    }
+}
+
 mod http {
     //! HTTP/1.x proxy requests: `CONNECT host:port` and absolute-form `http://` requests.
 
@@ -350,7 +367,7 @@ mod http {
         let (head, head_len, filled) = match read_head(&mut client, &mut buf).await {
             Ok(Some(read)) => read,
             Ok(None) => return,
-            Err(e) => return answer_error(client, &e).await,
+            Err(e) => return answer_error(client, &e, resolver).await,
         };
         // What followed the head goes to the server first; the head buffer is freed before the
         // relay, which may last as long as the plugin wants.
@@ -359,7 +376,7 @@ mod http {
         if head.method.eq_ignore_ascii_case("CONNECT") {
             let (host, port) = match authority(&head.target, None) {
                 Ok(hp) => hp,
-                Err(e) => return answer_error(client, &e).await,
+                Err(e) => return answer_error(client, &e, resolver).await,
             };
             let Some((server, to)) = open(&mut client, &host, port, resolver).await else {
                 return close_after_answer(client).await;
@@ -375,7 +392,7 @@ mod http {
         } else {
             let (url, host, port) = match absolute(&head.target) {
                 Ok(parts) => parts,
-                Err(e) => return answer_error(client, &e).await,
+                Err(e) => return answer_error(client, &e, resolver).await,
             };
             let Some((server, to)) = open(&mut client, &host, port, resolver).await else {
                 return close_after_answer(client).await;
@@ -574,7 +591,8 @@ mod http {
         }
     }
 
-    async fn answer_error(mut client: TcpStream, e: &RequestError) {
+    async fn answer_error(mut client: TcpStream, e: &RequestError, resolver: &Resolver) {
+        audit_refused(resolver, None, 0, format!("HTTP proxy request: {e}"));
         let line = format!("sandpipe: {e}");
         let _ = client.write_all(&response(e.status(), None, &line)).await;
         close_after_answer(client).await;
@@ -670,6 +688,12 @@ mod socks {
         let methods = &mut methods[..usize::from(greeting[1])];
         client.read_exact(methods).await?;
         if !methods.contains(&NO_AUTH) {
+            audit_refused(
+                resolver,
+                None,
+                0,
+                "SOCKS5: no method sandpipe serves was offered (only no authentication)".into(),
+            );
             client.write_all(&[VERSION, NO_ACCEPTABLE_METHOD]).await?;
             client.shutdown().await?;
             return Ok(None);
@@ -680,6 +704,12 @@ mod socks {
         client.read_exact(&mut request).await?;
         let [version, command, _reserved, atyp] = request;
         if version != VERSION {
+            audit_refused(
+                resolver,
+                None,
+                0,
+                format!("SOCKS5: request version {version}"),
+            );
             return Ok(None);
         }
         let host = match atyp {
@@ -703,12 +733,26 @@ mod socks {
                 // audits the refusal like any other.
                 String::from_utf8_lossy(name).into_owned()
             }
-            _ => return answer(client, Reply::AddressTypeNotSupported).await,
+            _ => {
+                audit_refused(resolver, None, 0, format!("SOCKS5: address type {atyp}"));
+                return answer(client, Reply::AddressTypeNotSupported).await;
+            }
         };
         let mut port = [0u8; 2];
         client.read_exact(&mut port).await?;
         let port = u16::from_be_bytes(port);
         if command != CMD_CONNECT {
+            let what = match command {
+                0x02 => "BIND".to_owned(),
+                0x03 => "UDP ASSOCIATE".to_owned(),
+                other => format!("command {other}"),
+            };
+            audit_refused(
+                resolver,
+                Some(host),
+                port,
+                format!("SOCKS5: {what} is not served (only CONNECT)"),
+            );
             return answer(client, Reply::CommandNotSupported).await;
         }
         let targets = match resolver.targets(&host, port, Via::Proxy).await {
@@ -1211,11 +1255,44 @@ mod tests {
 
         drop(conn);
         proxy.close().await;
-        let refusals = audit_lines(&dir)
+        // Every refusal has its line: the three the allow-list decided, and BIND, UDP
+        // ASSOCIATE and the greeting, which the proxy refused before asking it.
+        let refusals: Vec<_> = audit_lines(&dir)
             .into_iter()
             .filter(|l| l["decision"] == "refuse")
-            .count();
-        assert_eq!(refusals, 3);
+            .collect();
+        assert_eq!(refusals.len(), 6, "{refusals:?}");
+        let reasons: Vec<_> = refusals
+            .iter()
+            .filter_map(|l| l["reason"].as_str())
+            .filter(|r| r.starts_with("SOCKS5: "))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "SOCKS5: BIND is not served (only CONNECT)",
+                "SOCKS5: UDP ASSOCIATE is not served (only CONNECT)",
+                "SOCKS5: no method sandpipe serves was offered (only no authentication)",
+            ]
+        );
+        assert_eq!(refusals[3]["name"], "api.test");
+        assert_eq!(refusals[3]["port"], echo);
+    }
+
+    #[tokio::test]
+    async fn a_malformed_request_is_answered_and_audited() {
+        let (proxy, dir) = proxy(&["api.test".into()]);
+        let mut conn = send(&proxy, b"CONNECT not-an-authority HTTP/1.1\r\n\r\n").await;
+        assert!(read_head(&mut conn).await.starts_with("HTTP/1.1 400 "));
+        drop(conn);
+        proxy.close().await;
+        let lines = audit_lines(&dir);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0]["decision"], "refuse");
+        assert_eq!(
+            lines[0]["reason"],
+            "HTTP proxy request: `not-an-authority` is not HOST:PORT"
+        );
     }
 
     #[tokio::test]

@@ -386,6 +386,9 @@ pub(crate) struct Jail {
     /// `/proc/self/stat`). PID 1 is a fork of sandpipe, so its `/proc/1/cmdline` would be
     /// sandpipe's, `--dir HOST::GUEST` and all, for a plugin granted `/proc`: PID 1 blanks it.
     argv: Option<(usize, usize)>,
+    /// The entry granted at `/` (`--dir /`, `--dir /srv/root::/`), which is then the new root
+    /// itself instead of a tmpfs, with the other entries mounted on it.
+    root: Option<usize>,
 }
 
 /// `arg_start` and `arg_end` of this process (fields 48 and 49 of `/proc/self/stat`).
@@ -560,7 +563,11 @@ impl Jail {
             }
             _ => None,
         };
+        let root = entries
+            .iter()
+            .position(|e| e.kind == Kind::Dir && e.target.as_bytes() == STAGING.as_bytes());
         Ok(Jail {
+            root,
             maps: IdMaps::current(),
             fds: vec![-1; entries.len()],
             entries,
@@ -724,17 +731,42 @@ impl Jail {
                     }
                 }
             }
-            if libc::mount(
-                c"tmpfs".as_ptr(),
-                self.staging.as_ptr(),
-                c"tmpfs".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                c"mode=0755,size=1m".as_ptr().cast(),
-            ) != 0
-            {
-                return Err(os());
-            }
-            for (entry, &fd) in self.entries.iter().zip(self.fds.iter()) {
+            let root_attr = match self.root {
+                // `--dir /`: that grant is the root, and stays as writable as it was granted.
+                Some(i) => {
+                    let (entry, fd) = (&self.entries[i], self.fds[i]);
+                    if libc::syscall(
+                        libc::SYS_move_mount,
+                        fd,
+                        c"".as_ptr(),
+                        libc::AT_FDCWD,
+                        self.staging.as_ptr(),
+                        MOVE_MOUNT_F_EMPTY_PATH,
+                    ) != 0
+                    {
+                        return Err(os());
+                    }
+                    set_mount_attr(self.staging.as_ptr(), entry.attr, true)?;
+                    entry.attr
+                }
+                None => {
+                    if libc::mount(
+                        c"tmpfs".as_ptr(),
+                        self.staging.as_ptr(),
+                        c"tmpfs".as_ptr(),
+                        libc::MS_NOSUID | libc::MS_NODEV,
+                        c"mode=0755,size=1m".as_ptr().cast(),
+                    ) != 0
+                    {
+                        return Err(os());
+                    }
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+                }
+            };
+            for (i, (entry, &fd)) in self.entries.iter().zip(self.fds.iter()).enumerate() {
+                if Some(i) == self.root {
+                    continue;
+                }
                 for dir in &entry.parents {
                     libc::mkdir(dir.as_ptr(), 0o755);
                 }
@@ -810,11 +842,7 @@ impl Jail {
             {
                 return Err(os());
             }
-            set_mount_attr(
-                c"/".as_ptr(),
-                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-                false,
-            )?;
+            set_mount_attr(c"/".as_ptr(), root_attr, false)?;
             if let Some((_, cwd)) = &self.cwd {
                 libc::chdir(cwd.as_ptr());
             }
@@ -1230,9 +1258,6 @@ pub(super) fn guest_path(guest: &str) -> Result<PathBuf, String> {
             }
         }
     }
-    if clean == Path::new("/") {
-        return Err("the guest path / would replace the plugin's whole root".to_owned());
-    }
     Ok(clean)
 }
 
@@ -1287,7 +1312,7 @@ mod tests {
     fn guest_paths_are_absolute_and_clean() {
         assert_eq!(guest_path("/data/./x"), Ok(PathBuf::from("/data/x")));
         assert!(guest_path("/data/../etc").is_err());
-        assert!(guest_path("/").is_err());
+        assert_eq!(guest_path("/"), Ok(PathBuf::from("/")));
         let cwd = std::env::current_dir().expect("cwd");
         assert_eq!(guest_path("d"), Ok(cwd.join("d")));
     }
