@@ -401,6 +401,13 @@ fn the_working_directory_inside_a_grant_is_the_grant() {
         std::fs::read(dir.path().join("output")).expect("written"),
         b"sandpipe"
     );
+    // The start-up line names the grant as resolved, not as typed.
+    let real = dir.path().canonicalize().expect("canonical");
+    assert!(
+        text(&out.stderr).contains(&format!("; granted: {} (rw);", real.display())),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

@@ -128,6 +128,12 @@ pub(crate) fn warn_if_native(plugin: &Plugin, policy: &Policy) {
             _ => parts.push(format!("Landlock ABI {}", support.abi().unwrap_or(0))),
         }
         parts.push(crate::CgroupSupport::detect().describe());
+        if !policy.preopens.is_empty() {
+            parts.push(format!(
+                "granted: {}",
+                crate::run::native::describe_grants(&policy.preopens)
+            ));
+        }
         let grants = native_grants(plugin, policy);
         if !grants.is_empty() {
             parts.push(format!("read-only for start-up: {grants}"));

@@ -380,6 +380,30 @@ pub(crate) fn spawn(
     })
 }
 
+/// The `--dir` grants as the start-up line names them: each resolved host path (as
+/// [`resolved_preopens`] resolves it, or as given when it cannot be), its guest path when that
+/// differs, and `ro` or `rw`.
+#[cfg(feature = "cli")]
+pub fn describe_grants(preopens: &[Preopen]) -> String {
+    preopens
+        .iter()
+        .map(|p| {
+            let host = grant_path::resolve(&p.host).unwrap_or_else(|_| p.host.clone());
+            let access = if p.access == crate::policy::Access::ReadOnly {
+                "ro"
+            } else {
+                "rw"
+            };
+            if p.guest == p.host.display().to_string() || Path::new(&p.guest) == host {
+                format!("{} ({access})", host.display())
+            } else {
+                format!("{} at {} ({access})", host.display(), p.guest)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `preopens` with each host path resolved ([`grant_path::resolve`]: `..` and relative paths
 /// as a shell would, no symbolic link that leads out of its directory). A grant seen at its
 /// own path (no `::GUEST`) is seen at the resolved path.
