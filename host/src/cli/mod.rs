@@ -224,7 +224,6 @@ pub fn main() -> i32 {
     // container's default.
     if let Command::Run(args) = &mut cli.command {
         image::follow_cgroup_memory(&mut args.sandbox);
-        prepare_native_sandbox(&args.plugin);
     }
     // `run` bridges one plugin: on one thread, a frame goes from a read of sandpipe's stdin to
     // the plugin (or the wasm guest running on that same thread) and back to a write of its
@@ -308,29 +307,6 @@ fn with_env_names(cli: clap::Command) -> clap::Command {
             _ => arg,
         })
     })
-}
-
-/// When `run`'s plugin may be native (a file that is not wasm, or a policy file naming one),
-/// find out what the native sandbox can have here (the namespace probe, cgroups, Landlock) on
-/// a thread of its own, while the command line, the host and the plugin are made ready on
-/// this one: on two cores the probe's fork and namespaces no longer add to the start. Each
-/// answer is found once per process; whoever asks first waits for it.
-fn prepare_native_sandbox(plugin: &std::path::Path) {
-    use std::io::Read;
-    let mut magic = [0u8; 4];
-    let wasm = std::fs::File::open(plugin)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok_and(|()| &magic == b"\0asm");
-    if wasm {
-        return;
-    }
-    let _ = std::thread::Builder::new()
-        .name("sandpipe-probe".to_owned())
-        .spawn(|| {
-            crate::NamespaceSupport::detect();
-            crate::CgroupSupport::detect();
-            crate::LandlockSupport::detect();
-        });
 }
 
 fn init_logging(verbose: u8) {
