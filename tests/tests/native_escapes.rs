@@ -116,19 +116,17 @@ fn a_gibibyte_in_a_memfd_is_counted_against_the_memory_cap() {
     let outside = direct(&["memfd:1024"]);
     assert_eq!(outside[0]["bytes"], 1u64 << 30, "{outside:?}");
 
-    let (frames, out) = sandboxed(&["--max-memory", "64MiB"], &["memfd:1024"], None);
+    assert_stopped_at_64_mib(&["memfd:1024"]);
+}
+
+/// The probe with `ops` under a 64 MiB cap, where the cgroup holds it: status 122 and the
+/// memory limit's message.
+fn assert_stopped_at_64_mib(ops: &[&str]) {
+    let (frames, out) = sandboxed(&["--max-memory", "64MiB"], ops, None);
+    let stderr = text(&out.stderr);
     assert_cgroup(&out);
-    assert_eq!(
-        out.status.code(),
-        Some(122),
-        "{frames:?} {}",
-        text(&out.stderr)
-    );
-    assert!(
-        text(&out.stderr).contains("memory limit of 64.0 MiB"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(122), "{frames:?} {stderr}");
+    assert!(stderr.contains("memory limit of 64.0 MiB"), "{stderr}");
 }
 
 #[test]
@@ -144,14 +142,7 @@ fn a_gibibyte_of_detached_shared_memory_is_counted_against_the_memory_cap() {
         "the probe's segment {id} outlived it, as it should outside"
     );
 
-    let (frames, out) = sandboxed(&["--max-memory", "64MiB"], &["shm:1024"], None);
-    assert_cgroup(&out);
-    assert_eq!(
-        out.status.code(),
-        Some(122),
-        "{frames:?} {}",
-        text(&out.stderr)
-    );
+    assert_stopped_at_64_mib(&["shm:1024"]);
 }
 
 #[test]

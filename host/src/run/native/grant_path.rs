@@ -22,15 +22,19 @@ const MAX_LINKS: usize = 40;
 /// `path` (relative to the working directory) resolved without following a symbolic link out
 /// of the directory that holds it; the message says which link did, and where to.
 pub(crate) fn resolve(path: &Path) -> Result<PathBuf, String> {
-    let absolute = if path.is_absolute() {
-        path.to_owned()
-    } else {
-        std::env::current_dir()
-            .map_err(|e| format!("the working directory: {e}"))?
-            .join(path)
-    };
     let mut links = 0;
-    walk(PathBuf::from("/"), &absolute, &mut links)
+    walk(PathBuf::from("/"), &absolute(path)?, &mut links)
+}
+
+/// `path` made absolute against the working directory (as the kernel reports it), nothing
+/// resolved.
+pub(super) fn absolute(path: &Path) -> Result<PathBuf, String> {
+    if path.is_absolute() {
+        return Ok(path.to_owned());
+    }
+    std::env::current_dir()
+        .map(|cwd| cwd.join(path))
+        .map_err(|e| format!("the working directory: {e}"))
 }
 
 /// Resolve `rest` from `at`, a directory that is already a physical path.

@@ -1240,14 +1240,7 @@ fn without_covered(planned: Vec<Planned>) -> Vec<Planned> {
 /// A guest path as the plugin will see it: absolute (relative to the working directory
 /// otherwise), without `.` or `..`.
 pub(super) fn guest_path(guest: &str) -> Result<PathBuf, String> {
-    let path = Path::new(guest);
-    let absolute = if path.is_absolute() {
-        path.to_owned()
-    } else {
-        std::env::current_dir()
-            .map_err(|e| format!("the working directory: {e}"))?
-            .join(path)
-    };
+    let absolute = super::grant_path::absolute(Path::new(guest))?;
     let mut clean = PathBuf::from("/");
     for part in absolute.components() {
         match part {
