@@ -17,16 +17,18 @@
 //! ```
 //!
 //! The `+ 2` are sandpipe's own monitor and PID 1 of the plugin's namespaces, which are in the
-//! cgroup with it. The forked child joins the cgroup (writes `0` to each `cgroup.procs`)
-//! before anything else it does, so all it starts is in it. A memory charge past the limit
-//! makes the kernel's OOM killer end a process of the cgroup, and the session ends as
-//! [`crate::Exit::MemoryLimit`] (status 122) when the cgroup's `oom_kill` count moved; a
-//! fork past `pids.max` fails with `EAGAIN`, as under `ulimit -u`. The cgroup is removed once
-//! the plugin is reaped; ones left by a sandpipe that was killed are removed by the next.
+//! cgroup with it. The forked child joins the cgroup (writes `0` to v2's `cgroup.procs`, to
+//! each v1 `tasks`) before anything else it does, so all it starts is in it. A memory charge
+//! past the limit makes the kernel's OOM killer end a process of the cgroup, and the session
+//! ends as [`crate::Exit::MemoryLimit`] (status 122) when the cgroup's `oom_kill` count
+//! moved; a fork past `pids.max` fails with `EAGAIN`, as under `ulimit -u`. The cgroup is
+//! removed once the plugin is reaped; ones left by a sandpipe that was killed are removed by
+//! the next.
 //!
 //! Where none can be had (no writable hierarchy with both controllers), [`CgroupSupport`]
-//! says why, the start-up line says so, and the resident-set watch (`memory.rs`), which then
-//! also counts memfd pages and the sandbox's threads, is what holds.
+//! says why, the start-up line says so, and what holds is the resident-set watch
+//! (`memory.rs`) and the IPC namespace's `shmmax`/`shmall` at the cap; memfd pages and the
+//! number of processes are then not counted (SECURITY.md says so).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -84,7 +86,7 @@ impl CgroupSupport {
 pub(crate) struct PluginCgroup {
     /// The cgroup's directories (one for v2, memory and pids for v1).
     dirs: Vec<PathBuf>,
-    /// Each directory's `cgroup.procs`, for the child to write itself into.
+    /// The file of each directory the child writes itself into (`cgroup.procs`; v1 `tasks`).
     procs: Vec<CString>,
     /// The file whose `oom_kill` line counts the OOM killer's kills in it.
     events: PathBuf,
