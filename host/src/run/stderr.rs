@@ -418,6 +418,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn control_characters_are_quoted_and_plain_text_is_not_copied() {
+        let plain = "héllo\tworld\r\n".as_bytes();
+        assert!(matches!(
+            quote_controls(plain),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        let osc = b"a\x1b]52;c;eA==\x07 \xc2\x9b2J \xff\n";
+        assert_eq!(
+            quote_controls(osc).as_ref(),
+            br"a\x1b]52;c;eA==\x07 \u{9b}2J \xff"
+                .iter()
+                .chain(b"\n")
+                .copied()
+                .collect::<Vec<u8>>()
+        );
+    }
+
+    #[test]
     fn keeps_last_lines_and_partial() {
         let tail = StderrTail::new(2);
         tail.push(b"one\ntwo\r\nthr");

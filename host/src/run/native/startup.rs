@@ -356,6 +356,69 @@ fn shebang_interpreter(program: &Path) -> Option<PathBuf> {
 mod tests {
     use super::*;
 
+    /// A version manager's layout: `ROOT/shims/NAME` (a script that runs `MANAGER exec`) and
+    /// the manager at `manager`, a script answering `which NAME` with `real`.
+    fn manager_tree(shim: &str, manager: &str, real: &Path) -> (tempfile::TempDir, PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let manager_path = root.join(manager);
+        std::fs::create_dir_all(manager_path.parent().expect("parent")).expect("mkdir");
+        std::fs::create_dir_all(root.join("shims")).expect("mkdir");
+        std::fs::write(
+            &manager_path,
+            format!("#!/bin/sh\n[ \"$1\" = which ] && echo {}\n", real.display()),
+        )
+        .expect("write");
+        let shim_path = root.join("shims/python3");
+        std::fs::write(
+            &shim_path,
+            shim.replace("MANAGER", &manager_path.display().to_string()),
+        )
+        .expect("write");
+        for p in [&manager_path, &shim_path] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        (dir, shim_path)
+    }
+
+    #[test]
+    fn a_shim_of_pyenv_asdf_or_mise_resolves_to_what_its_manager_names() {
+        let real = Path::new("/bin/sh");
+        for (shim, manager) in [
+            (
+                "#!/usr/bin/env bash\nexec \"MANAGER\" exec \"python3\" \"$@\"\n",
+                "libexec/pyenv",
+            ),
+            (
+                "#!/usr/bin/env bash\nexec MANAGER exec python3 \"$@\"\n",
+                "bin/asdf",
+            ),
+            ("#!/bin/sh\nexec MANAGER x -- python3 \"$@\"\n", "bin/mise"),
+        ] {
+            let (_dir, shim_path) = manager_tree(shim, manager, real);
+            assert_eq!(
+                resolve_program(&shim_path).expect("resolved"),
+                (real.to_owned(), true),
+                "{manager}"
+            );
+        }
+        // A script in a directory named otherwise is the program itself.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = dir.path().join("python3");
+        std::fs::write(&script, "#!/bin/sh\nexec pyenv exec python3\n").expect("write");
+        assert_eq!(
+            resolve_program(&script).expect("resolved"),
+            (
+                dir.path()
+                    .canonicalize()
+                    .expect("canonical")
+                    .join("python3"),
+                false
+            )
+        );
+    }
+
     fn tree() -> tempfile::TempDir {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path();
