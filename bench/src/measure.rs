@@ -50,6 +50,12 @@ impl Stats {
 }
 
 /// Nearest-rank percentile of sorted samples (zero for none).
+/// The median of `v` (the upper one of an even count); `v` must not be empty.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn percentile(sorted: &[Duration], p: usize) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;

@@ -24,6 +24,8 @@ use std::time::Instant;
 
 use anyhow::{Context, bail, ensure};
 
+use crate::measure::median;
+
 /// The flag of the client mode.
 pub const CLIENT_FLAG: &str = "--net-client";
 
@@ -162,11 +164,6 @@ fn run_client(cmd: &mut Command, what: &str) -> anyhow::Result<(f64, f64)> {
         v["median_us"].as_f64().context("median")?,
         v["p90_us"].as_f64().context("p90")?,
     ))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Time `cmd` as a whole process, `n` times; the median in milliseconds.

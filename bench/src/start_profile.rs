@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
+use crate::measure::median;
+
 /// The bubblewrap command of KERNEL-NOTES.md.
 const BWRAP: &[&str] = &[
     "--unshare-all",
@@ -83,15 +85,6 @@ fn time(mut cmd: Command) -> anyhow::Result<Duration> {
     let took = t.elapsed();
     ensure!(status.success(), "{cmd:?} ended with {status}");
     Ok(took)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// Run the profile; print it, and write it into BENCHMARKS.md unless `quick`.

@@ -513,7 +513,7 @@ fn a_pyenv_shim_runs_the_interpreter_it_names() {
 }
 
 #[test]
-fn git_sqlite_cpython_and_node_do_their_usual_work_under_the_allow_list() {
+fn git_sqlite_cpython_node_and_deno_do_their_usual_work_under_the_allow_list() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path().display().to_string();
     let run = |program: &str, args: &[&str]| -> String {
@@ -530,7 +530,7 @@ fn git_sqlite_cpython_and_node_do_their_usual_work_under_the_allow_list() {
         );
         text(&out.stdout)
     };
-    let git = which("git");
+    let git = peers::debian("git").display().to_string();
     run(&git, &["init", "-q", "repo"]);
     std::fs::write(dir.path().join("repo/file"), "content\n").expect("write");
     run(&git, &["-C", "repo", "add", "file"]);
@@ -551,7 +551,7 @@ fn git_sqlite_cpython_and_node_do_their_usual_work_under_the_allow_list() {
     );
     assert_eq!(run(&git, &["-C", "repo", "log", "--format=%s"]), "first\n");
 
-    let sqlite = which("sqlite3");
+    let sqlite = peers::debian("sqlite3").display().to_string();
     let db = format!("{d}/db.sqlite");
     run(
         &sqlite,
@@ -572,18 +572,18 @@ fn git_sqlite_cpython_and_node_do_their_usual_work_under_the_allow_list() {
         fs.writeFileSync('node.txt', cp.execFileSync('/bin/echo', ['child']));\
         console.log(fs.readFileSync('node.txt', 'utf8').trim());";
     assert_eq!(run(&node, &["-e", js]), "child\n");
-}
 
-/// A program on this machine's PATH, as an absolute path.
-fn which(name: &str) -> String {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("{name} is not on PATH"))
-        .display()
-        .to_string()
+    // Deno wants a writable cache, as in any empty environment (docs/native.md).
+    let deno = peers::deno().display().to_string();
+    let deno_dir = format!("DENO_DIR={d}/deno");
+    let mut cmd = Command::new(peers::sandpipe());
+    cmd.args(["run", "--dir", &d, "--env", &deno_dir])
+        .arg(&deno)
+        .args(["eval", "console.log(Deno.pid > 0, 6 * 7)"])
+        .current_dir(dir.path());
+    let out = run_command(cmd, b"");
+    assert!(out.status.success(), "deno: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "true 42\n");
 }
 
 /// `sandpipe run --framing lines FLAGS PROBE OPS` in a user namespace of its own, after

@@ -36,7 +36,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::{Admitted, AuditEvent, Decision, Refused, Resolver, Via};
+use super::{Admitted, AuditEvent, Refused, Resolver, Via};
 
 /// The largest request head (request line and header fields) the proxy reads; past it the
 /// answer is `431 Request Header Fields Too Large`.
@@ -304,17 +304,7 @@ fn host_of(ip: IpAddr) -> String {
 /// SOCKS5 command or method it does not serve): the resolver audits the refusals it decides
 /// itself, so every refusal has its line.
 fn audit_refused(resolver: &Resolver, name: Option<String>, port: u16, reason: String) {
-    if let Some(audit) = resolver.audit() {
-        audit.record(&AuditEvent::Net {
-            decision: Decision::Refuse,
-            via: Via::Proxy,
-            name,
-            addr: None,
-            port,
-            rule: None,
-            reason: Some(reason),
-        });
-    }
+    resolver.audit_refusal(Via::Proxy, name, None, port, reason);
 }
 
 mod http {

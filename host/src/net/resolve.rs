@@ -232,17 +232,36 @@ impl Resolver {
 
     fn report_refusal(&self, refused: &Refused, addr: Option<IpAddr>, via: Via) {
         tracing::warn!("{refused} ({via})");
+        let name =
+            (addr.is_none_or(|a| a.to_string() != refused.host)).then(|| refused.host.clone());
+        self.audit_refusal(
+            via,
+            name,
+            addr,
+            refused.port.unwrap_or(0),
+            refused.reason.clone(),
+        );
+    }
+
+    /// Write the audit line of a refusal (when there is an audit log): the allow-list's own,
+    /// and the proxy's of what it does not serve (a malformed request, SOCKS5 BIND).
+    pub(crate) fn audit_refusal(
+        &self,
+        via: Via,
+        name: Option<String>,
+        addr: Option<IpAddr>,
+        port: u16,
+        reason: String,
+    ) {
         if let Some(audit) = &self.audit {
-            let name =
-                (addr.is_none_or(|a| a.to_string() != refused.host)).then(|| refused.host.clone());
             audit.record(&AuditEvent::Net {
                 decision: Decision::Refuse,
                 via,
                 name,
                 addr: addr.map(|a| a.to_string()),
-                port: refused.port.unwrap_or(0),
+                port,
                 rule: None,
-                reason: Some(refused.reason.clone()),
+                reason: Some(reason),
             });
         }
     }

@@ -388,16 +388,16 @@ pub fn describe_grants(preopens: &[Preopen]) -> String {
     preopens
         .iter()
         .map(|p| {
-            let host = grant_path::resolve(&p.host).unwrap_or_else(|_| p.host.clone());
+            let p = resolved_preopen(p).unwrap_or_else(|_| p.clone());
             let access = if p.access == crate::policy::Access::ReadOnly {
                 "ro"
             } else {
                 "rw"
             };
-            if p.guest == p.host.display().to_string() || Path::new(&p.guest) == host {
-                format!("{} ({access})", host.display())
+            if Path::new(&p.guest) == p.host {
+                format!("{} ({access})", p.host.display())
             } else {
-                format!("{} at {} ({access})", host.display(), p.guest)
+                format!("{} at {} ({access})", p.host.display(), p.guest)
             }
         })
         .collect::<Vec<_>>()
@@ -408,25 +408,25 @@ pub fn describe_grants(preopens: &[Preopen]) -> String {
 /// as a shell would, no symbolic link that leads out of its directory). A grant seen at its
 /// own path (no `::GUEST`) is seen at the resolved path.
 fn resolved_preopens(preopens: &[Preopen]) -> Result<Vec<Preopen>, HostError> {
-    preopens
-        .iter()
-        .map(|p| {
-            let host = grant_path::resolve(&p.host).map_err(|message| HostError::Preopen {
-                host: p.host.clone(),
-                message,
-            })?;
-            let guest = if p.guest == p.host.display().to_string() {
-                host.display().to_string()
-            } else {
-                p.guest.clone()
-            };
-            Ok(Preopen {
-                host,
-                guest,
-                access: p.access,
-            })
-        })
-        .collect()
+    preopens.iter().map(resolved_preopen).collect()
+}
+
+/// One grant of [`resolved_preopens`].
+fn resolved_preopen(p: &Preopen) -> Result<Preopen, HostError> {
+    let host = grant_path::resolve(&p.host).map_err(|message| HostError::Preopen {
+        host: p.host.clone(),
+        message,
+    })?;
+    let guest = if p.guest == p.host.display().to_string() {
+        host.display().to_string()
+    } else {
+        p.guest.clone()
+    };
+    Ok(Preopen {
+        host,
+        guest,
+        access: p.access,
+    })
 }
 
 /// How long each phase of a native start took, logged at debug level (target

@@ -692,39 +692,38 @@ impl Jail {
             // above it does not take in the root being built there.
             for (entry, fd) in self.entries.iter().zip(self.fds.iter_mut()) {
                 if matches!(entry.kind, Kind::Dir | Kind::File) {
-                    let clone = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_RECURSIVE;
-                    *fd = if entry.no_symlinks {
-                        let how = OpenHow {
-                            flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
-                            mode: 0,
-                            resolve: RESOLVE_NO_SYMLINKS,
-                        };
-                        let path = libc::syscall(
-                            libc::SYS_openat2,
-                            libc::AT_FDCWD,
-                            entry.source.as_ptr(),
-                            &raw const how,
-                            std::mem::size_of::<OpenHow>(),
-                        ) as RawFd;
-                        if path < 0 {
-                            -1
+                    // The path first (a `--dir` grant's without following any link, see
+                    // `no_symlinks`), then a copy of the mount tree there.
+                    let how = OpenHow {
+                        flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
+                        mode: 0,
+                        resolve: if entry.no_symlinks {
+                            RESOLVE_NO_SYMLINKS
                         } else {
-                            let tree = libc::syscall(
-                                libc::SYS_open_tree,
-                                path,
-                                c"".as_ptr(),
-                                clone | libc::AT_EMPTY_PATH as libc::c_uint,
-                            ) as RawFd;
-                            libc::close(path);
-                            tree
-                        }
+                            0
+                        },
+                    };
+                    let path = libc::syscall(
+                        libc::SYS_openat2,
+                        libc::AT_FDCWD,
+                        entry.source.as_ptr(),
+                        &raw const how,
+                        std::mem::size_of::<OpenHow>(),
+                    ) as RawFd;
+                    *fd = if path < 0 {
+                        -1
                     } else {
-                        libc::syscall(
+                        let tree = libc::syscall(
                             libc::SYS_open_tree,
-                            libc::AT_FDCWD,
-                            entry.source.as_ptr(),
-                            clone,
-                        ) as RawFd
+                            path,
+                            c"".as_ptr(),
+                            OPEN_TREE_CLONE
+                                | libc::O_CLOEXEC as libc::c_uint
+                                | AT_RECURSIVE
+                                | libc::AT_EMPTY_PATH as libc::c_uint,
+                        ) as RawFd;
+                        libc::close(path);
+                        tree
                     };
                     if *fd < 0 && entry.required {
                         return Err(os());
