@@ -626,6 +626,36 @@ fn where_user_namespaces_are_refused_landlock_and_the_same_allow_list_hold() {
 }
 
 #[test]
+fn a_remembered_probe_that_no_longer_holds_costs_one_retry_not_the_run() {
+    // A first run, where namespaces work, remembers so; then user namespaces are turned off
+    // within the same boot and namespaces (what the remembered answer is keyed by). The jail's
+    // first step is refused, the answer forgotten, and the plugin runs under Landlock alone.
+    let cache = tempfile::tempdir().expect("tempdir");
+    let file = cache.path().join("namespaces");
+    let setup = format!(
+        "export SANDPIPE_CACHE_DIR='{}' && \"$0\" run /bin/true && test -s '{}' \
+         && echo 0 > /proc/sys/user/max_user_namespaces",
+        cache.path().display(),
+        file.display()
+    );
+    let (frames, out) = sandboxed_after(&setup, &[], &["socket:40", "read:/etc/passwd"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "the remembered namespace probe no longer holds (no namespaces (unshare is refused"
+        ),
+        "{stderr}"
+    );
+    assert_refused(&frames[0], EAFNOSUPPORT);
+    assert_refused(&frames[1], EACCES);
+    assert!(
+        !file.exists(),
+        "the answer that no longer held is forgotten"
+    );
+}
+
+#[test]
 fn without_a_cgroup_shared_memory_still_stops_at_the_cap_and_the_line_says_why() {
     // The cgroup hierarchies hidden under a tmpfs, in a mount namespace of the test's own.
     let (frames, out) = sandboxed_after(

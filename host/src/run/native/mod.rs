@@ -35,6 +35,7 @@ mod grant_path;
 mod landlock;
 mod memory;
 mod namespace;
+mod probe_cache;
 mod rlimit;
 mod seccomp;
 mod startup;
@@ -84,6 +85,35 @@ pub(crate) fn spawn(
     tail_lines: usize,
     stdio: NativeStdio,
 ) -> Result<Transport, HostError> {
+    let namespaces = NamespaceSupport::detect();
+    let started = spawn_under(program, policy, stderr_mode, tail_lines, stdio, &namespaces);
+    // A remembered probe answer that no longer holds fails the jail's first step: probe now,
+    // and start the plugin again under what the kernel allows today.
+    match started {
+        Err(HostError::Spawn { .. }) if namespaces.is_available() => {
+            match NamespaceSupport::reprobe_if_remembered() {
+                Some(fresh) if !fresh.is_available() => {
+                    tracing::warn!(
+                        "the remembered namespace probe no longer holds ({}): the plugin runs without namespaces",
+                        fresh.describe()
+                    );
+                    spawn_under(program, policy, stderr_mode, tail_lines, stdio, &fresh)
+                }
+                _ => started,
+            }
+        }
+        started => started,
+    }
+}
+
+fn spawn_under(
+    program: &Path,
+    policy: &Policy,
+    stderr_mode: StderrMode,
+    tail_lines: usize,
+    stdio: NativeStdio,
+    namespaces: &NamespaceSupport,
+) -> Result<Transport, HostError> {
     let spawn_error = |source: std::io::Error| HostError::Spawn {
         program: program.to_owned(),
         source,
@@ -97,8 +127,6 @@ pub(crate) fn spawn(
         Vec::new()
     };
     phases.mark("grants");
-    let namespaces = NamespaceSupport::detect();
-    phases.mark("probe");
     phases.add("probe_once", NamespaceSupport::probe_time());
     let mut confinement = landlock::confinement(
         program,
@@ -109,7 +137,7 @@ pub(crate) fn spawn(
     )?;
     // Landlock's port rules cannot tell one host from another: without a network namespace
     // and the proxy, an allow-list could only be approximated by a hole.
-    if let (false, NamespaceSupport::Unavailable { reason }) = (policy.net.is_closed(), &namespaces)
+    if let (false, NamespaceSupport::Unavailable { reason }) = (policy.net.is_closed(), namespaces)
     {
         return Err(HostError::NativeNetworkNeedsNamespaces {
             program: program.to_owned(),

@@ -64,24 +64,66 @@ pub enum NamespaceSupport {
 }
 
 impl NamespaceSupport {
-    /// Try, once per process, what a native plugin's start needs in a throwaway child.
+    /// Try, once per process, what a native plugin's start needs in a throwaway child, or take
+    /// the answer a run before this one found (`probe_cache`).
     pub fn detect() -> NamespaceSupport {
-        Self::probed().0.clone()
+        match REPROBED.get() {
+            Some(fresh) => fresh.clone(),
+            None => Self::probed().support.clone(),
+        }
     }
 
-    /// The answer, and how long the probe that found it took.
-    fn probed() -> &'static (NamespaceSupport, std::time::Duration) {
-        static SUPPORT: OnceLock<(NamespaceSupport, std::time::Duration)> = OnceLock::new();
+    /// The answer, how long finding it took, and whether it was remembered.
+    fn probed() -> &'static Probed {
+        static SUPPORT: OnceLock<Probed> = OnceLock::new();
         SUPPORT.get_or_init(|| {
             let started = std::time::Instant::now();
+            let key = super::probe_cache::key();
+            if key.as_deref().is_some_and(super::probe_cache::remembered) {
+                return Probed {
+                    support: NamespaceSupport::Available,
+                    took: started.elapsed(),
+                    remembered: true,
+                };
+            }
             let support = probe();
-            (support, started.elapsed())
+            if let (NamespaceSupport::Available, Some(key)) = (&support, key) {
+                super::probe_cache::remember(&key);
+            }
+            Probed {
+                support,
+                took: started.elapsed(),
+                remembered: false,
+            }
         })
     }
 
-    /// How long this process's probe took (it runs once, on the first [`Self::detect`]).
+    /// After a start whose jail failed on a remembered answer: forget that answer and probe
+    /// now. `None` when the answer was this process's own probe's (the failure is real).
+    pub(crate) fn reprobe_if_remembered() -> Option<NamespaceSupport> {
+        if !Self::probed().remembered {
+            return None;
+        }
+        Some(
+            REPROBED
+                .get_or_init(|| {
+                    super::probe_cache::forget();
+                    let support = probe();
+                    if let (NamespaceSupport::Available, Some(key)) =
+                        (&support, super::probe_cache::key())
+                    {
+                        super::probe_cache::remember(&key);
+                    }
+                    support
+                })
+                .clone(),
+        )
+    }
+
+    /// How long this process's probe took, or reading the remembered answer (it runs once,
+    /// on the first [`Self::detect`]).
     pub(crate) fn probe_time() -> std::time::Duration {
-        Self::probed().1
+        Self::probed().took
     }
 
     /// Whether native plugins get their own namespaces.
@@ -97,6 +139,17 @@ impl NamespaceSupport {
         }
     }
 }
+
+/// [`NamespaceSupport::detect`]'s first answer.
+struct Probed {
+    support: NamespaceSupport,
+    took: std::time::Duration,
+    /// Read from `probe_cache`, not probed by this process.
+    remembered: bool,
+}
+
+/// The probe's answer after a remembered one failed (`reprobe_if_remembered`).
+static REPROBED: OnceLock<NamespaceSupport> = OnceLock::new();
 
 /// The steps of [`probe`], named in its answer.
 const PROBE_STEPS: &[&str] = &[
