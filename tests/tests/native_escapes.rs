@@ -625,6 +625,107 @@ fn where_user_namespaces_are_refused_landlock_and_the_same_allow_list_hold() {
     assert_refused(&frames[2], EACCES);
 }
 
+/// The processes whose environment holds `SANDPIPE_TEST_MARK=mark`, with their names: a fork
+/// of sandpipe keeps sandpipe's environment, and the plugin is given the mark with `--env`.
+fn marked(mark: &str) -> Vec<(i32, String)> {
+    let needle = format!("SANDPIPE_TEST_MARK={mark}");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let env = std::fs::read(entry.path().join("environ")).ok()?;
+            let name = std::fs::read_to_string(entry.path().join("comm")).ok()?;
+            env.split(|&b| b == 0)
+                .any(|var| var == needle.as_bytes())
+                .then(|| (pid, name.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// Poll `done` until it holds; a minute without it fails the test with its last word (nothing
+/// here waits on a clock: the bound only turns a leak into a failure instead of a hang).
+fn eventually(mut done: impl FnMut() -> Result<(), String>) {
+    let mut last = String::new();
+    for _ in 0..3000 {
+        match done() {
+            Ok(()) => return,
+            Err(why) => last = why,
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("{last}");
+}
+
+#[allow(unsafe_code)]
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill takes integers.
+    unsafe { libc::kill(pid, sig) };
+}
+
+#[test]
+fn an_orphan_left_by_a_killed_parent_is_seen() {
+    // The control: a parent that does nothing for its child, SIGKILLed, leaves it running.
+    let mark = format!("{}-control", std::process::id());
+    let mut parent = Command::new("sh")
+        .args(["-c", "sleep 1000 & wait"])
+        .env("SANDPIPE_TEST_MARK", &mark)
+        .spawn()
+        .expect("sh");
+    eventually(|| match marked(&mark).len() {
+        2 => Ok(()),
+        n => Err(format!("the control has {n} processes, not 2")),
+    });
+    parent.kill().expect("kill");
+    parent.wait().expect("wait");
+    let left = marked(&mark);
+    assert_eq!(left.len(), 1, "{left:?}");
+    signal(left[0].0, libc::SIGKILL);
+}
+
+/// Debug builds only: the pause (`SANDPIPE_START_PAUSE`) is not in a release build.
+#[cfg(debug_assertions)]
+#[test]
+fn sandpipe_killed_at_any_step_of_the_start_leaves_no_process() {
+    for step in [
+        "forked", "joined", "unshared", "init", "root", "plugin", "exec",
+    ] {
+        let mark = format!("{}-{step}", std::process::id());
+        let mut sandpipe = Command::new(peers::sandpipe())
+            .args(["run", "--env", &format!("SANDPIPE_TEST_MARK={mark}")])
+            .args(["/bin/sleep", "1000"])
+            .env("SANDPIPE_START_PAUSE", step)
+            .env("SANDPIPE_TEST_MARK", &mark)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sandpipe");
+        eventually(|| {
+            let now = marked(&mark);
+            match now.iter().any(|(_, name)| name == "sandpipe-paused") {
+                true => Ok(()),
+                false => Err(format!("the start never reached {step}: {now:?}")),
+            }
+        });
+        sandpipe.kill().expect("kill");
+        sandpipe.wait().expect("wait");
+        // The paused process goes on (a SIGCONT may land before it waits: send it again).
+        eventually(|| {
+            let left = marked(&mark);
+            for (pid, _) in &left {
+                signal(*pid, libc::SIGCONT);
+            }
+            match left.is_empty() {
+                true => Ok(()),
+                false => Err(format!("sandpipe killed at {step} left {left:?}")),
+            }
+        });
+    }
+}
+
 #[test]
 fn a_remembered_probe_that_no_longer_holds_costs_one_retry_not_the_run() {
     // A first run, where namespaces work, remembers so; then user namespaces are turned off

@@ -35,6 +35,7 @@ mod grant_path;
 mod landlock;
 mod memory;
 mod namespace;
+mod pause;
 mod probe_cache;
 mod rlimit;
 mod seccomp;
@@ -54,6 +55,7 @@ use crate::policy::{Policy, Preopen};
 use crate::run::sandbox::finish;
 use crate::run::stderr::{StderrMode, StderrTail};
 use crate::run::transport::{KillSwitch, PluginStdin, PluginStdout, Transport, killed};
+use pause::Step;
 
 pub use cgroup::CgroupSupport;
 pub use landlock::{LANDLOCK_TARGET_ABI, LandlockSupport};
@@ -224,6 +226,7 @@ fn spawn_under(
     } else {
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
     }
+    let pause = pause::Pause::from_env();
     #[allow(unsafe_code)]
     // SAFETY: the closure runs in the forked child before exec. It calls close_range (or
     // fcntl), setrlimit, prctl, the jail's system calls (unshare, mount, fork, ...: see
@@ -231,17 +234,19 @@ fn spawn_under(
     // (no allocation, no lock on the success path); the ruleset it takes is the child's copy.
     unsafe {
         cmd.pre_exec(move || {
+            pause.at(Step::Forked);
             die_with_parent(parent)?;
             if let Some(joiner) = &joiner {
                 joiner.join()?;
             }
+            pause.at(Step::Joined);
             close_inherited_descriptors();
             match jail.as_mut() {
                 // In the plugin: the jail's own steps open descriptors (the status pipe, the
                 // sources of the binds) while sandpipe's inherited ones are still open, which
                 // a small RLIMIT_NOFILE would refuse; and the monitor and PID 1 need no limit.
                 Some(jail) => {
-                    jail.enter()?;
+                    jail.enter(pause)?;
                     limits.apply()?;
                 }
                 None => limits.apply()?,
@@ -250,6 +255,7 @@ fn spawn_under(
             if let Some(filter) = &filter {
                 filter.apply()?;
             }
+            pause.at(Step::Exec);
             Ok(())
         });
     }

@@ -28,6 +28,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
 use super::landlock::{SINK_DEVICES, SYSTEM_DIRS, SYSTEM_FILES};
+use super::pause::{Pause, Step};
 use super::startup::StartupGrant;
 use crate::error::HostError;
 use crate::policy::{Access, Preopen};
@@ -645,7 +646,7 @@ impl Jail {
     /// exec; an error returned in PID 1 or the plugin reaches `spawn` through std's exec-error
     /// pipe. Async-signal-safe: system calls on what [`Jail::plan`] prepared.
     #[allow(unsafe_code)]
-    pub(crate) fn enter(&mut self) -> std::io::Result<()> {
+    pub(crate) fn enter(&mut self, pause: Pause) -> std::io::Result<()> {
         let os = std::io::Error::last_os_error;
         // SAFETY: system calls on integers, prepared C strings and buffers, and this
         // process's own descriptors.
@@ -656,6 +657,7 @@ impl Jail {
             self.maps
                 .write()
                 .map_err(|(_, e)| std::io::Error::from_raw_os_error(e))?;
+            pause.at(Step::Unshared);
             loopback_up()?;
             // The host's /proc shows the calling process's IPC namespace, which is new.
             for (file, value) in &self.shm_limits {
@@ -682,6 +684,7 @@ impl Jail {
             if init > 0 {
                 monitor(init, status_read);
             }
+            pause.at(Step::Init);
             libc::prctl(
                 libc::PR_SET_PDEATHSIG,
                 libc::SIGKILL as libc::c_ulong,
@@ -700,6 +703,7 @@ impl Jail {
                 libc::_exit(137);
             }
             self.build_root()?;
+            pause.at(Step::Root);
             let plugin = libc::fork();
             if plugin < 0 {
                 return Err(os());
@@ -707,6 +711,7 @@ impl Jail {
             if plugin > 0 {
                 init_process(plugin, status_write, self.argv);
             }
+            pause.at(Step::Plugin);
             libc::prctl(
                 libc::PR_SET_PDEATHSIG,
                 libc::SIGKILL as libc::c_ulong,
