@@ -153,21 +153,15 @@ impl UnusedCacheArgs {
 }
 
 /// `--protocol`: clap lists the names, with what each is, in `--help`, from the registry
-/// ([`crate::speak::protocols::PROTOCOLS`]).
+/// ([`crate::speak::protocols::PROTOCOLS`], in the order of [`Protocol::ALL`]).
 impl clap::ValueEnum for Protocol {
     fn value_variants<'a>() -> &'a [Self] {
-        static VARIANTS: std::sync::LazyLock<Vec<Protocol>> = std::sync::LazyLock::new(|| {
-            crate::speak::protocols::PROTOCOLS
-                .iter()
-                .map(|spec| spec.protocol)
-                .collect()
-        });
-        &VARIANTS
+        &Protocol::ALL
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
         let spec = self.spec();
-        Some(clap::builder::PossibleValue::new(spec.name).help(spec.help))
+        Some(clap::builder::PossibleValue::new(spec.name()).help(spec.help))
     }
 }
 
