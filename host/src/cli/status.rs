@@ -168,8 +168,7 @@ fn cut_by_a_crash(e: &FrameError, exit: &Exit) -> bool {
 pub(crate) fn report(end: Option<BridgeEnd>, bad_input: Option<&FrameError>, exit: &Exit) -> i32 {
     let decided = ending(end.as_ref(), bad_input.is_some(), exit);
     if let Some(e) = bad_input {
-        eprintln!("sandpipe: bad frame on stdin: {e}");
-        return decided.status;
+        return bad_frame_in(e);
     }
     match &end {
         Some(BridgeEnd::BadOutput(e @ FrameError::Truncated { got, .. }))
@@ -177,10 +176,7 @@ pub(crate) fn report(end: Option<BridgeEnd>, bad_input: Option<&FrameError>, exi
         {
             eprintln!("sandpipe: dropped an incomplete frame of {got} bytes");
         }
-        Some(BridgeEnd::BadOutput(e)) => {
-            eprintln!("sandpipe: bad frame from plugin: {e}");
-            return decided.status;
-        }
+        Some(BridgeEnd::BadOutput(e)) => return bad_frame_out(e),
         Some(BridgeEnd::StdoutClosed) | None => {}
     }
     if let Some(sig) = decided.by_signal {
@@ -188,6 +184,20 @@ pub(crate) fn report(end: Option<BridgeEnd>, bad_input: Option<&FrameError>, exi
     }
     exit_status(exit);
     decided.status
+}
+
+/// A bad frame on sandpipe's stdin (over `--max-frame`, or a stream that lost its framing
+/// where frames are needed): its one line, and its status.
+pub(crate) fn bad_frame_in(e: &FrameError) -> i32 {
+    eprintln!("sandpipe: bad frame on stdin: {e}");
+    exit_code::BAD_FRAME
+}
+
+/// A bad frame from the plugin (or the recording standing in for it): its one line, and its
+/// status.
+pub(crate) fn bad_frame_out(e: &FrameError) -> i32 {
+    eprintln!("sandpipe: bad frame from plugin: {e}");
+    exit_code::BAD_FRAME
 }
 
 /// The exit status for `exit`, printing the one-line reason for sandpipe-made ones.
