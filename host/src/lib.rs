@@ -60,6 +60,7 @@ pub mod exports;
 pub mod net;
 pub mod policy;
 pub mod policy_file;
+mod protocol;
 pub mod replay;
 mod run;
 mod speak;
@@ -74,7 +75,6 @@ pub use speak::{driver, protocols, supervise};
 pub mod cli;
 
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -99,6 +99,7 @@ pub use run::session::{
 };
 pub use run::stderr::{StderrMode, StderrTail};
 
+use run::hash_index::FileStamp;
 use run::sandbox::{Compiled, Sandbox, WasmKind};
 use run::transport::Meter;
 use sha2::{Digest, Sha256};
@@ -115,48 +116,6 @@ pub struct Host {
     index: Option<run::hash_index::HashIndex>,
     /// [`HostOptions::allow_native_unsandboxed`].
     allow_native: bool,
-}
-
-/// What identifies one version of a file without reading it: device, inode, size, and the
-/// modification and status-change times to the nanosecond. Replacing the file (a new inode),
-/// writing to it (mtime) or touching its metadata (ctime) all change the stamp.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FileStamp {
-    pub(crate) dev: u64,
-    pub(crate) ino: u64,
-    pub(crate) len: u64,
-    pub(crate) mtime: (i64, i64),
-    pub(crate) ctime: (i64, i64),
-}
-
-/// A file modified this recently may be modified again within the same timestamp tick (the
-/// kernel's coarse clock), which the stamp could not tell apart; such a file is not memoized
-/// (git's "racily clean" rule).
-const RACY_WINDOW: Duration = Duration::from_secs(2);
-
-impl FileStamp {
-    fn of(path: &Path) -> std::io::Result<FileStamp> {
-        let m = std::fs::metadata(path)?;
-        Ok(FileStamp {
-            dev: m.dev(),
-            ino: m.ino(),
-            len: m.len(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-        })
-    }
-
-    /// Whether the file was modified so recently that a same-size rewrite could keep this stamp.
-    fn racy(&self) -> bool {
-        let Ok(secs) = u64::try_from(self.mtime.0) else {
-            return true;
-        };
-        let nanos = u32::try_from(self.mtime.1).unwrap_or(0);
-        let modified = std::time::UNIX_EPOCH + Duration::new(secs, nanos);
-        std::time::SystemTime::now()
-            .duration_since(modified)
-            .map_or(true, |age| age < RACY_WINDOW)
-    }
 }
 
 /// What kind of plugin a file is.
@@ -543,7 +502,7 @@ impl Host {
         policy: &Policy,
         options: &SessionOptions,
     ) -> Result<Session, HostError> {
-        let argv0 = run::sandbox::argv0_for(&plugin.path);
+        let argv0 = run::transport::argv0_for(&plugin.path);
         let meter = Arc::new(Meter::default());
         let transport = match &plugin.compiled {
             Some(compiled) => {
@@ -580,7 +539,7 @@ fn audit_limits(audit: net::AuditLog, mut exit: tokio::sync::watch::Receiver<Opt
             return;
         };
         let Some(exit) = exit.as_ref() else { return };
-        let Some(limit) = supervise::limit_of(exit) else {
+        let Some(limit) = net::limit_of(exit) else {
             return;
         };
         audit.record(&net::AuditEvent::Limit {

@@ -34,7 +34,7 @@ use serde::{Deserialize, Deserializer};
 use crate::policy::document::{Dir, Net};
 use crate::policy::value::{Cap, Quantity, parse_duration, parse_size};
 use crate::policy::{DocumentError, Policy, PolicyDocument};
-use crate::speak::protocols::Protocol;
+use crate::protocol::Protocol;
 
 /// A policy file, as read (see the module documentation).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

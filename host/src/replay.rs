@@ -4,24 +4,23 @@
 //!   plugin→host frame byte for byte; the first difference is a [`Divergence`] naming its
 //!   index. Under `--deterministic` (a `# seed:` header) a wasm plugin reproduces its session
 //!   exactly; a native plugin only if it is deterministic by itself.
-//! - [`serve`] acts as the plugin: it answers each incoming frame with the recorded response,
-//!   strictly in order ([`MatchMode::Strict`]) or by JSON-RPC request id
-//!   ([`MatchMode::ById`], for protocols whose responses may come out of order).
+//! - [`StandIn`] acts as the plugin: it answers each incoming frame with the recorded response,
+//!   strictly in order ([`MatchMode::Strict`]) or by request key, by the protocol's own rules
+//!   ([`MatchMode::ById`], for protocols whose responses may come out of order). It does no IO:
+//!   `sandpipe replay --serve` hands it the frames its engine reader splits, under
+//!   `--max-frame`, as `run` reads them, and writes what it answers.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bytes::BytesMut;
-use sandpipe_proto::frame::{FrameLimits, Framer, Framing};
-use sandpipe_proto::transcript::{Direction, Entry, Transcript};
-use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use sandpipe_proto::frame::Framing;
+use sandpipe_proto::supervise::{FromEngine, FromPlugin, SupervisedProtocol};
+use sandpipe_proto::transcript::{Direction, Transcript};
 
 use crate::error::Exit;
 use crate::policy::document::Dir;
 use crate::policy::{Policy, PolicyDocument};
-use crate::run::read_room::reserve_read_room;
 use crate::run::session::Session;
 use crate::speak::protocols::Protocol;
 
@@ -275,160 +274,180 @@ async fn recv_within(
         })
 }
 
-/// Act as the plugin of `t` on `input`/`output` until `input` ends.
-pub async fn serve(
-    t: &Transcript,
+/// The plugin of a recording, without IO: what it says first ([`StandIn::leading`]), then
+/// its answer to each frame the engine sends ([`StandIn::answer`]).
+#[derive(Debug)]
+pub struct StandIn<'t> {
+    t: &'t Transcript,
     mode: MatchMode,
-    mut input: impl AsyncRead + Unpin,
-    mut output: impl AsyncWrite + Unpin,
-) -> std::io::Result<ServeReport> {
-    let framing = framing_of(t).map_err(std::io::Error::other)?;
-    // An unknown protocol is answered as plain JSON-RPC.
-    let protocol = protocol_of(t).unwrap_or(Protocol::JsonRpc);
-    let mut decoder = framing.framer(FrameLimits::default());
-    let mut encoder = framing.framer(FrameLimits::default());
-    let mut inbuf = BytesMut::new();
-    let mut report = ServeReport::default();
-    let plan = Plan::new(t);
-    let mut cursor = 0usize;
-    let mut used = vec![false; t.entries.len()];
+    framing: Framing,
+    protocol: Protocol,
+    plan: Plan,
+    cursor: usize,
+    used: Vec<bool>,
+    report: ServeReport,
+}
 
-    // What the plugin said before the host said anything (an oracle's `ready`).
-    let leading: Vec<&Entry> = t
-        .entries
-        .iter()
-        .take_while(|e| e.dir == Direction::FromPlugin)
-        .collect();
-    for e in &leading {
-        send(&mut encoder, &mut output, &e.frame).await?;
+/// What the stand-in answers one engine frame with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Answer {
+    /// The frames to send back, in order: the recorded ones, or the protocol's error.
+    pub frames: Vec<Vec<u8>>,
+    /// Why the frame did not match the recording, when it did not.
+    pub unexpected: Option<String>,
+}
+
+impl<'t> StandIn<'t> {
+    /// The plugin of `t`, matching by `mode`. An unknown protocol is answered as plain
+    /// JSON-RPC, by its rules.
+    pub fn new(t: &'t Transcript, mode: MatchMode) -> Result<StandIn<'t>, String> {
+        let framing = framing_of(t)?;
+        let protocol = protocol_of(t).unwrap_or(Protocol::JsonRpc);
+        Ok(StandIn {
+            t,
+            mode,
+            framing,
+            protocol,
+            plan: Plan::new(t, protocol),
+            cursor: 0,
+            used: vec![false; t.entries.len()],
+            report: ServeReport::default(),
+        })
     }
-    cursor += leading.len();
 
-    let mut eof = false;
-    loop {
-        let next = if eof {
-            decoder.decode_eof(&mut inbuf)
-        } else {
-            decoder.decode(&mut inbuf)
-        };
-        let frame = match next {
-            Ok(Some(f)) => f,
-            Ok(None) if eof => return Ok(report),
-            Ok(None) => {
-                reserve_read_room(&mut inbuf, 64 * 1024);
-                if input.read_buf(&mut inbuf).await? == 0 {
-                    eof = true;
-                }
-                continue;
-            }
-            Err(e) => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
-        };
-        let replies: Option<Vec<usize>> = match mode {
-            MatchMode::Strict => match t.entries.get(cursor) {
+    /// The recording's framing.
+    pub fn framing(&self) -> Framing {
+        self.framing
+    }
+
+    /// What the plugin said before the host said anything (an oracle's `ready`).
+    pub fn leading(&mut self) -> Vec<Vec<u8>> {
+        let leading: Vec<Vec<u8>> = self.t.entries[self.cursor..]
+            .iter()
+            .take_while(|e| e.dir == Direction::FromPlugin)
+            .map(|e| e.frame.to_vec())
+            .collect();
+        self.cursor += leading.len();
+        leading
+    }
+
+    /// The answer to the engine's `frame`.
+    pub fn answer(&mut self, frame: &[u8]) -> Answer {
+        let t = self.t;
+        let replies: Option<Vec<usize>> = match self.mode {
+            MatchMode::Strict => match t.entries.get(self.cursor) {
                 Some(e) if e.dir == Direction::ToPlugin && e.frame[..] == frame[..] => {
-                    let start = cursor + 1;
+                    let start = self.cursor + 1;
                     let end = t.entries[start..]
                         .iter()
                         .position(|e| e.dir == Direction::ToPlugin)
                         .map_or(t.entries.len(), |p| start + p);
-                    cursor = end;
+                    self.cursor = end;
                     Some((start..end).collect())
                 }
                 _ => None,
             },
-            MatchMode::ById => plan.replies_for(&frame, &mut used),
+            MatchMode::ById => self.plan.replies_for(frame, &mut self.used),
         };
-        match replies {
-            Some(indexes) => {
-                report.matched += 1;
-                for i in indexes {
-                    send(&mut encoder, &mut output, &t.entries[i].frame).await?;
-                }
-            }
-            None => {
-                report.unexpected += 1;
-                let expected = match mode {
-                    MatchMode::Strict => t
-                        .entries
-                        .get(cursor)
-                        .map(|e| show(&e.frame))
-                        .unwrap_or_else(|| "nothing more".into()),
-                    MatchMode::ById => "a recorded request with the same id".into(),
-                };
-                let message = format!(
-                    "replay: unexpected frame {}; expected {expected}",
-                    show(&frame)
-                );
-                eprintln!("sandpipe: {message}");
-                if let Some(error) = protocol_error(protocol, &frame, &message) {
-                    send(&mut encoder, &mut output, &error).await?;
-                }
-            }
+        if let Some(indexes) = replies {
+            self.report.matched += 1;
+            return Answer {
+                frames: indexes
+                    .iter()
+                    .map(|&i| t.entries[i].frame.to_vec())
+                    .collect(),
+                unexpected: None,
+            };
         }
+        self.report.unexpected += 1;
+        let expected = match self.mode {
+            MatchMode::Strict => t
+                .entries
+                .get(self.cursor)
+                .map(|e| show(&e.frame))
+                .unwrap_or_else(|| "nothing more".into()),
+            MatchMode::ById => "a recorded request with the same id".into(),
+        };
+        let message = format!(
+            "replay: unexpected frame {}; expected {expected}",
+            show(frame)
+        );
+        Answer {
+            frames: protocol_error(self.protocol, frame, &message)
+                .into_iter()
+                .collect(),
+            unexpected: Some(message),
+        }
+    }
+
+    /// What it saw so far.
+    pub fn report(&self) -> ServeReport {
+        self.report.clone()
     }
 }
 
-async fn send(
-    encoder: &mut impl Framer,
-    output: &mut (impl AsyncWrite + Unpin),
-    frame: &[u8],
-) -> std::io::Result<()> {
-    let mut buf = BytesMut::new();
-    encoder
-        .encode(frame, &mut buf)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-    output.write_all(&buf).await?;
-    output.flush().await
-}
-
-/// For [`MatchMode::ById`]: which recorded frames answer which request.
+/// For [`MatchMode::ById`]: which recorded frames answer which request, by the protocol's own
+/// rules ([`SupervisedProtocol`]): a request's key (a JSON-RPC id's text, an ATP run id) and
+/// the plugin's answer under that key.
 struct Plan {
-    /// Recorded `>` requests by id: the indexes of the frames that answered each.
-    by_id: HashMap<String, Vec<usize>>,
-    /// Recorded `>` frames without an id (notifications), with the `<` frames that follow them
-    /// up to the next `>`.
+    rules: Box<dyn SupervisedProtocol>,
+    /// Recorded `>` requests by key: the indexes of the frames that answered each.
+    by_key: HashMap<String, Vec<usize>>,
+    /// Recorded `>` frames without a key (notifications, answers to the plugin's requests),
+    /// with the `<` frames that follow them up to the next `>`.
     others: Vec<(usize, Vec<usize>)>,
 }
 
-fn id_of(frame: &[u8]) -> Option<String> {
-    let v: Value = serde_json::from_slice(frame).ok()?;
-    v.get("id").filter(|id| !id.is_null()).map(Value::to_string)
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plan")
+            .field("by_key", &self.by_key)
+            .field("others", &self.others)
+            .finish_non_exhaustive()
+    }
 }
 
-fn is_response(frame: &[u8]) -> bool {
-    serde_json::from_slice::<Value>(frame)
-        .is_ok_and(|v| v.get("result").is_some() || v.get("error").is_some())
+/// The key an engine frame's answer comes back under, by `rules`, for a request.
+fn request_key(rules: &dyn SupervisedProtocol, frame: &[u8]) -> Option<String> {
+    match rules.classify_engine(frame) {
+        FromEngine::Request { key, .. }
+        | FromEngine::Stream { key, .. }
+        | FromEngine::Handshake { awaits: Some(key) } => Some(key),
+        _ => None,
+    }
 }
 
 impl Plan {
-    fn new(t: &Transcript) -> Self {
-        let mut by_id = HashMap::new();
+    fn new(t: &Transcript, protocol: Protocol) -> Self {
+        let rules = protocol.supervised();
+        let mut by_key = HashMap::new();
         let mut others = Vec::new();
         for (i, e) in t.entries.iter().enumerate() {
             if e.dir != Direction::ToPlugin {
                 continue;
             }
-            match id_of(&e.frame) {
-                Some(id) if !is_response(&e.frame) => {
-                    // The response with this id, and the plugin's notifications sent after the
-                    // request and before that response.
+            match request_key(rules.as_ref(), &e.frame) {
+                Some(key) => {
+                    // The answer under this key, and the plugin's other frames sent after the
+                    // request and before that answer (not the answers to other requests).
                     let mut replies = Vec::new();
                     for (j, r) in t.entries.iter().enumerate().skip(i + 1) {
                         if r.dir != Direction::FromPlugin {
                             continue;
                         }
-                        let rid = id_of(&r.frame);
-                        if rid.as_deref() == Some(id.as_str()) && is_response(&r.frame) {
-                            replies.push(j);
-                            break;
-                        }
-                        if rid.is_none() {
-                            replies.push(j);
+                        match rules.classify_plugin(&r.frame) {
+                            FromPlugin::Answer { key: k } if k == key => {
+                                replies.push(j);
+                                break;
+                            }
+                            FromPlugin::Answer { .. } => {}
+                            _ => replies.push(j),
                         }
                     }
-                    by_id.insert(id, replies);
+                    by_key.insert(key, replies);
                 }
-                _ => {
+                None => {
                     let replies = t.entries[i + 1..]
                         .iter()
                         .take_while(|r| r.dir == Direction::FromPlugin)
@@ -439,12 +458,16 @@ impl Plan {
                 }
             }
         }
-        Plan { by_id, others }
+        Plan {
+            rules,
+            by_key,
+            others,
+        }
     }
 
     fn replies_for(&self, frame: &[u8], used: &mut [bool]) -> Option<Vec<usize>> {
-        if let Some(id) = id_of(frame).filter(|_| !is_response(frame)) {
-            let replies = self.by_id.get(&id)?;
+        if let Some(key) = request_key(self.rules.as_ref(), frame) {
+            let replies = self.by_key.get(&key)?;
             // Notifications are sent only once, whichever request claims them first.
             let out: Vec<usize> = replies
                 .iter()
@@ -453,10 +476,8 @@ impl Plan {
                 .collect();
             return Some(out);
         }
-        let t_index = self.others.iter().find(|(i, _)| !used[*i])?;
-        let (i, replies) = t_index;
+        let (i, replies) = self.others.iter().find(|(i, _)| !used[*i])?;
         used[*i] = true;
-        let _ = frame;
         Some(
             replies
                 .iter()
@@ -514,5 +535,69 @@ impl ScratchDirs {
 impl Drop for ScratchDirs {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transcript(protocol: &str, lines: &[&str]) -> Transcript {
+        let text = format!(
+            "# sandpipe transcript 1\n# protocol: {protocol}\n# framing: lines\n{}\n",
+            lines.join("\n")
+        );
+        Transcript::parse(&text).expect("transcript")
+    }
+
+    fn frames(answer: &Answer) -> Vec<String> {
+        answer
+            .frames
+            .iter()
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .collect()
+    }
+
+    /// By id, each request gets the recorded frames that answered it, whatever the engine's
+    /// order: the notification sent before its answer, then the answer with its id (keys by
+    /// the protocol's rules, so `1` and `"1"` are two requests).
+    #[test]
+    fn by_id_answers_each_request_with_its_recorded_answer_in_the_engines_order() {
+        let t = transcript(
+            "jsonrpc",
+            &[
+                r#"> {"jsonrpc":"2.0","id":1,"method":"a"}"#,
+                r#"< {"jsonrpc":"2.0","method":"progress"}"#,
+                r#"< {"jsonrpc":"2.0","id":1,"result":"one"}"#,
+                r#"> {"jsonrpc":"2.0","id":"1","method":"b"}"#,
+                r#"< {"jsonrpc":"2.0","id":"1","result":"string one"}"#,
+            ],
+        );
+        let mut stand_in = StandIn::new(&t, MatchMode::ById).expect("stand-in");
+        assert!(stand_in.leading().is_empty());
+        let b = stand_in.answer(br#"{"jsonrpc":"2.0","id":"1","method":"b"}"#);
+        assert_eq!(
+            frames(&b),
+            [r#"{"jsonrpc":"2.0","id":"1","result":"string one"}"#]
+        );
+        let a = stand_in.answer(br#"{"jsonrpc":"2.0","id":1,"method":"a"}"#);
+        assert_eq!(
+            frames(&a),
+            [
+                r#"{"jsonrpc":"2.0","method":"progress"}"#,
+                r#"{"jsonrpc":"2.0","id":1,"result":"one"}"#
+            ]
+        );
+        // An id the recording never saw gets the protocol's error, under that id.
+        let other = stand_in.answer(br#"{"jsonrpc":"2.0","id":9,"method":"a"}"#);
+        assert!(other.unexpected.is_some());
+        assert!(frames(&other)[0].contains(r#""id":9"#), "{other:?}");
+        assert_eq!(
+            stand_in.report(),
+            ServeReport {
+                matched: 2,
+                unexpected: 1
+            }
+        );
     }
 }

@@ -456,3 +456,64 @@ async fn serve_stands_in_for_the_examples_under_the_host_clients() {
             .success()
     );
 }
+
+/// `replay --serve` reads the engine's side as `run` does, under `--max-frame`: an engine
+/// frame over the cap ends the replay with `run`'s status 123 and its line, before anything
+/// is answered; the same recording replays without the cap, and a frame within it replays
+/// with it.
+#[test]
+fn replay_serve_refuses_an_engine_frame_over_max_frame_as_run_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("big.transcript");
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"echo","params":["{}"]}}"#,
+        "x".repeat(2000)
+    );
+    let small = r#"{"jsonrpc":"2.0","id":2,"method":"echo","params":["y"]}"#;
+    let answer = |id: u32| format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"ok"}}"#);
+    std::fs::write(
+        &file,
+        format!(
+            "# sandpipe transcript 1\n# protocol: jsonrpc\n# framing: lines\n\
+             > {small}\n< {}\n> {big}\n< {}\n",
+            answer(2),
+            answer(1)
+        ),
+    )
+    .expect("write");
+    let file = file.display().to_string();
+    let serve = |extra: &[&str], stdin: String| {
+        let mut args = vec!["replay", file.as_str(), "--serve"];
+        args.extend_from_slice(extra);
+        sandpipe_tests::cli::run(env!("CARGO_BIN_EXE_sandpipe"), &args, stdin.as_bytes())
+    };
+
+    // Over the cap: 123 and `run`'s line; the frame before it was answered.
+    let out = serve(&["--max-frame", "1KiB"], format!("{small}\n{big}\n"));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(123), "{err}");
+    assert!(
+        err.contains("sandpipe: bad frame on stdin: frame of"),
+        "{err}"
+    );
+    assert_eq!(text(&out.stdout), format!("{}\n", answer(2)), "{err}");
+
+    // The same input without the cap replays in full.
+    let out = serve(&[], format!("{small}\n{big}\n"));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        text(&out.stdout),
+        format!("{}\n{}\n", answer(2), answer(1)),
+        "{err}"
+    );
+
+    // A frame within the cap replays under it; by id, in the engine's order.
+    let out = serve(
+        &["--max-frame", "1KiB", "--match", "id"],
+        format!("{small}\n"),
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(text(&out.stdout), format!("{}\n", answer(2)), "{err}");
+}

@@ -30,29 +30,9 @@ use crate::speak::protocols::Protocol;
 
 pub use status::{exit, exit_code};
 
-const EXIT_CODES_HELP: &str = "\
-Exit status:
-  the plugin's own code when it exits by itself (under WASI p2 a guest must use
-  wasi:cli/exit.exit-with-code, e.g. sandpipe_guest::exit, to report codes other than 0/1)
-  121  out of fuel (--fuel, --fuel-per-request), or a native plugin used up its CPU time
-       (--max-cpu-time)
-  122  memory limit (--max-memory)
-  123  bad frame from the plugin (--framing, --max-frame), a frame over --max-frame on
-       sandpipe's stdin, or a plugin that broke its protocol (call)
-  124  deadline exceeded (--timeout, --request-timeout)
-  125  sandpipe could not load or start the plugin
-  1    (call) the plugin answered with the protocol's error
-  134  the plugin trapped (wasm trap, or a native crash signal)
-  128+N  the plugin was killed by signal N (137 when sandpipe killed it); sandpipe then
-       ends by the same signal, except by a SIGKILL it sent itself
-  engine gone: when the engine closes its end of sandpipe's stdout, the plugin's next
-       write fails as without sandpipe (EPIPE for wasm, SIGPIPE or EPIPE natively) and
-       sandpipe exits as the plugin then does (by SIGPIPE if it died of it)
-Each sandpipe-made status prints one line starting with `sandpipe:` on stderr.";
-
 /// Run untrusted stdio plugins as sandboxed WASI components.
 #[derive(Debug, clap::Parser)]
-#[command(name = "sandpipe", version, about, long_about = None, after_help = EXIT_CODES_HELP)]
+#[command(name = "sandpipe", version, about, long_about = None, after_help = status::help())]
 pub struct Cli {
     /// More logging on stderr (-v: info, -vv: debug). `SANDPIPE_LOG` takes an env-filter.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -71,12 +51,12 @@ pub struct Cli {
 pub enum Command {
     /// Run PLUGIN with sandpipe's stdin and stdout as its own, so `sandpipe run plugin.wasm`
     /// can stand in for a plugin binary in any engine's command line.
-    #[command(after_help = EXIT_CODES_HELP)]
+    #[command(after_help = status::help())]
     Run(run::RunArgs),
     /// Speak a protocol to PLUGIN: handshake, one call (--method, --params), clean shutdown.
     /// The result is printed as JSON on stdout; the protocol's error goes to stderr with a
     /// non-zero status. Everything after PLUGIN goes to the plugin, as with `run`.
-    #[command(after_help = EXIT_CODES_HELP)]
+    #[command(after_help = status::help())]
     Call(call::CallArgs),
     /// Show what PLUGIN is (component, p1 module or native), its size, sha256, imports and
     /// exports, and with --protocol its self-description (everything after PLUGIN goes to the
@@ -153,21 +133,15 @@ impl UnusedCacheArgs {
 }
 
 /// `--protocol`: clap lists the names, with what each is, in `--help`, from the registry
-/// ([`crate::speak::protocols::PROTOCOLS`]).
+/// ([`crate::speak::protocols::PROTOCOLS`], in the order of [`Protocol::ALL`]).
 impl clap::ValueEnum for Protocol {
     fn value_variants<'a>() -> &'a [Self] {
-        static VARIANTS: std::sync::LazyLock<Vec<Protocol>> = std::sync::LazyLock::new(|| {
-            crate::speak::protocols::PROTOCOLS
-                .iter()
-                .map(|spec| spec.protocol)
-                .collect()
-        });
-        &VARIANTS
+        &Protocol::ALL
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
         let spec = self.spec();
-        Some(clap::builder::PossibleValue::new(spec.name).help(spec.help))
+        Some(clap::builder::PossibleValue::new(spec.name()).help(spec.help))
     }
 }
 

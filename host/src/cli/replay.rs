@@ -4,11 +4,16 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use sandpipe_proto::frame::{FrameLimits, Piece};
 use sandpipe_proto::transcript::Transcript;
 
 use super::CacheArgs;
+use super::engine::{EngineReader, EngineWriter, WriteError};
 use super::sandbox_args::warn_if_native;
-use crate::replay::{self, MatchMode, ScratchDirs};
+use super::status::{bad_frame_in, bad_frame_out};
+use crate::policy::value::parse_size;
+use crate::policy_file::DEFAULT_MAX_FRAME;
+use crate::replay::{self, MatchMode, ScratchDirs, StandIn};
 use crate::{PluginKind, SessionOptions, StderrMode};
 
 /// Arguments of `sandpipe replay`.
@@ -38,6 +43,10 @@ pub struct ReplayArgs {
     /// one get a fresh empty directory.
     #[arg(long = "dir", value_name = "HOST::GUEST")]
     dirs: Vec<String>,
+    /// Largest frame accepted in either direction (e.g. 16MiB), as for `run`: with --serve, an
+    /// engine frame over it ends the replay with status 123 [default: 16MiB].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_frame: Option<u64>,
     /// With --plugin: how long to wait for each expected frame before calling it a divergence.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::parse_duration)]
     wait: std::time::Duration,
@@ -52,15 +61,17 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
         .with_context(|| format!("reading {}", args.file.display()))?;
     let transcript =
         Transcript::parse(&text).with_context(|| format!("parsing {}", args.file.display()))?;
+    let limits = FrameLimits::with_max_frame_bytes(
+        usize::try_from(args.max_frame.unwrap_or(DEFAULT_MAX_FRAME)).unwrap_or(usize::MAX),
+    );
     if args.serve {
         let mode = if args.match_mode == "id" {
             MatchMode::ById
         } else {
             MatchMode::Strict
         };
-        let report =
-            replay::serve(&transcript, mode, tokio::io::stdin(), tokio::io::stdout()).await?;
-        return Ok(if report.unexpected == 0 { 0 } else { 1 });
+        let stand_in = StandIn::new(&transcript, mode).map_err(anyhow::Error::msg)?;
+        return Ok(serve(stand_in, limits).await);
     }
     let Some(plugin_path) = &args.plugin else {
         bail!("give --plugin PLUGIN or --serve")
@@ -92,7 +103,9 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
         replay::recorded_policy(&transcript, native, &host_dir).map_err(anyhow::Error::msg)?;
     warn_if_native(&plugin, &policy);
     let framing = replay::framing_of(&transcript).map_err(anyhow::Error::msg)?;
-    let options = SessionOptions::framed(framing).stderr(StderrMode::Inherit);
+    let options = SessionOptions::framed(framing)
+        .frame_limits(limits)
+        .stderr(StderrMode::Inherit);
     // A recording names its protocol when `run --protocol` made it; a component that exports
     // functions is started speaking it, as `run` did ([`crate::Host::start_speaking`]).
     let mut session = match replay::protocol_of(&transcript) {
@@ -116,6 +129,46 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
             Ok(1)
         }
     }
+}
+
+/// `--serve`: the recording stands in for the plugin on sandpipe's stdin and stdout, read and
+/// written as `run` reads and writes them ([`EngineReader`], [`EngineWriter`]) under
+/// `--max-frame`. The status: 0 when every frame matched, 1 when one did not (it got the
+/// protocol's error), 123 for an engine frame over the cap or a stream that lost its framing
+/// (`run --protocol`'s rule: the replay needs frames), and for a recorded frame over the cap.
+async fn serve(mut stand_in: StandIn<'_>, limits: FrameLimits) -> i32 {
+    let framing = stand_in.framing();
+    let mut reader = EngineReader::open(Some(framing), limits);
+    let mut writer = EngineWriter::open(Some(framing), limits);
+    let mut out = stand_in.leading();
+    loop {
+        for frame in out.drain(..) {
+            match writer.write(&frame, None).await {
+                Ok(()) => {}
+                Err(WriteError::Frame(e)) => return bad_frame_out(&e),
+                // The engine is gone: nobody reads what else the recording says.
+                Err(WriteError::Closed) => return verdict(&stand_in),
+            }
+        }
+        match reader.next().await {
+            Some(Piece::Frame { frame, .. }) => {
+                let answer = stand_in.answer(&frame);
+                if let Some(message) = &answer.unexpected {
+                    eprintln!("sandpipe: {message}");
+                }
+                out = answer.frames;
+            }
+            // A blank JSON Lines line: no frame.
+            Some(Piece::Raw(_)) => {}
+            Some(Piece::TooLarge(e) | Piece::LostFraming(e)) => return bad_frame_in(&e),
+            None => return verdict(&stand_in),
+        }
+    }
+}
+
+/// 0 when every engine frame matched the recording, else 1.
+fn verdict(stand_in: &StandIn<'_>) -> i32 {
+    i32::from(stand_in.report().unexpected != 0)
 }
 
 /// Write the verdict to stderr in one `write`. The plugin's stderr is forwarded to the same

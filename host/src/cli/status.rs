@@ -1,5 +1,6 @@
 //! How `sandpipe` ends: the exit status for each way a plugin and the bridge to it can end
-//! (the README's table and `--help`'s), and ending by the plugin's own signal.
+//! ([`TABLE`]: `--help`'s text is made from it, and the README's and docs/cli.md's tables are
+//! tested against it row for row), and ending by the plugin's own signal.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -25,6 +26,105 @@ pub mod exit_code {
     /// The host killed the plugin (128 + SIGKILL); a native plugin killed by signal N gives
     /// 128 + N.
     pub const KILLED: i32 = 137;
+}
+
+/// What a row of [`TABLE`] is the status of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    /// One code.
+    Code(i32),
+    /// 128 + the number of the signal that killed the plugin.
+    Signal,
+    /// Whatever the plugin's end gives.
+    Plugins,
+}
+
+impl Status {
+    /// As the tables write it.
+    fn text(self) -> String {
+        match self {
+            Status::Code(code) => code.to_string(),
+            Status::Signal => "128+N".to_owned(),
+            Status::Plugins => "the plugin's".to_owned(),
+        }
+    }
+}
+
+/// The exit statuses besides the plugin's own code when it exits by itself, as the README and
+/// docs/cli.md give them (Markdown; `--help` shows them without the backticks).
+pub(crate) const TABLE: &[(Status, &str)] = &[
+    (
+        Status::Code(1),
+        "`call`: the plugin answered with the protocol's error (printed on stderr)",
+    ),
+    (
+        Status::Code(exit_code::OUT_OF_FUEL),
+        "out of fuel (`--fuel`, `--fuel-per-request`), or a native plugin used up its CPU time \
+         (`--max-cpu-time`)",
+    ),
+    (
+        Status::Code(exit_code::MEMORY_LIMIT),
+        "memory limit (`--max-memory`)",
+    ),
+    (
+        Status::Code(exit_code::BAD_FRAME),
+        "bad frame from the plugin (`--framing`, `--max-frame`), a frame over `--max-frame` on \
+         sandpipe's stdin, or a plugin that broke its protocol (`call`: an answer that does not \
+         fit it, such as an Orchard execute result without `outputs`, or a frame the host \
+         stopped it for)",
+    ),
+    (
+        Status::Code(exit_code::DEADLINE),
+        "deadline exceeded (`--timeout`, `--request-timeout`; the same code as coreutils \
+         `timeout`)",
+    ),
+    (
+        Status::Code(exit_code::HOST_ERROR),
+        "sandpipe could not load or start the plugin",
+    ),
+    (
+        Status::Code(exit_code::TRAP),
+        "the plugin trapped (wasm trap; natively, a crash signal)",
+    ),
+    (
+        Status::Signal,
+        "killed by signal N; `run` then ends by that same signal (`WIFSIGNALED`, as the plugin \
+         run directly), except when sandpipe killed the plugin itself: 137 then, never a SIGKILL \
+         of sandpipe's own",
+    ),
+    (
+        Status::Plugins,
+        "engine gone (`run`): the engine closed its end of sandpipe's stdout. The plugin's next \
+         write fails as without sandpipe (a wasm guest gets EPIPE, a native plugin SIGPIPE, or \
+         EPIPE if it ignores SIGPIPE) and sandpipe exits as the plugin then does: its code, or \
+         by SIGPIPE (141 in a shell)",
+    ),
+];
+
+/// `--help`'s exit statuses: [`TABLE`], wrapped, under the plugin's own code.
+pub(crate) fn help() -> String {
+    const WIDTH: usize = 90;
+    const INDENT: &str = "       ";
+    let mut out = String::from(
+        "Exit status:\n  the plugin's own code when it exits by itself (under WASI p2 a guest must use\n  \
+         wasi:cli/exit.exit-with-code, e.g. sandpipe_guest::exit, to report codes other than 0/1)\n",
+    );
+    for (status, meaning) in TABLE {
+        let mut line = format!("  {}  ", status.text());
+        for word in meaning.replace('`', "").split_whitespace() {
+            if line.len() + word.len() > WIDTH && !line.trim().is_empty() {
+                out.push_str(line.trim_end());
+                out.push('\n');
+                line = INDENT.to_owned();
+            }
+            line.push_str(word);
+            line.push(' ');
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out.push_str("Each sandpipe-made status prints one line starting with `sandpipe:` on stderr.");
+    out
 }
 
 /// The signal that ended `run`'s plugin, when sandpipe is to end the same way (see [`exit`]).
@@ -168,8 +268,7 @@ fn cut_by_a_crash(e: &FrameError, exit: &Exit) -> bool {
 pub(crate) fn report(end: Option<BridgeEnd>, bad_input: Option<&FrameError>, exit: &Exit) -> i32 {
     let decided = ending(end.as_ref(), bad_input.is_some(), exit);
     if let Some(e) = bad_input {
-        eprintln!("sandpipe: bad frame on stdin: {e}");
-        return decided.status;
+        return bad_frame_in(e);
     }
     match &end {
         Some(BridgeEnd::BadOutput(e @ FrameError::Truncated { got, .. }))
@@ -177,10 +276,7 @@ pub(crate) fn report(end: Option<BridgeEnd>, bad_input: Option<&FrameError>, exi
         {
             eprintln!("sandpipe: dropped an incomplete frame of {got} bytes");
         }
-        Some(BridgeEnd::BadOutput(e)) => {
-            eprintln!("sandpipe: bad frame from plugin: {e}");
-            return decided.status;
-        }
+        Some(BridgeEnd::BadOutput(e)) => return bad_frame_out(e),
         Some(BridgeEnd::StdoutClosed) | None => {}
     }
     if let Some(sig) = decided.by_signal {
@@ -188,6 +284,20 @@ pub(crate) fn report(end: Option<BridgeEnd>, bad_input: Option<&FrameError>, exi
     }
     exit_status(exit);
     decided.status
+}
+
+/// A bad frame on sandpipe's stdin (over `--max-frame`, or a stream that lost its framing
+/// where frames are needed): its one line, and its status.
+pub(crate) fn bad_frame_in(e: &FrameError) -> i32 {
+    eprintln!("sandpipe: bad frame on stdin: {e}");
+    exit_code::BAD_FRAME
+}
+
+/// A bad frame from the plugin (or the recording standing in for it): its one line, and its
+/// status.
+pub(crate) fn bad_frame_out(e: &FrameError) -> i32 {
+    eprintln!("sandpipe: bad frame from plugin: {e}");
+    exit_code::BAD_FRAME
 }
 
 /// The exit status for `exit`, printing the one-line reason for sandpipe-made ones.
@@ -264,12 +374,92 @@ mod tests {
         ]
     }
 
-    /// The README's table: the plugin's own code, a sandpipe code, or 128 + a signal.
+    /// [`TABLE`]: the plugin's own code, a sandpipe code, or 128 + a signal.
     fn documented(status: i32, exit: &Exit) -> bool {
         match exit {
             Exit::Exited(code) if status == code & 0xff => true,
-            _ => [121, 122, 123, 124, 134, 137].contains(&status) || (129..=192).contains(&status),
+            _ => TABLE.iter().any(|(s, _)| match s {
+                Status::Code(code) => *code == status,
+                Status::Signal => (129..=192).contains(&status),
+                Status::Plugins => false,
+            }),
         }
+    }
+
+    /// The rows of the first Markdown table headed `| status | meaning |` in `file` (a path
+    /// from the repository's root).
+    fn table_in(file: &str) -> Vec<(String, String)> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let rows = text
+            .lines()
+            .skip_while(|l| l.trim() != "| status | meaning |")
+            .skip(2)
+            .take_while(|l| l.starts_with('|'));
+        rows.map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').splitn(2, " | ").collect();
+            match cells[..] {
+                [status, meaning] => (status.trim().to_owned(), meaning.trim().to_owned()),
+                _ => panic!("{file}: not a row of two cells: {l}"),
+            }
+        })
+        .collect()
+    }
+
+    /// The README's and docs/cli.md's exit-status tables are [`TABLE`], row for row.
+    #[test]
+    fn the_readme_and_docs_cli_md_give_the_status_table() {
+        let table: Vec<(String, String)> = TABLE
+            .iter()
+            .map(|(s, m)| (s.text(), (*m).to_owned()))
+            .collect();
+        for file in ["README.md", "docs/cli.md"] {
+            let rows = table_in(file);
+            assert!(!rows.is_empty(), "{file}: no `| status | meaning |` table");
+            for (i, (doc, ours)) in rows.iter().zip(&table).enumerate() {
+                assert_eq!(
+                    doc,
+                    ours,
+                    "{file}: row {} differs from status.rs's TABLE",
+                    i + 1
+                );
+            }
+            assert_eq!(rows.len(), table.len(), "{file}: rows {rows:#?}");
+        }
+    }
+
+    /// Every code sandpipe makes has its row; `--help` shows every row.
+    #[test]
+    fn every_code_has_its_row_and_help_shows_each() {
+        use exit_code::*;
+        for code in [
+            OUT_OF_FUEL,
+            MEMORY_LIMIT,
+            BAD_FRAME,
+            DEADLINE,
+            HOST_ERROR,
+            TRAP,
+        ] {
+            assert!(
+                TABLE.iter().any(|(s, _)| *s == Status::Code(code)),
+                "{code}"
+            );
+        }
+        assert!(
+            TABLE
+                .iter()
+                .any(|(s, m)| *s == Status::Signal && m.contains(&KILLED.to_string()))
+        );
+        let help = help();
+        for (status, meaning) in TABLE {
+            let first = meaning.replace('`', "");
+            let first: Vec<&str> = first.split_whitespace().take(3).collect();
+            let line = format!("  {}  {}", status.text(), first.join(" "));
+            assert!(help.contains(&line), "{line:?} missing from:\n{help}");
+        }
+        assert!(help.lines().all(|l| l.len() <= 92), "{help}");
     }
 
     /// Exhaustive over the whole input space (a few thousand cases): the exit mapping has

@@ -54,7 +54,7 @@ use sandpipe_proto::component::{Selectors, Value};
 use serde_json::{Value as Json, json};
 
 use crate::error::{Exit, HostError};
-use crate::exports::oracle::InvokeError;
+use crate::exports::error::InvokeError;
 use crate::run::memory_plugin::InProcess;
 use crate::run::sandbox::exports::{CallFailure, ExportInstance, ExportsRunner};
 use crate::run::session::{Session, SessionOptions};
@@ -88,7 +88,7 @@ pub(crate) async fn serve(
     options: &SessionOptions,
     server: Box<dyn ExportsServer>,
 ) -> Result<Session, HostError> {
-    let label = crate::run::sandbox::argv0_for(plugin.path());
+    let label = crate::run::transport::argv0_for(plugin.path());
     let instance = runner
         .instantiate(policy, &label, options.stderr, options.stderr_tail_lines)
         .await?;

@@ -23,6 +23,8 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+use crate::error::Exit;
+
 /// Allowed or refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -204,6 +206,17 @@ impl PartialEq for AuditLog {
 }
 
 impl Eq for AuditLog {}
+
+/// The audit trail's name for the limit behind `exit`, if a limit ended it.
+pub(crate) fn limit_of(exit: &Exit) -> Option<&'static str> {
+    match exit {
+        Exit::OutOfFuel { .. } => Some("fuel"),
+        Exit::MemoryLimit { .. } => Some("memory"),
+        Exit::CpuTimeLimit { .. } => Some("cpu-time"),
+        Exit::DeadlineExceeded { .. } => Some("deadline"),
+        _ => None,
+    }
+}
 
 #[cfg(test)]
 mod tests {

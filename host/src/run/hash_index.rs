@@ -18,11 +18,53 @@
 //! `--sha256` pin, whose resolution hashes the file itself before loading).
 
 use std::io::Write as _;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-
-use crate::FileStamp;
+use std::time::Duration;
 
 const MAGIC: &str = "sandpipe-index 1";
+
+/// What identifies one version of a file without reading it: device, inode, size, and the
+/// modification and status-change times to the nanosecond. Replacing the file (a new inode),
+/// writing to it (mtime) or touching its metadata (ctime) all change the stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileStamp {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) len: u64,
+    pub(crate) mtime: (i64, i64),
+    pub(crate) ctime: (i64, i64),
+}
+
+/// A file modified this recently may be modified again within the same timestamp tick (the
+/// kernel's coarse clock), which the stamp could not tell apart; such a file is not memoized
+/// (git's "racily clean" rule).
+const RACY_WINDOW: Duration = Duration::from_secs(2);
+
+impl FileStamp {
+    pub(crate) fn of(path: &Path) -> std::io::Result<FileStamp> {
+        let m = std::fs::metadata(path)?;
+        Ok(FileStamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
+
+    /// Whether the file was modified so recently that a same-size rewrite could keep this stamp.
+    pub(crate) fn racy(&self) -> bool {
+        let Ok(secs) = u64::try_from(self.mtime.0) else {
+            return true;
+        };
+        let nanos = u32::try_from(self.mtime.1).unwrap_or(0);
+        let modified = std::time::UNIX_EPOCH + Duration::new(secs, nanos);
+        std::time::SystemTime::now()
+            .duration_since(modified)
+            .map_or(true, |age| age < RACY_WINDOW)
+    }
+}
 
 /// The index under one cache root.
 #[derive(Debug, Clone)]

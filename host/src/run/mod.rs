@@ -5,6 +5,7 @@
 //! ([`hash_index`]), and the recorder that taps a session's frames ([`record`], with
 //! [`cbor_note`] rendering CBOR for it).
 
+pub(crate) mod cache_root;
 pub(crate) mod cbor_note;
 pub(crate) mod hash_index;
 pub(crate) mod memory_plugin;

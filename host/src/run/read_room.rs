@@ -15,7 +15,9 @@ use bytes::{Buf, BufMut, BytesMut};
 const ALIGN: usize = 64;
 
 /// Reserve room for a read of `additional` bytes ([`BytesMut::reserve`]), starting on a 64-byte
-/// boundary when `buf` holds nothing.
+/// boundary when `buf` holds nothing. The engine reader's (`cli/engine.rs`), under feature
+/// `cli`; a session's reads go through [`start_on_boundary`].
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub(crate) fn reserve_read_room(buf: &mut BytesMut, additional: usize) {
     let slack = if buf.is_empty() { ALIGN } else { 0 };
     buf.reserve(additional + slack);

@@ -1,9 +1,11 @@
 //! What a running plugin looks like to a session, whichever way it runs.
 
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -195,4 +197,31 @@ impl WeakKillSwitch {
 pub(crate) async fn killed(rx: &mut watch::Receiver<bool>) {
     // The guard `wait_for` returns is not Send: drop it here, inside this function.
     let _ = rx.wait_for(|k| *k).await.map(|_| ());
+}
+
+/// Publish the exit once stderr is drained, so a trap's tail holds the guest's last words.
+pub(crate) async fn finish(
+    exit: Exit,
+    stderr_task: tokio::task::JoinHandle<()>,
+    tail: &StderrTail,
+    exit_tx: watch::Sender<Option<Exit>>,
+) {
+    // The guest's pipe ends are gone, so the drain reaches EOF at once; the timeout only
+    // guards against a native grandchild that still holds stderr open.
+    let _ = tokio::time::timeout(Duration::from_secs(1), stderr_task).await;
+    let exit = match exit {
+        Exit::Trap { message, .. } => Exit::Trap {
+            message,
+            stderr_tail: tail.lines(),
+        },
+        other => other,
+    };
+    let _ = exit_tx.send(Some(exit));
+}
+
+/// A file name suitable for argv\[0\].
+pub(crate) fn argv0_for(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| PathBuf::from(path).display().to_string())
 }

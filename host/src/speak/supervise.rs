@@ -36,6 +36,7 @@ pub use sandpipe_proto::supervise::{Budgets, Incident, Recycle, Report};
 use tokio::sync::mpsc;
 
 use crate::error::{HostError, SessionError};
+use crate::net::limit_of;
 use crate::net::{AuditEvent, AuditLog};
 use crate::run::memory_plugin::MemoryPlugin;
 use crate::run::session::{Session, SessionControl, SessionOptions, SessionWriter};
@@ -52,18 +53,6 @@ pub struct Supervisor<'a> {
     on_incident: Option<IncidentHook<'a>>,
     /// The protocol's rules when they are not its defaults (an MCP tool filter).
     rules: Option<Box<dyn machine::SupervisedProtocol>>,
-}
-
-/// The audit trail's name for the limit behind `exit`, if a limit ended it.
-pub(crate) fn limit_of(exit: &crate::Exit) -> Option<&'static str> {
-    use crate::Exit;
-    match exit {
-        Exit::OutOfFuel { .. } => Some("fuel"),
-        Exit::MemoryLimit { .. } => Some("memory"),
-        Exit::CpuTimeLimit { .. } => Some("cpu-time"),
-        Exit::DeadlineExceeded { .. } => Some("deadline"),
-        _ => None,
-    }
 }
 
 /// Called for each request the supervisor fails.

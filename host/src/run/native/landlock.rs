@@ -26,6 +26,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
+use super::paths::{SINK_DEVICES, SYSTEM_DIRS, SYSTEM_FILES};
 use super::startup::StartupGrant;
 use crate::error::HostError;
 use crate::policy::{Access, Preopen};
@@ -191,24 +192,6 @@ pub(crate) struct Confinement {
 #[derive(Debug)]
 pub(crate) struct Confinement;
 
-/// Paths every program needs to start and run, granted read-only when they exist.
-pub(super) const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64"];
-pub(super) const SYSTEM_FILES: &[&str] = &[
-    "/etc/ld.so.cache",
-    "/etc/ld.so.preload",
-    "/etc/localtime",
-    "/etc/ssl/openssl.cnf",
-    "/dev/urandom",
-    "/dev/random",
-];
-/// Devices a shell redirection or a library may open for writing.
-pub(super) const SINK_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
-
-/// Whether `path` lies under a system directory every plugin may already read.
-pub(crate) fn is_system_path(path: &Path) -> bool {
-    SYSTEM_DIRS.iter().any(|dir| path.starts_with(dir))
-}
-
 /// Build the confinement of `program` with `preopens` and the read-only start-up `grants`, or
 /// none when the kernel has no Landlock.
 #[cfg(target_os = "linux")]
@@ -300,7 +283,7 @@ pub(crate) fn confinement(
         // proxy: the one TCP connection it may make.
         ruleset = ruleset
             .add_rule(landlock::NetPort::new(
-                super::namespace::PROXY_PORT,
+                super::paths::PROXY_PORT,
                 AccessNet::ConnectTcp,
             ))
             .map_err(|e| fail(format!("the proxy port: {e}")))?;

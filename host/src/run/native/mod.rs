@@ -35,6 +35,7 @@ mod grant_path;
 mod landlock;
 mod memory;
 mod namespace;
+mod paths;
 mod pause;
 mod probe_cache;
 mod rlimit;
@@ -52,15 +53,15 @@ use tokio::sync::{oneshot, watch};
 
 use crate::error::{Exit, HostError};
 use crate::policy::{Policy, Preopen};
-use crate::run::sandbox::finish;
 use crate::run::stderr::{StderrMode, StderrTail};
-use crate::run::transport::{KillSwitch, PluginStdin, PluginStdout, Transport, killed};
+use crate::run::transport::{KillSwitch, PluginStdin, PluginStdout, Transport, finish, killed};
 use pause::Step;
 
 pub use cgroup::CgroupSupport;
 pub use landlock::{LANDLOCK_TARGET_ABI, LandlockSupport};
 pub(crate) use memory::plugin_resident;
-pub use namespace::{NamespaceSupport, PROXY_PORT};
+pub use namespace::NamespaceSupport;
+pub use paths::PROXY_PORT;
 pub(crate) use rlimit::Limits;
 pub use startup::{StartupGrant, WithheldGrant, startup_grants, withheld_startup_grants};
 
@@ -333,7 +334,7 @@ fn spawn_under(
     };
 
     let stderr = StderrTail::new(tail_lines);
-    let name = crate::run::sandbox::argv0_for(program);
+    let name = crate::run::transport::argv0_for(program);
     let stderr_task = tokio::spawn(stderr.clone().drain(stderr_pipe, stderr_mode, name));
     let (exit_tx, exit_rx) = watch::channel(None);
     let (kill, mut kill_rx) = KillSwitch::new();

@@ -27,15 +27,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
-use super::landlock::{SINK_DEVICES, SYSTEM_DIRS, SYSTEM_FILES};
+use super::paths::{PROXY_PORT, SINK_DEVICES, SYSTEM_DIRS, SYSTEM_FILES};
 use super::pause::{Pause, Step};
 use super::startup::StartupGrant;
 use crate::error::HostError;
 use crate::policy::{Access, Preopen};
-
-/// The port sandpipe's proxy listens on inside a native plugin's network namespace
-/// (`127.0.0.1`, HTTP `CONNECT` and SOCKS5; the plugin's `HTTP_PROXY` and `ALL_PROXY`).
-pub const PROXY_PORT: u16 = 3128;
 
 /// The namespaces a native plugin gets.
 const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER

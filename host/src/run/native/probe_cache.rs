@@ -42,7 +42,7 @@ pub(super) fn key() -> Option<String> {
 }
 
 fn path() -> Option<PathBuf> {
-    crate::default_cache_dir().map(|dir| dir.join("namespaces"))
+    crate::run::cache_root::default_cache_dir().map(|dir| dir.join("namespaces"))
 }
 
 /// Whether the file holds a positive answer for `key`.
@@ -75,11 +75,7 @@ pub(super) fn remember(key: &str) {
     };
     let temp = dir.join(format!(".namespaces.{}", std::process::id()));
     let written = (|| {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
+        crate::run::cache_root::create_private_dir(dir)?;
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)

@@ -230,7 +230,7 @@ struct Grants {
 impl Grants {
     /// Grant `path`, unless a wider grant covers it or it is a directory too wide to grant.
     fn add(&mut self, path: PathBuf, reason: &'static str) -> bool {
-        if super::landlock::is_system_path(&path)
+        if super::paths::is_system_path(&path)
             || self.grants.iter().any(|g| path.starts_with(&g.path))
         {
             return true;

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use wasmtime::Engine;
 
+use crate::run::cache_root::create_private_dir;
+
 /// Where compiled artifacts live.
 #[derive(Debug, Clone)]
 pub(crate) struct ArtifactCache {
@@ -82,25 +84,4 @@ impl ArtifactCache {
 /// The wasmtime version compiled in (artifacts are only valid for the exact version).
 pub(crate) fn wasmtime_version() -> &'static str {
     "48.0.8" // keep equal to the `=48.0.8` pin in the workspace Cargo.toml
-}
-
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    // 0700: loading an artifact trusts its contents, so only this user may write them.
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-}
-
-/// The default cache root: `$SANDPIPE_CACHE_DIR`, else `$XDG_CACHE_HOME/sandpipe`, else
-/// `$HOME/.cache/sandpipe`.
-pub fn default_cache_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("SANDPIPE_CACHE_DIR") {
-        return Some(PathBuf::from(d));
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(d).join("sandpipe"));
-    }
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("sandpipe"))
 }

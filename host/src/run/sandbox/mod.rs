@@ -21,13 +21,13 @@ mod sockets;
 mod stdio;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+pub use crate::run::cache_root::default_cache_dir;
 use cache::ArtifactCache;
-pub use cache::default_cache_dir;
 use disk_quota::DiskQuota;
 pub use exports::ExportedFunc;
 use open_files::OpenFiles;
@@ -45,7 +45,9 @@ use crate::error::{Exit, HostError};
 use crate::net::Resolver;
 use crate::policy::{Access, Fuel, ImportPolicy, Policy, import_allowed};
 use crate::run::stderr::{StderrMode, StderrTail};
-use crate::run::transport::{KillSwitch, Meter, PluginStdin, PluginStdout, Transport, killed};
+use crate::run::transport::{
+    KillSwitch, Meter, PluginStdin, PluginStdout, Transport, finish, killed,
+};
 
 /// How often the epoch ticker bumps the engine's epoch. Each bump lets a running guest yield
 /// to tokio (so kills and timeouts are noticed) and checks its deadline.
@@ -895,26 +897,6 @@ fn trap_message(err: &wasmtime::Error) -> String {
     msg
 }
 
-/// Publish the exit once stderr is drained, so a trap's tail holds the guest's last words.
-pub(crate) async fn finish(
-    exit: Exit,
-    stderr_task: tokio::task::JoinHandle<()>,
-    tail: &StderrTail,
-    exit_tx: watch::Sender<Option<Exit>>,
-) {
-    // The guest's pipe ends are gone, so the drain reaches EOF at once; the timeout only
-    // guards against a native grandchild that still holds stderr open.
-    let _ = tokio::time::timeout(Duration::from_secs(1), stderr_task).await;
-    let exit = match exit {
-        Exit::Trap { message, .. } => Exit::Trap {
-            message,
-            stderr_tail: tail.lines(),
-        },
-        other => other,
-    };
-    let _ = exit_tx.send(Some(exit));
-}
-
 fn wasi_builder(
     policy: &Policy,
     argv0: &str,
@@ -977,11 +959,4 @@ fn spawn_epoch_ticker(engine: &Engine) {
             "could not start the epoch ticker; deadlines fall back to the outer timer: {e}"
         );
     }
-}
-
-/// A file name suitable for argv\[0\].
-pub(crate) fn argv0_for(path: &Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| PathBuf::from(path).display().to_string())
 }

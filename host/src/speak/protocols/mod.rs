@@ -20,28 +20,12 @@ use sandpipe_proto::supervise::SupervisedProtocol;
 
 use hooks::{CallHook, DescribeHook, ServesExports};
 
+pub use crate::protocol::Protocol;
+
+use crate::protocol::or_list;
+
 use crate::exports::session::{exports_runner, serve};
 use crate::{Host, HostError, Plugin, Policy, Session, SessionOptions};
-
-/// Which protocol a command speaks: a variant here and its line in [`PROTOCOLS`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Protocol {
-    /// Plain JSON-RPC 2.0 over JSON Lines: one request, its response.
-    JsonRpc,
-    /// Cairo oracle `stdio:`.
-    Oracle,
-    /// Orchard provider protocol.
-    Orchard,
-    /// terraform-provider-denobridge.
-    DenoBridge,
-    /// Arcaflow ATP v1/v3 (CBOR).
-    Atp,
-    /// FineCode WM↔ER (LSP `Content-Length`).
-    FineCode,
-    /// Model Context Protocol servers (stdio: JSON-RPC 2.0 in JSON Lines).
-    Mcp,
-}
 
 /// One protocol, all that sandpipe needs of it besides its proto module and its host client:
 /// what the command line calls it, its framing, its supervision rules, the hooks of `call`
@@ -50,8 +34,6 @@ pub enum Protocol {
 pub struct ProtocolSpec {
     /// Which protocol.
     pub protocol: Protocol,
-    /// Its name on the command line, in policy files and in transcripts.
-    pub name: &'static str,
     /// What it is, in `--help`.
     pub help: &'static str,
     /// The framing it uses.
@@ -70,10 +52,17 @@ pub struct ProtocolSpec {
     pub exports: Option<ServesExports>,
 }
 
+impl ProtocolSpec {
+    /// Its name on the command line, in policy files and in transcripts.
+    pub fn name(&self) -> &'static str {
+        self.protocol.name()
+    }
+}
+
 impl std::fmt::Debug for ProtocolSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProtocolSpec")
-            .field("name", &self.name)
+            .field("name", &self.name())
             .field("framing", &self.framing)
             .field("exports", &self.exports.is_some())
             .finish_non_exhaustive()
@@ -87,13 +76,13 @@ pub static PROTOCOLS: &[ProtocolSpec] = {
     use sandpipe_proto::{oracle as o, orchard as r};
     use Framing::{CborSeq, ContentLength, JsonLines};
     &[
-        ProtocolSpec { protocol: Protocol::JsonRpc, name: "jsonrpc", help: "plain JSON-RPC 2.0 over JSON Lines", framing: JsonLines, supervised: || Box::new(j::Supervised), tool_filter: None, call: |l, r| Box::pin(crate::speak::protocols::jsonrpc::one_call(l, r)), describe: |_| Box::pin(crate::speak::protocols::jsonrpc::describe()), exports: None },
-        ProtocolSpec { protocol: Protocol::Oracle, name: "oracle", help: "Cairo oracle stdio: (and wasm: components exporting functions)", framing: JsonLines, supervised: || Box::new(o::Supervised), tool_filter: None, call: |l, r| Box::pin(oracle::one_call(l, r)), describe: |l| Box::pin(oracle::describe(l)), exports: Some(ServesExports { server: oracle::serve_exports, describe: Some(|l| Box::pin(oracle::describe_exports(l))) }) },
-        ProtocolSpec { protocol: Protocol::Orchard, name: "orchard", help: "Orchard provider protocol", framing: JsonLines, supervised: || Box::new(r::Supervised), tool_filter: None, call: |l, r| Box::pin(orchard::one_call(l, r)), describe: |l| Box::pin(orchard::describe(l)), exports: None },
-        ProtocolSpec { protocol: Protocol::DenoBridge, name: "denobridge", help: "terraform-provider-denobridge", framing: JsonLines, supervised: || Box::new(d::Supervised), tool_filter: None, call: |l, r| Box::pin(denobridge::one_call(l, r)), describe: |l| Box::pin(denobridge::describe(l)), exports: None },
-        ProtocolSpec { protocol: Protocol::Atp, name: "atp", help: "Arcaflow ATP v1/v3 (CBOR)", framing: CborSeq, supervised: || Box::new(a::Supervised), tool_filter: None, call: |l, r| Box::pin(atp::one_call(l, r)), describe: |l| Box::pin(atp::describe(l)), exports: None },
-        ProtocolSpec { protocol: Protocol::FineCode, name: "finecode", help: "FineCode WM-ER (LSP Content-Length)", framing: ContentLength, supervised: || Box::new(f::Supervised), tool_filter: None, call: |l, r| Box::pin(finecode::one_call(l, r)), describe: |l| Box::pin(finecode::describe(l)), exports: None },
-        ProtocolSpec { protocol: Protocol::Mcp, name: "mcp", help: "Model Context Protocol servers (stdio), or a component's exported functions as tools", framing: JsonLines, supervised: || Box::new(m::Supervised::default()), tool_filter: Some(|filter| Box::new(m::Supervised::new(filter))), call: |l, r| Box::pin(mcp::one_call(l, r)), describe: |l| Box::pin(mcp::describe(l)), exports: Some(ServesExports { server: mcp::serve_exports, describe: None }) },
+        ProtocolSpec { protocol: Protocol::JsonRpc, help: "plain JSON-RPC 2.0 over JSON Lines", framing: JsonLines, supervised: || Box::new(j::Supervised), tool_filter: None, call: |l, r| Box::pin(crate::speak::protocols::jsonrpc::one_call(l, r)), describe: |_| Box::pin(crate::speak::protocols::jsonrpc::describe()), exports: None },
+        ProtocolSpec { protocol: Protocol::Oracle, help: "Cairo oracle stdio: (and wasm: components exporting functions)", framing: JsonLines, supervised: || Box::new(o::Supervised), tool_filter: None, call: |l, r| Box::pin(oracle::one_call(l, r)), describe: |l| Box::pin(oracle::describe(l)), exports: Some(ServesExports { server: oracle::serve_exports, describe: Some(|l| Box::pin(oracle::describe_exports(l))) }) },
+        ProtocolSpec { protocol: Protocol::Orchard, help: "Orchard provider protocol", framing: JsonLines, supervised: || Box::new(r::Supervised), tool_filter: None, call: |l, r| Box::pin(orchard::one_call(l, r)), describe: |l| Box::pin(orchard::describe(l)), exports: None },
+        ProtocolSpec { protocol: Protocol::DenoBridge, help: "terraform-provider-denobridge", framing: JsonLines, supervised: || Box::new(d::Supervised), tool_filter: None, call: |l, r| Box::pin(denobridge::one_call(l, r)), describe: |l| Box::pin(denobridge::describe(l)), exports: None },
+        ProtocolSpec { protocol: Protocol::Atp, help: "Arcaflow ATP v1/v3 (CBOR)", framing: CborSeq, supervised: || Box::new(a::Supervised), tool_filter: None, call: |l, r| Box::pin(atp::one_call(l, r)), describe: |l| Box::pin(atp::describe(l)), exports: None },
+        ProtocolSpec { protocol: Protocol::FineCode, help: "FineCode WM-ER (LSP Content-Length)", framing: ContentLength, supervised: || Box::new(f::Supervised), tool_filter: None, call: |l, r| Box::pin(finecode::one_call(l, r)), describe: |l| Box::pin(finecode::describe(l)), exports: None },
+        ProtocolSpec { protocol: Protocol::Mcp, help: "Model Context Protocol servers (stdio), or a component's exported functions as tools", framing: JsonLines, supervised: || Box::new(m::Supervised::default()), tool_filter: Some(|filter| Box::new(m::Supervised::new(filter))), call: |l, r| Box::pin(mcp::one_call(l, r)), describe: |l| Box::pin(mcp::describe(l)), exports: Some(ServesExports { server: mcp::serve_exports, describe: None }) },
     ]
 };
 
@@ -144,17 +133,6 @@ impl Protocol {
     pub fn supervised(self) -> Box<dyn SupervisedProtocol> {
         (self.spec().supervised)()
     }
-
-    /// The name used on the command line and in transcripts.
-    pub fn name(self) -> &'static str {
-        self.spec().name
-    }
-
-    /// Every protocol's name, for messages: `a, b or c`.
-    pub fn names() -> String {
-        let names: Vec<&str> = PROTOCOLS.iter().map(|s| s.name).collect();
-        or_list(&names)
-    }
 }
 
 impl Host {
@@ -179,7 +157,7 @@ impl Host {
             let serving: Vec<&str> = PROTOCOLS
                 .iter()
                 .filter(|s| s.exports.is_some())
-                .map(|s| s.name)
+                .map(|s| s.name())
                 .collect();
             return Err(HostError::Instantiate {
                 message: format!(
@@ -194,43 +172,18 @@ impl Host {
     }
 }
 
-/// `a, b or c`.
-fn or_list(items: &[&str]) -> String {
-    match items.split_last() {
-        Some((last, [])) => (*last).to_owned(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-        None => String::new(),
-    }
-}
-
-impl std::str::FromStr for Protocol {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        PROTOCOLS
-            .iter()
-            .find(|spec| spec.name == s)
-            .map(|spec| spec.protocol)
-            .ok_or_else(|| format!("unknown protocol {s:?} (expected {})", Protocol::names()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn each_protocol_has_one_line_and_its_name_parses_back() {
-        for (i, spec) in PROTOCOLS.iter().enumerate() {
-            assert_eq!(spec.protocol.spec().name, spec.name);
-            assert_eq!(spec.name.parse::<Protocol>(), Ok(spec.protocol));
-            let again = PROTOCOLS[i + 1..].iter();
-            assert!(
-                again
-                    .clone()
-                    .all(|o| o.protocol != spec.protocol && o.name != spec.name),
-                "{} twice",
-                spec.name
-            );
+        // One line per protocol, in the order of `Protocol::ALL`.
+        let listed: Vec<Protocol> = PROTOCOLS.iter().map(|s| s.protocol).collect();
+        assert_eq!(listed, Protocol::ALL);
+        for spec in PROTOCOLS {
+            assert_eq!(spec.protocol.spec().name(), spec.name());
+            assert_eq!(spec.name().parse::<Protocol>(), Ok(spec.protocol));
         }
         assert_eq!(
             "x".parse::<Protocol>(),
