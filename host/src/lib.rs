@@ -76,7 +76,7 @@ pub mod cli;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 pub use error::{Exit, HostError, SessionError, Stopped};
@@ -105,10 +105,14 @@ use run::transport::Meter;
 use sha2::{Digest, Sha256};
 
 /// Loads plugins and starts sessions. Holds one wasmtime engine (with its epoch ticker thread),
-/// the compiled plugins seen so far, and the on-disk artifact cache.
+/// the compiled plugins seen so far, and the on-disk artifact cache. The engine is made on the
+/// first wasm plugin (at once with [`InstanceAllocator::Pooling`]): a host that only runs
+/// native plugins never pays for one.
 #[derive(Debug)]
 pub struct Host {
-    sandbox: Sandbox,
+    sandbox: OnceLock<Sandbox>,
+    /// What `sandbox` is made with, and one maker at a time.
+    engine: Mutex<EngineOptions>,
     /// Plugins loaded so far by path, with the file's identity when it was read: a second
     /// `load` of an unchanged file neither reads nor hashes it again.
     loaded: Mutex<HashMap<PathBuf, (FileStamp, Plugin)>>,
@@ -306,6 +310,20 @@ impl HostOptions {
     }
 }
 
+/// What a [`Host`]'s wasm sandbox is made with.
+#[derive(Debug)]
+struct EngineOptions {
+    cache_dir: Option<PathBuf>,
+    allocator: InstanceAllocator,
+    metering: Metering,
+}
+
+impl EngineOptions {
+    fn sandbox(&self) -> Result<Sandbox, HostError> {
+        Sandbox::new(self.cache_dir.as_deref(), &self.allocator, self.metering)
+    }
+}
+
 impl Host {
     /// A host with the default options ([`HostOptions::default`]); shorthand for
     /// `Host::with_options(&HostOptions::default())`.
@@ -316,12 +334,18 @@ impl Host {
     /// A host set up by `options`. With [`InstanceAllocator::Pooling`] this reserves the
     /// pool's address space now, and fails with [`HostError::Engine`] if it does not fit.
     pub fn with_options(options: &HostOptions) -> Result<Host, HostError> {
+        let engine = EngineOptions {
+            cache_dir: options.cache_dir.clone(),
+            allocator: options.allocator.clone(),
+            metering: options.metering,
+        };
+        let sandbox = OnceLock::new();
+        if matches!(options.allocator, InstanceAllocator::Pooling(_)) {
+            let _ = sandbox.set(engine.sandbox()?);
+        }
         Ok(Host {
-            sandbox: Sandbox::new(
-                options.cache_dir.as_deref(),
-                &options.allocator,
-                options.metering,
-            )?,
+            sandbox,
+            engine: Mutex::new(engine),
             loaded: Mutex::new(HashMap::new()),
             index: options
                 .cache_dir
@@ -329,6 +353,19 @@ impl Host {
                 .map(run::hash_index::HashIndex::new),
             allow_native: options.allow_native_unsandboxed,
         })
+    }
+
+    /// The wasm sandbox, made now if this is its first use.
+    pub(crate) fn sandbox(&self) -> Result<&Sandbox, HostError> {
+        if let Some(sandbox) = self.sandbox.get() {
+            return Ok(sandbox);
+        }
+        let engine = self.engine.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sandbox) = self.sandbox.get() {
+            return Ok(sandbox);
+        }
+        let made = engine.sandbox()?;
+        Ok(self.sandbox.get_or_init(|| made))
     }
 
     /// Load a plugin. A WASI component or core module (told by its header) is compiled, or
@@ -425,7 +462,7 @@ impl Host {
             }));
         };
         let Some((compiled, source, cache_mismatch)) =
-            self.sandbox.load(path, None, &sha256, wasm_kind)?
+            self.sandbox()?.load(path, None, &sha256, wasm_kind)?
         else {
             return Ok(None);
         };
@@ -472,7 +509,7 @@ impl Host {
             });
         };
         let (compiled, source, cache_mismatch) = self
-            .sandbox
+            .sandbox()?
             .load(&path, Some(&bytes), &sha256, wasm_kind)?
             .ok_or_else(|| HostError::Compile {
                 path: path.clone(),
@@ -506,7 +543,7 @@ impl Host {
         let meter = Arc::new(Meter::default());
         let transport = match &plugin.compiled {
             Some(compiled) => {
-                self.sandbox
+                self.sandbox()?
                     .start(
                         compiled,
                         policy,

@@ -123,7 +123,7 @@ pub(crate) fn exports_runner(
             ),
         })?;
     crate::run::sandbox::Sandbox::check_imports(compiled, policy)?;
-    host.sandbox
+    host.sandbox()?
         .exports_runner(compiled)
         .ok_or_else(|| HostError::Instantiate {
             message: format!(
