@@ -20,19 +20,18 @@
 //! directory. Unknown keys are errors, so a misspelt limit never goes unnoticed; values take
 //! exactly what the matching flag takes (`max-memory = "64MiB"` or `"none"`, `timeout = "30s"`).
 //!
-//! [`PolicyFile::policy`] is the [`Policy`] the file alone describes. The command line lays
+//! Its sections (`[limits]`, `[grants]`, `[net]`, `[requests]`, `[tools]`) are declared once, in
+//! [`crate::policy::sections`], with their flags. [`PolicyFile::policy`] is the [`Policy`] the
+//! file alone describes. The command line lays
 //! its flags over the same values one key at a time (a flag replaces the file's value, a list
 //! adds to the file's), which `sandpipe::cli` does and docs/policy.md documents.
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::Duration;
 
 use sandpipe_proto::frame::Framing;
 use serde::{Deserialize, Deserializer};
 
-use crate::policy::document::{Dir, Net};
-use crate::policy::value::{Cap, Quantity, parse_duration, parse_size};
 use crate::policy::{DocumentError, Policy, PolicyDocument};
 use crate::protocol::Protocol;
 
@@ -118,243 +117,9 @@ impl FramingName {
     }
 }
 
-/// `[limits]`, and the command line's limit flags (the field docs are their `--help`). A size
-/// is a number of bytes or text (`"64MiB"`); a [`Cap`] of `None` is `"none"`, no cap. A key
-/// left out is `None`: the default, which [`Policy::default`] holds and `--help` names.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "cli", derive(clap::Args))]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-#[non_exhaustive]
-pub struct Limits {
-    /// Total fuel (about one unit per wasm instruction) for the whole session [default: unlimited].
-    #[cfg_attr(feature = "cli", arg(long, value_name = "N"))]
-    pub fuel: Option<u64>,
-    /// Memory cap (e.g. 64MiB, or none): linear memory for wasm; for native, RLIMIT_DATA (heap
-    /// and other writable memory, not address space V8, Go or the JVM only reserve)
-    /// [default: 256MiB].
-    #[serde(default, deserialize_with = "cap")]
-    #[cfg_attr(feature = "cli", arg(long, value_name = "SIZE", value_parser = Cap::size))]
-    pub max_memory: Option<Cap>,
-    /// Wall-clock deadline for the whole session (e.g. 2s, 500ms) [default: none].
-    #[serde(default, deserialize_with = "duration")]
-    #[cfg_attr(feature = "cli", arg(long, value_name = "DURATION", value_parser = parse_duration))]
-    pub timeout: Option<Duration>,
-    /// CPU time for a native plugin (RLIMIT_CPU, whole seconds rounded up, e.g. 30s); past it
-    /// the kernel stops the plugin (exit status 121). Wasm plugins use --fuel [default: unlimited].
-    #[serde(default, deserialize_with = "duration")]
-    #[cfg_attr(feature = "cli", arg(long, value_name = "DURATION", value_parser = parse_duration))]
-    pub max_cpu_time: Option<Duration>,
-    /// Most files a plugin may have open at once, or none for sandpipe's own limit. Wasm: host
-    /// descriptors the session holds (its --dir preopens plus what it opened); past it an open
-    /// fails (p2 error-code quota, EDQUOT; p1 EMFILE) and the plugin runs on. Native:
-    /// RLIMIT_NOFILE, stdio included (EMFILE) [default: 1024].
-    #[serde(default, deserialize_with = "count_cap")]
-    #[cfg_attr(feature = "cli", arg(long, value_name = "N", value_parser = Cap::count))]
-    pub max_open_files: Option<Cap>,
-    /// Native only: most processes and threads the plugin may have at once, or none. Past it
-    /// fork and thread creation fail with EAGAIN (the plugin's cgroup pids.max: not enforced
-    /// where no cgroup can be had, as the start-up line then says) [default: 512].
-    #[serde(default, deserialize_with = "count_cap")]
-    #[cfg_attr(feature = "cli", arg(long, value_name = "N", value_parser = Cap::count))]
-    pub max_processes: Option<Cap>,
-    /// Bytes a wasm component may write to files through its --dir grants, in all (e.g.
-    /// 100MiB); every write counts, an overwrite again. Past it a write fails with ENOSPC
-    /// (insufficient-space) and the plugin runs on [default: none]. Not for native plugins.
-    #[serde(default, deserialize_with = "size")]
-    #[cfg_attr(feature = "cli", arg(long, value_name = "SIZE", value_parser = parse_size))]
-    pub max_disk_write: Option<u64>,
-    /// Largest frame accepted in either direction (e.g. 16MiB) [default: 16MiB].
-    #[serde(default, deserialize_with = "size")]
-    #[cfg_attr(feature = "cli", arg(long, value_name = "SIZE", value_parser = parse_size))]
-    pub max_frame: Option<u64>,
-}
-
-impl Limits {
-    /// The largest frame either way: `max_frame`, or [`DEFAULT_MAX_FRAME`].
-    pub fn max_frame(&self) -> u64 {
-        self.max_frame.unwrap_or(DEFAULT_MAX_FRAME)
-    }
-
-    /// Lay these limits over `doc`'s: each key set here replaces the document's.
-    fn apply(&self, doc: &mut crate::policy::document::Limits) {
-        doc.fuel = self.fuel.or(doc.fuel);
-        doc.max_memory = self.max_memory.map_or(doc.max_memory, |c| c.0);
-        doc.timeout = self.timeout.or(doc.timeout);
-        doc.max_cpu_time = self.max_cpu_time.or(doc.max_cpu_time);
-        doc.max_open_files = self.max_open_files.map_or(doc.max_open_files, |c| c.0);
-        doc.max_processes = self.max_processes.map_or(doc.max_processes, |c| c.0);
-        doc.max_disk_write = self.max_disk_write.or(doc.max_disk_write);
-    }
-}
-
-/// The largest frame sandpipe accepts either way unless `max-frame` says otherwise: 16 MiB.
-pub const DEFAULT_MAX_FRAME: u64 = 16 << 20;
-
-/// `[grants]`, and the command line's grant flags.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "cli", derive(clap::Args))]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-#[non_exhaustive]
-pub struct Grants {
-    /// Preopen a host directory: HOST[::GUEST][:ro]. GUEST defaults to HOST; `:ro` makes it
-    /// read-only. Without --dir the plugin sees no filesystem.
-    // In a file, also a table `{ host, guest, read-only }`.
-    #[serde(default, deserialize_with = "dirs")]
-    #[cfg_attr(feature = "cli", arg(long = "dir", value_name = "HOST[::GUEST][:ro]"))]
-    pub dirs: Vec<Dir>,
-    /// Pass an environment variable: NAME=VALUE, or NAME to copy sandpipe's own value.
-    /// Nothing else is inherited.
-    #[serde(default)]
-    #[cfg_attr(feature = "cli", arg(long = "env", value_name = "NAME[=VALUE]"))]
-    pub env: Vec<String>,
-    /// Strict imports: refuse a component importing anything not listed (repeatable;
-    /// e.g. wasi:cli/stdin@0.2; patch versions are ignored).
-    #[serde(default)]
-    #[cfg_attr(feature = "cli", arg(long = "allow-import", value_name = "INTERFACE"))]
-    pub allow_imports: Vec<String>,
-    /// Native only: do not grant, read-only, what the plugin needs to start (its resolved
-    /// executable, a script's interpreter, the interpreter's install prefix, a venv, script
-    /// files named in its arguments); it then sees only the system directories and --dir.
-    // In a file, `startup-grants = false`; the flag is `Some(false)`.
-    #[cfg_attr(
-        feature = "cli",
-        arg(
-            id = "no_startup_grants",
-            long = "no-startup-grants",
-            num_args = 0,
-            default_missing_value = "true",
-            value_parser = clap::builder::TypedValueParser::map(
-                clap::builder::FalseyValueParser::new(),
-                |off: bool| !off
-            ),
-        )
-    )]
-    pub startup_grants: Option<bool>,
-}
-
-impl Grants {
-    /// These grants as `doc`'s, returning the values given as `NAME=VALUE` (the document holds
-    /// names only).
-    fn apply(&self, doc: &mut crate::policy::document::Grants) -> Vec<(String, String)> {
-        doc.dirs.clone_from(&self.dirs);
-        let (names, values) = env_grants(&self.env);
-        doc.env = names;
-        if !self.allow_imports.is_empty() {
-            doc.allow_imports = Some(self.allow_imports.clone());
-        }
-        doc.startup_grants = self.startup_grants.unwrap_or(doc.startup_grants);
-        values
-    }
-}
-
-/// `[requests]`: per-request budgets and instance renewal (`run --protocol` only), and their
-/// flags.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "cli", derive(clap::Args))]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-#[non_exhaustive]
-pub struct Requests {
-    /// Fuel for each request instead of the whole session (wasm only). Re-armed when a request
-    /// (a JSON-RPC id, an ATP run, an oracle invoke) reaches the plugin; idle time is not billed.
-    #[cfg_attr(
-        feature = "cli",
-        arg(
-            id = "fuel_per_request",
-            long = "fuel-per-request",
-            value_name = "N",
-            conflicts_with = "fuel"
-        )
-    )]
-    pub fuel: Option<u64>,
-    /// Wall-clock limit from a request reaching a started plugin to its response (e.g. 2s);
-    /// neither start-up nor the time between requests is counted. A request that runs over
-    /// gets the protocol's error at once. MCP: the server is sent notifications/cancelled and
-    /// keeps serving; only if it then stays deaf for --recycle-grace is it replaced, with or
-    /// without --restart. Other protocols: the plugin is stopped. For a component that exports
-    /// functions, each call's deadline inside the instance.
-    #[serde(default, deserialize_with = "duration")]
-    #[cfg_attr(
-        feature = "cli",
-        arg(id = "request_timeout", long = "request-timeout", value_name = "DURATION", value_parser = parse_duration)
-    )]
-    pub timeout: Option<Duration>,
-    /// How long a fresh instance gets to answer its handshake (MCP: initialize or
-    /// server/discover, or the discover sandpipe sends before a 2026-07-28 client's first
-    /// request), from when it was sent. Start-up is bounded by this, never billed to a request
-    /// [default: 60s].
-    #[serde(default, deserialize_with = "duration")]
-    #[cfg_attr(feature = "cli", arg(long, value_name = "DURATION", value_parser = parse_duration))]
-    pub start_timeout: Option<Duration>,
-    /// After a request's budget stops the plugin (or it dies), give the next request a fresh
-    /// instance, replaying the protocol's handshake to it, instead of ending the session (for a
-    /// component that exports functions: instead of poisoning it, where every later request
-    /// fails with the first stop's reason, as in Scarb).
-    #[serde(default)]
-    #[cfg_attr(feature = "cli", arg(long))]
-    pub restart: bool,
-    /// Replace the plugin with a fresh instance, between requests, after N answered requests.
-    #[cfg_attr(feature = "cli", arg(long, value_name = "N"))]
-    pub recycle_after: Option<u64>,
-    /// Replace the plugin with a fresh instance, between requests, once it holds more than
-    /// SIZE of memory (wasm: linear memory; native: resident set), e.g. 64MiB. auto (wasm with
-    /// a --max-memory): once it has used half of its headroom below the cap, measured from its
-    /// size after the first request (linear memory never shrinks, so a heap that grows per
-    /// request would otherwise meet the cap mid-request). none: never [default: auto].
-    #[serde(default, deserialize_with = "parsed")]
-    #[cfg_attr(feature = "cli", arg(long, value_name = "SIZE|auto|none", value_parser = <RecycleMemory as FromStr>::from_str))]
-    pub recycle_memory: Option<RecycleMemory>,
-    /// How long a recycled instance gets to exit after its stdin closes, and how long an MCP
-    /// server gets to answer sandpipe's probe after a request was cancelled for its timeout
-    /// [default: 2s].
-    #[serde(default, deserialize_with = "duration")]
-    #[cfg_attr(feature = "cli", arg(long, value_name = "DURATION", value_parser = parse_duration))]
-    pub recycle_grace: Option<Duration>,
-}
-
-impl Requests {
-    /// Whether any per-request budget is set.
-    pub fn is_empty(&self) -> bool {
-        *self == Requests::default()
-    }
-}
-
-/// `[tools]`: MCP tool filters, and `--allow-tool` and `--deny-tool`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "cli", derive(clap::Args))]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-#[non_exhaustive]
-pub struct Tools {
-    /// MCP: only this tool is listed and callable (repeat for more; default: every tool).
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "cli",
-        arg(id = "allow_tools", long = "allow-tool", value_name = "NAME")
-    )]
-    pub allow: Vec<String>,
-    /// MCP: this tool is taken out of tools/list and a tools/call of it is refused as if the
-    /// server did not have it (repeatable).
-    #[serde(default)]
-    #[cfg_attr(
-        feature = "cli",
-        arg(id = "deny_tools", long = "deny-tool", value_name = "NAME")
-    )]
-    pub deny: Vec<String>,
-}
-
-impl Tools {
-    /// True when a tool is named.
-    pub fn is_empty(&self) -> bool {
-        self.allow.is_empty() && self.deny.is_empty()
-    }
-
-    /// The filter these lists say.
-    pub fn filter(&self) -> sandpipe_proto::mcp::ToolFilter {
-        sandpipe_proto::mcp::ToolFilter {
-            allow: self.allow.clone(),
-            deny: self.deny.clone(),
-        }
-    }
-}
+pub use crate::policy::sections::{
+    DEFAULT_MAX_FRAME, Grants, Limits, Net, RecycleMemory, Requests, Tools,
+};
 
 /// `[trust]`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -378,28 +143,6 @@ pub struct Trust {
     /// `--insecure-registry`.
     #[serde(default)]
     pub insecure_registries: Vec<String>,
-}
-
-/// `--recycle-memory` and `requests.recycle-memory`: `auto`, `none`, or a size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecycleMemory {
-    /// Half the headroom below the memory cap (wasm with a cap).
-    Auto,
-    /// Never for memory.
-    Never,
-    /// Above this many bytes.
-    Above(u64),
-}
-
-impl FromStr for RecycleMemory {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(RecycleMemory::Auto),
-            "none" | "never" => Ok(RecycleMemory::Never),
-            _ => parse_size(s).map(RecycleMemory::Above),
-        }
-    }
 }
 
 /// Why a policy file cannot be used.
@@ -501,62 +244,18 @@ impl PolicyFile {
         &self,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Policy, PolicyFileError> {
-        let doc = PolicyDocument {
-            args: self.plugin.args.clone(),
-            seed: self.seed(),
-            audit: self.audit.clone(),
-            ..PolicyDocument::default()
-        };
-        Ok(policy_from(
-            doc,
+        let mut doc = PolicyDocument::given(
             &self.limits,
             &self.grants,
             &self.net,
-            env,
-        )?)
+            &self.requests,
+            &self.tools,
+        );
+        doc.args.clone_from(&self.plugin.args);
+        doc.seed = self.seed();
+        doc.audit.clone_from(&self.audit);
+        Ok(Policy::from_document(&doc, env)?)
     }
-}
-
-/// The policy `limits`, `grants` and `net` lay over `doc` (which holds the plugin's arguments,
-/// the seed and the audit log): the one path from a policy file, or from the command line's
-/// flags (the same structs, flattened), to a [`Policy`]. `NAME=VALUE` grants are given
-/// literally; every other variable (a bare `NAME` grant, an `env:VAR` header's secret) comes
-/// from `env`.
-pub(crate) fn policy_from(
-    mut doc: PolicyDocument,
-    limits: &Limits,
-    grants: &Grants,
-    net: &Net,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Policy, DocumentError> {
-    limits.apply(&mut doc.limits);
-    let values = grants.apply(&mut doc.grants);
-    doc.net = net.clone();
-    doc.grants
-        .env
-        .retain(|name| !values.iter().any(|(given, _)| given == name));
-    let mut policy = Policy::from_document(&doc, env)?;
-    for (name, value) in values {
-        policy = policy.env(&name, &value);
-    }
-    Ok(policy)
-}
-
-/// `grants.env` (or `--env`) entries: the names, in order, and the values given as
-/// `NAME=VALUE`; a bare `NAME` takes sandpipe's own value.
-fn env_grants(entries: &[String]) -> (Vec<String>, Vec<(String, String)>) {
-    let mut names = Vec::new();
-    let mut values = Vec::new();
-    for entry in entries {
-        match entry.split_once('=') {
-            Some((name, value)) => {
-                names.push(name.to_owned());
-                values.push((name.to_owned(), value.to_owned()));
-            }
-            None => names.push(entry.clone()),
-        }
-    }
-    (names, values)
 }
 
 /// The directory relative paths in the policy file at `path` are relative to.
@@ -565,33 +264,6 @@ fn base_dir(path: &Path) -> PathBuf {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
     }
-}
-
-fn cap<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cap>, D::Error> {
-    Quantity::deserialize(d)?
-        .parse(Cap::size, |n| Cap(Some(n)))
-        .map(Some)
-        .map_err(serde::de::Error::custom)
-}
-
-fn count_cap<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cap>, D::Error> {
-    Quantity::deserialize(d)?
-        .parse(Cap::count, |n| Cap(Some(n)))
-        .map(Some)
-        .map_err(serde::de::Error::custom)
-}
-
-fn size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    Quantity::deserialize(d)?
-        .parse(parse_size, |n| n)
-        .map(Some)
-        .map_err(serde::de::Error::custom)
-}
-
-fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    parse_duration(&String::deserialize(d)?)
-        .map(Some)
-        .map_err(serde::de::Error::custom)
 }
 
 /// A value through its `FromStr`, the parser its flag uses.
@@ -606,39 +278,11 @@ where
         .map_err(serde::de::Error::custom)
 }
 
-fn dirs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Dir>, D::Error> {
-    /// A directory: `--dir`'s spec, or a table.
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum DirGrant {
-        Spec(String),
-        Table(DirTable),
-    }
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-    struct DirTable {
-        host: String,
-        guest: Option<String>,
-        #[serde(default)]
-        read_only: bool,
-    }
-    Vec::<DirGrant>::deserialize(d)?
-        .into_iter()
-        .map(|g| match g {
-            DirGrant::Spec(spec) => spec.parse::<Dir>(),
-            DirGrant::Table(t) => Ok(Dir {
-                guest: t.guest.unwrap_or_else(|| t.host.clone()),
-                host: t.host.into(),
-                read_only: t.read_only,
-            }),
-        })
-        .collect::<Result<_, _>>()
-        .map_err(serde::de::Error::custom)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::value::Cap;
+    use std::time::Duration;
 
     const FULL: &str = r#"
 protocol = "oracle"
@@ -729,12 +373,15 @@ insecure-registries = ["registry.local:5000"]
         let f = parse(FULL).expect("parses");
         let p = f.policy().expect("a policy");
         let doc = p.document();
-        assert_eq!(doc.limits.fuel, Some(5_000_000));
-        assert_eq!(doc.limits.max_memory, Some(64 << 20));
+        // `[requests] fuel` is per-request fuel, which replaces the session's.
+        assert_eq!(p.fuel, crate::Fuel::PerRequest(1_000_000));
+        assert_eq!(doc.requests.fuel, Some(1_000_000));
+        assert_eq!(doc.requests.recycle_after, Some(1000));
+        assert_eq!(doc.limits.max_memory, Some(Cap(Some(64 << 20))));
         assert_eq!(doc.limits.timeout, Some(Duration::from_secs(30)));
         assert_eq!(doc.seed, Some(7));
         assert_eq!(doc.args, ["--verbose"]);
-        assert!(!doc.grants.startup_grants);
+        assert_eq!(doc.grants.startup_grants, Some(false));
         assert_eq!(p.env, [("LANG".to_owned(), "C.UTF-8".to_owned())]);
         assert_eq!(doc.net.allow.len(), 2);
         // Nothing set: the library's default policy.

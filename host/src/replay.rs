@@ -20,6 +20,7 @@ use sandpipe_proto::transcript::{Direction, Transcript};
 
 use crate::error::Exit;
 use crate::policy::document::Dir;
+use crate::policy::value::Cap;
 use crate::policy::{Policy, PolicyDocument};
 use crate::run::session::Session;
 use crate::speak::protocols::Protocol;
@@ -80,9 +81,9 @@ pub fn protocol_of(t: &Transcript) -> Option<Protocol> {
 /// `# seed:`, `# fuel:`, `# max-memory:` and `# timeout-ms:` lines.
 pub fn document_of(t: &Transcript) -> Result<PolicyDocument, String> {
     if let Some(json) = t.header("policy") {
-        return serde_json::from_str(json).map_err(|e| format!("header policy: {e}"));
+        return PolicyDocument::from_json(json).map_err(|e| format!("header policy: {e}"));
     }
-    let mut doc = Policy::default().document();
+    let mut doc = PolicyDocument::default();
     let num = |key: &str| -> Result<Option<u64>, String> {
         t.header(key)
             .map(|v| v.parse::<u64>().map_err(|e| format!("header {key}: {e}")))
@@ -91,9 +92,9 @@ pub fn document_of(t: &Transcript) -> Result<PolicyDocument, String> {
     doc.seed = num("seed")?;
     doc.limits.fuel = num("fuel")?;
     doc.limits.max_memory = match t.header("max-memory") {
-        Some("none") => None,
-        Some(_) => num("max-memory")?,
-        None => doc.limits.max_memory,
+        Some("none") => Some(Cap(None)),
+        Some(_) => num("max-memory")?.map(|n| Cap(Some(n))),
+        None => None,
     };
     doc.limits.timeout = num("timeout-ms")?.map(Duration::from_millis);
     if let Some(raw) = t.header("args") {
@@ -158,6 +159,10 @@ pub fn recorded_policy(
 /// (each within `wait`: a plugin waiting for something the recording does not send is a
 /// divergence, not a hang). Then close stdin: the plugin must send nothing more. Returns how
 /// the plugin ended.
+///
+/// Each `>` frame begins a request ([`crate::SessionControl::begin_request`]), so per-request
+/// fuel is re-armed for it as the supervisor re-armed it for each request it forwarded (a
+/// notification re-arms it too: replay does not speak the protocol).
 pub async fn check(
     session: &mut Session,
     t: &Transcript,
@@ -166,6 +171,7 @@ pub async fn check(
     for (index, entry) in t.entries.iter().enumerate() {
         match entry.dir {
             Direction::ToPlugin => {
+                session.control().begin_request();
                 if let Err(e) = session.send(&entry.frame).await {
                     return Err(Divergence {
                         index,

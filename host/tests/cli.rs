@@ -705,6 +705,71 @@ fn oracle_engine(
     (seen, out.status.code(), stderr(&out))
 }
 
+/// A recording made under `--fuel-per-request` holds the budget (`requests.fuel`, its one
+/// home in the policy), and `replay` runs under it: the request that ran out of fuel in the
+/// recorded session runs out of it again. The same recording with the budget taken
+/// out of its header replays without one: the runaway request never ends, which is the
+/// divergence.
+#[test]
+fn a_recording_holds_per_request_fuel_and_replay_runs_under_it() {
+    let wasm = path("oracle-hog", Target::Wasm);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let recording = dir.path().join("hog.transcript");
+    let record = recording.to_str().expect("UTF-8");
+    let budget = ["--fuel-per-request", "3000000", "--record", record];
+    let (seen, code, err) = oracle_engine(&budget, &wasm, &["echo", "spin"]);
+    assert_eq!(
+        seen[1], r#"{"jsonrpc":"2.0","id":1,"result":["0x1"]}"#,
+        "{err}"
+    );
+    assert_eq!(code, Some(121), "{err}");
+    let text = std::fs::read_to_string(&recording).expect("the recording");
+    let header = text
+        .lines()
+        .find_map(|l| l.strip_prefix("# policy: "))
+        .unwrap_or_else(|| panic!("no # policy: header in\n{text}"));
+    let policy: serde_json::Value = serde_json::from_str(header).expect("JSON");
+    assert_eq!(policy["requests"]["fuel"], 3000000, "{header}");
+    assert_eq!(
+        policy["limits"]["fuel"],
+        serde_json::Value::Null,
+        "{header}"
+    );
+
+    let replay = |file: &std::path::Path| {
+        sandpipe(
+            &[
+                "replay",
+                file.to_str().expect("UTF-8"),
+                "--plugin",
+                &wasm,
+                "--wait",
+                "3s",
+            ],
+            b"",
+        )
+    };
+    let out = replay(&recording);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("replay matched all")
+            && err.contains("plugin ran out of fuel (limit 3000000)"),
+        "{err}"
+    );
+
+    let unlimited = dir.path().join("unlimited.transcript");
+    std::fs::write(
+        &unlimited,
+        text.replace(r#""fuel":3000000"#, r#""fuel":null"#),
+    )
+    .expect("write");
+    let out = replay(&unlimited);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("did not end within 3s"), "{err}");
+}
+
 #[test]
 fn run_protocol_fails_only_the_runaway_request_and_restarts() {
     // wasm: fuel per request.

@@ -95,9 +95,9 @@ where
     report.expect("supervisor runs")
 }
 
-/// How each target's runaway request is stopped: fuel per request for wasm, the request
-/// timeout for native (which has no fuel). Restart is on.
-fn runaway(target: Target) -> (Budgets, &'static str, &'static str) {
+/// How each target's runaway request is stopped: fuel per request for wasm (the policy's), the
+/// request timeout for native (which has no fuel). Restart is on.
+fn runaway(target: Target) -> (Policy, Budgets, &'static str, &'static str) {
     let mut b = Budgets {
         restart: true,
         ..Budgets::default()
@@ -105,12 +105,14 @@ fn runaway(target: Target) -> (Budgets, &'static str, &'static str) {
     match target {
         Target::Native => {
             b.request_timeout = Some(Duration::from_millis(500));
-            (b, "sleep", "timed out")
+            (Policy::default(), b, "sleep", "timed out")
         }
-        _ => {
-            b.fuel_per_request = Some(100_000_000);
-            (b, "spin", "ran out of fuel (limit 100000000 per request)")
-        }
+        _ => (
+            Policy::default().fuel(Fuel::PerRequest(100_000_000)),
+            b,
+            "spin",
+            "ran out of fuel (limit 100000000 per request)",
+        ),
     }
 }
 
@@ -123,8 +125,8 @@ where
     Fut: Future<Output = ()>,
 {
     for target in [Target::Wasm, Target::Native] {
-        let (budgets, how, reason) = runaway(target);
-        let report = supervised(bin, target, protocol, Policy::default(), budgets, |e| {
+        let (policy, budgets, how, reason) = runaway(target);
+        let report = supervised(bin, target, protocol, policy, budgets, |e| {
             script(e, how, reason)
         })
         .await;
@@ -285,11 +287,12 @@ async fn fuel_is_per_request_not_per_session() {
     assert!(whole.answered < 300, "{whole:?}");
     assert!(matches!(whole.exit, Exit::OutOfFuel { .. }), "{whole:?}");
     // … but per request it is re-armed for each one, and all 300 are answered.
-    let b = Budgets {
-        fuel_per_request: Some(BUDGET),
-        ..Budgets::default()
-    };
-    let per = echo_invokes(Policy::default(), b, 300).await;
+    let per = echo_invokes(
+        Policy::default().fuel(Fuel::PerRequest(BUDGET)),
+        Budgets::default(),
+        300,
+    )
+    .await;
     assert_eq!(per.answered, 300, "{per:?}");
     assert!(per.incidents.is_empty(), "{per:?}");
 }

@@ -75,7 +75,11 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     let plugin =
         super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
     super::dist::note_slow_compile(&plugin, &args.plugin);
-    let policy = args.sandbox.policy(super::plugin_args(&args.plugin_args))?;
+    let policy = args.sandbox.policy(
+        super::plugin_args(&args.plugin_args),
+        &crate::policy::Requests::default(),
+        &args.tools,
+    )?;
     warn_if_native(&plugin, &policy);
     let mut options =
         SessionOptions::framed(protocol.framing()).frame_limits(args.sandbox.frame_limits());
@@ -89,6 +93,7 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
         &policy,
         protocol.framing(),
         Some(protocol.name()),
+        args.sandbox.limits.max_frame(),
     )?;
     let request = CallRequest {
         method: args.method,

@@ -35,6 +35,9 @@ pub struct InspectArgs {
     pub(super) sandbox: SandboxArgs,
     #[command(flatten)]
     pub(super) tools: crate::policy_file::Tools,
+    /// A policy file's `[requests]` (inspect has no flags for them), shown in its policy.
+    #[arg(skip)]
+    pub(super) requests: crate::policy_file::Requests,
     /// The plugin, or a policy file (*.toml) naming one.
     pub(super) plugin: PathBuf,
     /// Arguments for the plugin when --protocol starts it: everything after PLUGIN, as with
@@ -72,10 +75,16 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
     if let Some(path) = &args.policy_file {
         report["policy_file"] = Value::from(path.display().to_string());
     }
-    let policy = args.sandbox.policy(super::plugin_args(&args.plugin_args))?;
+    let policy = args.sandbox.policy(
+        super::plugin_args(&args.plugin_args),
+        &args.requests,
+        &args.tools,
+    )?;
     // The effective policy, as the policy document a recording's header holds, and where each
     // value came from.
-    report["policy"] = serde_json::to_value(policy.document())?;
+    let mut document = policy.document();
+    document.limits.max_frame = Some(args.sandbox.limits.max_frame());
+    report["policy"] = serde_json::to_value(document)?;
     report["policy_sources"] = serde_json::to_value(&args.sandbox.sources)?;
     report["net"] = serde_json::to_value(&policy.net)?;
     if plugin.kind() != PluginKind::NativeUnsandboxed {

@@ -27,7 +27,7 @@ use clap::parser::ValueSource;
 use super::Command;
 use super::sandbox_args::SandboxArgs;
 use crate::PolicyFile;
-use crate::policy_file::{Requests, Tools};
+use crate::policy::sections::{Merge, all_keys};
 
 /// Fold a manifest (named by `--policy` or given as PLUGIN) into `command`'s arguments, keeping
 /// whatever the command line said itself.
@@ -44,7 +44,7 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 &mut args.sandbox,
                 sub,
             )?;
-            args.sandbox.sources = sources(sub, folded.as_ref(), &["args"]);
+            args.sandbox.sources = sources(sub, folded.as_ref(), "args");
             let Some((m, path)) = folded else {
                 return Ok(());
             };
@@ -54,8 +54,9 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 }
                 args.protocol = m.protocol;
             }
-            merge_requests(&mut args.requests, &m, sub);
-            merge_tools(&mut args.tools, &m, sub);
+            let env = |id: &str| from_env(sub, id);
+            args.requests.overlay(&m.requests, &env, &mut note);
+            args.tools.overlay(&m.tools, &env, &mut note);
             if args.protocol.is_none() && !m.requests.is_empty() {
                 bail!(
                     "{}: [requests] budgets need a protocol (`protocol = ...` or --protocol)",
@@ -71,14 +72,15 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 &mut args.sandbox,
                 sub,
             )?;
-            args.sandbox.sources = sources(sub, folded.as_ref(), &["plugin_args"]);
+            args.sandbox.sources = sources(sub, folded.as_ref(), "plugin_args");
             let Some((m, _)) = folded else {
                 return Ok(());
             };
             if args.protocol.is_none() {
                 args.protocol = m.protocol;
             }
-            merge_tools(&mut args.tools, &m, sub);
+            let env = |id: &str| from_env(sub, id);
+            args.tools.overlay(&m.tools, &env, &mut note);
         }
         Command::Inspect(args) => {
             // inspect starts the plugin only with --protocol: the manifest's protocol is not
@@ -90,10 +92,13 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 &mut args.sandbox,
                 sub,
             )?;
-            args.sandbox.sources = sources(sub, folded.as_ref(), &["plugin_args"]);
+            args.sandbox.sources = sources(sub, folded.as_ref(), "plugin_args");
             if let Some((m, path)) = folded {
                 args.policy_file = Some(path);
-                merge_tools(&mut args.tools, &m, sub);
+                let env = |id: &str| from_env(sub, id);
+                args.tools.overlay(&m.tools, &env, &mut note);
+                // inspect has no request flags: the file's budgets, as given.
+                args.requests = m.requests;
             }
         }
         _ => {}
@@ -147,190 +152,84 @@ pub(crate) fn plugin_of(policy: &Path) -> Result<PathBuf> {
     Ok(PolicyFile::load(policy)?.plugin.source)
 }
 
-/// One key of the policy document (see [`crate::PolicyDocument`]): the flags that set it,
-/// whether the file's value and the command line's add up (a list) or one replaces the other,
-/// and whether a policy file sets it.
-struct PolicyKey {
-    key: &'static str,
-    flags: &'static [&'static str],
-    list: bool,
-    in_file: fn(&PolicyFile) -> bool,
+/// A key of the policy document outside its sections: its name, the flags that set it, and
+/// whether a policy file does.
+type TopLevelKey = (&'static str, Vec<&'static str>, fn(&PolicyFile) -> bool);
+
+/// The keys of the policy document outside its sections; `args`' flag differs per command.
+fn top_level_keys(args_flag: &'static str) -> [TopLevelKey; 3] {
+    [
+        ("seed", vec!["seed", "deterministic"], |m| {
+            m.seed.is_some() || m.deterministic
+        }),
+        ("audit", vec!["audit"], |m| m.audit.is_some()),
+        ("args", vec![args_flag], |m| !m.plugin.args.is_empty()),
+    ]
 }
-
-impl PolicyKey {
-    const fn one(
-        key: &'static str,
-        flag: &'static [&'static str],
-        in_file: fn(&PolicyFile) -> bool,
-    ) -> Self {
-        Self {
-            key,
-            flags: flag,
-            list: false,
-            in_file,
-        }
-    }
-
-    const fn list(
-        key: &'static str,
-        flag: &'static [&'static str],
-        in_file: fn(&PolicyFile) -> bool,
-    ) -> Self {
-        Self {
-            list: true,
-            ..Self::one(key, flag, in_file)
-        }
-    }
-}
-
-/// Every key of the policy document but `args`, whose flag differs per command.
-const POLICY_KEYS: [PolicyKey; 16] = [
-    PolicyKey::one("limits.fuel", &["fuel"], |m| m.limits.fuel.is_some()),
-    PolicyKey::one("limits.max-memory", &["max_memory"], |m| {
-        m.limits.max_memory.is_some()
-    }),
-    PolicyKey::one("limits.timeout", &["timeout"], |m| {
-        m.limits.timeout.is_some()
-    }),
-    PolicyKey::one("limits.max-cpu-time", &["max_cpu_time"], |m| {
-        m.limits.max_cpu_time.is_some()
-    }),
-    PolicyKey::one("limits.max-open-files", &["max_open_files"], |m| {
-        m.limits.max_open_files.is_some()
-    }),
-    PolicyKey::one("limits.max-processes", &["max_processes"], |m| {
-        m.limits.max_processes.is_some()
-    }),
-    PolicyKey::one("limits.max-disk-write", &["max_disk_write"], |m| {
-        m.limits.max_disk_write.is_some()
-    }),
-    PolicyKey::list("grants.dirs", &["dirs"], |m| !m.grants.dirs.is_empty()),
-    PolicyKey::list("grants.env", &["env"], |m| !m.grants.env.is_empty()),
-    PolicyKey::list("grants.allow-imports", &["allow_imports"], |m| {
-        !m.grants.allow_imports.is_empty()
-    }),
-    PolicyKey::one("grants.startup-grants", &["no_startup_grants"], |m| {
-        m.grants.startup_grants.is_some()
-    }),
-    PolicyKey::list("net.allow", &["allow_net"], |m| !m.net.allow.is_empty()),
-    PolicyKey::list("net.resolve", &["resolve"], |m| !m.net.resolve.is_empty()),
-    PolicyKey::list("net.http-headers", &["http_headers"], |m| {
-        !m.net.http_headers.is_empty()
-    }),
-    PolicyKey::one("seed", &["seed", "deterministic"], |m| {
-        m.seed.is_some() || m.deterministic
-    }),
-    PolicyKey::one("audit", &["audit"], |m| m.audit.is_some()),
-];
 
 /// Where each value of the policy came from, by the policy document's key: `flag`, `env` (a
 /// `SANDPIPE_*` variable), `file`, `default`, or, for a list the file and the command line
 /// both add to, `file+flag` or `file+env`. `inspect --json` shows it as `policy_sources`.
+/// Every section's declared keys are here ([`crate::policy::sections::all_keys`]).
 fn sources(
     cli: &ArgMatches,
     manifest: Option<&(PolicyFile, PathBuf)>,
-    args_flag: &'static [&'static str],
+    args_flag: &'static str,
 ) -> std::collections::BTreeMap<String, String> {
     let m = manifest.map(|(m, _)| m);
-    // Arguments after PLUGIN replace the file's `args`.
-    let args = PolicyKey {
-        key: "args",
-        flags: args_flag,
-        list: false,
-        in_file: |m| !m.plugin.args.is_empty(),
-    };
-    POLICY_KEYS
-        .iter()
-        .chain([&args])
-        .map(|k| {
-            let given = k.flags.iter().find_map(|id| match cli.value_source(id) {
-                Some(ValueSource::CommandLine) => Some("flag"),
-                Some(ValueSource::EnvVariable) => Some("env"),
-                _ => None,
-            });
-            let file = m.is_some_and(k.in_file);
-            let source = match (file, given) {
-                (true, Some(g)) if k.list => format!("file+{g}"),
-                (_, Some(g)) => g.to_owned(),
-                (true, None) => "file".to_owned(),
-                (false, None) => "default".to_owned(),
-            };
-            (k.key.to_owned(), source)
+    let in_file: std::collections::BTreeMap<&str, bool> = m
+        .map(|m| {
+            m.limits
+                .keys_set()
+                .chain(m.grants.keys_set())
+                .chain(m.net.keys_set())
+                .chain(m.requests.keys_set())
+                .chain(m.tools.keys_set())
+                .map(|(k, set)| (k.key, set))
+                .collect()
         })
-        .collect()
+        .unwrap_or_default();
+    let source = |file: bool, flags: &[&str], list: bool| {
+        let given = flags.iter().find_map(|id| given_by(cli, id));
+        match (file, given) {
+            (true, Some(g)) if list => format!("file+{g}"),
+            (_, Some(g)) => g.to_owned(),
+            (true, None) => "file".to_owned(),
+            (false, None) => "default".to_owned(),
+        }
+    };
+    let sections = all_keys().map(|k| {
+        let file = in_file.get(k.key).copied().unwrap_or(false);
+        (
+            k.key.to_owned(),
+            source(file, &[k.flag], k.merge == Merge::List),
+        )
+    });
+    let top = top_level_keys(args_flag)
+        .map(|(key, flags, set)| (key.to_owned(), source(m.is_some_and(set), &flags, false)));
+    sections.chain(top).collect()
 }
 
+/// `flag` or `env` when the command line or its `SANDPIPE_*` variable gave `id`; `None` when
+/// it did not, or the command has no such flag.
+fn given_by(cli: &ArgMatches, id: &str) -> Option<&'static str> {
+    if !cli.try_contains_id(id).unwrap_or(false) {
+        return None;
+    }
+    match cli.value_source(id) {
+        Some(ValueSource::CommandLine) => Some("flag"),
+        Some(ValueSource::EnvVariable) => Some("env"),
+        _ => None,
+    }
+}
+
+/// The sandbox sections, each by its declaration's overlay ([`crate::policy::sections`]), then
+/// the keys outside them and `[trust]`.
 fn merge_sandbox(s: &mut SandboxArgs, m: &PolicyFile, cli: &ArgMatches) -> Result<()> {
-    let (l, f) = (&mut s.limits, &m.limits);
-    layer(cli, ("fuel", "limits.fuel"), &mut l.fuel, &f.fuel);
-    layer(
-        cli,
-        ("max_memory", "limits.max-memory"),
-        &mut l.max_memory,
-        &f.max_memory,
-    );
-    layer(
-        cli,
-        ("timeout", "limits.timeout"),
-        &mut l.timeout,
-        &f.timeout,
-    );
-    let key = ("max_cpu_time", "limits.max-cpu-time");
-    layer(cli, key, &mut l.max_cpu_time, &f.max_cpu_time);
-    let key = ("max_open_files", "limits.max-open-files");
-    layer(cli, key, &mut l.max_open_files, &f.max_open_files);
-    let key = ("max_processes", "limits.max-processes");
-    layer(cli, key, &mut l.max_processes, &f.max_processes);
-    let key = ("max_disk_write", "limits.max-disk-write");
-    layer(cli, key, &mut l.max_disk_write, &f.max_disk_write);
-    layer(
-        cli,
-        ("max_frame", "limits.max-frame"),
-        &mut l.max_frame,
-        &f.max_frame,
-    );
-    let (g, f) = (&mut s.grants, &m.grants);
-    widen(
-        cli,
-        ("dirs", "SANDPIPE_DIR", "grants.dirs"),
-        &mut g.dirs,
-        &f.dirs,
-        ToString::to_string,
-    );
-    widen(
-        cli,
-        ("env", "SANDPIPE_ENV", "grants.env"),
-        &mut g.env,
-        &f.env,
-        ToString::to_string,
-    );
-    let key = (
-        "allow_imports",
-        "SANDPIPE_ALLOW_IMPORT",
-        "grants.allow-imports",
-    );
-    widen(
-        cli,
-        key,
-        &mut g.allow_imports,
-        &f.allow_imports,
-        ToString::to_string,
-    );
-    let key = ("no_startup_grants", "grants.startup-grants");
-    layer(cli, key, &mut g.startup_grants, &f.startup_grants);
-    let (n, f) = (&mut s.net, &m.net);
-    let key = ("allow_net", "SANDPIPE_ALLOW_NET", "[net] allow list");
-    widen(cli, key, &mut n.allow, &f.allow, ToString::to_string);
-    let key = ("resolve", "SANDPIPE_RESOLVE", "net.resolve");
-    widen(cli, key, &mut n.resolve, &f.resolve, ToString::to_string);
-    let key = ("http_headers", "SANDPIPE_HTTP_HEADER", "net.http-headers");
-    widen(
-        cli,
-        key,
-        &mut n.http_headers,
-        &f.http_headers,
-        ToString::to_string,
-    );
+    let env = |id: &str| from_env(cli, id);
+    s.limits.overlay(&m.limits, &env, &mut note);
+    s.grants.overlay(&m.grants, &env, &mut note);
+    s.net.overlay(&m.net, &env, &mut note);
     layer(cli, ("audit", "audit"), &mut s.audit, &m.audit);
     s.deterministic |= m.deterministic;
     layer(cli, ("seed", "seed"), &mut s.seed, &m.seed);
@@ -372,46 +271,18 @@ fn merge_sandbox(s: &mut SandboxArgs, m: &PolicyFile, cli: &ArgMatches) -> Resul
     Ok(())
 }
 
-fn merge_requests(r: &mut Requests, m: &PolicyFile, cli: &ArgMatches) {
-    let f = &m.requests;
-    layer(
-        cli,
-        ("fuel_per_request", "requests.fuel"),
-        &mut r.fuel,
-        &f.fuel,
-    );
-    layer(
-        cli,
-        ("request_timeout", "requests.timeout"),
-        &mut r.timeout,
-        &f.timeout,
-    );
-    r.restart |= f.restart;
-    let key = ("recycle_after", "requests.recycle-after");
-    layer(cli, key, &mut r.recycle_after, &f.recycle_after);
-    let key = ("recycle_memory", "requests.recycle-memory");
-    layer(cli, key, &mut r.recycle_memory, &f.recycle_memory);
-    let key = ("recycle_grace", "requests.recycle-grace");
-    layer(cli, key, &mut r.recycle_grace, &f.recycle_grace);
-    let key = ("start_timeout", "requests.start-timeout");
-    layer(cli, key, &mut r.start_timeout, &f.start_timeout);
+/// A note on stderr: what a `SANDPIPE_*` variable overrides or adds to.
+fn note(text: String) {
+    eprintln!("sandpipe: note: {text}");
 }
 
-/// MCP tool filters: the file's, then the command line's.
-fn merge_tools(t: &mut Tools, m: &PolicyFile, cli: &ArgMatches) {
-    let key = ("allow_tools", "SANDPIPE_ALLOW_TOOL", "tools.allow");
-    widen(cli, key, &mut t.allow, &m.tools.allow, ToString::to_string);
-    let key = ("deny_tools", "SANDPIPE_DENY_TOOL", "tools.deny");
-    widen(cli, key, &mut t.deny, &m.tools.deny, ToString::to_string);
-}
-
-/// A key the flag and the file hold in the same type: the flag's value if given, else the
-/// file's (`flag.or(file)`).
+/// A key outside the declared sections that the flag and the file hold in the same type: the
+/// flag's value if given, else the file's (`flag.or(file)`).
 ///
-/// One rule for the environment: a `SANDPIPE_*` variable counts as the command line, so it
-/// wins too, but never silently: a note names the variable and the file's `key` it overrides
-/// (a limit raised, a pin replaced), so a policy file read by a reviewer is not quietly
-/// loosened.
+/// One rule for the environment, as for the sections' keys: a `SANDPIPE_*` variable counts as
+/// the command line, so it wins too, but never silently: a note names the variable and the
+/// file's `key` it overrides (a limit raised, a pin replaced), so a policy file read by a
+/// reviewer is not quietly loosened.
 fn layer<T: Clone>(
     cli: &ArgMatches,
     (id, key): (&str, &str),
@@ -422,7 +293,7 @@ fn layer<T: Clone>(
         (None, Some(v)) => *flag = Some(v.clone()),
         (Some(_), Some(_)) if from_env(cli, id) => {
             let var = format!("SANDPIPE_{}", id.to_uppercase());
-            eprintln!("sandpipe: note: {var} overrides the policy file's {key}");
+            note(format!("{var} overrides the policy file's {key}"));
         }
         _ => {}
     }
@@ -439,22 +310,17 @@ fn widen<T: Clone>(
 ) {
     if !from_file.is_empty() && !list.is_empty() && from_env(cli, id) {
         let added: Vec<String> = list.iter().map(show).collect();
-        eprintln!(
-            "sandpipe: note: {var} adds {} to the policy file's {key}",
+        note(format!(
+            "{var} adds {} to the policy file's {key}",
             added.join(",")
-        );
+        ));
     }
-    prepend(list, from_file);
+    list.splice(0..0, from_file.iter().cloned());
 }
 
 /// Whether `id`'s value came from its `SANDPIPE_*` variable rather than the command line.
 fn from_env(cli: &ArgMatches, id: &str) -> bool {
-    cli.value_source(id) == Some(ValueSource::EnvVariable)
-}
-
-/// Lists: the file's entries first, then the command line's.
-fn prepend<T: Clone>(list: &mut Vec<T>, from_file: &[T]) {
-    list.splice(0..0, from_file.iter().cloned());
+    given_by(cli, id) == Some("env")
 }
 
 #[cfg(test)]
@@ -568,20 +434,109 @@ http-headers = ["example.com:X-Key=env:KEY"]
         assert_eq!(run.requests, file.requests);
     }
 
-    /// The table behind `inspect`'s sources names flags `run` has: a misspelt id would read as
-    /// "default" whatever the command line said.
+    /// Every declared key is in each place its declaration derives: `run` has its flag, with
+    /// its `SANDPIPE_*` variable; a policy file holds it and reads it back as written;
+    /// `inspect`'s sources name it; the recorded document has it. The command lines below give
+    /// every key (`--fuel` and `--fuel-per-request` exclude each other, so two), so a key
+    /// added to a section fails here until it has a value.
     #[test]
-    fn every_policy_key_names_flags_run_has() {
+    fn every_declared_key_is_in_every_derived_place() {
         let cli = super::super::with_env_names(Cli::command());
         let run = cli.find_subcommand("run").expect("run");
-        for key in &POLICY_KEYS {
-            for id in key.flags {
-                assert!(
-                    run.get_arguments().any(|a| a.get_id() == *id),
-                    "{}: no flag {id}",
-                    key.key
-                );
+        for key in all_keys() {
+            let arg = run
+                .get_arguments()
+                .find(|a| a.get_id() == key.flag)
+                .unwrap_or_else(|| panic!("{}: no flag {}", key.key, key.flag));
+            assert_eq!(arg.get_long(), Some(key.flag), "{}", key.key);
+            assert_eq!(
+                arg.get_env().and_then(|v| v.to_str()),
+                Some(key.env_var().as_str()),
+                "{}",
+                key.key
+            );
+        }
+        let argvs: [&[&str]; 2] = [
+            &[
+                "--max-memory=64MiB",
+                "--timeout=3s",
+                "--max-cpu-time=2s",
+                "--max-open-files=64",
+                "--max-processes=16",
+                "--max-disk-write=1MiB",
+                "--max-frame=1KiB",
+                "--dir=/d::/g:ro",
+                "--env=A=1",
+                "--allow-import=wasi:cli/stdin@0.2",
+                "--no-startup-grants",
+                "--allow-net=example.com:443",
+                "--resolve=example.com=127.0.0.1",
+                "--http-header=example.com:X-Key=env:KEY",
+                "--fuel-per-request=7",
+                "--request-timeout=1s",
+                "--start-timeout=5s",
+                "--restart",
+                "--recycle-after=3",
+                "--recycle-memory=64MiB",
+                "--recycle-grace=1s",
+                "--allow-tool=a",
+                "--deny-tool=b",
+            ],
+            &["--fuel=5"],
+        ];
+        let mut given = std::collections::BTreeSet::new();
+        for argv in argvs {
+            let full: Vec<&str> = ["sandpipe", "run", "--protocol", "mcp"]
+                .into_iter()
+                .chain(argv.iter().copied())
+                .chain(["p.wasm"])
+                .collect();
+            let matches = cli.clone().try_get_matches_from(&full).expect("parses");
+            let Command::Run(args) = Cli::from_arg_matches(&matches).expect("parses").command
+            else {
+                panic!("not run");
+            };
+            let (s, r, t) = (&args.sandbox, &args.requests, &args.tools);
+            let set = s
+                .limits
+                .keys_set()
+                .chain(s.grants.keys_set())
+                .chain(s.net.keys_set())
+                .chain(r.keys_set())
+                .chain(t.keys_set());
+            given.extend(set.filter(|(_, set)| *set).map(|(k, _)| k.key));
+            // The sections as a policy file: written, then read back to the same values.
+            let value = |v: Result<toml::Value, toml::ser::Error>| v.expect("TOML");
+            let mut table = toml::Table::new();
+            let plugin = toml::Table::from_iter([("source".to_owned(), "p.wasm".into())]);
+            table.insert("plugin".into(), plugin.into());
+            table.insert("limits".into(), value(toml::Value::try_from(&s.limits)));
+            table.insert("grants".into(), value(toml::Value::try_from(&s.grants)));
+            table.insert("net".into(), value(toml::Value::try_from(&s.net)));
+            table.insert("requests".into(), value(toml::Value::try_from(r)));
+            table.insert("tools".into(), value(toml::Value::try_from(t)));
+            let text = toml::to_string(&table).expect("TOML");
+            let file = PolicyFile::parse(&text, Path::new("/")).expect("a policy file");
+            assert_eq!(file.limits, s.limits, "{text}");
+            assert_eq!(file.grants, s.grants, "{text}");
+            assert_eq!(file.net, s.net, "{text}");
+            assert_eq!(&file.requests, r, "{text}");
+            assert_eq!(&file.tools, t, "{text}");
+            let (_, sub) = matches.subcommand().expect("run");
+            let sources = sources(sub, None, "args");
+            for key in all_keys() {
+                assert!(sources.contains_key(key.key), "no source for {}", key.key);
             }
+        }
+        let document = serde_json::to_value(crate::Policy::default().document()).expect("JSON");
+        for key in all_keys() {
+            assert!(given.contains(key.key), "{}: not given above", key.key);
+            let (section, name) = key.key.split_once('.').expect("section.key");
+            assert!(
+                document[section].get(name).is_some(),
+                "{}: not in the document",
+                key.key
+            );
         }
     }
 }

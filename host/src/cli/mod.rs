@@ -249,9 +249,7 @@ pub fn main() -> i32 {
 /// `--protocol`, which makes inspect start the plugin), so the policy it shows is the one `run`
 /// would use in the same environment.
 fn with_env_names(cli: clap::Command) -> clap::Command {
-    fn env_name(long: &str) -> String {
-        format!("SANDPIPE_{}", long.to_uppercase().replace('-', "_"))
-    }
+    use crate::policy::sections::env_name;
     // SANDPIPE_CACHE_DIR already means the cache root (default_cache_dir); as the flag's
     // variable it would also conflict with --no-cache.
     let bound = |long: &str| long != "help" && long != "cache-dir";

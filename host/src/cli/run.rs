@@ -100,7 +100,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     let plugin =
         super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
     super::dist::note_slow_compile(&plugin, &args.plugin);
-    let policy = args.sandbox.policy(super::plugin_args(&args.args))?;
+    let policy =
+        args.sandbox
+            .policy(super::plugin_args(&args.args), &args.requests, &args.tools)?;
     let how = match plugin.load_source() {
         Some(crate::LoadSource::Compiled) => "compiled",
         Some(crate::LoadSource::DiskCache) => "loaded from the disk cache",
@@ -136,17 +138,10 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
             &policy,
             protocol.framing(),
             Some(protocol.name()),
+            args.sandbox.limits.max_frame(),
         )?;
         return super::supervised::run_supervised(
-            &host,
-            &plugin,
-            policy,
-            options,
-            protocol,
-            &args.requests,
-            &args.tools,
-            signals,
-            on_signal,
+            &host, &plugin, policy, options, protocol, signals, on_signal,
         )
         .await;
     }
@@ -160,8 +155,14 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         anyhow::bail!("--record needs --framing (raw bytes have no frames to record)");
     }
     if let Some(f) = framing {
-        options.record =
-            super::sandbox_args::recorder(args.record.as_deref(), &plugin, &policy, f, None)?;
+        options.record = super::sandbox_args::recorder(
+            args.record.as_deref(),
+            &plugin,
+            &policy,
+            f,
+            None,
+            args.sandbox.limits.max_frame(),
+        )?;
     }
     // Raw bytes to a native plugin need no bridge at all: it gets sandpipe's own stdin and
     // stdout, so the engine talks to it exactly as it would without sandpipe (no copy, no

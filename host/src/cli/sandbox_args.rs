@@ -6,8 +6,7 @@ use anyhow::Result;
 use sandpipe_proto::frame::FrameLimits;
 
 use super::CacheArgs;
-use crate::policy::document::Net;
-use crate::policy_file::{Grants, Limits};
+use crate::policy::sections::{Grants, Limits, Net, Requests, Tools};
 use crate::{
     Access, LandlockSupport, NamespaceSupport, Plugin, PluginKind, Policy, PolicyDocument,
 };
@@ -46,9 +45,15 @@ pub struct SandboxArgs {
 }
 
 impl SandboxArgs {
-    /// The policy these options describe (a policy file's values already laid under them),
-    /// with `args` after argv[0], made as a policy file's is ([`crate::policy_file::policy_from`]).
-    pub(crate) fn policy(&self, args: Vec<String>) -> Result<Policy> {
+    /// The policy these options, `requests` and `tools` describe (a policy file's values
+    /// already laid under them), with `args` after argv[0], made as a policy file's and a
+    /// recording's are ([`Policy::from_document`]).
+    pub(crate) fn policy(
+        &self,
+        args: Vec<String>,
+        requests: &Requests,
+        tools: &Tools,
+    ) -> Result<Policy> {
         let mut net = self.net.clone();
         net.allow = net
             .allow
@@ -59,16 +64,13 @@ impl SandboxArgs {
         if net.allow.is_empty() && !(net.resolve.is_empty() && net.http_headers.is_empty()) {
             anyhow::bail!("--resolve and --http-header need --allow-net: the network is closed");
         }
-        let doc = PolicyDocument {
-            args,
-            seed: (self.deterministic || self.seed.is_some()).then(|| self.seed.unwrap_or(0)),
-            audit: self.audit.clone(),
-            ..PolicyDocument::default()
-        };
+        let mut doc = PolicyDocument::given(&self.limits, &self.grants, &net, requests, tools);
+        doc.args = args;
+        doc.seed = (self.deterministic || self.seed.is_some()).then(|| self.seed.unwrap_or(0));
+        doc.audit.clone_from(&self.audit);
         let env = |name: &str| std::env::var(name).ok();
         // A `[net]` entry's error is its own message, as the flag's parser gives it.
-        crate::policy_file::policy_from(doc, &self.limits, &self.grants, &net, &env)
-            .map_err(anyhow::Error::new)
+        Policy::from_document(&doc, &env).map_err(anyhow::Error::new)
     }
 
     /// Frame limits from `--max-frame`.
@@ -86,6 +88,7 @@ pub(crate) fn recorder(
     policy: &Policy,
     framing: sandpipe_proto::frame::Framing,
     protocol: Option<&str>,
+    max_frame: u64,
 ) -> Result<Option<std::sync::Arc<crate::run::record::Recorder>>> {
     let Some(path) = path else { return Ok(None) };
     let name = plugin
@@ -99,6 +102,7 @@ pub(crate) fn recorder(
         framing,
         protocol,
         policy,
+        max_frame: Some(max_frame),
     };
     let r = crate::run::record::Recorder::create(path, &header)
         .map_err(|e| anyhow::anyhow!("creating the recording {}: {e}", path.display()))?;

@@ -11,6 +11,8 @@ use tokio::sync::mpsc;
 use super::engine::{read_engine, write_engine};
 use super::signals::{Bridge, SignalPolicy, Signals, Stoppable, Stopping};
 use super::status::{failed_by_itself, own_kill};
+use crate::Fuel;
+use crate::policy::sections::DEFAULT_START_TIMEOUT;
 use crate::policy_file::{RecycleMemory, Requests, Tools};
 use crate::speak::protocols::Protocol;
 use crate::speak::supervise::{Budgets, Incident, Supervisor};
@@ -36,12 +38,11 @@ pub(super) fn needs_protocol(requests: &Requests, tools: &Tools) -> Option<&'sta
     }
 }
 
-/// The budgets `requests` set for `plugin` under `policy` (`auto` recycling needs wasm and a
-/// memory cap).
-fn budgets(requests: &Requests, plugin: &Plugin, policy: &Policy) -> Budgets {
-    let r = requests;
+/// The budgets `policy.requests` set for `plugin` (`auto` recycling needs wasm and a memory
+/// cap); per-request fuel is the policy's own, armed by the host.
+fn budgets(plugin: &Plugin, policy: &Policy) -> Budgets {
+    let r = &policy.requests;
     let mut b = Budgets {
-        fuel_per_request: r.fuel,
         request_timeout: r.timeout,
         restart: r.restart,
         // Scarb's semantics for a `wasm:` oracle: after a stop, every later call fails.
@@ -61,24 +62,19 @@ fn budgets(requests: &Requests, plugin: &Plugin, policy: &Policy) -> Budgets {
     b
 }
 
-/// `--start-timeout`'s default, which its `--help` names.
-const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// Bridge sandpipe's stdin/stdout to a supervised plugin speaking `protocol`, with the signal
 /// policy and the exit mapping of every bridge (`signals.rs`'s table, `status.rs`'s).
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_supervised(
     host: &Host,
     plugin: &Plugin,
     policy: Policy,
     options: SessionOptions,
     protocol: Protocol,
-    requests: &Requests,
-    tools: &Tools,
     mut signals: Signals,
     on_signal: SignalPolicy,
 ) -> Result<i32> {
-    if plugin.kind() == PluginKind::NativeUnsandboxed && requests.fuel.is_some() {
+    if plugin.kind() == PluginKind::NativeUnsandboxed && matches!(policy.fuel, Fuel::PerRequest(_))
+    {
         eprintln!(
             "sandpipe: note: --fuel-per-request has no effect on a native plugin (use --request-timeout)"
         );
@@ -90,8 +86,8 @@ pub(crate) async fn run_supervised(
     let input_ended = Arc::new(AtomicBool::new(false));
     let input = tokio::spawn(read_engine(in_tx, framing, limits, input_ended.clone()));
     let output = tokio::spawn(write_engine(out_rx, framing, limits));
-    let budgets = budgets(requests, plugin, &policy);
-    let filter = tools.filter();
+    let budgets = budgets(plugin, &policy);
+    let filter = policy.tools.filter();
     let filtered = match (filter.is_open(), protocol.spec().tool_filter) {
         (true, _) => None,
         (false, Some(rules)) => Some(rules(filter)),

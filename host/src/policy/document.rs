@@ -1,9 +1,9 @@
 //! The policy as data: one serde schema for a [`Policy`], written in a recording's header,
 //! shown by `inspect --json`, and read back by replay.
 //!
-//! The document has the tables of a policy file (docs/policy.md): `[limits]`, `[grants]` and
-//! `[net]`, plus `args`, `seed` and `audit`, with the same key names, so a reader meets one
-//! vocabulary everywhere. Sizes are bytes, durations humantime text (`30s`, `1m 30s`); on the way
+//! The document is the sections of a policy file (docs/policy.md), the same types: `[limits]`,
+//! `[grants]`, `[net]`, `[requests]` and `[tools]`, plus `args`, `seed` and `audit`, so a reader meets one
+//! vocabulary everywhere, and a recording holds every key the policy ran under. Sizes are bytes, durations humantime text (`30s`, `1m 30s`); on the way
 //! in, sizes may also be text (`"64MiB"`, `"none"`), as in a policy file.
 //!
 //! Two things are never written, because they are secrets: an environment variable's value
@@ -11,20 +11,23 @@
 //! `HOST:NAME=env:VAR`, the variable it is read from). Reading a document back takes both from
 //! the reader's own environment, as `--env NAME` and `--http-header` do.
 //!
-//! [`Policy::document`] destructures every field, so a field added to [`Policy`] does not
-//! compile until it has a key here, and the round-trip test in `tests/tests/policy_document.rs`
-//! checks every key through a policy file, a recording and `inspect --json`.
+//! A key declared with `=> field` in its section maps to that [`Policy`] field both ways without
+//! a line here; the rest (fuel, directories, environment, imports, the network) are written and
+//! read below. The round-trip test in `tests/tests/policy_document.rs` walks every declared key
+//! through a flag, a policy file, the environment, a recording and `inspect --json`.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::sections::{Grants, Limits, Net, Requests, Tools};
 use super::{Access, Fuel, ImportPolicy, Policy};
 use crate::net::{HttpHeader, NetPolicy, NetSpecError};
 
-/// A [`Policy`] as data (see the module documentation).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A [`Policy`] as data (see the module documentation): the sections of a policy file
+/// ([`super::sections`]) with `args`, `seed` and `audit`. Read, a key left out is unset (the
+/// policy's default); written by [`Policy::document`], every key is set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct PolicyDocument {
@@ -38,71 +41,59 @@ pub struct PolicyDocument {
     pub grants: Grants,
     /// What the plugin may reach.
     pub net: Net,
+    /// Per-request budgets, and per-request fuel.
+    pub requests: Requests,
+    /// MCP tool filters.
+    pub tools: Tools,
     /// Where enforcement decisions are written.
     pub audit: Option<PathBuf>,
 }
 
-/// `[limits]`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
-#[non_exhaustive]
-pub struct Limits {
-    /// Fuel for the whole session.
-    pub fuel: Option<u64>,
-    /// Fuel for each request ([`Fuel::PerRequest`]).
-    pub fuel_per_request: Option<u64>,
-    /// The memory cap in bytes; `None` is no cap.
-    #[serde(with = "size")]
-    pub max_memory: Option<u64>,
-    /// The session's wall-clock deadline.
-    #[serde(with = "duration")]
-    pub timeout: Option<Duration>,
-    /// A native plugin's CPU time.
-    #[serde(with = "duration")]
-    pub max_cpu_time: Option<Duration>,
-    /// Most files open at once; `None` keeps sandpipe's own limit.
-    #[serde(with = "size")]
-    pub max_open_files: Option<u64>,
-    /// A native plugin's processes and threads; `None` is no limit.
-    #[serde(with = "size")]
-    pub max_processes: Option<u64>,
-    /// Bytes a component may write through its preopens.
-    #[serde(with = "size")]
-    pub max_disk_write: Option<u64>,
-}
-
-/// `[grants]`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
-#[non_exhaustive]
-pub struct Grants {
-    /// Preopened directories.
-    pub dirs: Vec<Dir>,
-    /// Names of the environment variables the plugin sees (values are never written).
-    pub env: Vec<String>,
-    /// Strict imports; `None` links everything ([`ImportPolicy::LinkAll`]).
-    pub allow_imports: Option<Vec<String>>,
-    /// A native plugin's read-only start-up grants.
-    pub startup_grants: bool,
-}
-
-/// A key left out means the policy's default (so `{}` is [`Policy::default`]); `null` means
-/// none.
-impl Default for PolicyDocument {
-    fn default() -> Self {
-        Policy::default().document()
+impl PolicyDocument {
+    /// A document from the sections as given (a policy file's, or the command line's laid over
+    /// one). Per-request fuel, when given, replaces the session's, as `run --protocol` always
+    /// did: the two exclude each other in one policy.
+    pub fn given(
+        limits: &Limits,
+        grants: &Grants,
+        net: &Net,
+        requests: &Requests,
+        tools: &Tools,
+    ) -> Self {
+        let mut limits = limits.clone();
+        if requests.fuel.is_some() {
+            limits.fuel = None;
+        }
+        PolicyDocument {
+            limits,
+            grants: grants.clone(),
+            net: net.clone(),
+            requests: requests.clone(),
+            tools: tools.clone(),
+            ..PolicyDocument::default()
+        }
     }
-}
 
-impl Default for Limits {
-    fn default() -> Self {
-        Policy::default().document().limits
-    }
-}
-
-impl Default for Grants {
-    fn default() -> Self {
-        Policy::default().document().grants
+    /// A document from its JSON, in this shape or the older one whose `limits` held
+    /// `fuel-per-request` (now `requests.fuel`).
+    pub fn from_json(text: &str) -> Result<PolicyDocument, serde_json::Error> {
+        let mut value: serde_json::Value = serde_json::from_str(text)?;
+        let old = value
+            .get_mut("limits")
+            .and_then(|l| l.as_object_mut())
+            .and_then(|l| l.remove("fuel-per-request"))
+            .filter(|fuel| !fuel.is_null());
+        if let Some(fuel) = old
+            && let Some(doc) = value.as_object_mut()
+        {
+            let requests = doc
+                .entry("requests")
+                .or_insert_with(|| serde_json::json!({}));
+            if let Some(requests) = requests.as_object_mut() {
+                requests.insert("fuel".into(), fuel);
+            }
+        }
+        serde_json::from_value(value)
     }
 }
 
@@ -160,50 +151,12 @@ impl std::fmt::Display for Dir {
     }
 }
 
-/// `[net]`, each entry as its command-line flag takes it (the field docs are the flags'
-/// `--help`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "cli", derive(clap::Args))]
-#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
-#[non_exhaustive]
-pub struct Net {
-    /// Allow connections to HOST[:PORT] (repeatable, or comma-separated): a name, a wildcard
-    /// (*.example.com), an IP address ([::1]:8080) or a range (10.0.0.0/8). sandpipe resolves
-    /// names itself; a name resolving to a loopback, private or link-local address is refused
-    /// unless a rule names that address. Without it the plugin has no network at all. Native
-    /// plugins reach allowed hosts through sandpipe's proxy (HTTP_PROXY, ALL_PROXY).
-    #[cfg_attr(
-        feature = "cli",
-        arg(
-            id = "allow_net",
-            long = "allow-net",
-            value_name = "HOST[:PORT]",
-            value_delimiter = ','
-        )
-    )]
-    pub allow: Vec<String>,
-    /// Resolve NAME to these addresses without DNS, as curl's --resolve (repeatable):
-    /// NAME=ADDR[,ADDR...]. The name must still be allowed by --allow-net.
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "resolve", value_name = "NAME=ADDR[,ADDR]")
-    )]
-    pub resolve: Vec<String>,
-    /// Add a header to every wasi:http request a wasm plugin sends to HOST, its value read
-    /// from sandpipe's own environment: HOST:NAME=env:VAR (repeatable). The plugin never sees it.
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "http-header", value_name = "HOST:NAME=env:VAR")
-    )]
-    pub http_headers: Vec<String>,
-}
-
 /// Why a document does not make a policy.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DocumentError {
-    /// `fuel` and `fuel-per-request` both set.
-    #[error("limits.fuel and limits.fuel-per-request exclude each other")]
+    /// `limits.fuel` and `requests.fuel` both set.
+    #[error("limits.fuel and requests.fuel exclude each other")]
     TwoFuels,
     /// A `[net]` entry that does not parse, or a header whose variable is not set.
     #[error("net: {0}")]
@@ -219,91 +172,71 @@ pub enum DocumentError {
 }
 
 impl Policy {
-    /// This policy as data (see [`PolicyDocument`]).
+    /// This policy as data (see [`PolicyDocument`]): every key of every section set.
     pub fn document(&self) -> PolicyDocument {
-        let Policy {
-            fuel,
-            max_memory,
-            deadline,
-            preopens,
-            env,
-            args,
-            imports,
-            deterministic,
-            max_cpu_time,
-            max_open_files,
-            max_processes,
-            max_disk_write,
-            startup_grants,
-            net,
-            audit,
-        } = self;
-        let (fuel, fuel_per_request) = match *fuel {
+        let (fuel, fuel_per_request) = match self.fuel {
             Fuel::Unlimited => (None, None),
             Fuel::PerSession(n) => (Some(n), None),
             Fuel::PerRequest(n) => (None, Some(n)),
         };
+        let mut limits = Limits::from_policy(self);
+        limits.fuel = fuel;
+        let mut grants = Grants::from_policy(self);
+        grants.dirs = self
+            .preopens
+            .iter()
+            .map(|p| Dir {
+                host: p.host.clone(),
+                guest: p.guest.clone(),
+                read_only: p.access == Access::ReadOnly,
+            })
+            .collect();
+        grants.env = self.env.iter().map(|(name, _)| name.clone()).collect();
+        grants.allow_imports = match &self.imports {
+            ImportPolicy::LinkAll => Vec::new(),
+            ImportPolicy::Strict(list) => list.clone(),
+        };
+        let mut net = Net::from_policy(self);
+        net.allow = self.net.allow.iter().map(ToString::to_string).collect();
+        net.resolve = self.net.resolve.iter().map(ToString::to_string).collect();
+        net.http_headers = self.net.http_headers.iter().map(HttpHeader::spec).collect();
+        let mut requests = self.requests.resolved();
+        requests.fuel = fuel_per_request;
         PolicyDocument {
-            args: args.clone(),
-            seed: *deterministic,
-            limits: Limits {
-                fuel,
-                fuel_per_request,
-                max_memory: *max_memory,
-                timeout: *deadline,
-                max_cpu_time: *max_cpu_time,
-                max_open_files: *max_open_files,
-                max_processes: *max_processes,
-                max_disk_write: *max_disk_write,
-            },
-            grants: Grants {
-                dirs: preopens
-                    .iter()
-                    .map(|p| Dir {
-                        host: p.host.clone(),
-                        guest: p.guest.clone(),
-                        read_only: p.access == Access::ReadOnly,
-                    })
-                    .collect(),
-                env: env.iter().map(|(name, _)| name.clone()).collect(),
-                allow_imports: match imports {
-                    ImportPolicy::LinkAll => None,
-                    ImportPolicy::Strict(list) => Some(list.clone()),
-                },
-                startup_grants: *startup_grants,
-            },
-            net: Net {
-                allow: net.allow.iter().map(ToString::to_string).collect(),
-                resolve: net.resolve.iter().map(ToString::to_string).collect(),
-                http_headers: net.http_headers.iter().map(HttpHeader::spec).collect(),
-            },
-            audit: audit.as_ref().map(|a| a.path().to_owned()),
+            args: self.args.clone(),
+            seed: self.deterministic,
+            limits,
+            grants,
+            net,
+            requests,
+            tools: self.tools.clone(),
+            audit: self.audit.as_ref().map(|a| a.path().to_owned()),
         }
     }
 
-    /// The policy `doc` describes. Environment values and HTTP header values come from `env`
-    /// (the reader's own environment, for a replay); a variable `env` does not have is left
-    /// out, as `--env NAME` leaves it out. The audit log is opened for appending.
+    /// The policy `doc` describes, its unset keys at [`Policy::default`]'s values: the one
+    /// path from a policy file, the command line's flags and a recording to a policy. A
+    /// `grants.env` entry `NAME=VALUE` is given literally; every other variable (a bare `NAME`,
+    /// an `env:VAR` header's secret) comes from `env` (the reader's own environment, for a
+    /// replay), and one `env` does not have is left out, as `--env NAME` leaves it out. The
+    /// audit log is opened for appending.
     pub fn from_document(
         doc: &PolicyDocument,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Policy, DocumentError> {
-        let l = &doc.limits;
-        let fuel = match (l.fuel, l.fuel_per_request) {
+        let mut policy = Policy::default();
+        doc.limits.resolve_into(&mut policy);
+        doc.grants.resolve_into(&mut policy);
+        doc.net.resolve_into(&mut policy);
+        doc.requests.resolve_into(&mut policy);
+        policy.fuel = match (doc.limits.fuel, doc.requests.fuel) {
             (Some(_), Some(_)) => return Err(DocumentError::TwoFuels),
             (Some(n), None) => Fuel::PerSession(n),
             (None, Some(n)) => Fuel::PerRequest(n),
             (None, None) => Fuel::Unlimited,
         };
-        let mut policy = Policy::default()
-            .fuel(fuel)
-            .max_memory(l.max_memory)
-            .max_cpu_time(l.max_cpu_time)
-            .max_open_files(l.max_open_files)
-            .max_processes(l.max_processes)
-            .max_disk_write(l.max_disk_write)
-            .startup_grants(doc.grants.startup_grants);
-        policy.deadline = l.timeout;
+        policy.requests = doc.requests.resolved();
+        policy.tools = doc.tools.clone();
         policy.deterministic = doc.seed;
         policy.args.clone_from(&doc.args);
         for d in &doc.grants.dirs {
@@ -314,13 +247,25 @@ impl Policy {
             };
             policy = policy.preopen(&d.host, &d.guest, access);
         }
-        for name in &doc.grants.env {
-            if let Some(value) = env(name) {
+        // The environment's values first, then the literal ones, each in the order given.
+        let entries = &doc.grants.env;
+        let literal = |name: &str| {
+            entries
+                .iter()
+                .any(|e| e.split_once('=').is_some_and(|(n, _)| n == name))
+        };
+        for name in entries.iter().filter(|e| !e.contains('=')) {
+            if !literal(name)
+                && let Some(value) = env(name)
+            {
                 policy = policy.env(name, value);
             }
         }
-        if let Some(list) = &doc.grants.allow_imports {
-            policy = policy.imports(ImportPolicy::Strict(list.clone()));
+        for (name, value) in entries.iter().filter_map(|e| e.split_once('=')) {
+            policy = policy.env(name, value);
+        }
+        if !doc.grants.allow_imports.is_empty() {
+            policy = policy.imports(ImportPolicy::Strict(doc.grants.allow_imports.clone()));
         }
         let mut net = NetPolicy::default();
         for rule in &doc.net.allow {
@@ -344,52 +289,12 @@ impl Policy {
     }
 }
 
-/// `Option<u64>` sizes: written as numbers (`null` for none); read as numbers or as text a
-/// policy file takes (`"64MiB"`, `"none"`).
-mod size {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    use crate::policy::value::{Quantity, parse_cap};
-
-    pub(super) fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
-        v.serialize(s)
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-        match Option::<Quantity>::deserialize(d)? {
-            None => Ok(None),
-            Some(q) => q.parse(parse_cap, Some).map_err(serde::de::Error::custom),
-        }
-    }
-}
-
-/// `Option<Duration>` as humantime text (`30s`, `1m 30s`).
-mod duration {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    use crate::policy::value::parse_duration;
-
-    pub(super) fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(d) => s.collect_str(&humantime::format_duration(*d)),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Option<Duration>, D::Error> {
-        Option::<String>::deserialize(d)?
-            .map(|t| parse_duration(&t).map_err(serde::de::Error::custom))
-            .transpose()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::sections::RecycleMemory;
+    use crate::policy::value::Cap;
+    use std::time::Duration;
 
     /// A policy with every field away from its default.
     fn everything() -> Policy {
@@ -447,15 +352,57 @@ mod tests {
     #[test]
     fn the_default_document_is_the_default_policy() {
         let doc: PolicyDocument = serde_json::from_str("{}").expect("parses");
-        assert_eq!(doc, Policy::default().document());
+        let none = |_: &str| None;
+        assert_eq!(
+            Policy::from_document(&doc, &none).expect("a policy"),
+            Policy::default()
+        );
+        let written = Policy::default().document();
+        assert_eq!(
+            Policy::from_document(&written, &none).expect("a policy"),
+            Policy::default()
+        );
         let none: PolicyDocument =
             serde_json::from_str(r#"{"limits":{"max-memory":"none","timeout":"2s"}}"#)
                 .expect("parses");
-        assert_eq!(none.limits.max_memory, None);
+        assert_eq!(none.limits.max_memory, Some(Cap(None)));
         assert_eq!(none.limits.timeout, Some(Duration::from_secs(2)));
+        let null: PolicyDocument =
+            serde_json::from_str(r#"{"limits":{"max-memory":null}}"#).expect("parses");
+        assert_eq!(null.limits.max_memory, Some(Cap(None)));
         let text: PolicyDocument =
             serde_json::from_str(r#"{"limits":{"max-memory":"64MiB"}}"#).expect("parses");
-        assert_eq!(text.limits.max_memory, Some(64 << 20));
+        assert_eq!(text.limits.max_memory, Some(Cap(Some(64 << 20))));
+    }
+
+    #[test]
+    fn per_request_fuel_and_budgets_round_trip_in_one_home() {
+        let requests = Requests {
+            fuel: Some(7_000),
+            timeout: Some(Duration::from_secs(2)),
+            restart: true,
+            recycle_after: Some(3),
+            recycle_memory: Some(RecycleMemory::Above(1 << 20)),
+            ..Requests::default()
+        };
+        let p = Policy::default().requests(&requests);
+        assert_eq!(p.fuel, Fuel::PerRequest(7_000));
+        assert_eq!(p.requests.fuel, None, "the policy's fuel is its one home");
+        let json = serde_json::to_value(p.document()).expect("serializes");
+        assert_eq!(json["requests"]["fuel"], 7_000);
+        assert_eq!(json["limits"]["fuel"], serde_json::Value::Null);
+        assert_eq!(json["requests"]["recycle-memory"], 1 << 20);
+        assert_eq!(json["requests"]["start-timeout"], "1m");
+        let back = PolicyDocument::from_json(&json.to_string()).expect("parses");
+        assert_eq!(
+            Policy::from_document(&back, &|_| None).expect("a policy"),
+            p
+        );
+        // A recording from before `[requests]` was recorded: per-request fuel in `limits`.
+        let old = PolicyDocument::from_json(r#"{"limits":{"fuel":null,"fuel-per-request":9}}"#)
+            .expect("the old shape reads");
+        let old = Policy::from_document(&old, &|_| None).expect("a policy");
+        assert_eq!(old.fuel, Fuel::PerRequest(9));
     }
 
     #[test]
@@ -477,8 +424,8 @@ mod tests {
             .expect_err("refused")
             .to_string();
         assert!(e.contains("unknown field `fule`"), "{e}");
-        let two: PolicyDocument =
-            serde_json::from_str(r#"{"limits":{"fuel":1,"fuel-per-request":2}}"#).expect("parses");
+        let two = PolicyDocument::from_json(r#"{"limits":{"fuel":1,"fuel-per-request":2}}"#)
+            .expect("parses");
         assert!(matches!(
             Policy::from_document(&two, &|_| None),
             Err(DocumentError::TwoFuels)

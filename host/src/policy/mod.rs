@@ -6,8 +6,10 @@ use std::time::Duration;
 use crate::net::{AuditLog, NetPolicy};
 
 pub mod document;
+pub mod sections;
 pub mod value;
 pub use document::{DocumentError, PolicyDocument};
+pub use sections::{Grants, Limits, Net, RecycleMemory, Requests, Tools};
 
 /// Access to a preopened directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -110,7 +112,10 @@ pub enum ImportPolicy {
 /// - `max_processes`: 512 ([`DEFAULT_MAX_PROCESSES`]) processes and threads of a native
 ///   plugin, where it has a cgroup;
 /// - `startup_grants`: on; a native plugin may read what it needs to start (see
-///   [`crate::startup_grants`]).
+///   [`crate::startup_grants`]);
+/// - `requests`: no per-request budget, no restart or recycling by count, recycling by memory
+///   `auto`, a 60 s start timeout and a 2 s grace ([`Requests::resolved`]);
+/// - `tools`: no MCP tool filter.
 ///
 /// A native plugin (see `SECURITY.md`, "Native mode") additionally runs under Landlock where the kernel
 /// has it: its filesystem is the system's programs and libraries read-only, its own file, and
@@ -183,6 +188,12 @@ pub struct Policy {
     pub net: NetPolicy,
     /// Where enforcement decisions are written, one JSON line each (see [`crate::net::AuditLog`]).
     pub audit: Option<AuditLog>,
+    /// Per-request budgets and instance renewal, for a protocol's supervisor (`run --protocol`),
+    /// every default filled in ([`Requests::resolved`]). Its `fuel` is always `None`: per-request
+    /// fuel is [`Policy::fuel`] ([`Fuel::PerRequest`]), its one home.
+    pub requests: Requests,
+    /// Which MCP tools an engine may see and call (`[tools]`); empty lists: every tool.
+    pub tools: Tools,
 }
 
 /// The default memory cap.
@@ -217,6 +228,8 @@ impl Default for Policy {
             startup_grants: true,
             net: NetPolicy::default(),
             audit: None,
+            requests: Requests::default().resolved(),
+            tools: Tools::default(),
         }
     }
 }
@@ -267,6 +280,15 @@ impl Policy {
     /// Set what the plugin may reach on the network.
     pub fn net(mut self, net: NetPolicy) -> Self {
         self.net = net;
+        self
+    }
+
+    /// Set the per-request budgets (their `fuel` is taken as [`Fuel::PerRequest`]).
+    pub fn requests(mut self, requests: &Requests) -> Self {
+        if let Some(n) = requests.fuel {
+            self.fuel = Fuel::PerRequest(n);
+        }
+        self.requests = requests.resolved();
         self
     }
 

@@ -43,6 +43,9 @@ pub struct RecordHeader<'a> {
     pub protocol: Option<&'a str>,
     /// The policy it ran under.
     pub policy: &'a Policy,
+    /// The largest frame either way (`limits.max-frame`), which the session's options hold
+    /// rather than the policy.
+    pub max_frame: Option<u64>,
 }
 
 impl Recorder {
@@ -60,7 +63,9 @@ impl Recorder {
         }
         // The whole policy, as data (environment and header values are never written: they
         // may be secrets, and replay takes them from its own environment).
-        let policy = serde_json::to_string(&p.document()).map_err(std::io::Error::other)?;
+        let mut doc = p.document();
+        doc.limits.max_frame = header.max_frame;
+        let policy = serde_json::to_string(&doc).map_err(std::io::Error::other)?;
         writeln!(out, "# policy: {policy}")?;
         out.flush()?;
         Ok(Recorder {

@@ -103,7 +103,9 @@ impl<'a> Supervisor<'a> {
     /// A supervisor for `plugin` speaking `protocol`, each instance started with `policy` and
     /// `options` (whose framing is replaced by the protocol's). A component that exports
     /// functions is served in process ([`Host::start_speaking`]); its `request_timeout` is
-    /// each call's deadline inside the instance (see [`crate::exports::session`]).
+    /// each call's deadline inside the instance (see [`crate::exports::session`]). Per-request
+    /// fuel is the policy's ([`Fuel::PerRequest`]), its one home: `budgets.fuel_per_request`
+    /// is set from it, for the machine's wording.
     pub fn new(
         host: &'a Host,
         plugin: &'a Plugin,
@@ -113,10 +115,12 @@ impl<'a> Supervisor<'a> {
         budgets: Budgets,
     ) -> Self {
         let mut policy = policy;
-        if let Some(f) = budgets.fuel_per_request {
-            policy.fuel = Fuel::PerRequest(f);
-        }
         let mut budgets = budgets;
+        if budgets.fuel_per_request.is_some() && !matches!(policy.fuel, Fuel::PerRequest(_)) {
+            tracing::warn!(
+                "Budgets::fuel_per_request arms no fuel: per-request fuel is the policy's (Fuel::PerRequest)"
+            );
+        }
         if plugin.exports_functions() {
             // A component's exports are called in process, each call under its own deadline
             // inside the instance (epochs): the request timeout becomes that deadline, so a
@@ -124,7 +128,8 @@ impl<'a> Supervisor<'a> {
             // supervisor's own timer, which would race it, is not armed.
             policy.deadline = budgets.request_timeout.take().or(policy.deadline);
         }
-        // The machine words a request's out-of-fuel reason with it, whoever armed it.
+        // Per-request fuel is the policy's (its one home); the machine only words a request's
+        // out-of-fuel reason with it.
         budgets.fuel_per_request = match policy.fuel {
             Fuel::PerRequest(f) => Some(f),
             _ => None,

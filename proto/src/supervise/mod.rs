@@ -97,8 +97,8 @@ mod tests;
 /// no recycling, a 2 s grace for recycled instances. Build one with `..Budgets::default()`.
 #[derive(Debug, Clone)]
 pub struct Budgets {
-    /// Fuel for each request (wasm only). The host arms it; the supervisor only words the
-    /// reason of a request that ran out of it.
+    /// Fuel for each request (wasm only), for the wording of a request that ran out of it. The
+    /// host arms the policy's per-request fuel and sets this from it; it arms nothing itself.
     pub fuel_per_request: Option<u64>,
     /// Wall-clock time from forwarding a request to its response.
     pub request_timeout: Option<Duration>,
