@@ -44,7 +44,8 @@ pub struct ReplayArgs {
     #[arg(long = "dir", value_name = "HOST::GUEST")]
     dirs: Vec<String>,
     /// Largest frame accepted in either direction (e.g. 16MiB), as for `run`: with --serve, an
-    /// engine frame over it ends the replay with status 123 [default: 16MiB].
+    /// engine frame over it ends the replay with status 123 [default: the recording's
+    /// limits.max-frame, else 16MiB].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_frame: Option<u64>,
     /// With --plugin: how long to wait for each expected frame before calling it a divergence.
@@ -61,9 +62,16 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
         .with_context(|| format!("reading {}", args.file.display()))?;
     let transcript =
         Transcript::parse(&text).with_context(|| format!("parsing {}", args.file.display()))?;
-    let limits = FrameLimits::with_max_frame_bytes(
-        usize::try_from(args.max_frame.unwrap_or(DEFAULT_MAX_FRAME)).unwrap_or(usize::MAX),
-    );
+    // The recording's own cap unless one is given: replay runs under the recorded policy.
+    let recorded_max_frame = replay::document_of(&transcript)
+        .ok()
+        .and_then(|doc| doc.limits.max_frame);
+    let max_frame = args
+        .max_frame
+        .or(recorded_max_frame)
+        .unwrap_or(DEFAULT_MAX_FRAME);
+    let limits =
+        FrameLimits::with_max_frame_bytes(usize::try_from(max_frame).unwrap_or(usize::MAX));
     if args.serve {
         let mode = if args.match_mode == "id" {
             MatchMode::ById

@@ -24,13 +24,13 @@
 //! field of the same meaning) and its enforcement.
 
 use std::fmt::Display;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::Policy;
-use super::document::Dir;
 use super::value::{Cap, Quantity, parse_duration, parse_size};
 
 /// How a flag and a policy file's value of one key combine.
@@ -686,4 +686,58 @@ fn dirs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Dir>, D::Error> {
         })
         .collect::<Result<_, _>>()
         .map_err(serde::de::Error::custom)
+}
+
+/// One preopened directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Dir {
+    /// The directory on the host.
+    pub host: PathBuf,
+    /// Where the plugin sees it.
+    pub guest: String,
+    /// Whether writes are refused.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// `HOST[::GUEST][:ro|:rw]`, as `--dir` and a policy file's `grants.dirs` take it: the guest
+/// path defaults to the host path as written, and access to read-write.
+impl std::str::FromStr for Dir {
+    type Err = String;
+    fn from_str(spec: &str) -> Result<Dir, String> {
+        let (rest, read_only) = if let Some(r) = spec.strip_suffix(":ro") {
+            (r, true)
+        } else if let Some(r) = spec.strip_suffix(":rw") {
+            (r, false)
+        } else {
+            (spec, false)
+        };
+        let (host, guest) = rest.split_once("::").unwrap_or((rest, rest));
+        if host.is_empty() || guest.is_empty() {
+            return Err(format!(
+                "invalid --dir {spec:?}: expected HOST[::GUEST][:ro]"
+            ));
+        }
+        Ok(Dir {
+            host: PathBuf::from(host),
+            guest: guest.to_owned(),
+            read_only,
+        })
+    }
+}
+
+/// As `--dir` takes it: `HOST[::GUEST][:ro]`.
+impl std::fmt::Display for Dir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.host.display())?;
+        if self.host.to_str() != Some(self.guest.as_str()) {
+            write!(f, "::{}", self.guest)?;
+        }
+        if self.read_only {
+            f.write_str(":ro")?;
+        }
+        Ok(())
+    }
 }
