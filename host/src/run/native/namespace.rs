@@ -83,12 +83,8 @@ impl NamespaceSupport {
                     remembered: true,
                 };
             }
-            let support = probe();
-            if let (NamespaceSupport::Available, Some(key)) = (&support, key) {
-                super::probe_cache::remember(&key);
-            }
             Probed {
-                support,
+                support: probe_and_remember(key.as_deref()),
                 took: started.elapsed(),
                 remembered: false,
             }
@@ -105,13 +101,7 @@ impl NamespaceSupport {
             REPROBED
                 .get_or_init(|| {
                     super::probe_cache::forget();
-                    let support = probe();
-                    if let (NamespaceSupport::Available, Some(key)) =
-                        (&support, super::probe_cache::key())
-                    {
-                        super::probe_cache::remember(&key);
-                    }
-                    support
+                    probe_and_remember(super::probe_cache::key().as_deref())
                 })
                 .clone(),
         )
@@ -135,6 +125,15 @@ impl NamespaceSupport {
             NamespaceSupport::Unavailable { reason } => format!("no namespaces ({reason})"),
         }
     }
+}
+
+/// Probe, and keep a positive answer under `key` for the runs after this one.
+fn probe_and_remember(key: Option<&str>) -> NamespaceSupport {
+    let support = probe();
+    if let (NamespaceSupport::Available, Some(key)) = (&support, key) {
+        super::probe_cache::remember(key);
+    }
+    support
 }
 
 /// [`NamespaceSupport::detect`]'s first answer.
