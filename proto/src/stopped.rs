@@ -40,6 +40,13 @@ pub enum Exit {
         /// The cap, in bytes.
         limit: u64,
     },
+    /// A native plugin with no cgroup of its own had more processes and threads than its
+    /// limit, and the host stopped it (with a cgroup, `pids.max` refuses the fork instead and
+    /// the plugin runs on).
+    ProcessLimit {
+        /// The limit, in processes and threads.
+        limit: u64,
+    },
     /// A native plugin used up its CPU time (`RLIMIT_CPU`, `Policy::max_cpu_time` in the host):
     /// the kernel's SIGXCPU, or its SIGKILL at the hard limit one second later for a plugin
     /// that ignores SIGXCPU. The native counterpart of [`Exit::OutOfFuel`].
@@ -87,6 +94,11 @@ impl fmt::Display for Exit {
                     bytesize::ByteSize(*limit).display().iec()
                 )
             }
+            Exit::ProcessLimit { limit } => write!(
+                f,
+                "plugin exceeded the limit of {limit} processes and threads (with no cgroup to \
+                 refuse the fork, the host stopped it)"
+            ),
             Exit::DeadlineExceeded { limit } => {
                 write!(
                     f,
@@ -116,6 +128,7 @@ impl Exit {
             Exit::Exited(code) => json!({"kind": "exited", "code": code}),
             Exit::OutOfFuel { limit } => json!({"kind": "out_of_fuel", "limit": limit}),
             Exit::MemoryLimit { limit } => json!({"kind": "memory_limit", "limit": limit}),
+            Exit::ProcessLimit { limit } => json!({"kind": "process_limit", "limit": limit}),
             Exit::DeadlineExceeded { limit } => {
                 json!({"kind": "deadline_exceeded", "limit_ms": limit.as_millis() as u64})
             }

@@ -771,3 +771,48 @@ fn without_a_cgroup_shared_memory_still_stops_at_the_cap_and_the_line_says_why()
     assert_refused(&frames[0], 22);
     assert_eq!(frames[1]["ok"], true, "{frames:?}");
 }
+
+#[test]
+fn without_a_cgroup_a_gibibyte_in_a_memfd_still_stops_at_the_cap() {
+    let outside = direct(&["memfd:1024"]);
+    assert_eq!(outside[0]["bytes"], 1u64 << 30, "{outside:?}");
+
+    // The memfd's pages are in no resident set: the watch counts the open file. The sleep holds
+    // the memfd for the watch to see; a plugin the watch missed ends after it with status 0.
+    let (frames, out) = sandboxed_after(
+        "mount -t tmpfs none /sys/fs/cgroup",
+        &["--max-memory", "64MiB"],
+        &["memfd:1024", "sleep:60"],
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("; no cgroup (v") && stderr.contains("memfd pages and processes watched"),
+        "{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(122), "{frames:?} {stderr}");
+    assert!(stderr.contains("memory limit of 64.0 MiB"), "{stderr}");
+}
+
+#[test]
+fn without_a_cgroup_threads_and_processes_past_max_processes_stop_the_plugin() {
+    let outside = direct(&["threads:2000", "procs:2000"]);
+    assert_eq!(outside[0]["made"], 2000, "{outside:?}");
+    assert_eq!(outside[1]["made"], 2000, "{outside:?}");
+
+    for op in ["threads-held:2000", "procs-held:2000"] {
+        let (frames, out) = sandboxed_after(
+            "mount -t tmpfs none /sys/fs/cgroup",
+            // No memory cap: the watch counts a page shared by 2,000 forks 2,000 times, and
+            // that count is not what this test is about.
+            &["--max-processes", "256", "--max-memory", "none"],
+            &[op, "sleep:60"],
+        );
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("; no cgroup (v"), "{stderr}");
+        assert_eq!(out.status.code(), Some(137), "{op}: {frames:?} {stderr}");
+        assert!(
+            stderr.contains("plugin exceeded the limit of 256 processes and threads"),
+            "{op}: {stderr}"
+        );
+    }
+}

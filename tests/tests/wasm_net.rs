@@ -143,6 +143,17 @@ async fn a_pinned_allowed_name_connects_and_everything_else_is_refused_and_audit
             .any(|l| l["decision"] == "allow" && l["port"] == other),
         "{lines:#?}"
     );
+    // The datagram and the listen are refused with a line each.
+    assert!(
+        has("refuse", &|l| l["addr"] == "127.0.0.1"
+            && l["port"] == port
+            && l["reason"] == "UDP is not allowed"),
+        "{lines:#?}"
+    );
+    assert!(
+        has("refuse", &|l| l["reason"] == "listening is not allowed"),
+        "{lines:#?}"
+    );
 }
 
 #[tokio::test]

@@ -90,7 +90,7 @@ pub(crate) const TABLE: &[(Status, &str)] = &[
         Status::Signal,
         "killed by signal N; `run` then ends by that same signal (`WIFSIGNALED`, as the plugin \
          run directly), except when sandpipe killed the plugin itself: 137 then, never a SIGKILL \
-         of sandpipe's own",
+         of sandpipe's own (a native plugin with no cgroup past `--max-processes` is one)",
     ),
     (
         Status::Plugins,
@@ -318,7 +318,8 @@ pub(crate) fn status_for(exit: &Exit) -> i32 {
         Exit::DeadlineExceeded { .. } => exit_code::DEADLINE,
         Exit::Trap { .. } => exit_code::TRAP,
         Exit::Killed { signal: Some(sig) } => 128 + sig,
-        Exit::Killed { signal: None } => exit_code::KILLED,
+        // The host stopped it: `--max-processes` with no cgroup to refuse the fork.
+        Exit::Killed { signal: None } | Exit::ProcessLimit { .. } => exit_code::KILLED,
         _ => exit_code::KILLED,
     }
 }
@@ -342,6 +343,7 @@ mod tests {
         let mut all = vec![
             Exit::OutOfFuel { limit: 1 },
             Exit::MemoryLimit { limit: 1 },
+            Exit::ProcessLimit { limit: 1 },
             Exit::CpuTimeLimit {
                 limit: Duration::from_secs(1),
             },

@@ -212,6 +212,7 @@ pub(crate) fn limit_of(exit: &Exit) -> Option<&'static str> {
     match exit {
         Exit::OutOfFuel { .. } => Some("fuel"),
         Exit::MemoryLimit { .. } => Some("memory"),
+        Exit::ProcessLimit { .. } => Some("processes"),
         Exit::CpuTimeLimit { .. } => Some("cpu-time"),
         Exit::DeadlineExceeded { .. } => Some("deadline"),
         _ => None,

@@ -306,8 +306,9 @@ section! {
         #[cfg_attr(feature = "cli", arg(value_name = "N", value_parser = Cap::count))]
         max_open_files: Option<Cap> = "max-open-files", flag "max-open-files" => max_open_files;
         /// Native only: most processes and threads the plugin may have at once, or none. Past it
-        /// fork and thread creation fail with EAGAIN (the plugin's cgroup pids.max: not enforced
-        /// where no cgroup can be had, as the start-up line then says) [default: 512].
+        /// fork and thread creation fail with EAGAIN (the plugin's cgroup pids.max); where no
+        /// cgroup can be had, as the start-up line then says, the host watches the count and
+        /// stops the plugin past it (status 137) [default: 512].
         #[serde(default, with = "count_cap")]
         #[cfg_attr(feature = "cli", arg(value_name = "N", value_parser = Cap::count))]
         max_processes: Option<Cap> = "max-processes", flag "max-processes" => max_processes;

@@ -26,9 +26,10 @@
 //! the next.
 //!
 //! Where none can be had (no writable hierarchy with both controllers), [`CgroupSupport`]
-//! says why, the start-up line says so, and what holds is the resident-set watch
-//! (`memory.rs`) and the IPC namespace's `shmmax`/`shmall` at the cap; memfd pages and the
-//! number of processes are then not counted (SECURITY.md says so).
+//! says why, the start-up line says so, and what holds is the watch (`memory.rs`: resident
+//! memory and open memfds against the memory cap, processes and threads against
+//! `--max-processes`, sampled, the plugin stopped past either) and the IPC namespace's
+//! `shmmax`/`shmall` at the cap. What the watch cannot do is in SECURITY.md.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -76,7 +77,9 @@ impl CgroupSupport {
         match self {
             CgroupSupport::V2 { .. } => "cgroup v2 (memory, pids)".to_owned(),
             CgroupSupport::V1 { .. } => "cgroup v1 (memory, pids)".to_owned(),
-            CgroupSupport::Unavailable { reason } => format!("no cgroup ({reason})"),
+            CgroupSupport::Unavailable { reason } => {
+                format!("no cgroup ({reason}): memory, memfd pages and processes watched")
+            }
         }
     }
 }

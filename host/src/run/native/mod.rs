@@ -341,9 +341,13 @@ fn spawn_under(
     let deadline = policy.deadline;
     let cpu_limit = limits.cpu_time();
     let memory_limit = policy.max_memory;
-    // With a cgroup the kernel holds the cap exactly; the resident-set watch, which counts a
-    // page shared by N processes N times (a fork-heavy plugin), is for where there is none.
-    let watched = memory_limit.filter(|_| cgroup.is_none());
+    // With a cgroup the kernel holds both caps exactly; the watch, which counts a page shared
+    // by N processes N times (a fork-heavy plugin), is for where there is none.
+    let watched = memory::Caps {
+        memory: memory_limit,
+        tasks: policy.max_processes,
+    };
+    let watched = Some(watched).filter(|caps| caps.any() && cgroup.is_none());
     let tail = stderr.clone();
     let pid = u32::try_from(group.pgid).ok();
 
@@ -367,9 +371,9 @@ fn spawn_under(
             }
         };
         let peak = std::sync::atomic::AtomicU64::new(0);
-        let over_memory = async {
+        let over_cap = async {
             match watched {
-                Some(cap) => memory::exceeded(group.pgid as u32, plugin_depth, cap, &peak).await,
+                Some(caps) => memory::exceeded(group.pgid as u32, plugin_depth, caps, &peak).await,
                 None => std::future::pending().await,
             }
         };
@@ -384,10 +388,13 @@ fn spawn_under(
                 let _ = (&mut waited).await;
                 Exit::DeadlineExceeded { limit: deadline.unwrap_or_default() }
             }
-            () = over_memory => {
+            over = over_cap => {
                 group.signal(libc::SIGKILL);
                 let _ = (&mut waited).await;
-                Exit::MemoryLimit { limit: memory_limit.unwrap_or_default() }
+                match over {
+                    memory::Over::Memory => Exit::MemoryLimit { limit: memory_limit.unwrap_or_default() },
+                    memory::Over::Tasks => Exit::ProcessLimit { limit: watched.and_then(|c| c.tasks).unwrap_or_default() },
+                }
             }
             () = killed(&mut kill_rx) => {
                 group.signal(libc::SIGKILL);

@@ -5,7 +5,7 @@
 //!  ip-name-lookup.resolve-addresses ─► AddressStream ─► Resolver::lookup (allow-list, pins,
 //!   (shadowed in the linker)              (pollable)       DNS answers that are not public)
 //!  tcp connect ─► socket_addr_check ─► Resolver::admit (a pinned address, or one a rule names)
-//!  tcp bind / listen / accept, every UDP use ─► refused
+//!  tcp/udp bind (but the implicit one) / listen, every datagram ─► refused, with an audit line
 //! ```
 //!
 //! wasmtime-wasi resolves names itself (`tokio::net::lookup_host`), which would bypass the
@@ -41,20 +41,44 @@ use crate::net::{Refused, Resolver, Via};
 const P2_IP_NAME_LOOKUP: &str = "wasi:sockets/ip-name-lookup@0.2.12";
 
 /// Give the guest TCP through `resolver` when the allow-list is not empty; UDP never.
+///
+/// UDP sockets can be made when the allow-list is not empty, so that what the guest tries is
+/// seen: every datagram sent is refused (`access-denied`) with an audit line naming where it
+/// was going, as a listen or a bind to a chosen address is; datagrams arriving at the socket's
+/// ephemeral port are dropped unread.
 pub(super) fn configure(b: &mut WasiCtxBuilder, resolver: &Arc<Resolver>) {
     let resolver = resolver.clone();
+    let open = !resolver.policy().is_closed();
     // wasmtime-wasi's own lookup stays off: the linker's shadow below is the only one.
-    b.allow_tcp(!resolver.policy().is_closed())
-        .allow_udp(false)
+    b.allow_tcp(open)
+        .allow_udp(open)
         .allow_ip_name_lookup(false)
         .socket_addr_check(move |addr, used| {
+            let refuse = |why: &str| {
+                resolver.audit_refusal(
+                    Via::WasiSockets,
+                    None,
+                    Some(addr.ip()),
+                    addr.port(),
+                    why.to_owned(),
+                );
+                false
+            };
+            // A connect or send on an unbound socket first asks for the implicit bind to the
+            // unspecified address and port 0 (the kernel picks an ephemeral port). That is the
+            // one bind allowed: listening is refused, so no port is offered.
+            let ephemeral = addr.ip().is_unspecified() && addr.port() == 0;
             let allowed = match used {
                 SocketAddrUse::TcpConnect => resolver.admit(addr, None, Via::WasiSockets).is_ok(),
-                // A connect on an unbound socket first asks for the implicit bind to the
-                // unspecified address and port 0 (the kernel picks an ephemeral port). That
-                // is the one bind allowed: listening is refused below, so no port is offered.
-                SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
-                _ => false,
+                SocketAddrUse::TcpBind | SocketAddrUse::UdpBind if ephemeral => true,
+                SocketAddrUse::TcpBind | SocketAddrUse::UdpBind => {
+                    refuse("binding an address of the guest's choosing is not allowed")
+                }
+                SocketAddrUse::TcpListen => refuse("listening is not allowed"),
+                SocketAddrUse::UdpSend => refuse("UDP is not allowed"),
+                // Per datagram, and not the guest's doing: dropped without a line.
+                SocketAddrUse::UdpReceive => false,
+                _ => refuse("not allowed"),
             };
             Box::pin(async move { allowed })
         });

@@ -19,6 +19,9 @@
 //!   left (`"id"`, for the caller to remove);
 //! - `threads:N`: start up to N threads that wait; `"made"` says how many started;
 //! - `procs:N`: fork up to N children that wait; `"made"` says how many started;
+//! - `threads-held:N`, `procs-held:N`: the same, but they wait until the probe ends (children
+//!   by their parent-death signal) instead of ending with the answer;
+//! - `sleep:SECS`: sleep SECS seconds (for a watch to see what the ops before it hold);
 //! - `symlink:LINK=TARGET`: make LINK a symbolic link to TARGET;
 //! - `exit:CODE`: exit with CODE;
 //! - `term-exit:CODE`: exit with CODE on SIGTERM; then `wait`;
@@ -129,6 +132,14 @@ mod linux {
             "shm" => shm(number(arg)?).map(|id| Some(("id", id.into()))),
             "threads" => threads(number(arg)?).map(|n| Some(("made", n.into()))),
             "procs" => procs(number(arg)?).map(|n| Some(("made", n.into()))),
+            "threads-held" => threads_held(number(arg)?).map(|n| Some(("made", n.into()))),
+            "procs-held" => procs_held(number(arg)?).map(|n| Some(("made", n.into()))),
+            "sleep" => {
+                std::thread::sleep(std::time::Duration::from_secs(
+                    number(arg)?.try_into().unwrap_or(0),
+                ));
+                Ok(None)
+            }
             "symlink" => {
                 let (link, target) = arg.split_once('=').ok_or_else(|| {
                     io::Error::new(io::ErrorKind::InvalidInput, "symlink:LINK=TARGET")
@@ -305,6 +316,52 @@ mod linux {
         drop(tx);
         for h in handles {
             let _ = h.join();
+        }
+        Ok(made)
+    }
+
+    /// Threads that park for the rest of the probe's life.
+    fn threads_held(n: i32) -> io::Result<u64> {
+        let mut made = 0;
+        for _ in 0..n {
+            let started = std::thread::Builder::new().stack_size(64 << 10).spawn(|| {
+                loop {
+                    std::thread::park();
+                }
+            });
+            match started {
+                Ok(_) => made += 1,
+                Err(_) => break,
+            }
+        }
+        Ok(made)
+    }
+
+    /// Children that pause until the probe ends (their parent-death signal is SIGKILL).
+    #[allow(unsafe_code)]
+    fn procs_held(n: i32) -> io::Result<u64> {
+        let mut made = 0;
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
+        for _ in 0..n {
+            // SAFETY: the child only makes async-signal-safe calls, then pauses for good.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                unsafe {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    // The parent died before the signal was asked for.
+                    if libc::getppid() != parent {
+                        libc::_exit(0);
+                    }
+                    loop {
+                        libc::pause();
+                    }
+                }
+            }
+            if pid < 0 {
+                break;
+            }
+            made += 1;
         }
         Ok(made)
     }
