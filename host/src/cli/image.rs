@@ -70,7 +70,7 @@ pub(crate) async fn image(args: ImageArgs) -> Result<i32> {
     args.cache.refuse("image")?;
     let plugin_path = match (&args.plugin, &args.policy) {
         (Some(p), _) => p.clone(),
-        (None, Some(policy)) => super::manifest::plugin_of(policy)?,
+        (None, Some(policy)) => super::policy_overlay::plugin_of(policy)?,
         (None, None) => bail!("image needs PLUGIN or --policy"),
     };
     if plugin_path.to_string_lossy().starts_with("oci://") {

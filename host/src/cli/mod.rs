@@ -8,7 +8,7 @@ mod dist;
 mod engine;
 mod image;
 mod inspect;
-mod manifest;
+mod policy_overlay;
 #[cfg(feature = "registry")]
 mod pull;
 #[cfg(feature = "registry")]
@@ -189,8 +189,8 @@ pub fn main() -> i32 {
         return exit_code::HOST_ERROR;
     }
     init_logging(cli.verbose);
-    // A policy file fills in what the command line left unsaid (see `manifest`).
-    if let Err(e) = manifest::apply(&mut cli.command, &matches) {
+    // A policy file fills in what the command line left unsaid (see `policy_overlay`).
+    if let Err(e) = policy_overlay::apply(&mut cli.command, &matches) {
         eprintln!("sandpipe: {e:#}");
         return exit_code::HOST_ERROR;
     }
@@ -243,7 +243,7 @@ pub fn main() -> i32 {
 
 /// Every `run` option can also be set as `SANDPIPE_<OPTION>` (`--max-memory` as
 /// `SANDPIPE_MAX_MEMORY`): `-e NAME=VALUE` is the one knob every container deployer passes. The
-/// command line wins over the variable, and the variable over a policy file (see `manifest`).
+/// command line wins over the variable, and the variable over a policy file (see `policy_overlay`).
 ///
 /// `inspect` reads the same variables for the options it shares with `run` (all but
 /// `--protocol`, which makes inspect start the plugin), so the policy it shows is the one `run`
