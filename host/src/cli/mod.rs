@@ -1,8 +1,10 @@
-//! The `sandpipe` command line: one file per subcommand; `src/bin/sandpipe.rs` only calls
-//! [`main`].
+//! The `sandpipe` command line: the parser and the dispatch ([`main`]), one file per
+//! subcommand, and what several subcommands share in `common.rs`; `src/bin/sandpipe.rs` only
+//! calls [`main`].
 
 mod cache;
 mod call;
+mod common;
 mod compile;
 mod dist;
 mod engine;
@@ -21,13 +23,12 @@ mod status;
 mod stdio;
 mod supervised;
 
-use std::path::PathBuf;
-
 use clap::{CommandFactory, FromArgMatches, Subcommand};
 
 use crate::policy::value::{parse_duration, parse_size};
-use crate::speak::protocols::Protocol;
+use common::{host, host_metered, plugin_args, tool_filter};
 
+pub use common::{CacheArgs, UnusedCacheArgs};
 pub use status::{exit, exit_code};
 
 /// Run untrusted stdio plugins as sandboxed WASI components.
@@ -83,94 +84,6 @@ pub enum Command {
     /// List, trim (least recently used first) or empty the store of plugins and compiled
     /// artifacts.
     Cache(cache::CacheCmdArgs),
-}
-
-/// Cache options shared by subcommands. Global, so that a subcommand's own subcommands take
-/// them where a user types them: `sandpipe cache ls --cache-dir X` as well as
-/// `sandpipe cache --cache-dir X ls`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct CacheArgs {
-    /// Directory of compiled artifacts [default: $SANDPIPE_CACHE_DIR, $XDG_CACHE_HOME/sandpipe
-    /// or ~/.cache/sandpipe].
-    #[arg(long, value_name = "DIR", global = true)]
-    pub cache_dir: Option<PathBuf>,
-    /// Do not read or write the artifact cache (always compile).
-    #[arg(long, conflicts_with = "cache_dir", global = true)]
-    pub no_cache: bool,
-}
-
-impl CacheArgs {
-    fn dir(&self) -> Option<PathBuf> {
-        if self.no_cache {
-            None
-        } else {
-            self.cache_dir.clone().or_else(crate::default_cache_dir)
-        }
-    }
-}
-
-/// The cache options where they mean nothing (`image`, `push`). Given before the subcommand
-/// they reach every subcommand (clap's global options): here they are hidden and refused,
-/// not silently ignored.
-#[derive(Debug, Clone, clap::Args)]
-pub struct UnusedCacheArgs {
-    #[arg(long, value_name = "DIR", hide = true)]
-    cache_dir: Option<PathBuf>,
-    #[arg(long, hide = true)]
-    no_cache: bool,
-}
-
-impl UnusedCacheArgs {
-    /// An error when a cache option was given to `subcommand`.
-    fn refuse(&self, subcommand: &str) -> anyhow::Result<()> {
-        if self.cache_dir.is_some() || self.no_cache {
-            anyhow::bail!(
-                "{subcommand} does not use the cache: --cache-dir and --no-cache do not apply"
-            );
-        }
-        Ok(())
-    }
-}
-
-/// `--protocol`: clap lists the names, with what each is, in `--help`, from the registry
-/// ([`crate::speak::protocols::PROTOCOLS`], in the order of [`Protocol::ALL`]).
-impl clap::ValueEnum for Protocol {
-    fn value_variants<'a>() -> &'a [Self] {
-        &Protocol::ALL
-    }
-
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        let spec = self.spec();
-        Some(clap::builder::PossibleValue::new(spec.name()).help(spec.help))
-    }
-}
-
-/// The arguments after PLUGIN (`run`, `call`, `inspect`), without a leading `--`.
-fn plugin_args(after_plugin: &[String]) -> Vec<String> {
-    after_plugin
-        .strip_prefix(&["--".to_owned()])
-        .unwrap_or(after_plugin)
-        .to_vec()
-}
-
-/// The host every subcommand uses, with artifacts cached in `cache_dir` (or not at all). The
-/// command line runs a file that is not wasm natively, unsandboxed, and says so on stderr
-/// (`sandbox_args::warn_if_native`).
-fn host(cache_dir: Option<PathBuf>) -> Result<crate::Host, crate::HostError> {
-    host_metered(cache_dir, crate::Metering::default())
-}
-
-/// [`host`] with an engine compiled with `metering`.
-fn host_metered(
-    cache_dir: Option<PathBuf>,
-    metering: crate::Metering,
-) -> Result<crate::Host, crate::HostError> {
-    crate::Host::with_options(
-        &crate::HostOptions::default()
-            .cache_dir(cache_dir)
-            .allow_native_unsandboxed(true)
-            .metering(metering),
-    )
 }
 
 /// Parse the command line, run it, and return the process exit code (pass it to [`exit`]).
@@ -306,22 +219,10 @@ fn log_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> b
     stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
-/// The MCP tool filter `tools` (`--allow-tool`, `--deny-tool`, a policy file's `[tools]`) set
-/// for `protocol`: one definition for `run --protocol mcp`, `call` and `inspect`, so that what
-/// `inspect` shows and `call` may call is what a client behind `run` sees. An error when tools
-/// are named and the protocol's plugins offer none.
-fn tool_filter(
-    tools: &crate::policy_file::Tools,
-    protocol: Protocol,
-) -> anyhow::Result<sandpipe_proto::mcp::ToolFilter> {
-    if !tools.is_empty() && protocol.spec().tool_filter.is_none() {
-        anyhow::bail!("--allow-tool and --deny-tool need --protocol mcp");
-    }
-    Ok(tools.filter())
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     #[test]
