@@ -756,14 +756,15 @@ fn a_remembered_probe_that_no_longer_holds_costs_one_retry_not_the_run() {
     );
 }
 
+/// [`sandboxed_after`] with the cgroup hierarchies hidden under a tmpfs, in a mount namespace
+/// of the test's own: sandpipe finds no cgroup to make.
+fn without_a_cgroup(flags: &[&str], ops: &[&str]) -> (Vec<Value>, Output) {
+    sandboxed_after("mount -t tmpfs none /sys/fs/cgroup", flags, ops)
+}
+
 #[test]
 fn without_a_cgroup_shared_memory_still_stops_at_the_cap_and_the_line_says_why() {
-    // The cgroup hierarchies hidden under a tmpfs, in a mount namespace of the test's own.
-    let (frames, out) = sandboxed_after(
-        "mount -t tmpfs none /sys/fs/cgroup",
-        &["--max-memory", "64MiB"],
-        &["shm:1024", "shm:32"],
-    );
+    let (frames, out) = without_a_cgroup(&["--max-memory", "64MiB"], &["shm:1024", "shm:32"]);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("; no cgroup (v"), "{stderr}");
@@ -779,11 +780,7 @@ fn without_a_cgroup_a_gibibyte_in_a_memfd_still_stops_at_the_cap() {
 
     // The memfd's pages are in no resident set: the watch counts the open file. The sleep holds
     // the memfd for the watch to see; a plugin the watch missed ends after it with status 0.
-    let (frames, out) = sandboxed_after(
-        "mount -t tmpfs none /sys/fs/cgroup",
-        &["--max-memory", "64MiB"],
-        &["memfd:1024", "sleep:60"],
-    );
+    let (frames, out) = without_a_cgroup(&["--max-memory", "64MiB"], &["memfd:1024", "sleep:60"]);
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains("; no cgroup (v") && stderr.contains("memfd pages and processes watched"),
@@ -800,8 +797,7 @@ fn without_a_cgroup_threads_and_processes_past_max_processes_stop_the_plugin() {
     assert_eq!(outside[1]["made"], 2000, "{outside:?}");
 
     for op in ["threads-held:2000", "procs-held:2000"] {
-        let (frames, out) = sandboxed_after(
-            "mount -t tmpfs none /sys/fs/cgroup",
+        let (frames, out) = without_a_cgroup(
             // No memory cap: the watch counts a page shared by 2,000 forks 2,000 times, and
             // that count is not what this test is about.
             &["--max-processes", "256", "--max-memory", "none"],

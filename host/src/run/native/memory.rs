@@ -75,37 +75,35 @@ pub(crate) async fn exceeded(
     caps: Caps,
     peak: &std::sync::atomic::AtomicU64,
 ) -> Over {
-    let page = page_size();
     loop {
-        let sample = Sample::of(pid, depth, page);
-        peak.fetch_max(sample.memory, std::sync::atomic::Ordering::Relaxed);
+        let sample = Sample::of(pid, depth);
+        peak.fetch_max(sample.memory(), std::sync::atomic::Ordering::Relaxed);
         if let Some(over) = sample.over(caps) {
             tracing::debug!(pid, ?sample, ?caps, "native plugin over a cap");
             return over;
         }
-        let near = caps.memory.is_some_and(|cap| sample.memory > cap / 2)
-            || caps.tasks.is_some_and(|cap| sample.tasks > cap / 2);
+        // Only memory near its cap is sampled fast: memory can grow by gigabytes in a tick,
+        // and a sample reads every thread's `children`, which costs a plugin with many
+        // threads a share of a core every FAST (500 threads: about 30% of one).
+        let near = caps.memory.is_some_and(|cap| sample.memory() > cap / 2);
         tokio::time::sleep(if near { FAST } else { SLOW }).await;
     }
 }
 
 /// Resident bytes of the plugin below `pid`, `depth` levels down, and all its descendants.
 pub(crate) fn plugin_resident(pid: u32, depth: u8) -> u64 {
-    let page = page_size();
-    Sample::of(pid, depth, page)
-        .resident_pages
-        .saturating_mul(page)
+    Sample::of(pid, depth).resident
 }
 
 /// One look at a plugin's processes.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Sample {
-    /// Resident pages of its processes.
-    resident_pages: u64,
-    /// Bytes counted against `--max-memory`: the resident pages, plus the pages of every memfd
-    /// its processes hold open (each file once, however many hold it). A memfd's pages belong
-    /// to no process: written with `write` and never mapped, they are in no resident set.
-    memory: u64,
+    /// Resident bytes of its processes.
+    resident: u64,
+    /// Bytes of the memfds its processes hold open (each file once, however many hold it). A
+    /// memfd's pages belong to no process: written with `write` and never mapped, they are in
+    /// no resident set.
+    memfd: u64,
     /// Its processes and their threads.
     tasks: u64,
 }
@@ -116,10 +114,10 @@ impl Sample {
     /// sandpipe that never exec, and their resident set is sandpipe's). Found through each
     /// thread's `children`, so a process the plugin started and left is still found: in its
     /// PID namespace an orphan is reparented to PID 1, which is below `pid`.
-    fn of(pid: u32, depth: u8, page: u64) -> Sample {
+    fn of(pid: u32, depth: u8) -> Sample {
         let mut sample = Sample::default();
+        let mut resident_pages = 0u64;
         let mut memfds = std::collections::HashSet::new();
-        let mut memfd_bytes = 0;
         let mut todo = vec![(pid, 0u8)];
         // Bounded: past this many processes the walk stops, and what it counted stands (more
         // than any cap on processes the watch is given).
@@ -147,17 +145,19 @@ impl Sample {
             }
             if level >= depth {
                 sample.tasks += threads;
-                sample.resident_pages += resident_pages(p).unwrap_or(0);
+                resident_pages += resident_pages_of(p).unwrap_or(0);
                 if let Ok(fds) = std::fs::read_dir(format!("/proc/{p}/fd")) {
-                    memfd_bytes += memfd_bytes_of(fds.flatten().map(|e| e.path()), &mut memfds);
+                    sample.memfd += memfd_bytes_of(fds.flatten().map(|e| e.path()), &mut memfds);
                 }
             }
         }
-        sample.memory = sample
-            .resident_pages
-            .saturating_mul(page)
-            .saturating_add(memfd_bytes);
+        sample.resident = resident_pages.saturating_mul(page_size());
         sample
+    }
+
+    /// Bytes counted against `--max-memory`: the resident set and the memfds.
+    fn memory(self) -> u64 {
+        self.resident.saturating_add(self.memfd)
     }
 
     /// The first of `caps` this sample is past.
@@ -166,7 +166,7 @@ impl Sample {
         // cause of the other.
         if caps.tasks.is_some_and(|cap| self.tasks > cap) {
             Some(Over::Tasks)
-        } else if caps.memory.is_some_and(|cap| self.memory > cap) {
+        } else if caps.memory.is_some_and(|cap| self.memory() > cap) {
             Some(Over::Memory)
         } else {
             None
@@ -206,7 +206,7 @@ fn memfd_bytes_of(
     bytes
 }
 
-fn resident_pages(pid: u32) -> Option<u64> {
+fn resident_pages_of(pid: u32) -> Option<u64> {
     let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
     statm.split_whitespace().nth(1)?.parse().ok()
 }
@@ -232,8 +232,8 @@ mod tests {
 
     #[test]
     fn this_process_has_a_resident_set_and_its_threads() {
-        let sample = Sample::of(std::process::id(), 0, page_size());
-        assert!(sample.resident_pages > 0, "{sample:?}");
+        let sample = Sample::of(std::process::id(), 0);
+        assert!(sample.resident > 0, "{sample:?}");
         assert!(sample.tasks >= 1, "{sample:?}");
         assert_eq!(sample.over(Caps::default()), None);
         let tight = Caps {

@@ -343,11 +343,14 @@ fn spawn_under(
     let memory_limit = policy.max_memory;
     // With a cgroup the kernel holds both caps exactly; the watch, which counts a page shared
     // by N processes N times (a fork-heavy plugin), is for where there is none.
-    let watched = memory::Caps {
-        memory: memory_limit,
-        tasks: policy.max_processes,
-    };
-    let watched = Some(watched).filter(|caps| caps.any() && cgroup.is_none());
+    let process_limit = policy.max_processes;
+    let watched = cgroup
+        .is_none()
+        .then_some(memory::Caps {
+            memory: memory_limit,
+            tasks: process_limit,
+        })
+        .filter(|caps| caps.any());
     let tail = stderr.clone();
     let pid = u32::try_from(group.pgid).ok();
 
@@ -393,7 +396,7 @@ fn spawn_under(
                 let _ = (&mut waited).await;
                 match over {
                     memory::Over::Memory => Exit::MemoryLimit { limit: memory_limit.unwrap_or_default() },
-                    memory::Over::Tasks => Exit::ProcessLimit { limit: watched.and_then(|c| c.tasks).unwrap_or_default() },
+                    memory::Over::Tasks => Exit::ProcessLimit { limit: process_limit.unwrap_or_default() },
                 }
             }
             () = killed(&mut kill_rx) => {

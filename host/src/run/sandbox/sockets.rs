@@ -42,8 +42,8 @@ const P2_IP_NAME_LOOKUP: &str = "wasi:sockets/ip-name-lookup@0.2.12";
 
 /// Give the guest TCP through `resolver` when the allow-list is not empty; UDP never.
 ///
-/// UDP sockets can be made when the allow-list is not empty, so that what the guest tries is
-/// seen: every datagram sent is refused (`access-denied`) with an audit line naming where it
+/// UDP sockets can still be made then, so that what the guest tries is seen: every datagram
+/// sent is refused (`access-denied`) with an audit line naming where it
 /// was going, as a listen or a bind to a chosen address is; datagrams arriving at the socket's
 /// ephemeral port are dropped unread.
 pub(super) fn configure(b: &mut WasiCtxBuilder, resolver: &Arc<Resolver>) {

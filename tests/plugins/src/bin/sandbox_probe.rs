@@ -19,8 +19,8 @@
 //!   left (`"id"`, for the caller to remove);
 //! - `threads:N`: start up to N threads that wait; `"made"` says how many started;
 //! - `procs:N`: fork up to N children that wait; `"made"` says how many started;
-//! - `threads-held:N`, `procs-held:N`: the same, but they wait until the probe ends (children
-//!   by their parent-death signal) instead of ending with the answer;
+//! - `threads-held:N`, `procs-held:N`: the same, but they wait until the probe ends instead
+//!   of ending with the answer;
 //! - `sleep:SECS`: sleep SECS seconds (for a watch to see what the ops before it hold);
 //! - `symlink:LINK=TARGET`: make LINK a symbolic link to TARGET;
 //! - `exit:CODE`: exit with CODE;
@@ -130,10 +130,12 @@ mod linux {
             "vsock-listen" => vsock_listen(number(arg)?).map(|()| None),
             "memfd" => memfd(number(arg)?).map(|b| Some(("bytes", b.into()))),
             "shm" => shm(number(arg)?).map(|id| Some(("id", id.into()))),
-            "threads" => threads(number(arg)?).map(|n| Some(("made", n.into()))),
-            "procs" => procs(number(arg)?).map(|n| Some(("made", n.into()))),
-            "threads-held" => threads_held(number(arg)?).map(|n| Some(("made", n.into()))),
-            "procs-held" => procs_held(number(arg)?).map(|n| Some(("made", n.into()))),
+            "threads" | "threads-held" => {
+                threads(number(arg)?, op == "threads-held").map(|n| Some(("made", n.into())))
+            }
+            "procs" | "procs-held" => {
+                procs(number(arg)?, op == "procs-held").map(|n| Some(("made", n.into())))
+            }
             "sleep" => {
                 std::thread::sleep(std::time::Duration::from_secs(
                     number(arg)?.try_into().unwrap_or(0),
@@ -295,8 +297,9 @@ mod linux {
         }
     }
 
-    /// Threads that wait on a channel until all are counted.
-    fn threads(n: i32) -> io::Result<u64> {
+    /// Threads that wait on a channel until all are counted, then end; or, with `hold`, until
+    /// the probe ends (the channel's sender is kept open for good).
+    fn threads(n: i32, hold: bool) -> io::Result<u64> {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
         let mut handles = Vec::new();
@@ -313,6 +316,10 @@ mod linux {
             }
         }
         let made = handles.len() as u64;
+        if hold {
+            std::mem::forget(tx);
+            return Ok(made);
+        }
         drop(tx);
         for h in handles {
             let _ = h.join();
@@ -320,55 +327,10 @@ mod linux {
         Ok(made)
     }
 
-    /// Threads that park for the rest of the probe's life.
-    fn threads_held(n: i32) -> io::Result<u64> {
-        let mut made = 0;
-        for _ in 0..n {
-            let started = std::thread::Builder::new().stack_size(64 << 10).spawn(|| {
-                loop {
-                    std::thread::park();
-                }
-            });
-            match started {
-                Ok(_) => made += 1,
-                Err(_) => break,
-            }
-        }
-        Ok(made)
-    }
-
-    /// Children that pause until the probe ends (their parent-death signal is SIGKILL).
+    /// Children that wait for a pipe to close until all are counted, then are reaped; or, with
+    /// `hold`, until the probe ends (its end of the pipe closes with it).
     #[allow(unsafe_code)]
-    fn procs_held(n: i32) -> io::Result<u64> {
-        let mut made = 0;
-        // SAFETY: getpid has no preconditions.
-        let parent = unsafe { libc::getpid() };
-        for _ in 0..n {
-            // SAFETY: the child only makes async-signal-safe calls, then pauses for good.
-            let pid = unsafe { libc::fork() };
-            if pid == 0 {
-                unsafe {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                    // The parent died before the signal was asked for.
-                    if libc::getppid() != parent {
-                        libc::_exit(0);
-                    }
-                    loop {
-                        libc::pause();
-                    }
-                }
-            }
-            if pid < 0 {
-                break;
-            }
-            made += 1;
-        }
-        Ok(made)
-    }
-
-    /// Children that wait for a pipe to close until all are counted, then are reaped.
-    #[allow(unsafe_code)]
-    fn procs(n: i32) -> io::Result<u64> {
+    fn procs(n: i32, hold: bool) -> io::Result<u64> {
         let mut fds = [0; 2];
         // SAFETY: pipe writes two descriptors into `fds`.
         check(unsafe { libc::pipe(fds.as_mut_ptr()) })?;
@@ -389,6 +351,9 @@ mod linux {
                 break;
             }
             children.push(pid);
+        }
+        if hold {
+            return Ok(children.len() as u64);
         }
         // SAFETY: our own descriptors and children.
         unsafe {
