@@ -4,8 +4,9 @@
 //!
 //! The model is Docker's default profile and systemd's `@system-service` set: the calls an
 //! ordinary program makes are named ([`ALLOWED`], by group), and everything else is refused.
-//! One program decides every call: after the architecture check it finds the call's number by
-//! binary search (`search`) and answers that call's verdict:
+//! One program decides every call: after the architecture check it finds, by binary search
+//! (`search`), the run of consecutive numbers with one verdict (`runs`) that the call's number
+//! is in, and answers that verdict:
 //!
 //! ```text
 //! not named                                                  ENOSYS  (what a kernel without
@@ -23,10 +24,11 @@
 //! personality other than Linux's own                         EPERM
 //! ```
 //!
-//! A search, not a list: when a filter is installed the kernel runs it once for every call
-//! number to cache the answers that need no argument, so a list of 340 names cost each start
-//! about half a millisecond. The program answers exactly what the four stacked seccompiler
-//! filters before it did (the unit tests run both).
+//! A search over runs, not a list of names: when a filter is installed the kernel converts and
+//! JIT-compiles it and runs it once for every call number to cache the answers that need no
+//! argument: a list of 340 names cost each start about half a millisecond; a search with one
+//! comparison per name was about 950 instructions; 87 runs are 201. The program answers exactly what the
+//! four stacked seccompiler filters before it did (the unit tests run both).
 //!
 //! `socketpair(AF_UNIX)` stays (runtimes talk to their own children over it); a Unix socket
 //! of a path or an abstract name cannot be made, by `socket()` or by io_uring, which is
@@ -542,9 +544,6 @@ const fn arg(index: u32) -> u32 {
     16 + 8 * index
 }
 
-/// At most this many calls are tested one after another; more are split in two by number.
-const LEAF: usize = 4;
-
 /// The compiled filter: one program, installed once.
 #[derive(Debug)]
 pub(crate) struct SyscallFilter(BpfProgram);
@@ -612,38 +611,57 @@ fn number(nr: libc::c_long) -> u32 {
     nr as u32
 }
 
-/// The program: kill a call made through another architecture's entry, then find the call's
-/// number by binary search (about 9 comparisons for 400 names where a list would take up to
-/// 400, at every start: the kernel runs the whole program for each number to cache its
-/// answers when the filter is installed) and answer its verdict.
+/// The program: kill a call made through another architecture's entry, then find the run of
+/// numbers the call's number falls in by binary search and answer that run's verdict. A run is
+/// a stretch of consecutive numbers with one verdict (`ENOSYS` for those no list names): the
+/// allowed calls sit mostly side by side, so 87 runs stand for 340 names on x86-64, and the
+/// program is a fifth of the size of one comparison per name. Its size is what each start
+/// pays: the kernel checks, converts and JIT-compiles the program when the filter is
+/// installed, and runs it for every call number to cache the answers that need no argument.
 fn program(verdicts: &BTreeMap<u32, Verdict>) -> BpfProgram {
-    let calls: Vec<(u32, Verdict)> = verdicts.iter().map(|(&nr, &v)| (nr, v)).collect();
     let mut program = vec![
         load(ARCH),
         jump(libc::BPF_JEQ, AUDIT_ARCH, 1, 0),
         ret(libc::SECCOMP_RET_KILL_PROCESS),
         load(NR),
     ];
-    program.extend(search(&calls));
+    program.extend(search(&runs(verdicts)));
     program
 }
 
-/// The calls in `calls` (sorted by number, the number in the accumulator): each one's verdict,
-/// or `ENOSYS` for a number between them.
-fn search(calls: &[(u32, Verdict)]) -> Vec<sock_filter> {
-    if calls.len() <= LEAF {
-        let mut out = Vec::new();
-        for &(nr, verdict) in calls {
-            let block = verdict_block(verdict);
-            out.push(jump(libc::BPF_JEQ, nr, 0, offset(block.len())));
-            out.extend(block);
+/// What not being named answers: what a kernel without the call answers.
+const UNNAMED: Verdict = Verdict::Errno(libc::ENOSYS);
+
+/// The verdicts as runs covering every number: each run's first number and its verdict, in
+/// order, no two neighbours alike; the first starts at 0, the last runs to `u32::MAX`.
+fn runs(verdicts: &BTreeMap<u32, Verdict>) -> Vec<(u32, Verdict)> {
+    let mut runs: Vec<(u32, Verdict)> = Vec::new();
+    let mut push = |first: u32, verdict: Verdict| {
+        if runs.last().is_none_or(|&(_, last)| last != verdict) {
+            runs.push((first, verdict));
         }
-        out.push(errno(libc::ENOSYS));
-        return out;
+    };
+    let mut next = 0u32;
+    for (&nr, &verdict) in verdicts {
+        if nr > next {
+            push(next, UNNAMED);
+        }
+        push(nr, verdict);
+        next = nr.saturating_add(1);
     }
-    let (below, above) = calls.split_at(calls.len() / 2);
+    push(next, UNNAMED);
+    runs
+}
+
+/// The runs in `runs` (sorted, the number in the accumulator at least the first's start): the
+/// verdict of the run the number falls in.
+fn search(runs: &[(u32, Verdict)]) -> Vec<sock_filter> {
+    if let [(_, verdict)] = runs {
+        return verdict_block(*verdict);
+    }
+    let (below, above) = runs.split_at(runs.len() / 2);
+    let pivot = above[0].0;
     let (below, above) = (search(below), search(above));
-    let pivot = calls[calls.len() / 2].0;
     let mut out = Vec::with_capacity(below.len() + above.len() + 2);
     match u8::try_from(below.len()) {
         Ok(skip) => out.push(jump(libc::BPF_JGE, pivot, skip, 0)),
@@ -967,6 +985,29 @@ mod tests {
         let last = *verdicts().keys().last().expect("a name");
         let (_, steps) = run_counting(&filter.0, &data(AUDIT_ARCH, last, [0; 3]));
         assert!(steps < 40, "{steps} instructions for {names} names");
+        // Runs, not names: fewer instructions in all than names.
+        let runs = runs(&verdicts());
+        eprintln!(
+            "{names} names, {} runs, {} instructions",
+            runs.len(),
+            filter.0.len()
+        );
+        assert!(filter.0.len() < names, "{} instructions", filter.0.len());
+    }
+
+    #[test]
+    fn the_runs_cover_every_number_once_and_no_two_neighbours_agree() {
+        let verdicts = verdicts();
+        let runs = runs(&verdicts);
+        assert_eq!(runs[0].0, 0);
+        for pair in runs.windows(2) {
+            assert!(pair[0].0 < pair[1].0 && pair[0].1 != pair[1].1, "{pair:?}");
+        }
+        let verdict_of = |nr: u32| runs.iter().rev().find(|r| r.0 <= nr).map(|r| r.1);
+        for nr in (0..1024).chain([0x4000_0000, u32::MAX]) {
+            let named = verdicts.get(&nr).copied().unwrap_or(UNNAMED);
+            assert_eq!(verdict_of(nr), Some(named), "system call {nr:#x}");
+        }
     }
 
     #[test]
