@@ -316,12 +316,12 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
     print!("{text}");
     if !args.quick {
         let path = sandpipe_tests::workspace_root().join("BENCHMARKS.md");
-        // Hand-written analysis (profiles, criterion results) below the marker survives a rerun.
+        // The method and the other generators' sections, below the marker, survive a rerun.
         let kept = std::fs::read_to_string(&path)
             .ok()
             .and_then(|old| old.find(report::KEEP_MARKER).map(|i| old[i..].to_owned()))
             .unwrap_or_else(|| format!("{}\n", report::KEEP_MARKER));
-        let text = format!("{text}\n{kept}");
+        let text = format!("{}\n{text}{}\n\n{kept}", report::BEGIN, report::END);
         std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("sandpipe-bench: wrote {}", path.display());
     }
