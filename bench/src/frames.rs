@@ -300,8 +300,8 @@ fn checks(framing: Framing) -> anyhow::Result<(Duration, Duration)> {
 /// The hidden flag that makes the bench a [`checks`] child: `--time-checks <framing>`.
 pub const CHECKS_FLAG: &str = "--time-checks";
 /// Processes that time the checks: the figure can differ from one process to the next on the
-/// same CPU (BENCHMARKS.md, "Validation at memory speed"), so one process's figure is not
-/// enough to subtract from another's.
+/// same CPU (on some virtual machines the JSON check is bimodal across processes), so one
+/// process's figure is not enough to subtract from another's.
 const CHECK_PROCESSES: usize = 5;
 
 /// A [`checks`] child: print the two medians in nanoseconds.
