@@ -13,6 +13,7 @@
 //! | `podman rm --force` | SIGTERM to sandpipe as PID 1 ends the plugin by the SIGTERM emulation: exit 0, not the SIGKILL after 10 s; no container left |
 //! | memory | `-e SANDPIPE_MAX_MEMORY=32MiB`, and a `--memory` limit with no cap given: exit 122, not the OOM killer |
 //! | reproducible | two builds give the same digest and the same archive bytes; podman's image id is the config digest |
+//! | one artifact | the image's cache holds one artifact, for the engine its policy or `--container-env` runs (fuel metering or not); its entrypoint's run loads it, the other engine's does not find it |
 //!
 //! Every image is loaded under a name of its own and removed at the end of its test.
 //!
@@ -930,4 +931,127 @@ fn the_same_inputs_give_the_same_image_and_podman_names_it_by_its_config() {
         "{}",
         text_of(&id)
     );
+}
+
+/// The plugin layer of the archive `archive`, unpacked into `dir`: its files by path.
+fn unpack_plugin_layer(archive: &Path, dir: &Path) -> PathBuf {
+    let tar = |file: &Path, into: &Path| {
+        std::fs::create_dir_all(into).expect("mkdir");
+        let status = Command::new("tar")
+            .arg("-xf")
+            .arg(file)
+            .arg("-C")
+            .arg(into)
+            .status()
+            .expect("tar");
+        assert!(status.success(), "tar -xf {}", file.display());
+    };
+    let outer = dir.join("archive");
+    tar(archive, &outer);
+    let docker: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(outer.join("manifest.json")).expect("manifest"))
+            .expect("manifest json");
+    let layers = docker[0]["Layers"].as_array().expect("Layers");
+    assert_eq!(layers.len(), 2, "{docker}");
+    let layer = dir.join("layer");
+    tar(
+        &outer.join(layers[1].as_str().expect("a layer path")),
+        &layer,
+    );
+    layer
+}
+
+/// The `.cwasm` files under `cache`.
+fn artifacts(cache: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for dir in std::fs::read_dir(cache)
+        .expect("the image's /cache")
+        .flatten()
+    {
+        for file in std::fs::read_dir(dir.path())
+            .expect("an engine's dir")
+            .flatten()
+        {
+            if file.path().extension().is_some_and(|e| e == "cwasm") {
+                found.push(file.path());
+            }
+        }
+    }
+    found
+}
+
+/// An image holds the one compiled artifact its `run` loads: the engine without fuel metering
+/// by default, the one with it when the policy or the image's environment sets a fuel budget.
+/// Each image's cache is then given to the same static sandpipe, run as the entrypoint runs it:
+/// it loads from that cache, and a run with the other engine does not find its artifact there
+/// (it compiles, last).
+#[test]
+fn an_image_holds_the_one_artifact_its_policy_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugin = example_atp();
+    let policy = dir.path().join("fuel.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[plugin]\nsource = {:?}\n\n[limits]\nfuel = 1000000000\n",
+            plugin.display().to_string()
+        ),
+    )
+    .expect("write the policy");
+    let policy_arg = policy.to_str().expect("a UTF-8 path");
+    for (name, extra, fuel) in [
+        ("plain", vec![], false),
+        ("policy", vec!["--policy", policy_arg], true),
+        (
+            "env",
+            vec!["--container-env", "SANDPIPE_FUEL=1000000000"],
+            true,
+        ),
+        (
+            "unset",
+            vec!["--policy", policy_arg, "--container-env", "SANDPIPE_FUEL="],
+            false,
+        ),
+    ] {
+        let here = dir.path().join(name);
+        let archive = here.join("image.tar");
+        std::fs::create_dir_all(&here).expect("mkdir");
+        build_archive(
+            &plugin,
+            &format!("localhost/one/{name}:1"),
+            &extra,
+            &archive,
+        );
+        let layer = unpack_plugin_layer(&archive, &here);
+        let cache = layer.join("cache");
+        assert_eq!(
+            artifacts(&cache).len(),
+            1,
+            "{name}: {:?}",
+            artifacts(&cache)
+        );
+
+        // The run the image's entrypoint makes, and the one with the other engine.
+        for run_fuel in [fuel, !fuel] {
+            let mut cmd = Command::new(peers::sandpipe_static());
+            cmd.env("SANDPIPE_CACHE_DIR", &cache)
+                .env("SANDPIPE_LOG", "info")
+                .arg("run");
+            if run_fuel {
+                cmd.args(["--fuel", "1000000000"]);
+            }
+            let out = cmd
+                .arg(layer.join("plugin.wasm"))
+                .stdin(Stdio::null())
+                .output()
+                .expect("running sandpipe");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                stderr.contains("loaded from the disk cache"),
+                run_fuel == fuel,
+                "{name}, a run {} fuel:\n{stderr}",
+                if run_fuel { "with" } else { "without" }
+            );
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! `sandpipe compile`: fetch and compile a plugin ahead of time, so its first start loads the
 //! compiled artifact from the cache instead of compiling: one artifact for the engine with fuel
-//! metering (runs with a fuel budget) and one for the engine without (every other run).
+//! metering (runs with a fuel budget) and one for the engine without (every other run), or
+//! the one `--metering` names.
 
 use std::path::PathBuf;
 
@@ -17,8 +18,25 @@ pub struct CompileArgs {
     dist: DistArgs,
     #[command(flatten)]
     cache: CacheArgs,
+    /// Which engine to compile for: `fuel` for the runs that set a fuel budget (--fuel,
+    /// --fuel-per-request), `none` for every other run, or `both`. `sandpipe image` compiles
+    /// for the one its policy runs.
+    #[arg(long, value_enum, default_value = "both", value_name = "ENGINE")]
+    pub(super) metering: Metering,
     /// The plugin: a path or oci://HOST[:PORT]/REPO[:TAG][@sha256:HEX].
     plugin: PathBuf,
+}
+
+/// The engines `sandpipe compile` compiles for. `run` compiles fuel metering in only when it
+/// sets a fuel budget (see `run.rs`), and each engine has its own artifact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum Metering {
+    /// Both, so that any `run` of the plugin starts from the cache.
+    Both,
+    /// The engine with fuel metering.
+    Fuel,
+    /// The engine without.
+    None,
 }
 
 pub(crate) async fn compile(args: CompileArgs) -> Result<i32> {
@@ -26,14 +44,12 @@ pub(crate) async fn compile(args: CompileArgs) -> Result<i32> {
         anyhow::bail!("compile writes the artifact cache; --no-cache leaves nothing to do");
     }
     let root = store_root(&args.cache)?;
-    let host = super::host(Some(root.clone()))?;
-    let plugin = load(&host, &args.plugin, &args.dist, &args.cache).await?;
-    // `run` compiles fuel metering in only when it sets a fuel budget (see `run.rs`), and each
-    // engine has its own artifact: compile for the engine without fuel too, so any `run` of
-    // this plugin starts from the cache.
-    if plugin.load_source().is_some() {
-        let unmetered = super::host_metered(Some(root), crate::Metering::default().fuel(false))?;
-        load(&unmetered, &args.plugin, &args.dist, &args.cache).await?;
+    let metered =
+        |fuel| super::host_metered(Some(root.clone()), crate::Metering::default().fuel(fuel));
+    let first = metered(args.metering != Metering::None)?;
+    let plugin = load(&first, &args.plugin, &args.dist, &args.cache).await?;
+    if args.metering == Metering::Both && plugin.load_source().is_some() {
+        load(&metered(false)?, &args.plugin, &args.dist, &args.cache).await?;
     }
     let how = match plugin.load_source() {
         Some(LoadSource::Compiled) => "compiled",

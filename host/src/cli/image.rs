@@ -4,7 +4,9 @@
 //! ```text
 //!   layer 1  /sandpipe                  the static sandpipe (this executable, or --sandpipe)
 //!   layer 2  /plugin.wasm               the plugin
-//!            /cache/wasmtime-*/*.cwasm  the plugin compiled by that same sandpipe
+//!            /cache/wasmtime-*/*.cwasm  the plugin compiled by that same sandpipe, for the
+//!                                       engine the image's policy runs (with fuel metering
+//!                                       when it sets a fuel budget, without otherwise)
 //!            /policy.toml               with --policy
 //!   entrypoint  /sandpipe run [--policy /policy.toml] /plugin.wasm   (+ the container's args)
 //!   env         SANDPIPE_CACHE_DIR=/cache, SANDPIPE_STDERR=/dev/null,
@@ -21,6 +23,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::dist::image::{Image, ImageFile, ImageSpec, check_static_elf};
+use crate::policy::sections::env_name;
 
 /// Where the image holds the plugin's compiled artifacts.
 const CACHE_DIR: &str = "/cache";
@@ -94,7 +97,8 @@ pub(crate) async fn image(args: ImageArgs) -> Result<i32> {
     let sandpipe = std::fs::read(&sandpipe_path)
         .with_context(|| format!("reading {}", sandpipe_path.display()))?;
     check_static_elf(&sandpipe_path.display().to_string(), &sandpipe)?;
-    let cache = precompile(&sandpipe_path, &plugin_path)?;
+    let fuel = runs_metered(args.policy.as_deref(), &args.container_env)?;
+    let cache = precompile(&sandpipe_path, &plugin_path, fuel)?;
     let compiled: u64 = cache.iter().map(|f| f.bytes.len() as u64).sum();
 
     let mut layer = vec![ImageFile::file("plugin.wasm", 0o644, plugin.clone())];
@@ -214,9 +218,40 @@ fn write_archive(image: &Image, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Compile `plugin` with `sandpipe` (`sandpipe compile --cache-dir TMP`) and return the cache's
-/// compiled artifacts as image files under /cache, in sorted order.
-fn precompile(sandpipe: &Path, plugin: &Path) -> Result<Vec<ImageFile>> {
+/// Whether the image's `run` sets a fuel budget, and so runs the engine with fuel metering:
+/// `run` decides it from `--fuel` and `--fuel-per-request`, here from the image's policy file
+/// and its `--container-env`, which lies over the file as it will at start (an empty value
+/// unsets, as clap reads it). The image holds that engine's artifact only: a `podman run -e
+/// SANDPIPE_FUEL=N` of an image built without a fuel budget compiles the plugin at start.
+fn runs_metered(policy: Option<&Path>, container_env: &[String]) -> Result<bool> {
+    let file = policy.map(crate::PolicyFile::load).transpose()?;
+    let fuel_keys = [
+        (
+            env_name("fuel"),
+            file.as_ref().is_some_and(|f| f.limits.fuel.is_some()),
+        ),
+        (
+            env_name("fuel-per-request"),
+            file.as_ref().is_some_and(|f| f.requests.fuel.is_some()),
+        ),
+    ];
+    Ok(fuel_keys.into_iter().any(|(var, in_file)| {
+        // The last setting of a name is the image's (see `image`).
+        let set = container_env
+            .iter()
+            .rev()
+            .find_map(|e| e.strip_prefix(var.as_str())?.strip_prefix('='));
+        match set {
+            Some(value) => !value.is_empty(),
+            None => in_file,
+        }
+    }))
+}
+
+/// Compile `plugin` with `sandpipe` (`sandpipe compile --cache-dir TMP`) for the engine with
+/// fuel metering or the one without, and return the cache's compiled artifact as image files
+/// under /cache, in sorted order.
+fn precompile(sandpipe: &Path, plugin: &Path, fuel: bool) -> Result<Vec<ImageFile>> {
     let tmp = std::env::temp_dir().join(format!(
         "sandpipe-image-{}-{}",
         std::process::id(),
@@ -229,6 +264,7 @@ fn precompile(sandpipe: &Path, plugin: &Path) -> Result<Vec<ImageFile>> {
         .arg("compile")
         .arg("--cache-dir")
         .arg(&tmp)
+        .args(["--metering", if fuel { "fuel" } else { "none" }])
         .arg(plugin)
         .env_remove("SANDPIPE_CACHE_DIR")
         .output()
