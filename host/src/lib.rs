@@ -532,7 +532,11 @@ impl Host {
         })
     }
 
-    /// Start a session with `plugin` under `policy`.
+    /// Start a session with `plugin` under `policy`. For a session speaking a protocol, where a
+    /// component that exports functions is served by sandpipe in process, see
+    /// [`Host::start_speaking`]: it lives with the protocols' registry
+    /// (`speak/protocols/mod.rs`), since `lib.rs` sits below the tiers that serve exports and
+    /// know protocols, and may not import them (`tests/tests/layout.rs`).
     pub async fn start(
         &self,
         plugin: &Plugin,

@@ -118,32 +118,8 @@ impl FramingName {
 }
 
 pub use crate::policy::sections::{
-    DEFAULT_MAX_FRAME, Grants, Limits, Net, RecycleMemory, Requests, Tools,
+    DEFAULT_MAX_FRAME, Grants, Limits, Net, RecycleMemory, Requests, Tools, Trust,
 };
-
-/// `[trust]`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-#[non_exhaustive]
-pub struct Trust {
-    /// minisign public keys (`--trusted-key`).
-    #[serde(default)]
-    pub trusted_keys: Vec<PathBuf>,
-    /// `--require-signature`.
-    #[serde(default)]
-    pub require_signature: bool,
-    /// `--lockfile`.
-    pub lockfile: Option<PathBuf>,
-    /// `--locked`.
-    #[serde(default)]
-    pub locked: bool,
-    /// `--offline`.
-    #[serde(default)]
-    pub offline: bool,
-    /// `--insecure-registry`.
-    #[serde(default)]
-    pub insecure_registries: Vec<String>,
-}
 
 /// Why a policy file cannot be used.
 #[derive(Debug, thiserror::Error)]

@@ -18,28 +18,9 @@ pub struct DistArgs {
     /// Refuse the plugin unless its file (or, for oci://, its wasm layer) has this sha256.
     #[arg(long, value_name = "HEX")]
     pub(crate) sha256: Option<String>,
-    /// Accept signatures by this minisign public key (repeatable). With a key given, a
-    /// signature that does not verify is refused.
-    #[arg(long = "trusted-key", value_name = "FILE")]
-    pub(crate) trusted_keys: Vec<PathBuf>,
-    /// Refuse an oci:// plugin that is not signed by a --trusted-key.
-    #[arg(long)]
-    pub(crate) require_signature: bool,
-    /// Record each oci:// reference's manifest digest, layer digest, size and signer in FILE
-    /// (TOML); with --locked or --offline, read them from it.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) lockfile: Option<PathBuf>,
-    /// Refuse a reference that is not in --lockfile, or whose tag now names another manifest.
-    #[arg(long, requires = "lockfile")]
-    pub(crate) locked: bool,
-    /// Resolve oci:// references from the local store only (they must be pinned by @sha256 or
-    /// --lockfile).
-    #[arg(long)]
-    pub(crate) offline: bool,
-    /// Speak plain HTTP to this registry (HOST[:PORT]; repeatable). Loopback registries always
-    /// use plain HTTP, others HTTPS.
-    #[arg(long = "insecure-registry", value_name = "HOST")]
-    pub(crate) insecure_registries: Vec<String>,
+    /// `[trust]`, declared with the policy's sections.
+    #[command(flatten)]
+    pub(crate) trust: crate::policy::Trust,
 }
 
 /// A plugin resolved to a verified local file.
@@ -64,7 +45,8 @@ pub(crate) fn store_root(cache: &CacheArgs) -> Result<PathBuf> {
 
 impl DistArgs {
     fn trusted(&self) -> Result<Vec<TrustedKey>> {
-        self.trusted_keys
+        self.trust
+            .trusted_keys
             .iter()
             .map(|p| TrustedKey::from_file(p).map_err(anyhow::Error::from))
             .collect()
@@ -77,7 +59,7 @@ pub(crate) async fn resolve(spec: &Path, dist: &DistArgs, cache: &CacheArgs) -> 
     if text.starts_with("oci://") {
         return resolve_reference(&text, dist, cache, false).await;
     }
-    if dist.require_signature {
+    if dist.trust.require_signature {
         bail!(
             "--require-signature needs an oci:// reference ({} is a local file, which carries no signature)",
             spec.display()
@@ -132,7 +114,7 @@ pub(crate) async fn resolve_reference(
     let reference: Reference = text.parse()?;
     let trusted = dist.trusted()?;
     let store = Store::open(store_root(cache)?);
-    let lock = match &dist.lockfile {
+    let lock = match &dist.trust.lockfile {
         Some(p) => Some(LockFile::load(p)?),
         None => None,
     };
@@ -140,16 +122,16 @@ pub(crate) async fn resolve_reference(
     let dist2 = dist.clone();
     let fetched = tokio::task::spawn_blocking(move || -> Result<_> {
         let mut options = ClientOptions::new(Credentials::from_default_config()?);
-        options.insecure_registries = dist2.insecure_registries.clone();
+        options.insecure_registries = dist2.trust.insecure_registries.clone();
         let client = Client::new(options);
         let locked = lock.as_ref().and_then(|l| l.get(&key));
         let fetch_options = FetchOptions {
-            offline: dist2.offline,
+            offline: dist2.trust.offline,
             trusted_keys: &trusted,
-            require_signature: dist2.require_signature,
+            require_signature: dist2.trust.require_signature,
             want_signature,
             locked,
-            enforce_lock: dist2.locked,
+            enforce_lock: dist2.trust.locked,
         };
         Ok(fetch(&client, &store, &reference, &fetch_options)?)
     })
@@ -162,8 +144,8 @@ pub(crate) async fn resolve_reference(
             .to_owned();
         check_sha256(Path::new(text), &got, expected)?;
     }
-    if let Some(path) = &dist.lockfile
-        && !dist.locked
+    if let Some(path) = &dist.trust.lockfile
+        && !dist.trust.locked
     {
         let mut lock = LockFile::load(path)?;
         lock.insert(fetched.lock_entry());

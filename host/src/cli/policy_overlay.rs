@@ -27,7 +27,7 @@ use clap::parser::ValueSource;
 use super::Command;
 use super::sandbox_args::SandboxArgs;
 use crate::PolicyFile;
-use crate::policy::sections::{Merge, all_keys};
+use crate::policy::sections::{Merge, Trust, all_keys};
 
 /// Fold a manifest (named by `--policy` or given as PLUGIN) into `command`'s arguments, keeping
 /// whatever the command line said itself.
@@ -170,7 +170,7 @@ fn top_level_keys(args_flag: &'static str) -> [TopLevelKey; 3] {
 /// Where each value of the policy came from, by the policy document's key: `flag`, `env` (a
 /// `SANDPIPE_*` variable), `file`, `default`, or, for a list the file and the command line
 /// both add to, `file+flag` or `file+env`. `inspect --json` shows it as `policy_sources`.
-/// Every section's declared keys are here ([`crate::policy::sections::all_keys`]).
+/// Every section's declared keys are here ([`crate::policy::sections::all_keys`]), and `[trust]`'s.
 fn sources(
     cli: &ArgMatches,
     manifest: Option<&(PolicyFile, PathBuf)>,
@@ -185,6 +185,7 @@ fn sources(
                 .chain(m.net.keys_set())
                 .chain(m.requests.keys_set())
                 .chain(m.tools.keys_set())
+                .chain(m.trust.keys_set())
                 .map(|(k, set)| (k.key, set))
                 .collect()
         })
@@ -198,7 +199,7 @@ fn sources(
             (false, None) => "default".to_owned(),
         }
     };
-    let sections = all_keys().map(|k| {
+    let sections = all_keys().chain(Trust::KEYS).map(|k| {
         let file = in_file.get(k.key).copied().unwrap_or(false);
         (
             k.key.to_owned(),
@@ -223,8 +224,8 @@ fn given_by(cli: &ArgMatches, id: &str) -> Option<&'static str> {
     }
 }
 
-/// The sandbox sections, each by its declaration's overlay ([`crate::policy::sections`]), then
-/// the keys outside them and `[trust]`.
+/// The sandbox sections and `[trust]`, each by its declaration's overlay
+/// ([`crate::policy::sections`]), then the keys outside them.
 fn merge_sandbox(s: &mut SandboxArgs, m: &PolicyFile, cli: &ArgMatches) -> Result<()> {
     let env = |id: &str| from_env(cli, id);
     s.limits.overlay(&m.limits, &env, &mut note);
@@ -233,41 +234,17 @@ fn merge_sandbox(s: &mut SandboxArgs, m: &PolicyFile, cli: &ArgMatches) -> Resul
     layer(cli, ("audit", "audit"), &mut s.audit, &m.audit);
     s.deterministic |= m.deterministic;
     layer(cli, ("seed", "seed"), &mut s.seed, &m.seed);
-    let (d, t) = (&mut s.dist, &m.trust);
     layer(
         cli,
         ("sha256", "plugin.sha256"),
-        &mut d.sha256,
+        &mut s.dist.sha256,
         &m.plugin.sha256,
     );
-    let key = ("trusted_keys", "SANDPIPE_TRUSTED_KEY", "trust.trusted-keys");
-    widen(cli, key, &mut d.trusted_keys, &t.trusted_keys, |k| {
-        k.display().to_string()
-    });
-    d.require_signature |= t.require_signature;
-    layer(
-        cli,
-        ("lockfile", "trust.lockfile"),
-        &mut d.lockfile,
-        &t.lockfile,
-    );
-    if (t.locked || d.locked) && d.lockfile.is_none() {
+    let trust = &mut s.dist.trust;
+    if (m.trust.locked || trust.locked) && m.trust.lockfile.is_none() && trust.lockfile.is_none() {
         bail!("`locked` needs a lock file (`trust.lockfile` or --lockfile)");
     }
-    d.locked |= t.locked;
-    d.offline |= t.offline;
-    let key = (
-        "insecure_registries",
-        "SANDPIPE_INSECURE_REGISTRY",
-        "trust.insecure-registries",
-    );
-    widen(
-        cli,
-        key,
-        &mut d.insecure_registries,
-        &t.insecure_registries,
-        ToString::to_string,
-    );
+    trust.overlay(&m.trust, &env, &mut note);
     Ok(())
 }
 
@@ -297,25 +274,6 @@ fn layer<T: Clone>(
         }
         _ => {}
     }
-}
-
-/// A list the file sets and a `SANDPIPE_*` variable adds to (`var`, for the flag `id`): the
-/// file's entries first, then the variable's, with a note naming what the variable adds.
-fn widen<T: Clone>(
-    cli: &ArgMatches,
-    (id, var, key): (&str, &str, &str),
-    list: &mut Vec<T>,
-    from_file: &[T],
-    show: impl Fn(&T) -> String,
-) {
-    if !from_file.is_empty() && !list.is_empty() && from_env(cli, id) {
-        let added: Vec<String> = list.iter().map(show).collect();
-        note(format!(
-            "{var} adds {} to the policy file's {key}",
-            added.join(",")
-        ));
-    }
-    list.splice(0..0, from_file.iter().cloned());
 }
 
 /// Whether `id`'s value came from its `SANDPIPE_*` variable rather than the command line.
@@ -376,6 +334,13 @@ deny = ["b"]
 allow = ["example.com:443"]
 resolve = ["example.com=127.0.0.1"]
 http-headers = ["example.com:X-Key=env:KEY"]
+[trust]
+trusted-keys = ["/k.pub"]
+require-signature = true
+lockfile = "/sandpipe.lock"
+locked = true
+offline = true
+insecure-registries = ["registry.test:5000"]
 "#,
             Path::new("/"),
         )
@@ -410,8 +375,15 @@ http-headers = ["example.com:X-Key=env:KEY"]
             "--allow-net=example.com:443",
             "--resolve=example.com=127.0.0.1",
             "--http-header=example.com:X-Key=env:KEY",
+            "--trusted-key=/k.pub",
+            "--require-signature",
+            "--lockfile=/sandpipe.lock",
+            "--locked",
+            "--offline",
+            "--insecure-registry=registry.test:5000",
             "p.wasm",
         ]);
+        assert_eq!(run.sandbox.dist.trust, file.trust);
         assert_eq!(run.sandbox.limits, file.limits);
         assert_eq!(run.sandbox.grants, file.grants);
         assert_eq!(run.sandbox.net, file.net);
@@ -443,7 +415,8 @@ http-headers = ["example.com:X-Key=env:KEY"]
     fn every_declared_key_is_in_every_derived_place() {
         let cli = super::super::with_env_names(Cli::command());
         let run = cli.find_subcommand("run").expect("run");
-        for key in all_keys() {
+        // `[trust]`'s flags too, though its keys are not the document's.
+        for key in all_keys().chain(Trust::KEYS) {
             let arg = run
                 .get_arguments()
                 .find(|a| a.get_id() == key.flag)

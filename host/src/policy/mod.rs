@@ -9,7 +9,7 @@ pub mod document;
 pub mod sections;
 pub mod value;
 pub use document::{DocumentError, PolicyDocument};
-pub use sections::{Grants, Limits, Net, RecycleMemory, Requests, Tools};
+pub use sections::{Grants, Limits, Net, RecycleMemory, Requests, Tools, Trust};
 
 /// Access to a preopened directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

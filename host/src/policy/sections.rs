@@ -1,5 +1,5 @@
 //! The sections of a policy, each declared once: `[limits]`, `[grants]`, `[net]`,
-//! `[requests]` and `[tools]`.
+//! `[requests]`, `[tools]` and `[trust]`.
 //!
 //! One [`section!`] declaration per section gives, for each of its fields:
 //!
@@ -23,7 +23,6 @@
 //! a recording. Adding a limit is one field in [`Limits`] (with `=> field` for a [`Policy`]
 //! field of the same meaning) and its enforcement.
 
-use std::fmt::Display;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -100,7 +99,31 @@ impl<T: Clone> Given for Option<T> {
     }
 }
 
-impl<T: Clone + Display> Given for Vec<T> {
+/// An entry of a list field, as a note shows it.
+pub trait Entry: Clone {
+    /// The entry in a note.
+    fn show(&self) -> String;
+}
+
+impl Entry for String {
+    fn show(&self) -> String {
+        self.clone()
+    }
+}
+
+impl Entry for PathBuf {
+    fn show(&self) -> String {
+        self.display().to_string()
+    }
+}
+
+impl Entry for Dir {
+    fn show(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl<T: Entry> Given for Vec<T> {
     const MERGE: Merge = Merge::List;
     fn is_set(&self) -> bool {
         !self.is_empty()
@@ -109,10 +132,7 @@ impl<T: Clone + Display> Given for Vec<T> {
         self.splice(0..0, file.iter().cloned());
     }
     fn show(&self) -> String {
-        self.iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
+        self.iter().map(Entry::show).collect::<Vec<_>>().join(",")
     }
 }
 
@@ -506,6 +526,40 @@ impl Tools {
             allow: self.allow.clone(),
             deny: self.deny.clone(),
         }
+    }
+}
+
+section! {
+    /// `[trust]`: where an `oci://` plugin may come from, and its flags (`run`, `call`,
+    /// `inspect`, `replay`, `pull`, `compile`). Not in a policy's document: it decides which
+    /// file runs, and a recording names that file by its sha256.
+    pub struct Trust in "trust" {
+        /// Accept signatures by this minisign public key (repeatable). With a key given, a
+        /// signature that does not verify is refused.
+        #[serde(default)]
+        #[cfg_attr(feature = "cli", arg(value_name = "FILE"))]
+        trusted_keys: Vec<PathBuf> = "trusted-keys", flag "trusted-key";
+        /// Refuse an oci:// plugin that is not signed by a --trusted-key.
+        #[serde(default)]
+        require_signature: bool = "require-signature", flag "require-signature";
+        /// Record each oci:// reference's manifest digest, layer digest, size and signer in FILE
+        /// (TOML); with --locked or --offline, read them from it.
+        #[serde(default)]
+        #[cfg_attr(feature = "cli", arg(value_name = "FILE"))]
+        lockfile: Option<PathBuf> = "lockfile", flag "lockfile";
+        /// Refuse a reference that is not in --lockfile, or whose tag now names another manifest.
+        #[serde(default)]
+        #[cfg_attr(feature = "cli", arg(requires = "lockfile"))]
+        locked: bool = "locked", flag "locked";
+        /// Resolve oci:// references from the local store only (they must be pinned by @sha256 or
+        /// --lockfile).
+        #[serde(default)]
+        offline: bool = "offline", flag "offline";
+        /// Speak plain HTTP to this registry (HOST[:PORT]; repeatable). Loopback registries always
+        /// use plain HTTP, others HTTPS.
+        #[serde(default)]
+        #[cfg_attr(feature = "cli", arg(value_name = "HOST"))]
+        insecure_registries: Vec<String> = "insecure-registries", flag "insecure-registry";
     }
 }
 
