@@ -640,12 +640,14 @@ fn native_server(dir: &Path) -> Vec<PathBuf> {
     vec![peers::mcp_python(), copy]
 }
 
-/// How many processes run `script`.
-fn processes_running(script: &Path) -> usize {
+/// How many processes run `script`, but for `serve` (whose own command line names it).
+fn processes_running(script: &Path, serve: Option<&Serve>) -> usize {
     let needle = script.as_os_str().as_encoded_bytes();
+    let own = serve.map(|s| s.child.id().to_string());
     std::fs::read_dir("/proc")
         .expect("/proc")
         .filter_map(Result::ok)
+        .filter(|e| own.as_deref() != Some(&*e.file_name().to_string_lossy()))
         .filter(|e| {
             e.file_name()
                 .to_string_lossy()
@@ -675,12 +677,16 @@ fn a_client_gone_mid_call_and_a_sigterm_under_load_leave_no_process() {
     let mut gone = TcpStream::connect(serve.addr).expect("connect");
     send(&mut gone, serve.addr, "POST", "/mcp", &heads, &slow);
     assert_eq!(read_head(&mut gone).0, 200);
-    wait_for("the server to start", || processes_running(&script) > 0);
+    wait_for("the server to start", || {
+        processes_running(&script, Some(&serve)) > 0
+    });
     drop(gone);
     wait_for("the instance to end", || {
         serve.metric("sandpipe_serve_instances{state=\"ended\"}") == 1
     });
-    wait_for("its processes to go", || processes_running(&script) == 0);
+    wait_for("its processes to go", || {
+        processes_running(&script, Some(&serve)) == 0
+    });
     assert!(
         serve.metric("sandpipe_serve_requests_total{method=\"tools/call\",outcome=\"abandoned\"}")
             >= 1
@@ -702,7 +708,9 @@ fn a_client_gone_mid_call_and_a_sigterm_under_load_leave_no_process() {
         send(s, serve.addr, "POST", "/mcp", &heads, &quick);
         assert_eq!(read_head(s).0, 200);
     }
-    wait_for("three servers", || processes_running(&script) >= 3);
+    wait_for("three servers", || {
+        processes_running(&script, Some(&serve)) >= 3
+    });
     let answers: Vec<_> = busy
         .into_iter()
         .map(|mut s| {
@@ -723,7 +731,7 @@ fn a_client_gone_mid_call_and_a_sigterm_under_load_leave_no_process() {
         );
     }
     assert_eq!(
-        processes_running(&script),
+        processes_running(&script, None),
         0,
         "server processes outlived sandpipe serve"
     );
@@ -761,10 +769,10 @@ fn a_legacy_session_ends_on_delete_and_its_server_with_it() {
     let add = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 2, "b": 2}}});
     let r = http(serve.addr, "POST", "/mcp", &heads, &add.to_string());
     assert_eq!(r.json()["result"]["content"][0]["text"], "4", "{r:?}");
-    assert!(processes_running(&script) > 0);
+    assert!(processes_running(&script, Some(&serve)) > 0);
     assert_eq!(http(serve.addr, "DELETE", "/mcp", &heads, "").status, 200);
     // DELETE answers once the instance is gone.
-    assert_eq!(processes_running(&script), 0);
+    assert_eq!(processes_running(&script, Some(&serve)), 0);
     assert_eq!(
         http(serve.addr, "POST", "/mcp", &heads, &add.to_string()).status,
         404

@@ -303,23 +303,27 @@ async fn connection(
         let state = service_state.clone();
         async move { Ok::<_, Infallible>(front::handle(state, conn, req).await) }
     });
-    let served = hyper::server::conn::http1::Builder::new()
-        .keep_alive(true)
-        .serve_connection(body::Io(stream), service);
-    tokio::pin!(served);
-    let mut shutting = false;
-    loop {
-        tokio::select! {
-            result = served.as_mut() => {
-                if let Err(e) = result {
-                    tracing::debug!(conn, "connection ended: {e}");
+    // The connection (and with it a response still streaming, whose request is then
+    // abandoned: the server told to cancel it) is dropped before its instance is ended.
+    {
+        let served = hyper::server::conn::http1::Builder::new()
+            .keep_alive(true)
+            .serve_connection(body::Io(stream), service);
+        tokio::pin!(served);
+        let mut shutting = false;
+        loop {
+            tokio::select! {
+                result = served.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(conn, "connection ended: {e}");
+                    }
+                    break;
                 }
-                break;
-            }
-            changed = closing.changed(), if !shutting => {
-                if changed.is_err() || *closing.borrow() {
-                    shutting = true;
-                    served.as_mut().graceful_shutdown();
+                changed = closing.changed(), if !shutting => {
+                    if changed.is_err() || *closing.borrow() {
+                        shutting = true;
+                        served.as_mut().graceful_shutdown();
+                    }
                 }
             }
         }
