@@ -151,16 +151,16 @@ impl Refusal {
 /// 2026-07-28 (`-32022` with `data.supported`); a message without the envelope is
 /// `initialize` (no session) or names its session, whose `MCP-Protocol-Version`, when given,
 /// is a 2025 revision (`-32022`). Every refusal is a 400.
-pub fn classify(heads: &Heads<'_>, body: &[u8]) -> Result<(Post, Value), Refusal> {
+pub fn classify(heads: &Heads<'_>, body: &[u8]) -> Result<(Post, Value), Box<Refusal>> {
     let message: Value = serde_json::from_slice(body)
-        .map_err(|e| Refusal::new(400, PARSE_ERROR, format!("parse error: {e}")))?;
+        .map_err(|e| Box::new(Refusal::new(400, PARSE_ERROR, format!("parse error: {e}"))))?;
     let Some(object) = message.as_object() else {
         let what = if message.is_array() {
             "JSON-RPC batches are not supported"
         } else {
             "the body is not a JSON-RPC message"
         };
-        return Err(Refusal::new(400, INVALID_REQUEST, what));
+        return Err(Box::new(Refusal::new(400, INVALID_REQUEST, what)));
     };
     let id = object.get("id").cloned().unwrap_or(Value::Null);
     let refuse = |code: i64, text: String| Refusal {
@@ -168,7 +168,10 @@ pub fn classify(heads: &Heads<'_>, body: &[u8]) -> Result<(Post, Value), Refusal
         ..Refusal::new(400, code, text)
     };
     if object.get("jsonrpc") != Some(&json!("2.0")) {
-        return Err(refuse(INVALID_REQUEST, "jsonrpc must be \"2.0\"".into()));
+        return Err(Box::new(refuse(
+            INVALID_REQUEST,
+            "jsonrpc must be \"2.0\"".into(),
+        )));
     }
     let method = object.get("method").and_then(Value::as_str);
     let has_id = object
@@ -177,16 +180,16 @@ pub fn classify(heads: &Heads<'_>, body: &[u8]) -> Result<(Post, Value), Refusal
     let is_answer =
         method.is_none() && (object.contains_key("result") || object.contains_key("error"));
     if method.is_none() && !is_answer {
-        return Err(refuse(
+        return Err(Box::new(refuse(
             INVALID_REQUEST,
             "a message needs a method, or a result or an error".into(),
-        ));
+        )));
     }
     if object.contains_key("id") && !has_id {
-        return Err(refuse(
+        return Err(Box::new(refuse(
             INVALID_REQUEST,
             "an id must be a string or an integer".into(),
-        ));
+        )));
     }
     let params = object.get("params");
     if let Some(method) = method
@@ -200,18 +203,18 @@ pub fn classify(heads: &Heads<'_>, body: &[u8]) -> Result<(Post, Value), Refusal
             let text = format!(
                 "params._meta is missing the required envelope key {META_CLIENT_CAPABILITIES}"
             );
-            return Err(refuse(INVALID_PARAMS, text));
+            return Err(Box::new(refuse(INVALID_PARAMS, text)));
         }
         let version = &meta[META_PROTOCOL_VERSION];
         if heads.version.is_none_or(|h| version.as_str() != Some(h)) {
             let text = format!(
                 "{VERSION_HEADER} header does not match the request envelope's protocol version"
             );
-            return Err(refuse(HEADER_MISMATCH, text));
+            return Err(Box::new(refuse(HEADER_MISMATCH, text)));
         }
         if heads.method != Some(method) {
             let text = format!("{METHOD_HEADER} header does not match the request body's method");
-            return Err(refuse(HEADER_MISMATCH, text));
+            return Err(Box::new(refuse(HEADER_MISMATCH, text)));
         }
         if let Some((_, key)) = NAME_BEARING.iter().find(|(m, _)| *m == method)
             && let Some(named) = params.and_then(|p| p.get(*key))
@@ -219,16 +222,16 @@ pub fn classify(heads: &Heads<'_>, body: &[u8]) -> Result<(Post, Value), Refusal
         {
             let text =
                 format!("{NAME_HEADER} header does not match the request body's {key:?} parameter");
-            return Err(refuse(HEADER_MISMATCH, text));
+            return Err(Box::new(refuse(HEADER_MISMATCH, text)));
         }
         if version.as_str() != Some(MODERN_VERSION) {
-            return Err(Refusal {
+            return Err(Box::new(Refusal {
                 data: Some(json!({"supported": supported(), "requested": version})),
                 ..refuse(
                     UNSUPPORTED_PROTOCOL_VERSION,
                     format!("unsupported protocol version {version}"),
                 )
-            });
+            }));
         }
         let request = has_id;
         return Ok((
@@ -243,28 +246,28 @@ pub fn classify(heads: &Heads<'_>, body: &[u8]) -> Result<(Post, Value), Refusal
         && !SUPPORTED_VERSIONS.contains(&v)
         && !(v == MODERN_VERSION && method == Some(INITIALIZE))
     {
-        return Err(Refusal {
+        return Err(Box::new(Refusal {
             data: Some(json!({"supported": supported(), "requested": v})),
             ..refuse(
                 UNSUPPORTED_PROTOCOL_VERSION,
                 format!("unsupported {VERSION_HEADER} {v}"),
             )
-        });
+        }));
     }
     match (heads.session, method) {
         (None, Some(INITIALIZE)) if has_id => Ok((Post::Initialize, message)),
-        (Some(_), Some(INITIALIZE)) => Err(refuse(
+        (Some(_), Some(INITIALIZE)) => Err(Box::new(refuse(
             INVALID_REQUEST,
             "initialize opens a session: it carries no Mcp-Session-Id".into(),
-        )),
+        ))),
         (Some(session), _) => {
             let request = method.is_some() && has_id;
             Ok((Post::InSession { session: session.to_owned(), request }, message))
         }
-        (None, _) => Err(refuse(
+        (None, _) => Err(Box::new(refuse(
             INVALID_REQUEST,
             "Bad Request: missing Mcp-Session-Id (send initialize, or a 2026-07-28 request with its _meta envelope)".into(),
-        )),
+        ))),
     }
 }
 
@@ -462,7 +465,7 @@ mod tests {
             .unwrap_or_default()
     }
 
-    fn code(r: Result<(Post, Value), Refusal>) -> (u16, i64) {
+    fn code(r: Result<(Post, Value), Box<Refusal>>) -> (u16, i64) {
         let e = r.expect_err("refused");
         (e.status, e.code)
     }
