@@ -451,6 +451,9 @@ fn two_clients_at_once_keep_their_own_state_and_their_own_answers() {
     assert_eq!(serve.terminate().code(), Some(0));
 }
 
+/// A bad request: what it is, its headers and body, the status it gets and its error code.
+type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, String, u16, Option<i64>);
+
 #[test]
 fn bad_requests_get_their_status_and_start_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -488,7 +491,7 @@ fn bad_requests_get_their_status_and_start_nothing() {
         "tools/call",
         json!({"name": "add", "arguments": {"a": 1, "b": 2, "pad": "x".repeat(4096)}}),
     );
-    let cases: Vec<(&str, Vec<(&str, &str)>, String, u16, Option<i64>)> = vec![
+    let cases: Vec<Case<'_>> = vec![
         (
             "malformed JSON",
             with(&[]),

@@ -65,7 +65,7 @@ pub(super) struct Instance {
     group: SessionGroup,
     supervisor: Mutex<Option<JoinHandle<()>>>,
     metrics: Arc<Metrics>,
-    on_gone: Mutex<Option<Box<dyn FnOnce(&Instance) + Send>>>,
+    on_gone: Mutex<Option<OnGone>>,
 }
 
 impl std::fmt::Debug for Instance {
@@ -77,6 +77,9 @@ impl std::fmt::Debug for Instance {
             .finish_non_exhaustive()
     }
 }
+
+/// Runs once an instance has ended (it takes the instance out of the endpoint's tables).
+pub(super) type OnGone = Box<dyn FnOnce(&Instance) + Send>;
 
 /// The instance ended: nothing more reaches its server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,7 +98,7 @@ impl Instance {
         principal: &str,
         era: Era,
         metrics: Arc<Metrics>,
-        on_gone: Box<dyn FnOnce(&Instance) + Send>,
+        on_gone: OnGone,
     ) -> Arc<Self> {
         let (in_tx, in_rx) = mpsc::channel::<Vec<u8>>(64);
         let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(64);
