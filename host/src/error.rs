@@ -144,3 +144,53 @@ pub enum SessionError {
     #[error("reading plugin stdout: {0}")]
     Io(#[source] std::io::Error),
 }
+
+/// Errors starting `sandpipe serve`'s endpoint ([`crate::serve`]): each names the setting and
+/// the value at fault. Once it runs, a request's failure is an HTTP answer, never an error.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The listening address could not be bound.
+    #[error("listening on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// A non-loopback address without authentication: anyone who reaches it could start
+    /// instances.
+    #[error(
+        "listening on {addr} (not a loopback address) needs --auth-token-file: without it anyone who reaches the address could start instances"
+    )]
+    OpenWithoutAuth {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+    },
+    /// The token file could not be read.
+    #[error("reading the token file {}: {source}", path.display())]
+    TokenFile {
+        /// The file.
+        path: PathBuf,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// A line of the token file is not `PRINCIPAL TOKEN`.
+    #[error("{}:{line}: {reason}", path.display())]
+    TokenLine {
+        /// The file.
+        path: PathBuf,
+        /// The line number, from 1.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The record directory could not be created.
+    #[error("creating the record directory {}: {source}", path.display())]
+    RecordDir {
+        /// The directory.
+        path: PathBuf,
+        /// The IO error.
+        source: std::io::Error,
+    },
+}

@@ -73,6 +73,9 @@ pub struct PolicyFile {
     pub net: Net,
     /// The audit log (`--audit`).
     pub audit: Option<PathBuf>,
+    /// `[serve]`: `sandpipe serve`'s endpoint.
+    #[serde(default)]
+    pub serve: Serve,
 }
 
 /// `[plugin]`.
@@ -118,7 +121,7 @@ impl FramingName {
 }
 
 pub use crate::policy::sections::{
-    DEFAULT_MAX_FRAME, Grants, Limits, Net, RecycleMemory, Requests, Tools, Trust,
+    DEFAULT_MAX_FRAME, Grants, Limits, Net, RecycleMemory, Requests, Serve, Tools, Trust,
 };
 
 /// Why a policy file cannot be used.
@@ -191,6 +194,8 @@ impl PolicyFile {
             .iter_mut()
             .chain(&mut file.trust.trusted_keys)
             .chain(&mut file.trust.lockfile)
+            .chain(&mut file.serve.auth_token_file)
+            .chain(&mut file.serve.record_dir)
         {
             *path = base.join(&*path);
         }

@@ -36,6 +36,7 @@ const TIERS: &[&[&str]] = &[
     &["exports"],
     &["speak"],
     &["replay"],
+    &["serve"],
     &["cli"],
 ];
 

@@ -18,6 +18,7 @@ mod push;
 mod replay;
 mod run;
 mod sandbox_args;
+mod serve;
 mod signals;
 mod status;
 mod stdio;
@@ -63,6 +64,11 @@ pub enum Command {
     /// exports, and with --protocol its self-description (everything after PLUGIN goes to the
     /// plugin it starts).
     Inspect(inspect::InspectArgs),
+    /// Serve an MCP server over Streamable HTTP at /mcp, each client in its own sandboxed
+    /// instance (2025 sessions and 2026-07-28 requests on one endpoint); every `run` option
+    /// applies to each instance. Stops on SIGTERM: in-flight requests get --grace, then every
+    /// instance ends.
+    Serve(serve::ServeArgs),
     /// Check a plugin against a recorded session (--plugin), or stand in for the plugin
     /// (--serve).
     Replay(replay::ReplayArgs),
@@ -132,6 +138,7 @@ pub fn main() -> i32 {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Call(args) => call::call(args).await,
+            Command::Serve(args) => serve::serve(args).await,
             Command::Inspect(args) => inspect::inspect(args).await,
             Command::Replay(args) => replay::replay(args).await,
             #[cfg(feature = "registry")]
@@ -177,6 +184,15 @@ fn with_env_names(cli: clap::Command) -> clap::Command {
     cli.mut_subcommand("run", |run| {
         run.mut_args(|arg| match arg.get_long() {
             Some(long) if bound(long) => {
+                let name = env_name(long);
+                arg.env(name)
+            }
+            _ => arg,
+        })
+    })
+    .mut_subcommand("serve", |serve| {
+        serve.mut_args(|arg| match arg.get_long() {
+            Some(long) if bound(long) && long != "protocol" => {
                 let name = env_name(long);
                 arg.env(name)
             }

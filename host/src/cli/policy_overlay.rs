@@ -64,6 +64,31 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 );
             }
         }
+        Command::Serve(args) => {
+            let folded = fold(
+                args.policy.as_deref(),
+                &mut args.plugin,
+                &mut args.args,
+                &mut args.sandbox,
+                sub,
+            )?;
+            args.sandbox.sources = sources(sub, folded.as_ref(), "args");
+            let Some((m, path)) = folded else {
+                return Ok(());
+            };
+            if m.protocol
+                .is_some_and(|p| p != crate::speak::protocols::Protocol::Mcp)
+            {
+                bail!(
+                    "{}: `sandpipe serve` serves MCP: the file names another protocol",
+                    path.display()
+                );
+            }
+            let env = |id: &str| from_env(sub, id);
+            args.requests.overlay(&m.requests, &env, &mut note);
+            args.tools.overlay(&m.tools, &env, &mut note);
+            args.serve.overlay(&m.serve, &env, &mut note);
+        }
         Command::Call(args) => {
             let folded = fold(
                 args.policy.as_deref(),

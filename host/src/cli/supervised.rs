@@ -40,7 +40,7 @@ pub(super) fn needs_protocol(requests: &Requests, tools: &Tools) -> Option<&'sta
 
 /// The budgets `policy.requests` set for `plugin` (`auto` recycling needs wasm and a memory
 /// cap); per-request fuel is the policy's own, armed by the host.
-fn budgets(plugin: &Plugin, policy: &Policy) -> Budgets {
+pub(super) fn budgets(plugin: &Plugin, policy: &Policy) -> Budgets {
     let r = &policy.requests;
     let mut b = Budgets {
         request_timeout: r.timeout,

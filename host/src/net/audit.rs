@@ -10,6 +10,7 @@
 //! {"ts":"…","event":"refused","what":"tool","name":"get-env","request_id":"3"}
 //! ```
 //!
+//! Under `sandpipe serve`, each line also has `principal`, the client the instance serves.
 //! Fields that do not apply are left out, never `null`. New fields may be added; the ones above
 //! keep their names and meaning.
 
@@ -126,16 +127,20 @@ pub enum AuditEvent {
 #[derive(Serialize)]
 struct Line<'a> {
     ts: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    principal: Option<&'a str>,
     #[serde(flatten)]
     event: &'a AuditEvent,
 }
 
 /// An audit log: a file that gets one JSON line per decision, each written whole with one
 /// `write` under a lock, so lines from concurrent sessions never interleave. Cloning shares
-/// the file.
+/// the file. A log for one principal ([`AuditLog::for_principal`], `sandpipe serve`) writes
+/// `principal` on each of its lines.
 #[derive(Clone)]
 pub struct AuditLog {
     inner: Arc<Inner>,
+    principal: Option<Arc<str>>,
 }
 
 struct Inner {
@@ -160,7 +165,16 @@ impl AuditLog {
                 file: Mutex::new(file),
                 failed: AtomicBool::new(false),
             }),
+            principal: None,
         })
+    }
+
+    /// The same file, each line naming `principal` (who the plugin serves).
+    pub fn for_principal(&self, principal: &str) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            principal: Some(principal.into()),
+        }
     }
 
     /// The file's path.
@@ -173,6 +187,7 @@ impl AuditLog {
     pub fn record(&self, event: &AuditEvent) {
         let line = Line {
             ts: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            principal: self.principal.as_deref(),
             event,
         };
         let Ok(mut text) = serde_json::to_vec(&line) else {

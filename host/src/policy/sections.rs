@@ -1,5 +1,5 @@
 //! The sections of a policy, each declared once: `[limits]`, `[grants]`, `[net]`,
-//! `[requests]`, `[tools]` and `[trust]`.
+//! `[requests]`, `[tools]` and `[trust]`, and `sandpipe serve`'s `[serve]`.
 //!
 //! One [`section!`] declaration per section gives, for each of its fields:
 //!
@@ -511,6 +511,61 @@ section! {
         #[serde(default)]
         #[cfg_attr(feature = "cli", arg(value_name = "NAME"))]
         deny: Vec<String> = "deny", flag "deny-tool";
+    }
+}
+
+section! {
+    /// `[serve]`: `sandpipe serve`'s endpoint (who gets in, its limits, its instances' lives),
+    /// and its flags. Not part of an instance's policy: each instance gets the other sections.
+    pub struct Serve in "serve" {
+        /// Address and port to listen on, e.g. 127.0.0.1:8080 (port 0: any free port, printed on
+        /// the start-up line). An address that is not loopback needs --auth-token-file
+        /// [default: 127.0.0.1:8080].
+        #[serde(default)]
+        #[cfg_attr(feature = "cli", arg(value_name = "ADDR:PORT"))]
+        listen: Option<std::net::SocketAddr> = "listen", flag "listen";
+        /// Bearer tokens: a file of `PRINCIPAL TOKEN` lines (`#` comments). A request without one of
+        /// them gets 401; the token never reaches the server. Without it every client is
+        /// `anonymous` and only a loopback address is served.
+        #[serde(default)]
+        #[cfg_attr(feature = "cli", arg(value_name = "FILE"))]
+        auth_token_file: Option<PathBuf> = "auth-token-file", flag "auth-token-file";
+        /// Another Host name the endpoint answers to (NAME or NAME:PORT; repeatable). Requests
+        /// with any other Host get 403 (DNS rebinding) [default: the listening address, and
+        /// localhost on loopback].
+        #[serde(default)]
+        #[cfg_attr(feature = "cli", arg(value_name = "NAME[:PORT]"))]
+        allow_hosts: Vec<String> = "allow-hosts", flag "allow-host";
+        /// Another Origin allowed (scheme://host[:port]; repeatable). A request with any other
+        /// Origin gets 403; one without Origin (not a browser) passes.
+        #[serde(default)]
+        #[cfg_attr(feature = "cli", arg(value_name = "ORIGIN"))]
+        allow_origins: Vec<String> = "allow-origins", flag "allow-origin";
+        /// Largest request body (e.g. 1MiB); past it 413, and nothing reaches a server
+        /// [default: 4MiB].
+        #[serde(default, with = "size")]
+        #[cfg_attr(feature = "cli", arg(value_name = "SIZE", value_parser = parse_size))]
+        max_body: Option<u64> = "max-body", flag "max-body";
+        /// Requests per minute per principal (a burst of as many, refilled evenly); past it 429 with
+        /// Retry-After [default: unlimited].
+        #[serde(default)]
+        #[cfg_attr(feature = "cli", arg(value_name = "N"))]
+        rate_limit: Option<u32> = "rate-limit", flag "rate-limit";
+        /// Instances a principal may hold at once (its 2025 sessions and its 2026-07-28 instances);
+        /// past it 429 [default: 16].
+        #[serde(default)]
+        #[cfg_attr(feature = "cli", arg(value_name = "N"))]
+        max_instances: Option<usize> = "max-instances", flag "max-instances";
+        /// End an instance after this long without a request (e.g. 5m), open streams or not; a
+        /// request in flight keeps it [default: 5m].
+        #[serde(default, with = "duration")]
+        #[cfg_attr(feature = "cli", arg(value_name = "DURATION", value_parser = parse_duration))]
+        idle_timeout: Option<Duration> = "idle-timeout", flag "idle-timeout";
+        /// Record each instance (every frame both ways, the policy, the outcome) as
+        /// DIR/instance-N.transcript, for `sandpipe replay`.
+        #[serde(default)]
+        #[cfg_attr(feature = "cli", arg(value_name = "DIR"))]
+        record_dir: Option<PathBuf> = "record-dir", flag "record-dir";
     }
 }
 

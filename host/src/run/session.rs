@@ -149,6 +149,45 @@ impl SessionGroup {
         sent
     }
 
+    /// How many sessions of the group still run.
+    pub fn running(&self) -> usize {
+        self.members()
+            .running
+            .iter()
+            .filter(|m| m.running())
+            .count()
+    }
+
+    /// Kill every session still running, wasm or native, at once; returns how many.
+    pub fn kill_running(&self) -> usize {
+        let running: Vec<Member> = self
+            .members()
+            .running
+            .iter()
+            .filter(|m| m.running())
+            .cloned()
+            .collect();
+        for m in &running {
+            m.kill.kill();
+        }
+        running.len()
+    }
+
+    /// Resolves once every session that joined the group so far has ended (its process
+    /// reaped, for a native one).
+    pub async fn ended(&self) {
+        let exits: Vec<watch::Receiver<Option<Exit>>> = self
+            .members()
+            .running
+            .iter()
+            .map(|m| m.exit.clone())
+            .collect();
+        for mut exit in exits {
+            // A sender dropped without an exit is a session gone as well.
+            let _ = exit.wait_for(Option::is_some).await.map(|_| ());
+        }
+    }
+
     /// Kill each wasm session still running once `grace` has passed: the SIGTERM emulation's
     /// second half, for sessions whose stdin is already closed. Needs a tokio runtime.
     pub fn kill_after(&self, grace: Duration) {

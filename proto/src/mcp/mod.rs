@@ -63,8 +63,11 @@
 //!   cancel(id)          ── notifications/cancelled ──►   Cancelled
 //! ```
 //!
+//! The Streamable HTTP transport's rules (what a POST is, its mirrored headers, ids that never
+//! cross between requests sharing one server) are [`http`]'s.
+//!
 //! What it does not do: IO, framing (the caller's JSON Lines framer adds the newline), clocks,
-//! the Streamable HTTP transport, JSON-RPC batches (removed in 2025-06-18), or checking tool
+//! JSON-RPC batches (removed in 2025-06-18), or checking tool
 //! arguments against their input schemas (the server's business).
 //!
 //! ```
@@ -110,6 +113,7 @@ use crate::supervise::SupervisedProtocol;
 
 pub mod exports;
 mod fuzz;
+pub mod http;
 mod supervised;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,148 @@
+//! `sandpipe serve`: an MCP Streamable HTTP endpoint in front of sandboxed instances of one
+//! server (see [`crate::serve`]); the command line, the start-up line and the signals.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use super::parse_duration;
+use super::sandbox_args::{SandboxArgs, warn_if_native};
+use crate::policy::sections::Serve;
+use crate::serve::{Launch, ServeOptions, Server, Tokens};
+use crate::{PluginKind, SessionOptions, StderrMode};
+
+/// `--listen`'s default.
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// The protocols `serve` speaks over HTTP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum ServeProtocol {
+    /// MCP over Streamable HTTP (2026-07-28 requests and 2025-11-25 / 2025-06-18 sessions).
+    Mcp,
+}
+
+/// Arguments of `sandpipe serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The protocol served over HTTP at /mcp.
+    #[arg(long, value_enum, value_name = "P", default_value = "mcp")]
+    pub(super) protocol: ServeProtocol,
+    /// Read the server, its limits, grants, budgets and `[serve]` from a policy file (TOML;
+    /// see docs/policy.md); flags given here override it. `sandpipe serve FILE.toml` is the
+    /// same with the file's plugin.
+    #[arg(long, value_name = "FILE")]
+    pub(super) policy: Option<PathBuf>,
+    #[command(flatten)]
+    pub(super) serve: Serve,
+    #[command(flatten)]
+    pub(super) sandbox: SandboxArgs,
+    #[command(flatten)]
+    pub(super) requests: crate::policy_file::Requests,
+    #[command(flatten)]
+    pub(super) tools: crate::policy_file::Tools,
+    /// How long an ending instance has to exit after its stdin closed before it is killed,
+    /// and how long SIGTERM waits for requests in flight.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
+    grace: Duration,
+    /// The MCP server: a .wasm component (a stdio server, or one exporting functions served
+    /// as tools), an oci:// reference, a policy file (*.toml) naming one, or any other
+    /// executable (run natively, in a sandbox of namespaces, seccomp and Landlock where the
+    /// kernel allows). Each client gets its own instance of it.
+    pub(super) plugin: PathBuf,
+    /// Arguments for the server (a leading `--` is dropped).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub(super) args: Vec<String>,
+}
+
+pub(crate) async fn serve(args: ServeArgs) -> Result<i32> {
+    let ServeProtocol::Mcp = args.protocol;
+    let fuel = args.sandbox.limits.fuel.is_some() || args.requests.fuel.is_some();
+    let host = super::host_metered(
+        args.sandbox.cache.dir(),
+        crate::Metering::default().fuel(fuel),
+    )?;
+    let plugin =
+        super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
+    super::dist::note_slow_compile(&plugin, &args.plugin);
+    let policy =
+        args.sandbox
+            .policy(super::plugin_args(&args.args), &args.requests, &args.tools)?;
+    warn_if_native(&plugin, &policy);
+    let options = options(&args.serve, args.grace)?;
+    let budgets = super::supervised::budgets(&plugin, &policy);
+    let session = SessionOptions::default()
+        .frame_limits(args.sandbox.frame_limits())
+        .stderr(StderrMode::Inherit);
+    let native = plugin.kind() == PluginKind::NativeUnsandboxed;
+    let confined = if native {
+        "native processes, each in its own sandbox (the line above)".to_owned()
+    } else if plugin.exports_functions() {
+        "a wasm component's exports, each instance its own wasmtime store".to_owned()
+    } else {
+        "wasm components, each instance its own wasmtime store".to_owned()
+    };
+    let principals = match &options.tokens {
+        Some(t) => format!("bearer tokens ({} principals)", t.count()),
+        None => "none (loopback only; every client is anonymous)".to_owned(),
+    };
+    let mut launch = Launch::new(Arc::new(host), plugin, policy, session, budgets);
+    if let Some(dir) = &args.serve.record_dir {
+        launch = launch.record_dir(dir.clone(), args.sandbox.limits.max_frame());
+    }
+    let isolation = if options.tokens.is_some() {
+        "an instance per 2025 session and per 2026-07-28 principal"
+    } else {
+        "an instance per 2025 session and per 2026-07-28 connection"
+    };
+    let server = Server::bind(options, launch).await?;
+    let addr = server.local_addr();
+    eprintln!(
+        "sandpipe: serving MCP at http://{addr}/mcp; isolation: {isolation}; instances: {confined}; auth: {principals}"
+    );
+    let report = server.run(stop_signal()?).await;
+    tracing::info!(
+        instances = report.instances,
+        ended_at_stop = report.ended_at_stop,
+        "serve stopped"
+    );
+    Ok(0)
+}
+
+/// The endpoint's options from `[serve]` and its flags.
+fn options(s: &Serve, grace: Duration) -> Result<ServeOptions> {
+    let default_listen: SocketAddr = DEFAULT_LISTEN.parse().context("the default address")?;
+    let mut o = ServeOptions::new(s.listen.unwrap_or(default_listen));
+    if let Some(path) = &s.auth_token_file {
+        o.tokens = Some(Tokens::load(path)?);
+    }
+    o.allow_hosts.clone_from(&s.allow_hosts);
+    o.allow_origins.clone_from(&s.allow_origins);
+    if let Some(n) = s.max_body {
+        o.max_body = usize::try_from(n).unwrap_or(usize::MAX);
+    }
+    o.rate_per_minute = s.rate_limit;
+    if let Some(n) = s.max_instances {
+        o.max_instances = n;
+    }
+    if let Some(d) = s.idle_timeout {
+        o.idle_timeout = d;
+    }
+    o.grace = grace;
+    Ok(o)
+}
+
+/// Resolves at the first SIGTERM or SIGINT.
+fn stop_signal() -> Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+        }
+    })
+}

@@ -1,0 +1,190 @@
+//! hyper's side of the endpoint: a TCP stream as hyper's IO, and the response body, whole or
+//! a stream of server-sent events.
+//!
+//! ```text
+//!  Body::full(bytes)                  one frame, then the end
+//!  Body::events(rx, on_end)           each message from rx as `event: message\ndata: JSON\n\n`,
+//!                                     the end after the one marked last; on_end(finished)
+//!                                     runs once, also when the client drops the response
+//! ```
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http_body::Frame;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+/// A TCP stream as hyper's IO.
+#[derive(Debug)]
+pub(super) struct Io(pub(super) TcpStream);
+
+impl hyper::rt::Read for Io {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        mut buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        // Read into a buffer of our own and copy: hyper's cursor hands out uninitialised
+        // memory only through `unsafe`, and a request's bytes are few.
+        let mut chunk = [0u8; 8192];
+        let n = buf.remaining().min(chunk.len());
+        let mut read = tokio::io::ReadBuf::new(&mut chunk[..n]);
+        ready!(Pin::new(&mut self.0).poll_read(cx, &mut read))?;
+        buf.put_slice(read.filled());
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl hyper::rt::Write for Io {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// One message for an event stream, and whether it is the stream's last.
+pub(super) type Event = (Value, bool);
+
+/// Runs once when an event stream ends: `true` when its last message went out, `false` when
+/// the client went away first (or the instance ended without answering).
+pub(super) type OnEnd = Box<dyn FnOnce(bool) + Send>;
+
+/// A response body.
+pub(super) struct Body {
+    kind: Kind,
+}
+
+enum Kind {
+    Full(Option<Bytes>),
+    Events {
+        rx: mpsc::UnboundedReceiver<Event>,
+        on_end: Option<OnEnd>,
+        finished: bool,
+    },
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            Kind::Full(b) => f
+                .debug_tuple("Body::Full")
+                .field(&b.as_ref().map(Bytes::len))
+                .finish(),
+            Kind::Events { finished, .. } => f
+                .debug_struct("Body::Events")
+                .field("finished", finished)
+                .finish(),
+        }
+    }
+}
+
+impl Body {
+    /// A whole body.
+    pub(super) fn full(bytes: impl Into<Bytes>) -> Self {
+        Body {
+            kind: Kind::Full(Some(bytes.into())),
+        }
+    }
+
+    /// No body.
+    pub(super) fn empty() -> Self {
+        Body {
+            kind: Kind::Full(None),
+        }
+    }
+
+    /// Server-sent events, one per message from `rx`, until the one marked last or until the
+    /// sender is gone; `on_end` says which.
+    pub(super) fn events(rx: mpsc::UnboundedReceiver<Event>, on_end: OnEnd) -> Self {
+        Body {
+            kind: Kind::Events {
+                rx,
+                on_end: Some(on_end),
+                finished: false,
+            },
+        }
+    }
+}
+
+/// One message as a server-sent event.
+pub(super) fn sse(message: &Value) -> Bytes {
+    let mut out = b"event: message\ndata: ".to_vec();
+    // serde_json writes no newline inside a value: the event is one data line.
+    out.extend(serde_json::to_vec(message).unwrap_or_default());
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+impl http_body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match &mut self.kind {
+            Kind::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Kind::Events {
+                rx,
+                on_end,
+                finished,
+            } => {
+                if *finished {
+                    return Poll::Ready(None);
+                }
+                match ready!(rx.poll_recv(cx)) {
+                    Some((message, last)) => {
+                        if last {
+                            *finished = true;
+                            if let Some(f) = on_end.take() {
+                                f(true);
+                            }
+                        }
+                        Poll::Ready(Some(Ok(Frame::data(sse(&message)))))
+                    }
+                    None => {
+                        *finished = true;
+                        if let Some(f) = on_end.take() {
+                            f(false);
+                        }
+                        Poll::Ready(None)
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Full(b) => b.is_none(),
+            Kind::Events { finished, .. } => *finished,
+        }
+    }
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        if let Kind::Events { on_end, .. } = &mut self.kind
+            && let Some(f) = on_end.take()
+        {
+            f(false);
+        }
+    }
+}

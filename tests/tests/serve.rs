@@ -1,0 +1,784 @@
+//! `sandpipe serve`: MCP over Streamable HTTP, a sandboxed instance per client.
+//!
+//! The official Python SDK's `Client` (PyPI `mcp` 2.3.0, `tests/peers/mcp/drive_http.py`) over
+//! `streamable_http_client`, in its `legacy` (2025 session), `auto` and pinned `2026-07-28`
+//! modes, against examples/mcp-tools behind `serve`, reports what it reports over stdio behind
+//! `run --protocol mcp`; two clients at once keep their own counters and their own answers to
+//! the same JSON-RPC ids; bad requests get their status and error and start nothing; a client
+//! that goes away mid-call and a SIGTERM under load leave no process behind (counted in /proc).
+//! The raw requests are written by hand on a TCP stream, so each status and header is seen as
+//! sent. Every wait is on something observable (a line, a response, a counter in /metrics).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sandpipe_tests::peers;
+use serde_json::{Value, json};
+
+/// A `sandpipe serve` running for one test, its address read from its start-up line.
+struct Serve {
+    child: Child,
+    addr: SocketAddr,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Serve {
+    fn start(args: &[&str], server: &[PathBuf]) -> Serve {
+        let mut child = Command::new(peers::sandpipe())
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .args(server)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting sandpipe serve");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr"));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let addr = loop {
+            let mut line = String::new();
+            let n = lines.read_line(&mut line).expect("reading serve's stderr");
+            stderr.lock().expect("lock").push_str(&line);
+            assert!(
+                n > 0,
+                "serve ended before its start-up line:\n{}",
+                stderr.lock().expect("lock")
+            );
+            if let Some(rest) = line.split("serving MCP at http://").nth(1) {
+                let addr = rest.split('/').next().expect("address");
+                break addr.parse().expect("a socket address");
+            }
+        };
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in lines.lines().map_while(Result::ok) {
+                sink.lock().expect("lock").push_str(&(line + "\n"));
+            }
+        });
+        Serve {
+            child,
+            addr,
+            stderr,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().expect("lock").clone()
+    }
+
+    /// A counter of /metrics (`name{labels}`), 0 when absent.
+    fn metric(&self, series: &str) -> u64 {
+        let r = http(self.addr, "GET", "/metrics", &[], "");
+        r.body
+            .lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0)
+    }
+
+    /// SIGTERM, and the exit status.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = i32::try_from(self.child.id()).expect("pid");
+        // SAFETY: kill(2) on our own child's pid.
+        #[allow(unsafe_code)]
+        let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(sent, 0, "SIGTERM");
+        let status = self.child.wait().expect("wait");
+        std::mem::forget(self);
+        status
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Wait until `ok` holds (checked every 20 ms, for at most 30 s).
+fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ok() {
+        assert!(Instant::now() < deadline, "waited 30 s for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A response as read off the wire.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The JSON-RPC messages of the body: one JSON value, or each SSE `data:` line.
+    fn messages(&self) -> Vec<Value> {
+        if self
+            .header("content-type")
+            .is_some_and(|c| c.starts_with("text/event-stream"))
+        {
+            self.body
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .map(|d| serde_json::from_str(d).expect("an event's JSON"))
+                .collect()
+        } else {
+            serde_json::from_str(&self.body).into_iter().collect()
+        }
+    }
+
+    fn json(&self) -> Value {
+        self.messages().pop().unwrap_or(Value::Null)
+    }
+}
+
+/// Write a request to `stream` (`Host` is the endpoint's unless given).
+fn send(
+    stream: &mut TcpStream,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) {
+    let mut head = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        head.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (n, v) in headers {
+        head.push_str(&format!("{n}: {v}\r\n"));
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    stream.write_all(head.as_bytes()).expect("write head");
+    stream.write_all(body.as_bytes()).expect("write body");
+}
+
+/// Read a response's status line and headers.
+fn read_head(stream: &mut TcpStream) -> (u16, Vec<(String, String)>) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = stream.read(&mut byte).expect("read head");
+        assert!(
+            n > 0,
+            "the connection closed in the head: {}",
+            String::from_utf8_lossy(&head)
+        );
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8(head).expect("utf-8 head");
+    let mut lines = text.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    let headers = lines
+        .filter_map(|l| l.split_once(": "))
+        .map(|(n, v)| (n.to_owned(), v.to_owned()))
+        .collect();
+    (status, headers)
+}
+
+/// One request on its own connection (`Connection: close`), read to the end.
+fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    let mut all: Vec<(&str, &str)> = vec![("Connection", "close")];
+    all.extend_from_slice(headers);
+    send(&mut stream, addr, method, path, &all, body);
+    let (status, headers) = read_head(&mut stream);
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read body");
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked { dechunk(&raw) } else { raw };
+    Reply {
+        status,
+        headers,
+        body: String::from_utf8(body).expect("utf-8 body"),
+    }
+}
+
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(end) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(std::str::from_utf8(&raw[..end]).expect("size"), 16)
+            .expect("hex size");
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&raw[end + 2..end + 2 + size]);
+        raw = &raw[end + 2 + size + 2..];
+    }
+    out
+}
+
+const MODERN: &str = "2026-07-28";
+
+/// A 2026-07-28 request's body.
+fn modern(id: u64, method: &str, params: Value) -> String {
+    let mut params = params;
+    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+}
+
+/// The headers of a 2026-07-28 `tools/call` of `name`, with `token`.
+fn modern_heads<'a>(
+    name: &'a str,
+    token: Option<&'a str>,
+    auth: &'a mut String,
+) -> Vec<(&'a str, &'a str)> {
+    let mut h = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", MODERN),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", name),
+    ];
+    if let Some(t) = token {
+        *auth = format!("Bearer {t}");
+        h.push(("Authorization", auth.as_str()));
+    }
+    h
+}
+
+/// The driver's report of `cases` in `mode` against `target` (a URL and a token, or
+/// `stdio COMMAND...`).
+fn drive(mode: &str, cases: &[&str], target: &[String]) -> Value {
+    peers::report(
+        Command::new(peers::mcp_python())
+            .arg(peers::source("mcp/drive_http.py"))
+            .arg(mode)
+            .args(cases)
+            .arg("--")
+            .args(target),
+        &format!("{mode} {cases:?} on {target:?}"),
+    )
+}
+
+fn tools_server() -> Vec<PathBuf> {
+    vec![sandpipe_tests::mcp_tools()]
+}
+
+/// A token file of `principals`, each token `token-NAME`.
+fn token_file(dir: &Path, principals: &[&str]) -> PathBuf {
+    let path = dir.join("tokens");
+    let mut text = String::from("# principal token\n");
+    for p in principals {
+        text.push_str(&format!("{p} token-{p}\n"));
+    }
+    std::fs::write(&path, text).expect("token file");
+    path
+}
+
+#[test]
+fn the_sdk_client_over_http_sees_what_it_sees_over_stdio_in_each_mode() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = token_file(dir.path(), &["legacy", "auto", "pinned"]);
+    let records = dir.path().join("records");
+    let serve = Serve::start(
+        &[
+            "--auth-token-file",
+            tokens.to_str().expect("utf-8"),
+            "--record-dir",
+            records.to_str().expect("utf-8"),
+        ],
+        &tools_server(),
+    );
+    assert!(
+        serve
+            .stderr()
+            .contains("isolation: an instance per 2025 session and per 2026-07-28 principal"),
+        "{}",
+        serve.stderr()
+    );
+    let cases = ["tools", "basic", "count"];
+    for (mode, principal, version) in [
+        ("legacy", "legacy", "2025-11-25"),
+        ("auto", "auto", MODERN),
+        (MODERN, "pinned", MODERN),
+    ] {
+        let stdio: Vec<String> = [
+            "stdio".into(),
+            peers::sandpipe().display().to_string(),
+            "run".into(),
+            "--protocol".into(),
+            "mcp".into(),
+            sandpipe_tests::mcp_tools().display().to_string(),
+        ]
+        .to_vec();
+        let direct = drive(mode, &cases, &stdio);
+        let over_http = drive(mode, &cases, &[serve.url(), format!("token-{principal}")]);
+        assert_eq!(over_http["version"], version, "{over_http}");
+        assert_eq!(
+            over_http["count"]["counts"],
+            json!([["1"], ["2"], ["3"]]),
+            "{over_http}"
+        );
+        assert_eq!(direct, over_http, "mode {mode}");
+    }
+    // The legacy session's instance was recorded, and replays against the component.
+    let transcript = records.join("instance-1.transcript");
+    let status = Command::new(peers::sandpipe())
+        .arg("replay")
+        .arg(&transcript)
+        .arg("--plugin")
+        .arg(sandpipe_tests::mcp_tools())
+        .status()
+        .expect("replay");
+    assert!(status.success(), "replaying {}", transcript.display());
+    // No token reached an instance: none is in what the instances saw.
+    for entry in std::fs::read_dir(&records).expect("records") {
+        let text = std::fs::read_to_string(entry.expect("entry").path()).expect("transcript");
+        assert!(!text.contains("token-"), "a token in a transcript:\n{text}");
+    }
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+#[test]
+fn two_clients_at_once_keep_their_own_state_and_their_own_answers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = token_file(dir.path(), &["alice", "bob"]);
+    let serve = Serve::start(
+        &["--auth-token-file", tokens.to_str().expect("utf-8")],
+        &tools_server(),
+    );
+    // Two SDK clients per mode at once: each count starts at 1 (its own instance), and each
+    // sees only its own answers although both number their requests alike.
+    for mode in ["legacy", MODERN] {
+        let clients: Vec<_> = ["alice", "bob"]
+            .into_iter()
+            .map(|p| {
+                let target = vec![serve.url(), format!("token-{p}")];
+                let mode = mode.to_owned();
+                std::thread::spawn(move || drive(&mode, &["count", "basic"], &target))
+            })
+            .collect();
+        for c in clients {
+            let report = c.join().expect("client");
+            if mode == "legacy" {
+                assert_eq!(
+                    report["count"]["counts"],
+                    json!([["1"], ["2"], ["3"]]),
+                    "{report}"
+                );
+            }
+            assert_eq!(
+                report["basic"]["add"]["result"]["text"],
+                json!(["5"]),
+                "{report}"
+            );
+        }
+    }
+    // 2026-07-28 state belongs to the principal: alice's and bob's counters are apart.
+    let mut auth = String::new();
+    let count = |token: &str, auth: &mut String| {
+        let r = http(
+            serve.addr,
+            "POST",
+            "/mcp",
+            &modern_heads("count", Some(token), auth),
+            &modern(1, "tools/call", json!({"name": "count", "arguments": {}})),
+        );
+        r.json()["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let alice_next = count("token-alice", &mut auth);
+    let bob_next = count("token-bob", &mut auth);
+    assert_eq!(
+        (alice_next.as_str(), bob_next.as_str()),
+        ("4", "4"),
+        "each principal its own counter"
+    );
+    // The same id on two connections of one principal, in flight together: each answer goes
+    // back where its request came from.
+    let body = |a: i64| {
+        modern(
+            1,
+            "tools/call",
+            json!({"name": "add", "arguments": {"a": a, "b": a}}),
+        )
+    };
+    let mut streams: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(serve.addr).expect("connect"))
+        .collect();
+    for (i, s) in streams.iter_mut().enumerate() {
+        let mut auth = String::new();
+        let mut heads = modern_heads("add", Some("token-alice"), &mut auth);
+        heads.push(("Connection", "close"));
+        send(
+            s,
+            serve.addr,
+            "POST",
+            "/mcp",
+            &heads,
+            &body(i64::try_from(i).expect("small") + 10),
+        );
+    }
+    for (i, s) in streams.iter_mut().enumerate() {
+        let (status, _) = read_head(s);
+        assert_eq!(status, 200);
+        let mut rest = String::new();
+        s.read_to_string(&mut rest).expect("body");
+        let want = format!("\"text\":\"{}\"", 2 * (i + 10));
+        assert!(
+            rest.contains(&want) && rest.contains("\"id\":1"),
+            "answer {i}: {rest}"
+        );
+    }
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+/// A bad request: what it is, its headers and body, the status it gets and its error code.
+type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, String, u16, Option<i64>);
+
+#[test]
+fn bad_requests_get_their_status_and_start_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = token_file(dir.path(), &["alice"]);
+    let records = dir.path().join("records");
+    let serve = Serve::start(
+        &[
+            "--auth-token-file",
+            tokens.to_str().expect("utf-8"),
+            "--max-body",
+            "2KiB",
+            "--record-dir",
+            records.to_str().expect("utf-8"),
+        ],
+        &tools_server(),
+    );
+    let call = modern(
+        1,
+        "tools/call",
+        json!({"name": "add", "arguments": {"a": 1, "b": 2}}),
+    );
+    let mut auth = String::new();
+    let good = modern_heads("add", Some("token-alice"), &mut auth);
+    let with = |replace: &[(&'static str, &'static str)]| -> Vec<(&str, &str)> {
+        let mut h: Vec<(&str, &str)> = good
+            .iter()
+            .filter(|(n, _)| !replace.iter().any(|(r, _)| r.eq_ignore_ascii_case(n)))
+            .copied()
+            .collect();
+        h.extend(replace.iter().filter(|(_, v)| !v.is_empty()).copied());
+        h
+    };
+    let big = modern(
+        1,
+        "tools/call",
+        json!({"name": "add", "arguments": {"a": 1, "b": 2, "pad": "x".repeat(4096)}}),
+    );
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "malformed JSON",
+            with(&[]),
+            "{\"jsonrpc\": \"2.0\", ".into(),
+            400,
+            Some(-32700),
+        ),
+        ("a batch", with(&[]), "[]".into(), 400, Some(-32600)),
+        ("a body over --max-body", with(&[]), big, 413, None),
+        (
+            "no MCP-Protocol-Version",
+            with(&[("MCP-Protocol-Version", "")]),
+            call.clone(),
+            400,
+            Some(-32020),
+        ),
+        (
+            "a version header that is not the body's",
+            with(&[("MCP-Protocol-Version", "2025-11-25")]),
+            call.clone(),
+            400,
+            Some(-32020),
+        ),
+        (
+            "an Mcp-Method that is not the body's",
+            with(&[("Mcp-Method", "tools/list")]),
+            call.clone(),
+            400,
+            Some(-32020),
+        ),
+        (
+            "an Mcp-Name that is not the body's",
+            with(&[("Mcp-Name", "divide")]),
+            call.clone(),
+            400,
+            Some(-32020),
+        ),
+        (
+            "an unsupported revision",
+            with(&[("MCP-Protocol-Version", "2099-01-01")]),
+            call.replace(MODERN, "2099-01-01"),
+            400,
+            Some(-32022),
+        ),
+        (
+            "an unknown session",
+            with(&[
+                ("Mcp-Session-Id", "0123456789abcdef"),
+                ("MCP-Protocol-Version", "2025-11-25"),
+            ]),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string(),
+            404,
+            None,
+        ),
+        (
+            "no session and no envelope",
+            with(&[("MCP-Protocol-Version", "")]),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string(),
+            400,
+            Some(-32600),
+        ),
+        (
+            "a foreign Origin",
+            with(&[("Origin", "http://evil.test")]),
+            call.clone(),
+            403,
+            None,
+        ),
+        (
+            "a foreign Host",
+            with(&[("Host", "evil.test")]),
+            call.clone(),
+            403,
+            None,
+        ),
+        (
+            "no token",
+            with(&[("Authorization", "")]),
+            call.clone(),
+            401,
+            None,
+        ),
+        (
+            "a wrong token",
+            with(&[("Authorization", "Bearer token-mallory")]),
+            call.clone(),
+            401,
+            None,
+        ),
+    ];
+    for (what, heads, body, status, code) in &cases {
+        let r = http(serve.addr, "POST", "/mcp", heads, body);
+        assert_eq!(r.status, *status, "{what}: {r:?}");
+        if let Some(code) = code {
+            assert_eq!(r.json()["error"]["code"], *code, "{what}: {r:?}");
+        }
+        if *status == 401 {
+            assert!(
+                r.header("www-authenticate")
+                    .is_some_and(|v| v.starts_with("Bearer")),
+                "{what}: {r:?}"
+            );
+        }
+    }
+    // GET and DELETE without a session: 405; with an unknown one: 404.
+    let mut auth = String::new();
+    let bearer: Vec<(&str, &str)> = modern_heads("add", Some("token-alice"), &mut auth)
+        .into_iter()
+        .filter(|(n, _)| *n == "Authorization")
+        .collect();
+    assert_eq!(http(serve.addr, "GET", "/mcp", &bearer, "").status, 405);
+    assert_eq!(http(serve.addr, "DELETE", "/mcp", &bearer, "").status, 405);
+    let mut unknown = bearer.clone();
+    unknown.push(("Mcp-Session-Id", "nope"));
+    assert_eq!(http(serve.addr, "DELETE", "/mcp", &unknown, "").status, 404);
+    // Nothing reached a server: no instance started, no transcript written.
+    assert_eq!(
+        serve.metric("sandpipe_serve_instances{state=\"running\"}"),
+        0
+    );
+    assert_eq!(serve.metric("sandpipe_serve_instances{state=\"ended\"}"), 0);
+    assert_eq!(std::fs::read_dir(&records).expect("records").count(), 0);
+    assert!(serve.metric("sandpipe_serve_refusals_total{reason=\"auth\"}") >= 2);
+    // And the good request is served.
+    let r = http(serve.addr, "POST", "/mcp", &good, &call);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["result"]["content"][0]["text"], "3", "{r:?}");
+    assert_eq!(http(serve.addr, "GET", "/healthz", &[], "").status, 200);
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+#[test]
+fn a_non_loopback_address_without_tokens_is_refused_at_start_up() {
+    let out = Command::new(peers::sandpipe())
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .arg(sandpipe_tests::mcp_tools())
+        .output()
+        .expect("serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs --auth-token-file"), "{err}");
+}
+
+/// A native MCP server (the SDK 2.3.0 stdio server of the mcp_2026 tests) copied to `dir`, so
+/// that its processes can be told from every other one's by their command line.
+fn native_server(dir: &Path) -> Vec<PathBuf> {
+    let copy = dir.join("server_2026.py");
+    std::fs::copy(peers::source("mcp/server_2026.py"), &copy).expect("copy the server");
+    vec![peers::mcp_python(), copy]
+}
+
+/// How many processes run `script`, but for `serve` (whose own command line names it).
+fn processes_running(script: &Path, serve: Option<&Serve>) -> usize {
+    let needle = script.as_os_str().as_encoded_bytes();
+    let own = serve.map(|s| s.child.id().to_string());
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(Result::ok)
+        .filter(|e| own.as_deref() != Some(&*e.file_name().to_string_lossy()))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|cmdline| cmdline.windows(needle.len()).any(|w| w == needle))
+        .count()
+}
+
+#[test]
+fn a_client_gone_mid_call_and_a_sigterm_under_load_leave_no_process() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = native_server(dir.path());
+    let script = server[1].clone();
+    let serve = Serve::start(&["--grace", "10s"], &server);
+    // Without tokens a connection's 2026-07-28 instance is its own: a client that goes away
+    // mid-call takes its instance (and every process of it) with it.
+    let slow = modern(
+        1,
+        "tools/call",
+        json!({"name": "slow", "arguments": {"seconds": 60}}),
+    );
+    let mut auth = String::new();
+    let heads = modern_heads("slow", None, &mut auth);
+    let mut gone = TcpStream::connect(serve.addr).expect("connect");
+    send(&mut gone, serve.addr, "POST", "/mcp", &heads, &slow);
+    assert_eq!(read_head(&mut gone).0, 200);
+    wait_for("the server to start", || {
+        processes_running(&script, Some(&serve)) > 0
+    });
+    drop(gone);
+    wait_for("the instance to end", || {
+        serve.metric("sandpipe_serve_instances{state=\"ended\"}") == 1
+    });
+    wait_for("its processes to go", || {
+        processes_running(&script, Some(&serve)) == 0
+    });
+    assert!(
+        serve.metric("sandpipe_serve_requests_total{method=\"tools/call\",outcome=\"abandoned\"}")
+            >= 1
+    );
+    // Under load: three clients in the middle of a call each, then SIGTERM. Each call is
+    // answered within the grace, sandpipe exits 0, and no server process is left.
+    let quick = modern(
+        1,
+        "tools/call",
+        json!({"name": "slow", "arguments": {"seconds": 0.5}}),
+    );
+    let mut busy: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(serve.addr).expect("connect"))
+        .collect();
+    for s in &mut busy {
+        let mut auth = String::new();
+        let mut heads = modern_heads("slow", None, &mut auth);
+        heads.push(("Connection", "close"));
+        send(s, serve.addr, "POST", "/mcp", &heads, &quick);
+        assert_eq!(read_head(s).0, 200);
+    }
+    wait_for("three servers", || {
+        processes_running(&script, Some(&serve)) >= 3
+    });
+    let answers: Vec<_> = busy
+        .into_iter()
+        .map(|mut s| {
+            std::thread::spawn(move || {
+                let mut rest = String::new();
+                let _ = s.read_to_string(&mut rest);
+                rest
+            })
+        })
+        .collect();
+    let status = serve.terminate();
+    assert_eq!(status.code(), Some(0));
+    for a in answers {
+        let rest = a.join().expect("reader");
+        assert!(
+            rest.contains("\"result\""),
+            "a call in flight at SIGTERM was not answered: {rest}"
+        );
+    }
+    assert_eq!(
+        processes_running(&script, None),
+        0,
+        "server processes outlived sandpipe serve"
+    );
+}
+
+#[test]
+fn a_legacy_session_ends_on_delete_and_its_server_with_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = native_server(dir.path());
+    let script = server[1].clone();
+    let serve = Serve::start(&[], &server);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let accept = ("Accept", "application/json, text/event-stream");
+    let r = http(
+        serve.addr,
+        "POST",
+        "/mcp",
+        &[accept, ("Content-Type", "application/json")],
+        &init.to_string(),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["result"]["protocolVersion"], "2025-11-25", "{r:?}");
+    let session = r
+        .header("mcp-session-id")
+        .expect("Mcp-Session-Id")
+        .to_owned();
+    let heads = [
+        accept,
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    assert_eq!(http(serve.addr, "POST", "/mcp", &heads, &note).status, 202);
+    let add = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 2, "b": 2}}});
+    let r = http(serve.addr, "POST", "/mcp", &heads, &add.to_string());
+    assert_eq!(r.json()["result"]["content"][0]["text"], "4", "{r:?}");
+    assert!(processes_running(&script, Some(&serve)) > 0);
+    assert_eq!(http(serve.addr, "DELETE", "/mcp", &heads, "").status, 200);
+    // DELETE answers once the instance is gone.
+    assert_eq!(processes_running(&script, Some(&serve)), 0);
+    assert_eq!(
+        http(serve.addr, "POST", "/mcp", &heads, &add.to_string()).status,
+        404
+    );
+    assert_eq!(serve.terminate().code(), Some(0));
+}
