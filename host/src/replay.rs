@@ -4,6 +4,10 @@
 //!   plugin→host frame byte for byte; the first difference is a [`Divergence`] naming its
 //!   index. Under `--deterministic` (a `# seed:` header) a wasm plugin reproduces its session
 //!   exactly; a native plugin only if it is deterministic by itself.
+//! - [`check_recording`] does the same with the plugin's network served from the recording
+//!   ([`NetReplay`], put on the policy as [`crate::net::NetTape::Replay`]): nothing reaches a
+//!   network, and a connection the recording does not have, a request that differs from the
+//!   recorded one, or a recorded connection never opened is a [`Mismatch`] too.
 //! - [`StandIn`] acts as the plugin: it answers each incoming frame with the recorded response,
 //!   strictly in order ([`MatchMode::Strict`]) or by request key, by the protocol's own rules
 //!   ([`MatchMode::ById`], for protocols whose responses may come out of order). It does no IO:
@@ -16,9 +20,10 @@ use std::time::Duration;
 
 use sandpipe_proto::frame::Framing;
 use sandpipe_proto::supervise::{FromEngine, FromPlugin, SupervisedProtocol};
-use sandpipe_proto::transcript::{Direction, Transcript};
+use sandpipe_proto::transcript::{Direction, Recording, Transcript};
 
 use crate::error::Exit;
+use crate::net::{NetProblem, NetReplay};
 use crate::policy::document::Dir;
 use crate::policy::value::Cap;
 use crate::policy::{Policy, PolicyDocument};
@@ -237,6 +242,68 @@ pub async fn check(
             expected: None,
             got: None,
             reason: e.to_string(),
+        }),
+    }
+}
+
+/// How a replay with its network differs from its recording: what went wrong on the network
+/// (in order; the first is where the plugin first strayed, since its frames follow from what
+/// it got), and the first frame that differed, if one did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Mismatch {
+    /// The network's problems, in order.
+    pub network: Vec<NetProblem>,
+    /// The first divergent frame.
+    pub frames: Option<Divergence>,
+}
+
+impl Mismatch {
+    /// A frame divergence alone (a replay whose network is live).
+    pub fn frames(divergence: Divergence) -> Self {
+        Self {
+            network: Vec::new(),
+            frames: Some(divergence),
+        }
+    }
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for problem in &self.network {
+            let text = problem.to_string();
+            f.write_str(&text)?;
+            if !text.ends_with('\n') {
+                f.write_str("\n")?;
+            }
+        }
+        if let Some(d) = &self.frames {
+            write!(f, "{d}")?;
+        }
+        Ok(())
+    }
+}
+
+/// [`check`] the frames of `recording`, then its network: `net` must be the [`NetReplay`] the
+/// session's policy serves its connections from (made from the same recording). Exit when
+/// every frame matched and every recorded connection was opened and matched, and no other.
+pub async fn check_recording(
+    session: &mut Session,
+    recording: &Recording,
+    net: &NetReplay,
+    wait: Duration,
+) -> Result<Exit, Mismatch> {
+    let frames = check(session, &recording.transcript, wait).await;
+    let network = net.problems();
+    match frames {
+        Ok(exit) if network.is_empty() => Ok(exit),
+        Ok(_) => Err(Mismatch {
+            network,
+            frames: None,
+        }),
+        Err(d) => Err(Mismatch {
+            network,
+            frames: Some(d),
         }),
     }
 }

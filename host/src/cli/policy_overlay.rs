@@ -357,6 +357,7 @@ max-open-files = 64
 max-processes = 16
 max-disk-write = "1MiB"
 max-frame = "1KiB"
+max-record = "1MiB"
 [grants]
 dirs = ["/d::/g:ro", "/e"]
 env = ["A=1", "HOME"]
@@ -393,6 +394,7 @@ http-headers = ["example.com:X-Key=env:KEY"]
             "--max-processes=16",
             "--max-disk-write=1MiB",
             "--max-frame=1KiB",
+            "--max-record=1MiB",
             "--dir=/d::/g:ro",
             "--dir=/e",
             "--env=A=1",
@@ -465,6 +467,7 @@ http-headers = ["example.com:X-Key=env:KEY"]
                 "--max-processes=16",
                 "--max-disk-write=1MiB",
                 "--max-frame=1KiB",
+                "--max-record=1MiB",
                 "--dir=/d::/g:ro",
                 "--env=A=1",
                 "--allow-import=wasi:cli/stdin@0.2",
