@@ -306,7 +306,6 @@ pub fn recording(data: &[u8]) {
                 TranscriptError::BadLine { line }
                 | TranscriptError::BadHex { line }
                 | TranscriptError::BadNet { line, .. } => *line,
-                _ => 1,
             };
             assert!(
                 line >= 1 && line <= text.lines().count(),

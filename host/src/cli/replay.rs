@@ -140,7 +140,7 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
         Some(net) => replay::check_recording(&mut session, &recording, net, args.wait).await,
         None => replay::check(&mut session, transcript, args.wait)
             .await
-            .map_err(|d| replay::Mismatch::frames(d)),
+            .map_err(replay::Mismatch::frames),
     };
     match checked {
         Ok(exit) => {

@@ -374,7 +374,7 @@ async fn replayed(
     let response = response
         .body(Played { chunks }.boxed_unsync())
         .map_err(|e| Error::InternalError(Some(format!("replay: the recorded response: {e}"))))?;
-    Ok((response, Box::new(async { Ok(()) })))
+    Ok((response, Box::new(async { Ok::<(), Error>(()) })))
 }
 
 /// A recorded response body, played back in the chunks it was recorded in.
@@ -440,7 +440,7 @@ impl Counted {
     /// Record `data` (or the body's end, for `None`): a response's `<end` and `close` once
     /// it ends, and the recording's error as the body's when it has stopped.
     fn tape(&mut self, data: Option<&[u8]>) -> Result<(), Error> {
-        let Some((tape, dir)) = &self.tape else {
+        let Some((tape, dir)) = self.tape.as_ref().map(|(t, d)| (t.clone(), *d)) else {
             return Ok(());
         };
         let result = match (data, dir) {
@@ -451,14 +451,14 @@ impl Counted {
                 );
                 Ok(())
             }
-            (Some(bytes), _) => tape.sink.data(tape.conn, *dir, bytes),
+            (Some(bytes), _) => tape.sink.data(tape.conn, dir, bytes),
             (None, NetDir::Out) => Ok(()),
             (None, NetDir::In) => {
-                let (sink, conn) = (tape.sink.clone(), tape.conn);
                 // Written once: the body is done with the tape.
                 self.tape = None;
-                sink.event(conn, &NetEvent::End { dir: NetDir::In })
-                    .and_then(|()| sink.event(conn, &NetEvent::Close))
+                tape.sink
+                    .event(tape.conn, &NetEvent::End { dir: NetDir::In })
+                    .and_then(|()| tape.sink.event(tape.conn, &NetEvent::Close))
             }
         };
         result.map_err(recording_error)
