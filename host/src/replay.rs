@@ -308,6 +308,137 @@ pub async fn check_recording(
     }
 }
 
+/// The recording's HTTP exchanges as a HAR 1.2 document (`replay --har`), for the tools that
+/// show traffic: one entry per `wasi:http` exchange and plain request through the proxy, in
+/// the order they opened. A recording holds no clock, so every entry starts at
+/// 2000-01-01T00:00:00Z (deterministic mode's epoch) and takes 0 ms. A body that is not
+/// UTF-8 is base64 (`encoding`). Tunnels are left out: they are bytes, not HTTP.
+pub fn har(recording: &Recording) -> serde_json::Value {
+    use base64::Engine as _;
+    use sandpipe_proto::transcript::{NetDir, NetEvent, NetKind};
+    use serde_json::json;
+    let headers = |list: &[(String, String)]| -> Vec<serde_json::Value> {
+        list.iter()
+            .map(|(name, value)| json!({"name": name, "value": value}))
+            .collect()
+    };
+    let content_type = |list: &[(String, String)]| -> String {
+        list.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+            .map_or_else(String::new, |(_, v)| v.clone())
+    };
+    let text = |body: &[u8]| -> (String, Option<&'static str>) {
+        match std::str::from_utf8(body) {
+            Ok(t) => (t.to_owned(), None),
+            Err(_) => (
+                base64::engine::general_purpose::STANDARD.encode(body),
+                Some("base64"),
+            ),
+        }
+    };
+    let conns = recording.net.iter().map(|n| n.conn).max().map_or(0, |m| m + 1);
+    let mut entries = Vec::new();
+    for conn in 0..conns {
+        let (mut open, mut request, mut response) = (None, None, None);
+        let (mut out, mut inn) = (Vec::new(), Vec::new());
+        for event in recording.connection(conn) {
+            match event {
+                NetEvent::Open(o) => open = Some(o),
+                NetEvent::Request(r) => request = Some(r),
+                NetEvent::Response(r) => response = Some(r),
+                NetEvent::Data { dir: NetDir::Out, bytes } => out.extend_from_slice(bytes),
+                NetEvent::Data { dir: NetDir::In, bytes } => inn.extend_from_slice(bytes),
+                _ => {}
+            }
+        }
+        let (Some(open), Some(request)) = (open, request) else {
+            continue;
+        };
+        if open.kind() != NetKind::Http {
+            continue;
+        }
+        // Through the proxy the answer is recorded as it came: split its head off here.
+        let (status, response_headers, body) = match response {
+            Some(r) => (r.status, r.headers.clone(), inn),
+            None => split_response(&inn),
+        };
+        let mut req = json!({
+            "method": request.method,
+            "url": request.url,
+            "httpVersion": "HTTP/1.1",
+            "cookies": [],
+            "headers": headers(&request.headers),
+            "queryString": [],
+            "headersSize": -1,
+            "bodySize": out.len(),
+        });
+        if !out.is_empty() {
+            let (t, _) = text(&out);
+            req["postData"] = json!({"mimeType": content_type(&request.headers), "text": t});
+        }
+        let (body_text, encoding) = text(&body);
+        let mut content = json!({
+            "size": body.len(),
+            "mimeType": content_type(&response_headers),
+            "text": body_text,
+        });
+        if let Some(e) = encoding {
+            content["encoding"] = json!(e);
+        }
+        entries.push(json!({
+            "startedDateTime": "2000-01-01T00:00:00.000Z",
+            "time": 0,
+            "request": req,
+            "response": {
+                "status": status,
+                "statusText": "",
+                "httpVersion": "HTTP/1.1",
+                "cookies": [],
+                "headers": headers(&response_headers),
+                "content": content,
+                "redirectURL": "",
+                "headersSize": -1,
+                "bodySize": body.len(),
+            },
+            "cache": {},
+            "timings": {"send": 0, "wait": 0, "receive": 0},
+            "serverIPAddress": open.addr.as_deref().and_then(|a| a.parse::<std::net::SocketAddr>().ok()).map(|a| a.ip().to_string()),
+            "connection": conn.to_string(),
+        }));
+    }
+    json!({
+        "log": {
+            "version": "1.2",
+            "creator": {"name": "sandpipe", "version": env!("CARGO_PKG_VERSION")},
+            "entries": entries,
+        }
+    })
+}
+
+/// A raw HTTP/1.x response (what the proxy recorded): its status, headers and body; status 0
+/// and everything as the body when the head does not parse.
+fn split_response(raw: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut fields = [httparse::EMPTY_HEADER; 100];
+    let mut response = httparse::Response::new(&mut fields);
+    match response.parse(raw) {
+        Ok(httparse::Status::Complete(len)) => (
+            response.code.unwrap_or(0),
+            response
+                .headers
+                .iter()
+                .map(|h| {
+                    (
+                        h.name.to_owned(),
+                        String::from_utf8_lossy(h.value).into_owned(),
+                    )
+                })
+                .collect(),
+            raw[len..].to_vec(),
+        ),
+        _ => (0, Vec::new(), raw.to_vec()),
+    }
+}
+
 /// How [`serve`] matches incoming frames to the recording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -194,6 +194,31 @@ fn a_wasi_http_recording_replays_offline_and_a_changed_or_extra_request_is_repor
         "{stderr}"
     );
 
+    // The exchanges as HAR 1.2, without running anything.
+    let har = dir.path().join("http.har");
+    let out = sandpipe(
+        &[
+            "replay".to_owned(),
+            file.display().to_string(),
+            "--har".to_owned(),
+            har.display().to_string(),
+        ],
+        &[],
+        "",
+    );
+    assert!(out.status.success(), "{}", cli::text(&out.stderr));
+    let har: Value = serde_json::from_slice(&std::fs::read(&har).expect("the HAR")).expect("JSON");
+    assert_eq!(har["log"]["version"], "1.2");
+    let entries = har["log"]["entries"].as_array().expect("entries");
+    assert_eq!(entries.len(), 2, "{har}");
+    assert_eq!(entries[1]["request"]["url"], format!("http://api.test:{port}/b?q=1"));
+    assert_eq!(entries[1]["response"]["status"], 200);
+    assert_eq!(
+        entries[1]["response"]["content"]["text"],
+        "answer to GET /b?q=1 HTTP/1.1"
+    );
+    assert!(!har.to_string().contains("s3cret"));
+
     // The second request changed (the engine asks for another URL): it diverges at that
     // exchange, with the request's diff.
     let changed = dir.path().join("changed.transcript");
@@ -352,4 +377,20 @@ fn python_urllib_through_the_proxy_replays_offline() {
         stderr.contains("replay matched all 1 frames and 1 network exchanges"),
         "{stderr}"
     );
+    // The proxy's answer is recorded as it came; the HAR splits its head off.
+    let out = sandpipe(
+        &[
+            "replay".to_owned(),
+            file.display().to_string(),
+            "--har".to_owned(),
+            "-".to_owned(),
+        ],
+        &[],
+        "",
+    );
+    assert!(out.status.success(), "{}", cli::text(&out.stderr));
+    let har: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let entry = &har["log"]["entries"][0];
+    assert_eq!(entry["response"]["status"], 200, "{har}");
+    assert_eq!(entry["response"]["content"]["text"], format!("{SENTENCE}\n"));
 }

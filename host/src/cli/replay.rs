@@ -29,9 +29,13 @@ pub struct ReplayArgs {
         long,
         value_name = "PLUGIN",
         conflicts_with = "serve",
-        required_unless_present = "serve"
+        required_unless_present_any = ["serve", "har"]
     )]
     plugin: Option<PathBuf>,
+    /// Write the recording's HTTP exchanges as HAR 1.2 to this file (`-` for stdout), for the
+    /// tools that show traffic; with --plugin, after the check.
+    #[arg(long, value_name = "OUT.har", conflicts_with = "serve")]
+    har: Option<PathBuf>,
     /// Act as the plugin on stdin/stdout: answer each incoming frame with the recorded
     /// response. An engine can put `sandpipe replay x.transcript --serve` in its plugin command.
     #[arg(long)]
@@ -80,6 +84,18 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
         .unwrap_or(DEFAULT_MAX_FRAME);
     let limits =
         FrameLimits::with_max_frame_bytes(usize::try_from(max_frame).unwrap_or(usize::MAX));
+    if let Some(out) = &args.har {
+        let har = serde_json::to_string_pretty(&replay::har(&recording))?;
+        if out.as_os_str() == "-" {
+            println!("{har}");
+        } else {
+            std::fs::write(out, har + "\n")
+                .with_context(|| format!("writing {}", out.display()))?;
+        }
+        if args.plugin.is_none() {
+            return Ok(0);
+        }
+    }
     if args.serve {
         let mode = if args.match_mode == "id" {
             MatchMode::ById
