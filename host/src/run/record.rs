@@ -7,10 +7,14 @@
 //!
 //! The recorder is also the session's [`NetSink`]: each admitted `wasi:http` exchange is
 //! written among the frames as network lines (`@N …`), its bodies chunk by chunk as they pass,
-//! never held whole. The whole file is capped (`--max-record`): a line that would take it past
+//! never held whole. A data line holds [`DATA_CHUNK`] bytes, or what came in that direction
+//! before the other direction spoke or the connection's next line: where a chunk ends then
+//! follows from what the plugin and the server said, not from how the network cut it, so two
+//! runs of a deterministic plugin against the same answers write the same lines. The whole file is capped (`--max-record`): a line that would take it past
 //! the cap is not written; a `# stopped:` line says why, the session's network gets the
 //! [`RecordError`] from then on, and [`Recorder::failure`] has it for the caller to report.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -25,6 +29,9 @@ use crate::error::{Exit, RecordError};
 use crate::net::NetSink;
 use crate::policy::Policy;
 use crate::policy::sections::DEFAULT_MAX_RECORD;
+
+/// The most bytes one data line holds (8 KiB of hex).
+pub const DATA_CHUNK: usize = 4096;
 
 /// Writes one session's transcript.
 #[derive(Debug)]
@@ -46,9 +53,47 @@ struct Inner {
     conns: u64,
     /// Why the recording stopped, once it has.
     failed: Option<RecordError>,
+    /// Each connection's bytes not yet written, under [`DATA_CHUNK`], with their direction.
+    pending: HashMap<u64, (NetDir, Vec<u8>)>,
 }
 
 impl Inner {
+    /// Add `bytes` of `conn` going `dir`: what the other direction had pending is written
+    /// first (the order of the two ways is kept), then every full [`DATA_CHUNK`].
+    fn pend(&mut self, conn: u64, dir: NetDir, mut bytes: &[u8]) -> Result<(), RecordError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if self.pending.get(&conn).is_some_and(|(d, _)| *d != dir) {
+            self.flush(conn)?;
+        }
+        let (_, mut buf) = self
+            .pending
+            .remove(&conn)
+            .unwrap_or_else(|| (dir, Vec::with_capacity(DATA_CHUNK)));
+        while !bytes.is_empty() {
+            let take = (DATA_CHUNK - buf.len()).min(bytes.len());
+            buf.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if buf.len() == DATA_CHUNK {
+                self.append(&render_net_data(conn, dir, &buf))?;
+                buf.clear();
+            }
+        }
+        if !buf.is_empty() {
+            self.pending.insert(conn, (dir, buf));
+        }
+        Ok(())
+    }
+
+    /// Write what `conn` has pending.
+    fn flush(&mut self, conn: u64) -> Result<(), RecordError> {
+        match self.pending.remove(&conn) {
+            Some((dir, buf)) => self.append(&render_net_data(conn, dir, &buf)),
+            None => Ok(()),
+        }
+    }
+
     /// Append `line` whole and flush, or, past the cap or on a write error, nothing: the
     /// recording then ends with a `# stopped:` line, and this and every later line is refused.
     fn append(&mut self, line: &str) -> Result<(), RecordError> {
@@ -136,6 +181,7 @@ impl Recorder {
                 limit: header.max_record.unwrap_or(DEFAULT_MAX_RECORD),
                 conns: 0,
                 failed: None,
+                pending: HashMap::new(),
             }),
             framing: header.framing,
         })
@@ -189,10 +235,12 @@ impl NetSink for Recorder {
     }
 
     fn event(&self, conn: u64, event: &NetEvent) -> Result<(), RecordError> {
-        self.lock().append(&render_net(conn, event))
+        let mut inner = self.lock();
+        inner.flush(conn)?;
+        inner.append(&render_net(conn, event))
     }
 
     fn data(&self, conn: u64, dir: NetDir, bytes: &[u8]) -> Result<(), RecordError> {
-        self.lock().append(&render_net_data(conn, dir, bytes))
+        self.lock().pend(conn, dir, bytes)
     }
 }
