@@ -336,7 +336,12 @@ pub fn har(recording: &Recording) -> serde_json::Value {
             ),
         }
     };
-    let conns = recording.net.iter().map(|n| n.conn).max().map_or(0, |m| m + 1);
+    let conns = recording
+        .net
+        .iter()
+        .map(|n| n.conn)
+        .max()
+        .map_or(0, |m| m + 1);
     let mut entries = Vec::new();
     for conn in 0..conns {
         let (mut open, mut request, mut response) = (None, None, None);
@@ -346,8 +351,14 @@ pub fn har(recording: &Recording) -> serde_json::Value {
                 NetEvent::Open(o) => open = Some(o),
                 NetEvent::Request(r) => request = Some(r),
                 NetEvent::Response(r) => response = Some(r),
-                NetEvent::Data { dir: NetDir::Out, bytes } => out.extend_from_slice(bytes),
-                NetEvent::Data { dir: NetDir::In, bytes } => inn.extend_from_slice(bytes),
+                NetEvent::Data {
+                    dir: NetDir::Out,
+                    bytes,
+                } => out.extend_from_slice(bytes),
+                NetEvent::Data {
+                    dir: NetDir::In,
+                    bytes,
+                } => inn.extend_from_slice(bytes),
                 _ => {}
             }
         }

@@ -290,7 +290,10 @@ pub fn recording(data: &[u8]) {
             // A binary frame's readable note is rendered on one line: a lone `\r` in it (which
             // `str::lines` does not split at) becomes a space; everything else is kept.
             if !text.contains('\r') {
-                assert_eq!(again, recording, "the rendering parses to another recording");
+                assert_eq!(
+                    again, recording,
+                    "the rendering parses to another recording"
+                );
             }
             assert_eq!(
                 Transcript::parse(text).as_ref(),

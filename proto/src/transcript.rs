@@ -727,7 +727,13 @@ mod tests {
         ));
         assert!(matches!(
             bad(&format!("{OPEN}\n@0 request {{\"method\":1}}\n")),
-            (2, NetLineError::BadJson { kind: "request", .. })
+            (
+                2,
+                NetLineError::BadJson {
+                    kind: "request",
+                    ..
+                }
+            )
         ));
         assert_eq!(
             bad(&format!("{OPEN}\n@0 <x zz\n")),

@@ -11,9 +11,9 @@ use super::CacheArgs;
 use super::engine::{EngineReader, EngineWriter, WriteError};
 use super::sandbox_args::warn_if_native;
 use super::status::{bad_frame_in, bad_frame_out};
+use crate::net::{NetReplay, NetTape};
 use crate::policy::value::parse_size;
 use crate::policy_file::DEFAULT_MAX_FRAME;
-use crate::net::{NetReplay, NetTape};
 use crate::replay::{self, MatchMode, ScratchDirs, StandIn};
 use crate::{PluginKind, SessionOptions, StderrMode};
 

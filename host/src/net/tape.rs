@@ -159,10 +159,9 @@ impl fmt::Display for NetProblem {
                 }
                 Ok(())
             }
-            NetProblem::NotReplayable { conn, reason } => write!(
-                f,
-                "network exchange {conn} cannot be replayed: {reason}"
-            ),
+            NetProblem::NotReplayable { conn, reason } => {
+                write!(f, "network exchange {conn} cannot be replayed: {reason}")
+            }
             NetProblem::Unused {
                 conn,
                 via,
@@ -444,18 +443,34 @@ mod tests {
     #[test]
     fn connections_are_served_in_order_and_a_changed_request_diverges() {
         let replay = NetReplay::new(&recording());
-        assert_eq!(replay.addresses("api.test"), ["127.0.0.1".parse::<IpAddr>().expect("ip")]);
-        let conn = replay.claim(NetVia::WasiHttp, "api.test", 80).expect("claimed");
+        assert_eq!(
+            replay.addresses("api.test"),
+            ["127.0.0.1".parse::<IpAddr>().expect("ip")]
+        );
+        let conn = replay
+            .claim(NetVia::WasiHttp, "api.test", 80)
+            .expect("claimed");
         assert_eq!((conn, replay.body_cap(conn)), (0, 3));
         let played = replay
             .http(conn, &request("POST", "http://api.test/a"), b"hi")
             .expect("matched");
         assert_eq!(played.response.expect("a response").status, 201);
         assert_eq!(played.body, [b"one".to_vec(), b"two".to_vec()]);
-        assert!(replay.problems().iter().all(|p| matches!(p, NetProblem::Unused { conn: 1, .. })));
+        assert!(
+            replay
+                .problems()
+                .iter()
+                .all(|p| matches!(p, NetProblem::Unused { conn: 1, .. }))
+        );
 
-        let conn = replay.claim(NetVia::WasiHttp, "api.test", 80).expect("claimed");
-        assert!(replay.http(conn, &request("GET", "http://api.test/c"), b"").is_none());
+        let conn = replay
+            .claim(NetVia::WasiHttp, "api.test", 80)
+            .expect("claimed");
+        assert!(
+            replay
+                .http(conn, &request("GET", "http://api.test/c"), b"")
+                .is_none()
+        );
         assert_eq!(replay.claim(NetVia::WasiHttp, "api.test", 80), None);
         assert_eq!(replay.claim(NetVia::WasiHttp, "other.test", 80), None);
         let problems = replay.problems();
@@ -465,7 +480,13 @@ mod tests {
             shown.starts_with("first divergence at network exchange 1 (wasi:http api.test:80)"),
             "{shown}"
         );
-        assert!(shown.contains("\n- GET http://api.test/b\n+ GET http://api.test/c\n"), "{shown}");
-        assert!(matches!(&problems[1], NetProblem::NotRecorded { port: 80, .. }));
+        assert!(
+            shown.contains("\n- GET http://api.test/b\n+ GET http://api.test/c\n"),
+            "{shown}"
+        );
+        assert!(matches!(
+            &problems[1],
+            NetProblem::NotRecorded { port: 80, .. }
+        ));
     }
 }

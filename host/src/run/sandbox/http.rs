@@ -359,7 +359,11 @@ async fn replayed(
         }
     }
     let Some(played) = replay.http(conn, &head, &sent) else {
-        tracing::warn!("replay: {} {} refused: it differs from the recording", head.method, head.url);
+        tracing::warn!(
+            "replay: {} {} refused: it differs from the recording",
+            head.method,
+            head.url
+        );
         return Err(Error::HttpRequestDenied);
     };
     let Some(recorded) = played.response else {
@@ -390,7 +394,11 @@ impl http_body::Body for Played {
         mut self: Pin<&mut Self>,
         _cx: &mut std::task::Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        Poll::Ready(self.chunks.pop_front().map(|c| Ok(http_body::Frame::data(c))))
+        Poll::Ready(
+            self.chunks
+                .pop_front()
+                .map(|c| Ok(http_body::Frame::data(c))),
+        )
     }
 
     fn is_end_stream(&self) -> bool {
