@@ -194,3 +194,25 @@ pub enum ServeError {
         source: std::io::Error,
     },
 }
+
+/// Why a session's recording (`--record`) stopped taking lines. The recording is never cut
+/// silently: the first of these is written into it as its last line, and every later write
+/// (frames and network alike) gets it again.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The recording would grow past `--max-record`.
+    #[error("the recording exceeds --max-record {limit} bytes (a line would take it to {got})")]
+    TooLarge {
+        /// The cap, in bytes.
+        limit: u64,
+        /// What the recording would have held with the line.
+        got: u64,
+    },
+    /// The file could not be written.
+    #[error("writing the recording: {message}")]
+    Write {
+        /// The IO error, in words.
+        message: String,
+    },
+}

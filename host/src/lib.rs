@@ -80,7 +80,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-pub use error::{Exit, HostError, ServeError, SessionError, Stopped};
+pub use error::{Exit, HostError, RecordError, ServeError, SessionError, Stopped};
 pub use policy::{
     Access, DEFAULT_MAX_MEMORY, DEFAULT_MAX_OPEN_FILES, DEFAULT_MAX_PROCESSES, DocumentError, Fuel,
     ImportPolicy, Policy, PolicyDocument, Preopen,

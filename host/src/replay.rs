@@ -4,6 +4,10 @@
 //!   plugin→host frame byte for byte; the first difference is a [`Divergence`] naming its
 //!   index. Under `--deterministic` (a `# seed:` header) a wasm plugin reproduces its session
 //!   exactly; a native plugin only if it is deterministic by itself.
+//! - [`check_recording`] does the same with the plugin's network served from the recording
+//!   ([`NetReplay`], put on the policy as [`crate::net::NetTape::Replay`]): nothing reaches a
+//!   network, and a connection the recording does not have, a request that differs from the
+//!   recorded one, or a recorded connection never opened is a [`Mismatch`] too.
 //! - [`StandIn`] acts as the plugin: it answers each incoming frame with the recorded response,
 //!   strictly in order ([`MatchMode::Strict`]) or by request key, by the protocol's own rules
 //!   ([`MatchMode::ById`], for protocols whose responses may come out of order). It does no IO:
@@ -16,9 +20,10 @@ use std::time::Duration;
 
 use sandpipe_proto::frame::Framing;
 use sandpipe_proto::supervise::{FromEngine, FromPlugin, SupervisedProtocol};
-use sandpipe_proto::transcript::{Direction, Transcript};
+use sandpipe_proto::transcript::{Direction, Recording, Transcript};
 
 use crate::error::Exit;
+use crate::net::{NetProblem, NetReplay};
 use crate::policy::document::Dir;
 use crate::policy::value::Cap;
 use crate::policy::{Policy, PolicyDocument};
@@ -238,6 +243,210 @@ pub async fn check(
             got: None,
             reason: e.to_string(),
         }),
+    }
+}
+
+/// How a replay with its network differs from its recording: what went wrong on the network
+/// (in order; the first is where the plugin first strayed, since its frames follow from what
+/// it got), and the first frame that differed, if one did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Mismatch {
+    /// The network's problems, in order.
+    pub network: Vec<NetProblem>,
+    /// The first divergent frame.
+    pub frames: Option<Divergence>,
+}
+
+impl Mismatch {
+    /// A frame divergence alone (a replay whose network is live).
+    pub fn frames(divergence: Divergence) -> Self {
+        Self {
+            network: Vec::new(),
+            frames: Some(divergence),
+        }
+    }
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for problem in &self.network {
+            let text = problem.to_string();
+            f.write_str(&text)?;
+            if !text.ends_with('\n') {
+                f.write_str("\n")?;
+            }
+        }
+        if let Some(d) = &self.frames {
+            write!(f, "{d}")?;
+        }
+        Ok(())
+    }
+}
+
+/// [`check`] the frames of `recording`, then its network: `net` must be the [`NetReplay`] the
+/// session's policy serves its connections from (made from the same recording). Exit when
+/// every frame matched and every recorded connection was opened and matched, and no other.
+pub async fn check_recording(
+    session: &mut Session,
+    recording: &Recording,
+    net: &NetReplay,
+    wait: Duration,
+) -> Result<Exit, Mismatch> {
+    let frames = check(session, &recording.transcript, wait).await;
+    let network = net.problems();
+    match frames {
+        Ok(exit) if network.is_empty() => Ok(exit),
+        Ok(_) => Err(Mismatch {
+            network,
+            frames: None,
+        }),
+        Err(d) => Err(Mismatch {
+            network,
+            frames: Some(d),
+        }),
+    }
+}
+
+/// The recording's HTTP exchanges as a HAR 1.2 document (`replay --har`), for the tools that
+/// show traffic: one entry per `wasi:http` exchange and plain request through the proxy, in
+/// the order they opened. A recording holds no clock, so every entry starts at
+/// 2000-01-01T00:00:00Z (deterministic mode's epoch) and takes 0 ms. A body that is not
+/// UTF-8 is base64 (`encoding`). Tunnels are left out: they are bytes, not HTTP.
+pub fn har(recording: &Recording) -> serde_json::Value {
+    use base64::Engine as _;
+    use sandpipe_proto::transcript::{NetDir, NetEvent, NetKind};
+    use serde_json::json;
+    let headers = |list: &[(String, String)]| -> Vec<serde_json::Value> {
+        list.iter()
+            .map(|(name, value)| json!({"name": name, "value": value}))
+            .collect()
+    };
+    let content_type = |list: &[(String, String)]| -> String {
+        list.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+            .map_or_else(String::new, |(_, v)| v.clone())
+    };
+    let text = |body: &[u8]| -> (String, Option<&'static str>) {
+        match std::str::from_utf8(body) {
+            Ok(t) => (t.to_owned(), None),
+            Err(_) => (
+                base64::engine::general_purpose::STANDARD.encode(body),
+                Some("base64"),
+            ),
+        }
+    };
+    let conns = recording
+        .net
+        .iter()
+        .map(|n| n.conn)
+        .max()
+        .map_or(0, |m| m + 1);
+    let mut entries = Vec::new();
+    for conn in 0..conns {
+        let (mut open, mut request, mut response) = (None, None, None);
+        let (mut out, mut inn) = (Vec::new(), Vec::new());
+        for event in recording.connection(conn) {
+            match event {
+                NetEvent::Open(o) => open = Some(o),
+                NetEvent::Request(r) => request = Some(r),
+                NetEvent::Response(r) => response = Some(r),
+                NetEvent::Data {
+                    dir: NetDir::Out,
+                    bytes,
+                } => out.extend_from_slice(bytes),
+                NetEvent::Data {
+                    dir: NetDir::In,
+                    bytes,
+                } => inn.extend_from_slice(bytes),
+                _ => {}
+            }
+        }
+        let (Some(open), Some(request)) = (open, request) else {
+            continue;
+        };
+        if open.kind() != NetKind::Http {
+            continue;
+        }
+        // Through the proxy the answer is recorded as it came: split its head off here.
+        let (status, response_headers, body) = match response {
+            Some(r) => (r.status, r.headers.clone(), inn),
+            None => split_response(&inn),
+        };
+        let mut req = json!({
+            "method": request.method,
+            "url": request.url,
+            "httpVersion": "HTTP/1.1",
+            "cookies": [],
+            "headers": headers(&request.headers),
+            "queryString": [],
+            "headersSize": -1,
+            "bodySize": out.len(),
+        });
+        if !out.is_empty() {
+            let (t, _) = text(&out);
+            req["postData"] = json!({"mimeType": content_type(&request.headers), "text": t});
+        }
+        let (body_text, encoding) = text(&body);
+        let mut content = json!({
+            "size": body.len(),
+            "mimeType": content_type(&response_headers),
+            "text": body_text,
+        });
+        if let Some(e) = encoding {
+            content["encoding"] = json!(e);
+        }
+        entries.push(json!({
+            "startedDateTime": "2000-01-01T00:00:00.000Z",
+            "time": 0,
+            "request": req,
+            "response": {
+                "status": status,
+                "statusText": "",
+                "httpVersion": "HTTP/1.1",
+                "cookies": [],
+                "headers": headers(&response_headers),
+                "content": content,
+                "redirectURL": "",
+                "headersSize": -1,
+                "bodySize": body.len(),
+            },
+            "cache": {},
+            "timings": {"send": 0, "wait": 0, "receive": 0},
+            "serverIPAddress": open.addr.as_deref().and_then(|a| a.parse::<std::net::SocketAddr>().ok()).map(|a| a.ip().to_string()),
+            "connection": conn.to_string(),
+        }));
+    }
+    json!({
+        "log": {
+            "version": "1.2",
+            "creator": {"name": "sandpipe", "version": env!("CARGO_PKG_VERSION")},
+            "entries": entries,
+        }
+    })
+}
+
+/// A raw HTTP/1.x response (what the proxy recorded): its status, headers and body; status 0
+/// and everything as the body when the head does not parse.
+fn split_response(raw: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut fields = [httparse::EMPTY_HEADER; 100];
+    let mut response = httparse::Response::new(&mut fields);
+    match response.parse(raw) {
+        Ok(httparse::Status::Complete(len)) => (
+            response.code.unwrap_or(0),
+            response
+                .headers
+                .iter()
+                .map(|h| {
+                    (
+                        h.name.to_owned(),
+                        String::from_utf8_lossy(h.value).into_owned(),
+                    )
+                })
+                .collect(),
+            raw[len..].to_vec(),
+        ),
+        _ => (0, Vec::new(), raw.to_vec()),
     }
 }
 

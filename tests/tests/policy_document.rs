@@ -82,6 +82,7 @@ max-open-files = 64
 max-processes = 100
 max-disk-write = "1MiB"
 max-frame = "1MiB"
+max-record = "2MiB"
 
 [grants]
 dirs = ["data::/data:ro"]
@@ -112,6 +113,7 @@ http-headers = ["api.test:X-Key=env:POLICY_TEST_TOKEN"]
             "max-processes": 100,
             "max-disk-write": 1u64 << 20,
             "max-frame": 1u64 << 20,
+            "max-record": 2u64 << 20,
         },
         "grants": {
             "dirs": [{"host": root.join("data"), "guest": "/data", "read-only": true}],
@@ -205,6 +207,7 @@ http-headers = ["api.test:X-Key=env:POLICY_TEST_TOKEN"]
     // does (`file.limits.max_frame()`), not a field of the `Policy`.
     let mut document = policy.document();
     document.limits.max_frame = Some(file.limits.max_frame());
+    document.limits.max_record = Some(file.limits.max_record());
     assert_eq!(
         serde_json::to_value(document).expect("JSON"),
         want,
@@ -293,6 +296,7 @@ fn sample(key: &str, root: &std::path::Path) -> Sample {
         "limits.max-processes" => s("100", "100", json!(100)),
         "limits.max-disk-write" => s("\"1MiB\"", "1MiB", json!(1 << 20)),
         "limits.max-frame" => s("\"1MiB\"", "1MiB", json!(1 << 20)),
+        "limits.max-record" => s("\"2MiB\"", "2MiB", json!(2 << 20)),
         "grants.dirs" => list(
             &dir,
             json!([{"host": data, "guest": "/data", "read-only": true}]),

@@ -75,7 +75,7 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     let plugin =
         super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
     super::dist::note_slow_compile(&plugin, &args.plugin);
-    let policy = args.sandbox.policy(
+    let mut policy = args.sandbox.policy(
         super::plugin_args(&args.plugin_args),
         &crate::policy::Requests::default(),
         &args.tools,
@@ -90,10 +90,10 @@ pub(crate) async fn call(args: CallArgs) -> Result<i32> {
     options.record = super::sandbox_args::recorder(
         args.record.as_deref(),
         &plugin,
-        &policy,
+        &mut policy,
         protocol.framing(),
         Some(protocol.name()),
-        args.sandbox.limits.max_frame(),
+        &args.sandbox.limits,
     )?;
     let request = CallRequest {
         method: args.method,

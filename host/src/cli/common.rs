@@ -107,3 +107,19 @@ pub(super) fn tool_filter(
     }
     Ok(tools.filter())
 }
+
+/// The recording this process writes, if any (one per process: `run`, `call`).
+static RECORDING: std::sync::OnceLock<std::sync::Arc<crate::run::record::Recorder>> =
+    std::sync::OnceLock::new();
+
+/// Keep `recorder` so that [`recording_failure`] can ask it, once the command is done,
+/// whether it was cut short.
+pub(crate) fn remember_recording(recorder: &std::sync::Arc<crate::run::record::Recorder>) {
+    let _ = RECORDING.set(recorder.clone());
+}
+
+/// Why this process's recording stopped before its end, if it did: `cli::main` then fails
+/// the command, so a recording is never silently incomplete.
+pub(crate) fn recording_failure() -> Option<crate::RecordError> {
+    RECORDING.get().and_then(|r| r.failure())
+}

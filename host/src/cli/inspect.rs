@@ -84,6 +84,7 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
     // value came from.
     let mut document = policy.document();
     document.limits.max_frame = Some(args.sandbox.limits.max_frame());
+    document.limits.max_record = Some(args.sandbox.limits.max_record());
     report["policy"] = serde_json::to_value(document)?;
     report["policy_sources"] = serde_json::to_value(&args.sandbox.sources)?;
     report["net"] = serde_json::to_value(&policy.net)?;

@@ -152,6 +152,10 @@ pub fn main() -> i32 {
     });
     // Don't wait for the stdin pump: it may be parked in a blocking read of our stdin.
     runtime.shutdown_background();
+    if let Some(e) = common::recording_failure() {
+        eprintln!("sandpipe: --record: {e}; the recording ends with a `# stopped:` line");
+        return exit_code::HOST_ERROR;
+    }
     match result {
         Ok(code) => code,
         Err(e) => {

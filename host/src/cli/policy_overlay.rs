@@ -340,6 +340,7 @@ max-open-files = 64
 max-processes = 16
 max-disk-write = "1MiB"
 max-frame = "1KiB"
+max-record = "1MiB"
 [grants]
 dirs = ["/d::/g:ro", "/e"]
 env = ["A=1", "HOME"]
@@ -383,6 +384,7 @@ insecure-registries = ["registry.test:5000"]
             "--max-processes=16",
             "--max-disk-write=1MiB",
             "--max-frame=1KiB",
+            "--max-record=1MiB",
             "--dir=/d::/g:ro",
             "--dir=/e",
             "--env=A=1",
@@ -463,6 +465,7 @@ insecure-registries = ["registry.test:5000"]
                 "--max-processes=16",
                 "--max-disk-write=1MiB",
                 "--max-frame=1KiB",
+                "--max-record=1MiB",
                 "--dir=/d::/g:ro",
                 "--env=A=1",
                 "--allow-import=wasi:cli/stdin@0.2",

@@ -5,12 +5,13 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use sandpipe_proto::frame::{FrameLimits, Piece};
-use sandpipe_proto::transcript::Transcript;
+use sandpipe_proto::transcript::Recording;
 
 use super::CacheArgs;
 use super::engine::{EngineReader, EngineWriter, WriteError};
 use super::sandbox_args::warn_if_native;
 use super::status::{bad_frame_in, bad_frame_out};
+use crate::net::{NetReplay, NetTape};
 use crate::policy::value::parse_size;
 use crate::policy_file::DEFAULT_MAX_FRAME;
 use crate::replay::{self, MatchMode, ScratchDirs, StandIn};
@@ -28,9 +29,13 @@ pub struct ReplayArgs {
         long,
         value_name = "PLUGIN",
         conflicts_with = "serve",
-        required_unless_present = "serve"
+        required_unless_present_any = ["serve", "har"]
     )]
     plugin: Option<PathBuf>,
+    /// Write the recording's HTTP exchanges as HAR 1.2 to this file (`-` for stdout), for the
+    /// tools that show traffic; with --plugin, after the check.
+    #[arg(long, value_name = "OUT.har", conflicts_with = "serve")]
+    har: Option<PathBuf>,
     /// Act as the plugin on stdin/stdout: answer each incoming frame with the recorded
     /// response. An engine can put `sandpipe replay x.transcript --serve` in its plugin command.
     #[arg(long)]
@@ -48,6 +53,12 @@ pub struct ReplayArgs {
     /// limits.max-frame, else 16MiB].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_frame: Option<u64>,
+    /// With --plugin: where the plugin's connections go. `recorded` (the default): nowhere;
+    /// each is served from the recording (matched by host, port and order, and for HTTP by
+    /// method, URL and body), and one the recording does not have is refused and reported.
+    /// `live`: to the network, under the recorded allow-list, as the plugin was run.
+    #[arg(long, value_name = "MODE", default_value = "recorded", value_parser = ["recorded", "live"])]
+    network: String,
     /// With --plugin: how long to wait for each expected frame before calling it a divergence.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::parse_duration)]
     wait: std::time::Duration,
@@ -60,10 +71,11 @@ pub struct ReplayArgs {
 pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;
-    let transcript =
-        Transcript::parse(&text).with_context(|| format!("parsing {}", args.file.display()))?;
+    let recording =
+        Recording::parse(&text).with_context(|| format!("parsing {}", args.file.display()))?;
+    let transcript = &recording.transcript;
     // The recording's own cap unless one is given: replay runs under the recorded policy.
-    let recorded_max_frame = replay::document_of(&transcript)
+    let recorded_max_frame = replay::document_of(transcript)
         .ok()
         .and_then(|doc| doc.limits.max_frame);
     let max_frame = args
@@ -72,13 +84,25 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
         .unwrap_or(DEFAULT_MAX_FRAME);
     let limits =
         FrameLimits::with_max_frame_bytes(usize::try_from(max_frame).unwrap_or(usize::MAX));
+    if let Some(out) = &args.har {
+        let har = serde_json::to_string_pretty(&replay::har(&recording))?;
+        if out.as_os_str() == "-" {
+            println!("{har}");
+        } else {
+            std::fs::write(out, har + "\n")
+                .with_context(|| format!("writing {}", out.display()))?;
+        }
+        if args.plugin.is_none() {
+            return Ok(0);
+        }
+    }
     if args.serve {
         let mode = if args.match_mode == "id" {
             MatchMode::ById
         } else {
             MatchMode::Strict
         };
-        let stand_in = StandIn::new(&transcript, mode).map_err(anyhow::Error::msg)?;
+        let stand_in = StandIn::new(transcript, mode).map_err(anyhow::Error::msg)?;
         return Ok(serve(stand_in, limits).await);
     }
     let Some(plugin_path) = &args.plugin else {
@@ -107,27 +131,43 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
             .unwrap_or_else(|| scratch.dir_for(guest))
     };
     let native = plugin.kind() == PluginKind::NativeUnsandboxed;
-    let policy =
-        replay::recorded_policy(&transcript, native, &host_dir).map_err(anyhow::Error::msg)?;
+    let mut policy =
+        replay::recorded_policy(transcript, native, &host_dir).map_err(anyhow::Error::msg)?;
+    // Offline unless told otherwise: the recording is the plugin's network.
+    let net = (args.network == "recorded").then(|| std::sync::Arc::new(NetReplay::new(&recording)));
+    if let Some(net) = &net {
+        policy.tape = Some(NetTape::Replay(net.clone()));
+    }
     warn_if_native(&plugin, &policy);
-    let framing = replay::framing_of(&transcript).map_err(anyhow::Error::msg)?;
+    let framing = replay::framing_of(transcript).map_err(anyhow::Error::msg)?;
     let options = SessionOptions::framed(framing)
         .frame_limits(limits)
         .stderr(StderrMode::Inherit);
     // A recording names its protocol when `run --protocol` made it; a component that exports
     // functions is started speaking it, as `run` did ([`crate::Host::start_speaking`]).
-    let mut session = match replay::protocol_of(&transcript) {
+    let mut session = match replay::protocol_of(transcript) {
         Some(protocol) => {
             host.start_speaking(&plugin, &policy, &options, protocol)
                 .await?
         }
         None => host.start(&plugin, &policy, &options).await?,
     };
-    match replay::check(&mut session, &transcript, args.wait).await {
+    let checked = match &net {
+        Some(net) => replay::check_recording(&mut session, &recording, net, args.wait).await,
+        None => replay::check(&mut session, transcript, args.wait)
+            .await
+            .map_err(replay::Mismatch::frames),
+    };
+    match checked {
         Ok(exit) => {
             let frames = transcript.entries.len();
+            let exchanges = net.as_ref().map_or(0, |n| n.len());
+            let network = match exchanges {
+                0 => String::new(),
+                n => format!(" and {n} network exchanges"),
+            };
             say(&format!(
-                "sandpipe: replay matched all {frames} frames; {exit}\n"
+                "sandpipe: replay matched all {frames} frames{network}; {exit}\n"
             ));
             Ok(0)
         }

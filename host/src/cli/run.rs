@@ -100,7 +100,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     let plugin =
         super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
     super::dist::note_slow_compile(&plugin, &args.plugin);
-    let policy =
+    let mut policy =
         args.sandbox
             .policy(super::plugin_args(&args.args), &args.requests, &args.tools)?;
     let how = match plugin.load_source() {
@@ -135,10 +135,10 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         options.record = super::sandbox_args::recorder(
             args.record.as_deref(),
             &plugin,
-            &policy,
+            &mut policy,
             protocol.framing(),
             Some(protocol.name()),
-            args.sandbox.limits.max_frame(),
+            &args.sandbox.limits,
         )?;
         return super::supervised::run_supervised(
             &host, &plugin, policy, options, protocol, signals, on_signal,
@@ -158,10 +158,10 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         options.record = super::sandbox_args::recorder(
             args.record.as_deref(),
             &plugin,
-            &policy,
+            &mut policy,
             f,
             None,
-            args.sandbox.limits.max_frame(),
+            &args.sandbox.limits,
         )?;
     }
     // Raw bytes to a native plugin need no bridge at all: it gets sandpipe's own stdin and

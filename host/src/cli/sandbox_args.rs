@@ -81,14 +81,16 @@ impl SandboxArgs {
     }
 }
 
-/// Open a recording for `plugin` under `policy`, if `--record` was given.
+/// Open a recording for `plugin` under `policy`, if `--record` was given, and put the
+/// policy's network on it: each admitted `wasi:http` exchange is recorded among the frames.
+/// `limits` gives `--max-frame` (the session's, written into the header) and `--max-record`.
 pub(crate) fn recorder(
     path: Option<&std::path::Path>,
     plugin: &Plugin,
-    policy: &Policy,
+    policy: &mut Policy,
     framing: sandpipe_proto::frame::Framing,
     protocol: Option<&str>,
-    max_frame: u64,
+    limits: &crate::policy::Limits,
 ) -> Result<Option<std::sync::Arc<crate::run::record::Recorder>>> {
     let Some(path) = path else { return Ok(None) };
     let name = plugin
@@ -102,7 +104,8 @@ pub(crate) fn recorder(
         framing,
         protocol,
         policy,
-        max_frame: Some(max_frame),
+        max_frame: Some(limits.max_frame()),
+        max_record: Some(limits.max_record()),
     };
     let r = crate::run::record::Recorder::create(path, &header)
         .map_err(|e| anyhow::anyhow!("creating the recording {}: {e}", path.display()))?;
@@ -111,7 +114,12 @@ pub(crate) fn recorder(
             "sandpipe: note: --deterministic has no effect on a native plugin; its replay may differ"
         );
     }
-    Ok(Some(std::sync::Arc::new(r)))
+    let r = std::sync::Arc::new(r);
+    policy.tape = Some(crate::net::NetTape::Record(r.clone()));
+    // One recording per process: `cli::main` asks it, once the command is done, whether it
+    // was cut short, and then fails the command (a recording is never silently incomplete).
+    super::common::remember_recording(&r);
+    Ok(Some(r))
 }
 
 /// The one-line notice printed whenever a plugin runs natively: what confines it (namespaces,

@@ -19,12 +19,17 @@
 //! is loopback, private, link-local or otherwise not public is refused (DNS rebinding) unless a
 //! rule names that address or range; a `--resolve` pin is the user's own word and is trusted.
 //!
+//! A session's network can be on tape ([`NetTape`]): each admitted `wasi:http` exchange
+//! written into its recording, or, in a replay, served from the recording with no network
+//! at all (the resolver then answers names from the recording and never asks DNS).
+//!
 //! What this does not do: filter by URL path or method (only names, addresses and ports), or
 //! UDP (no plugin gets UDP; DNS goes through sandpipe's resolver).
 
 mod audit;
 mod proxy;
 mod resolve;
+mod tape;
 
 use std::fmt;
 use std::net::IpAddr;
@@ -36,6 +41,7 @@ pub(crate) use audit::limit_of;
 pub use audit::{AuditEvent, AuditLog, Decision, Via};
 pub use proxy::{MAX_CONNECTIONS, MAX_HEAD_BYTES, MAX_HEADERS, ProxyHandle, spawn as spawn_proxy};
 pub use resolve::{Admitted, Refused, Resolver, is_public};
+pub use tape::{NetProblem, NetReplay, NetSink, NetTape, Played};
 
 /// One allow-list entry: a host pattern and, optionally, a port.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -20,6 +20,15 @@
 //! [`MAX_CONNECTIONS`] connections at once (past it a new connection is closed unanswered),
 //! and two fixed relay buffers per connection.
 //!
+//! Under `--record` each admitted connection is written into the recording: a plain request
+//! as its `request` (method, URL, headers as the plugin sent them), its body, and the
+//! server's answer as the bytes it sent; a tunnel as its bytes each way, in order, except a
+//! TLS one (its first byte a TLS handshake record), whose bytes are useless to a replay (its
+//! keys are fresh each run): it is marked `opaque`, with why. In a replay nothing is
+//! connected: a plain request is answered from the recording when its method, URL and body
+//! are the recorded ones, and everything else is refused (`403`, SOCKS5 "not allowed") and
+//! reported.
+//!
 //! What it does not do: `https://` in a plain request (clients tunnel https with CONNECT),
 //! keep-alive across requests (each plain request gets `Connection: close`, because the next
 //! request on the connection may name another host), SOCKS4, SOCKS5 authentication, BIND or
@@ -36,7 +45,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::{Admitted, AuditEvent, Refused, Resolver, Via};
+use sandpipe_proto::transcript::{
+    HttpRequest, NetDir, NetEvent, NetKind, NetNote, NetOpen, NetVia,
+};
+
+use super::tape::NetSink;
+use super::{Admitted, AuditEvent, NetReplay, NetTape, Refused, Resolver, Via};
 
 /// The largest request head (request line and header fields) the proxy reads; past it the
 /// answer is `431 Request Header Fields Too Large`.
@@ -200,21 +214,91 @@ async fn connect(targets: &[Admitted]) -> Result<(TcpStream, &Admitted), (Socket
     }))
 }
 
-/// Send `first` to the server, then relay both ways until both sides are done, and write the
-/// `net-close` audit line with the bytes each way.
+/// A connection being recorded: the recording, its number there, and whether its bytes
+/// stopped being written (a TLS tunnel).
+#[derive(Clone)]
+struct Taped {
+    sink: Arc<dyn NetSink>,
+    conn: u64,
+    opaque: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether the first byte out was seen (it tells a TLS tunnel).
+    seen_out: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether this is a tunnel, whose first byte out tells TLS.
+    tunnel: bool,
+}
+
+/// Why a TLS tunnel's bytes are not in the recording.
+const TLS_TUNNEL: &str = "a TLS tunnel: its keys are fresh each run, so its bytes cannot be \
+    replayed (sandpipe does not terminate TLS for native plugins)";
+
+/// Open connection `to` in the recording, if the session records its network: its `open`
+/// line (the host as asked, lower case, an IPv6 literal without brackets) and, for a plain
+/// request, its `request`.
+fn record_open(
+    resolver: &Resolver,
+    host: &str,
+    to: &Admitted,
+    request: Option<HttpRequest>,
+) -> Result<Option<Taped>, crate::error::RecordError> {
+    let Some(NetTape::Record(sink)) = resolver.tape() else {
+        return Ok(None);
+    };
+    let open = NetOpen {
+        via: NetVia::Proxy,
+        host: tape_host(host),
+        port: to.addr.port(),
+        kind: Some(if request.is_some() {
+            NetKind::Http
+        } else {
+            NetKind::Bytes
+        }),
+        addr: Some(to.addr.to_string()),
+        rule: Some(to.rule.clone()),
+    };
+    let tunnel = request.is_none();
+    let conn = sink.open(&open)?;
+    if let Some(request) = request {
+        sink.event(conn, &NetEvent::Request(request))?;
+    }
+    Ok(Some(Taped {
+        sink: sink.clone(),
+        conn,
+        opaque: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        seen_out: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        tunnel,
+    }))
+}
+
+/// A host as the recording names it: lower case, an IPv6 literal without brackets.
+fn tape_host(host: &str) -> String {
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase()
+}
+
+/// Send `head` (not recorded: a plain request's head is its `request` line) and `first` to
+/// the server, then relay both ways until both sides are done, and write the `net-close`
+/// audit line with the bytes each way (and, when recorded, the connection's end).
 async fn relay(
     client: TcpStream,
     server: TcpStream,
     to: &Admitted,
-    first: &[u8],
+    (head, first): (&[u8], &[u8]),
     resolver: &Resolver,
+    taped: Option<Taped>,
 ) {
-    let mut client = Counted::new(client);
-    let mut server = Counted::new(server);
-    let result = match server.write_all(first).await {
-        Ok(()) => tokio::io::copy_bidirectional(&mut client, &mut server)
-            .await
-            .map(drop),
+    let mut client = Counted::new(client, taped.clone().map(|t| (t, NetDir::In)));
+    let mut server = Counted::new(server, taped.clone().map(|t| (t, NetDir::Out)));
+    let result = match server.inner.write_all(head).await {
+        Ok(()) => {
+            server.written += head.len() as u64;
+            match server.write_all(first).await {
+                Ok(()) => tokio::io::copy_bidirectional(&mut client, &mut server)
+                    .await
+                    .map(drop),
+                Err(e) => Err(e),
+            }
+        }
         Err(e) => Err(e),
     };
     let (bytes_out, bytes_in) = (server.written, client.written);
@@ -228,6 +312,13 @@ async fn relay(
             to.addr
         ),
     }
+    if let Some(t) = taped {
+        let _ = t
+            .sink
+            .event(t.conn, &NetEvent::End { dir: NetDir::Out })
+            .and_then(|()| t.sink.event(t.conn, &NetEvent::End { dir: NetDir::In }))
+            .and_then(|()| t.sink.event(t.conn, &NetEvent::Close));
+    }
     if let Some(audit) = resolver.audit() {
         audit.record(&AuditEvent::NetClose {
             via: Via::Proxy,
@@ -240,15 +331,22 @@ async fn relay(
     }
 }
 
-/// A stream that counts the bytes written to it: what was delivered, not merely read.
+/// A stream that counts the bytes written to it (what was delivered, not merely read) and,
+/// when the connection is recorded, writes them into the recording, `dir` being which way
+/// they go.
 struct Counted<S> {
     inner: S,
     written: u64,
+    taped: Option<(Taped, NetDir)>,
 }
 
 impl<S> Counted<S> {
-    fn new(inner: S) -> Self {
-        Self { inner, written: 0 }
+    fn new(inner: S, taped: Option<(Taped, NetDir)>) -> Self {
+        Self {
+            inner,
+            written: 0,
+            taped,
+        }
     }
 }
 
@@ -262,6 +360,28 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
     }
 }
 
+/// Record `bytes`, written `dir`'s way on `t`; a tunnel whose first byte out opens a TLS
+/// handshake is marked opaque instead, and nothing more of it is written.
+fn tape_bytes(t: &Taped, dir: NetDir, bytes: &[u8]) -> io::Result<()> {
+    use std::sync::atomic::Ordering;
+    if t.opaque.load(Ordering::Relaxed) || bytes.is_empty() {
+        return Ok(());
+    }
+    let first_out = dir == NetDir::Out && t.tunnel && !t.seen_out.swap(true, Ordering::Relaxed);
+    let result = if first_out && bytes[0] == 0x16 {
+        t.opaque.store(true, Ordering::Relaxed);
+        t.sink.event(
+            t.conn,
+            &NetEvent::Opaque(NetNote {
+                reason: TLS_TUNNEL.to_owned(),
+            }),
+        )
+    } else {
+        t.sink.data(t.conn, dir, bytes)
+    };
+    result.map_err(io::Error::other)
+}
+
 impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -272,6 +392,12 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
         let result = Pin::new(&mut this.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = result {
             this.written += n as u64;
+            if let Some((t, dir)) = &this.taped
+                && let Err(e) = tape_bytes(t, *dir, &buf[..n])
+            {
+                // The recording stopped (`--max-record`): so does the connection.
+                return Poll::Ready(Err(e));
+            }
         }
         result
     }
@@ -368,8 +494,25 @@ mod http {
                 Ok(hp) => hp,
                 Err(e) => return answer_error(client, &e, resolver).await,
             };
+            if let Some(replay) = resolver.replaying() {
+                // A tunnel's bytes are not played back: claimed (or missed) and reported.
+                if let Some(conn) = replay.claim(NetVia::Proxy, &tape_host(&host), port) {
+                    replay.not_replayable(conn);
+                }
+                let refused = Refused {
+                    host: host.clone(),
+                    port: Some(port),
+                    reason: "replay: the recording cannot play this tunnel back".into(),
+                };
+                let _ = client.write_all(&refusal(&refused)).await;
+                return close_after_answer(client).await;
+            }
             let Some((server, to)) = open(&mut client, &host, port, resolver).await else {
                 return close_after_answer(client).await;
+            };
+            let taped = match record_open(resolver, &host, &to, None) {
+                Ok(taped) => taped,
+                Err(e) => return answer_recording_error(client, &e).await,
             };
             if client
                 .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -378,19 +521,109 @@ mod http {
             {
                 return;
             }
-            relay(client, server, &to, &rest, resolver).await;
+            relay(client, server, &to, (&[], &rest), resolver, taped).await;
         } else {
             let (url, host, port) = match absolute(&head.target) {
                 Ok(parts) => parts,
                 Err(e) => return answer_error(client, &e, resolver).await,
             };
+            let request = HttpRequest {
+                method: head.method.clone(),
+                url: head.target.clone(),
+                headers: head
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.clone(), String::from_utf8_lossy(v).into_owned()))
+                    .collect(),
+                added: Vec::new(),
+            };
+            if let Some(replay) = resolver.replaying() {
+                return replayed(client, replay, &head, request, &host, port, rest).await;
+            }
             let Some((server, to)) = open(&mut client, &host, port, resolver).await else {
                 return close_after_answer(client).await;
             };
-            let mut first = origin_form(&head, &url);
-            first.extend_from_slice(&rest);
-            relay(client, server, &to, &first, resolver).await;
+            let taped = match record_open(resolver, &host, &to, Some(request)) {
+                Ok(taped) => taped,
+                Err(e) => return answer_recording_error(client, &e).await,
+            };
+            let first = origin_form(&head, &url);
+            relay(client, server, &to, (&first, &rest), resolver, taped).await;
         }
+    }
+
+    /// A plain request in a replay: the recorded answer when its method, URL and body (by
+    /// its `Content-Length`, read no further than could still match) are the recorded
+    /// ones; otherwise a `403` and the replay's report.
+    async fn replayed(
+        mut client: TcpStream,
+        replay: &NetReplay,
+        head: &Head,
+        request: HttpRequest,
+        host: &str,
+        port: u16,
+        mut body: Vec<u8>,
+    ) {
+        let refuse = |reason: &str| {
+            refusal(&Refused {
+                host: host.to_owned(),
+                port: Some(port),
+                reason: format!("replay: {reason}"),
+            })
+        };
+        let Some(conn) = replay.claim(NetVia::Proxy, &tape_host(host), port) else {
+            let _ = client
+                .write_all(&refuse("the recording has no more connections there"))
+                .await;
+            return close_after_answer(client).await;
+        };
+        let length = head
+            .headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        let want = length.min(replay.body_cap(conn));
+        let mut chunk = [0u8; 8192];
+        while body.len() < want {
+            match client.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => body.extend_from_slice(&chunk[..n.min(want - body.len())]),
+            }
+        }
+        body.truncate(want);
+        match replay.http(conn, &request, &body) {
+            Some(played) if played.failed.is_none() => {
+                for chunk in &played.body {
+                    if client.write_all(chunk).await.is_err() {
+                        return;
+                    }
+                }
+                let _ = client.shutdown().await;
+            }
+            Some(_) => {
+                let line = format!("sandpipe: {host}:{port}: replay: the recorded request failed");
+                let _ = client
+                    .write_all(&response("502 Bad Gateway", None, &line))
+                    .await;
+                close_after_answer(client).await;
+            }
+            None => {
+                let _ = client
+                    .write_all(&refuse("the request differs from the recording"))
+                    .await;
+                close_after_answer(client).await;
+            }
+        }
+    }
+
+    /// The recording stopped (`--max-record`): the connection is answered `502` with why.
+    async fn answer_recording_error(mut client: TcpStream, e: &crate::error::RecordError) {
+        let line = format!("sandpipe: --record: {e}");
+        let _ = client
+            .write_all(&response("502 Bad Gateway", None, &line))
+            .await;
+        close_after_answer(client).await;
     }
 
     /// Read until a whole head has arrived: the head, its length, and how much of `buf` was
@@ -662,7 +895,11 @@ mod socks {
     pub(super) async fn serve(mut client: TcpStream, resolver: &Resolver) {
         // A read error or an early close ends the connection: there is no one to answer.
         if let Ok(Some((server, to))) = negotiate(&mut client, resolver).await {
-            relay(client, server, &to, &[], resolver).await;
+            // A recording that stopped (`--max-record`) ends the tunnel before its first byte.
+            let host = to.name.clone().unwrap_or_else(|| to.addr.ip().to_string());
+            if let Ok(taped) = record_open(resolver, &host, &to, None) {
+                relay(client, server, &to, (&[], &[]), resolver, taped).await;
+            }
         }
     }
 
@@ -744,6 +981,13 @@ mod socks {
                 format!("SOCKS5: {what} is not served (only CONNECT)"),
             );
             return answer(client, Reply::CommandNotSupported).await;
+        }
+        if let Some(replay) = resolver.replaying() {
+            // A tunnel's bytes are not played back: claimed (or missed) and reported.
+            if let Some(conn) = replay.claim(NetVia::Proxy, &tape_host(&host), port) {
+                replay.not_replayable(conn);
+            }
+            return answer(client, Reply::NotAllowed).await;
         }
         let targets = match resolver.targets(&host, port, Via::Proxy).await {
             Ok(t) => t,

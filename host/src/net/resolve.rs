@@ -7,6 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Mutex, PoisonError};
 
 use super::audit::{AuditEvent, AuditLog, Decision, Via};
+use super::tape::{NetReplay, NetTape};
 use super::{NetPolicy, canonical};
 
 /// A connection sandpipe lets through: the address, the name it was reached by (if any), and
@@ -38,6 +39,8 @@ pub struct Refused {
 pub struct Resolver {
     policy: NetPolicy,
     audit: Option<AuditLog>,
+    /// The session's network on tape: recorded, or replayed (then no DNS, no connection).
+    tape: Option<NetTape>,
     /// Each allowed name looked up so far, with the addresses it was pinned to.
     names: Mutex<HashMap<String, Vec<IpAddr>>>,
     /// The reverse: each pinned address, with the names that resolved to it.
@@ -58,8 +61,28 @@ impl Resolver {
         Self {
             policy,
             audit,
+            tape: None,
             names: Mutex::new(HashMap::new()),
             addrs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Record the session's network into, or replay it from, `tape`.
+    pub fn with_tape(mut self, tape: Option<NetTape>) -> Self {
+        self.tape = tape;
+        self
+    }
+
+    /// The tape, if the session's network is recorded or replayed.
+    pub fn tape(&self) -> Option<&NetTape> {
+        self.tape.as_ref()
+    }
+
+    /// The recording being replayed, when this session's network is one.
+    pub fn replaying(&self) -> Option<&NetReplay> {
+        match &self.tape {
+            Some(NetTape::Replay(r)) => Some(r),
+            _ => None,
         }
     }
 
@@ -113,6 +136,15 @@ impl Resolver {
         let addrs = if let Some(pin) = self.policy.resolve.iter().find(|p| p.name == name) {
             // The user's own word (`--resolve`): no DNS, no range check.
             pin.addrs.clone()
+        } else if let Some(replay) = self.replaying() {
+            // A replay has no network: a name resolves to what it resolved to when recorded.
+            let recorded = replay.addresses(&name);
+            if recorded.is_empty() {
+                return Err(refuse(
+                    "replay: the recording has no connection to this name".into(),
+                ));
+            }
+            recorded
         } else {
             let answers: Vec<IpAddr> = tokio::net::lookup_host((name.as_str(), 0))
                 .await

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::net::{AuditLog, NetPolicy};
+use crate::net::{AuditLog, NetPolicy, NetTape};
 
 pub mod document;
 pub mod sections;
@@ -104,6 +104,7 @@ pub enum ImportPolicy {
 ///   requests only to what they admit, looks names up only through sandpipe's resolver,
 ///   and never binds, listens or uses UDP;
 /// - `audit`: `None`, no audit trail;
+/// - `tape`: `None`, the network is live and not recorded;
 /// - `imports`: [`ImportPolicy::LinkAll`];
 /// - `deterministic`: `None`, real clocks and random;
 /// - `max_cpu_time`: `None`, no CPU-time limit for a native plugin (the wasm counterpart, fuel,
@@ -188,6 +189,10 @@ pub struct Policy {
     pub net: NetPolicy,
     /// Where enforcement decisions are written, one JSON line each (see [`crate::net::AuditLog`]).
     pub audit: Option<AuditLog>,
+    /// The network on tape (see [`NetTape`]): each admitted `wasi:http` exchange written into
+    /// the session's recording, or served from a recording with no network at all. Like
+    /// `audit`, a handle, not a value of the policy document.
+    pub tape: Option<NetTape>,
     /// Per-request budgets and instance renewal, for a protocol's supervisor (`run --protocol`),
     /// every default filled in ([`Requests::resolved`]). Its `fuel` is always `None`: per-request
     /// fuel is [`Policy::fuel`] ([`Fuel::PerRequest`]), its one home.
@@ -228,6 +233,7 @@ impl Default for Policy {
             startup_grants: true,
             net: NetPolicy::default(),
             audit: None,
+            tape: None,
             requests: Requests::default().resolved(),
             tools: Tools::default(),
         }

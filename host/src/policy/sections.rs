@@ -342,6 +342,12 @@ section! {
         #[serde(default, with = "size")]
         #[cfg_attr(feature = "cli", arg(value_name = "SIZE", value_parser = parse_size))]
         max_frame: Option<u64> = "max-frame", flag "max-frame";
+        /// Largest recording --record writes, the network's exchanges and bodies included (e.g.
+        /// 64MiB); a recording that would grow past it stops there with an error (exit status
+        /// 125), never cut silently [default: 64MiB].
+        #[serde(default, with = "size")]
+        #[cfg_attr(feature = "cli", arg(value_name = "SIZE", value_parser = parse_size))]
+        max_record: Option<u64> = "max-record", flag "max-record";
     }
 }
 
@@ -350,10 +356,19 @@ impl Limits {
     pub fn max_frame(&self) -> u64 {
         self.max_frame.unwrap_or(DEFAULT_MAX_FRAME)
     }
+
+    /// The largest recording: `max_record`, or [`DEFAULT_MAX_RECORD`].
+    pub fn max_record(&self) -> u64 {
+        self.max_record.unwrap_or(DEFAULT_MAX_RECORD)
+    }
 }
 
 /// The largest frame sandpipe accepts either way unless `max-frame` says otherwise: 16 MiB.
 pub const DEFAULT_MAX_FRAME: u64 = 16 << 20;
+
+/// The largest recording unless `max-record` says otherwise: 64 MiB, room for any test's
+/// exchanges, small enough that a plugin downloading in a loop stops early.
+pub const DEFAULT_MAX_RECORD: u64 = 64 << 20;
 
 section! {
     /// `[grants]`, and the command line's grant flags.

@@ -281,10 +281,10 @@ fn spawn_under(
     let proxy = match proxy_ours {
         Some(channel) => {
             let received = namespace::receive_listener(&std::os::fd::OwnedFd::from(channel));
-            let resolver = Arc::new(crate::net::Resolver::new(
-                policy.net.clone(),
-                policy.audit.clone(),
-            ));
+            let resolver = Arc::new(
+                crate::net::Resolver::new(policy.net.clone(), policy.audit.clone())
+                    .with_tape(policy.tape.clone()),
+            );
             match received.and_then(|listener| crate::net::spawn_proxy(listener, resolver)) {
                 Ok(handle) => Some(handle),
                 Err(e) => {

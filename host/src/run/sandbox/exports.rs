@@ -356,7 +356,9 @@ impl ExportsRunner {
         drop(host_in); // the guest reads EOF
         let (guest_out, host_out) = stdio::stdout_pipe(PIPE_BYTES);
         let (guest_err, host_err) = stdio::stdout_pipe(PIPE_BYTES);
-        let resolver = Arc::new(Resolver::new(policy.net.clone(), policy.audit.clone()));
+        let resolver = Arc::new(
+            Resolver::new(policy.net.clone(), policy.audit.clone()).with_tape(policy.tape.clone()),
+        );
         let mut builder = wasi_builder(policy, label, guest_in, guest_out, guest_err, &resolver)?;
         let meter = Arc::new(Meter::default());
         let denied = Arc::new(AtomicBool::new(false));

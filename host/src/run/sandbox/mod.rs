@@ -630,7 +630,9 @@ impl Sandbox {
         let (host_in, guest_in) = stdio::stdin_pipe(PIPE_BYTES);
         let (guest_out, host_out) = stdio::stdout_pipe(PIPE_BYTES);
         let (guest_err, host_err) = stdio::stdout_pipe(PIPE_BYTES);
-        let resolver = Arc::new(Resolver::new(policy.net.clone(), policy.audit.clone()));
+        let resolver = Arc::new(
+            Resolver::new(policy.net.clone(), policy.audit.clone()).with_tape(policy.tape.clone()),
+        );
         let builder = wasi_builder(policy, argv0, guest_in, guest_out, guest_err, &resolver)?;
 
         let denied = Arc::new(AtomicBool::new(false));

@@ -69,7 +69,10 @@ pub(super) fn configure(b: &mut WasiCtxBuilder, resolver: &Arc<Resolver>) {
             // one bind allowed: listening is refused, so no port is offered.
             let ephemeral = addr.ip().is_unspecified() && addr.port() == 0;
             let allowed = match used {
-                SocketAddrUse::TcpConnect => resolver.admit(addr, None, Via::WasiSockets).is_ok(),
+                SocketAddrUse::TcpConnect => match resolver.admit(addr, None, Via::WasiSockets) {
+                    Ok(admitted) => taped(&resolver, &admitted),
+                    Err(_) => false,
+                },
                 SocketAddrUse::TcpBind | SocketAddrUse::UdpBind if ephemeral => true,
                 SocketAddrUse::TcpBind | SocketAddrUse::UdpBind => {
                     refuse("binding an address of the guest's choosing is not allowed")
@@ -83,6 +86,48 @@ pub(super) fn configure(b: &mut WasiCtxBuilder, resolver: &Arc<Resolver>) {
             Box::pin(async move { allowed })
         });
 }
+
+/// A TCP connection's bytes are not recorded yet: under `--record` it is written as a
+/// connection that cannot be replayed (`opaque`), so the recording says what it lacks; in a
+/// replay it is refused, and the replay reports the recorded connection it could not play
+/// (or the connection the recording does not have). Whether the connection may go ahead.
+fn taped(resolver: &Resolver, admitted: &crate::net::Admitted) -> bool {
+    use sandpipe_proto::transcript::{NetEvent, NetKind, NetNote, NetOpen, NetVia};
+    let host = admitted
+        .name
+        .clone()
+        .unwrap_or_else(|| admitted.addr.ip().to_string());
+    match resolver.tape() {
+        None => true,
+        Some(crate::net::NetTape::Replay(replay)) => {
+            if let Some(conn) = replay.claim(NetVia::WasiSockets, &host, admitted.addr.port()) {
+                replay.not_replayable(conn);
+            }
+            false
+        }
+        Some(crate::net::NetTape::Record(sink)) => {
+            let open = NetOpen {
+                via: NetVia::WasiSockets,
+                host,
+                port: admitted.addr.port(),
+                kind: Some(NetKind::Bytes),
+                addr: Some(admitted.addr.to_string()),
+                rule: Some(admitted.rule.clone()),
+            };
+            let reason = NOT_RECORDED.to_owned();
+            let recorded = sink.open(&open).and_then(|conn| {
+                sink.event(conn, &NetEvent::Opaque(NetNote { reason }))?;
+                sink.event(conn, &NetEvent::Close)
+            });
+            // A recording that stopped (`--max-record`) admits nothing more.
+            recorded.is_ok()
+        }
+    }
+}
+
+/// Why a `wasi:sockets` connection in a recording cannot be replayed.
+const NOT_RECORDED: &str =
+    "the bytes of wasi:sockets TCP connections are not recorded (only wasi:http exchanges are)";
 
 /// Shadow p2's `resolve-addresses` and its stream with sandpipe's lookup.
 pub(super) fn link_p2(linker: &mut wasmtime::component::Linker<State2>) -> wasmtime::Result<()> {

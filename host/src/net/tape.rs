@@ -1,0 +1,492 @@
+//! A session's network on tape: every admitted connection written into its recording
+//! (`--record`), or, in a replay, served from the recording instead of the network.
+//!
+//! ```text
+//!   record:  wasi:http hook ─► NetSink::open / event / data ─► the recording (@N lines)
+//!   replay:  wasi:http hook ─► NetReplay::claim (via, host, port, order)
+//!                                ├─ none recorded ─► refused, as the allow-list refuses
+//!                                └─ check (method, URL, body) ─► the recorded response
+//!                                                            └─ differs ─► a divergence
+//! ```
+//!
+//! What a replay saw go wrong is kept as [`NetProblem`]s, in order, for `replay` to report
+//! like a frame divergence; nothing here reaches the network.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use sandpipe_proto::transcript::{
+    HttpRequest, HttpResponse, NetDir, NetEvent, NetOpen, NetVia, Recording,
+};
+
+use crate::error::RecordError;
+
+/// Where a recorder writes a session's network lines (the session's recording). Lines of one
+/// connection are written in the order they are given; connections are numbered as they open.
+pub trait NetSink: Send + Sync {
+    /// Number a new connection and write its `open` line, at once (so the numbers are in the
+    /// order of the lines).
+    fn open(&self, open: &NetOpen) -> Result<u64, RecordError>;
+    /// Write one line of connection `conn`.
+    fn event(&self, conn: u64, event: &NetEvent) -> Result<(), RecordError>;
+    /// Write a chunk of bytes of connection `conn`, as they passed.
+    fn data(&self, conn: u64, dir: NetDir, bytes: &[u8]) -> Result<(), RecordError>;
+}
+
+/// What a session's network is, besides the allow-list: recorded, or replayed.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum NetTape {
+    /// Live connections, each written into this recording as it goes.
+    Record(Arc<dyn NetSink>),
+    /// No network: each connection is served from this recording.
+    Replay(Arc<NetReplay>),
+}
+
+impl fmt::Debug for NetTape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NetTape::Record(_) => f.write_str("NetTape::Record"),
+            NetTape::Replay(r) => write!(f, "NetTape::Replay({} connections)", r.conns.len()),
+        }
+    }
+}
+
+impl PartialEq for NetTape {
+    /// The same tape: the same recorder or the same replay.
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (NetTape::Record(a), NetTape::Record(b)) => {
+                std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+            }
+            (NetTape::Replay(a), NetTape::Replay(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for NetTape {}
+
+/// One recorded connection, gathered from its lines.
+#[derive(Debug, Clone, Default)]
+struct Recorded {
+    open: Option<NetOpen>,
+    request: Option<HttpRequest>,
+    /// What the plugin sent (a request body, a socket's writes), whole.
+    out: Vec<u8>,
+    response: Option<HttpResponse>,
+    /// What the server sent, in the chunks it came in.
+    inn: Vec<Vec<u8>>,
+    failed: Option<String>,
+    opaque: Option<String>,
+}
+
+/// What a replay found that the recording does not say, in the order it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NetProblem {
+    /// The plugin opened a connection the recording does not have (it was refused).
+    NotRecorded {
+        /// Which way out.
+        via: NetVia,
+        /// The host asked for.
+        host: String,
+        /// The port.
+        port: u16,
+    },
+    /// The plugin's request differs from the recorded one at this connection.
+    Diverged {
+        /// The recorded connection's number.
+        conn: u64,
+        /// Which way out.
+        via: NetVia,
+        /// Its host.
+        host: String,
+        /// Its port.
+        port: u16,
+        /// The recorded request, as lines (`GET URL`, `body: …`).
+        expected: Vec<String>,
+        /// The plugin's, in the same shape.
+        got: Vec<String>,
+    },
+    /// The recording has this connection but cannot play it back (a TLS tunnel).
+    NotReplayable {
+        /// The recorded connection's number.
+        conn: u64,
+        /// Why, as recorded.
+        reason: String,
+    },
+    /// The recording has a connection the plugin never opened.
+    Unused {
+        /// The recorded connection's number.
+        conn: u64,
+        /// Which way out.
+        via: NetVia,
+        /// Its host.
+        host: String,
+        /// Its port.
+        port: u16,
+    },
+}
+
+impl fmt::Display for NetProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NetProblem::NotRecorded { via, host, port } => write!(
+                f,
+                "the plugin opened a connection the recording does not have ({} {host}:{port}); it was refused",
+                via_name(*via)
+            ),
+            NetProblem::Diverged {
+                conn,
+                via,
+                host,
+                port,
+                expected,
+                got,
+            } => {
+                writeln!(
+                    f,
+                    "first divergence at network exchange {conn} ({} {host}:{port}): the plugin sent a different request",
+                    via_name(*via)
+                )?;
+                for line in expected.iter().filter(|l| !got.contains(l)) {
+                    writeln!(f, "- {line}")?;
+                }
+                for line in got.iter().filter(|l| !expected.contains(l)) {
+                    writeln!(f, "+ {line}")?;
+                }
+                Ok(())
+            }
+            NetProblem::NotReplayable { conn, reason } => {
+                write!(f, "network exchange {conn} cannot be replayed: {reason}")
+            }
+            NetProblem::Unused {
+                conn,
+                via,
+                host,
+                port,
+            } => write!(
+                f,
+                "the plugin did not open recorded network exchange {conn} ({} {host}:{port})",
+                via_name(*via)
+            ),
+        }
+    }
+}
+
+/// The name sandpipe's audit log and messages give a way out.
+fn via_name(via: NetVia) -> &'static str {
+    match via {
+        NetVia::WasiHttp => "wasi:http",
+        NetVia::WasiSockets => "wasi:sockets",
+        NetVia::Proxy => "proxy",
+    }
+}
+
+/// A recorded HTTP exchange to play back: the response head and its body's chunks.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Played {
+    /// The recorded response head, or `None` when the exchange failed (`failed` line).
+    pub response: Option<HttpResponse>,
+    /// The body, in the chunks it was recorded in.
+    pub body: Vec<Vec<u8>>,
+    /// Why the exchange failed, when it did.
+    pub failed: Option<String>,
+}
+
+/// A recording's network, served in place of the network. Each connection the plugin opens
+/// claims the first recorded connection not yet claimed with the same way out, host and
+/// port; an HTTP request must then match the recorded method, URL and body.
+pub struct NetReplay {
+    conns: Vec<Recorded>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    claimed: Vec<bool>,
+    problems: Vec<NetProblem>,
+}
+
+impl fmt::Debug for NetReplay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NetReplay")
+            .field("connections", &self.conns.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl NetReplay {
+    /// The connections of `recording`, ready to be served.
+    pub fn new(recording: &Recording) -> Self {
+        let mut conns: Vec<Recorded> = Vec::new();
+        for entry in &recording.net {
+            let Ok(i) = usize::try_from(entry.conn) else {
+                continue;
+            };
+            if conns.len() <= i {
+                conns.resize_with(i + 1, Recorded::default);
+            }
+            let c = &mut conns[i];
+            match &entry.event {
+                NetEvent::Open(open) => c.open = Some(open.clone()),
+                NetEvent::Request(r) => c.request = Some(r.clone()),
+                NetEvent::Response(r) => c.response = Some(r.clone()),
+                NetEvent::Data {
+                    dir: NetDir::Out,
+                    bytes,
+                } => c.out.extend_from_slice(bytes),
+                NetEvent::Data {
+                    dir: NetDir::In,
+                    bytes,
+                } => c.inn.push(bytes.clone()),
+                NetEvent::Failed(n) => c.failed = Some(n.reason.clone()),
+                NetEvent::Opaque(n) => c.opaque = Some(n.reason.clone()),
+                _ => {}
+            }
+        }
+        let claimed = vec![false; conns.len()];
+        Self {
+            conns,
+            state: Mutex::new(State {
+                claimed,
+                problems: Vec::new(),
+            }),
+        }
+    }
+
+    /// How many connections the recording has.
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Whether the recording has no connection.
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Claim the next recorded connection by `via` to `host:port` (the host lower case, an
+    /// IPv6 literal without brackets). `None`, with a [`NetProblem::NotRecorded`] kept, when
+    /// the recording has no more of them.
+    pub fn claim(&self, via: NetVia, host: &str, port: u16) -> Option<u64> {
+        let mut state = self.state();
+        let found = self.conns.iter().enumerate().position(|(i, c)| {
+            !state.claimed[i]
+                && c.open
+                    .as_ref()
+                    .is_some_and(|o| o.via == via && o.port == port && o.host == host)
+        });
+        match found {
+            Some(i) => {
+                state.claimed[i] = true;
+                Some(i as u64)
+            }
+            None => {
+                tracing::warn!(
+                    "replay: {host}:{port} refused: the recording has no more connections there ({})",
+                    via_name(via)
+                );
+                state.problems.push(NetProblem::NotRecorded {
+                    via,
+                    host: host.to_owned(),
+                    port,
+                });
+                None
+            }
+        }
+    }
+
+    /// The most request-body bytes worth reading for claimed connection `conn`: its recorded
+    /// body and one more (a longer body differs, whatever follows).
+    pub fn body_cap(&self, conn: u64) -> usize {
+        self.get(conn).map_or(0, |c| c.out.len()) + 1
+    }
+
+    fn get(&self, conn: u64) -> Option<&Recorded> {
+        usize::try_from(conn).ok().and_then(|i| self.conns.get(i))
+    }
+
+    /// Check the plugin's HTTP request on claimed connection `conn` against the recording:
+    /// the same method, URL and body (`body` read up to [`NetReplay::body_cap`]). The
+    /// recorded answer when they match; `None`, with the problem kept, when not.
+    pub fn http(&self, conn: u64, request: &HttpRequest, body: &[u8]) -> Option<Played> {
+        let recorded = self.get(conn)?;
+        let open = recorded.open.as_ref()?;
+        if let Some(reason) = &recorded.opaque {
+            self.state().problems.push(NetProblem::NotReplayable {
+                conn,
+                reason: reason.clone(),
+            });
+            return None;
+        }
+        let expected = recorded
+            .request
+            .as_ref()
+            .map(|r| describe(r, &recorded.out))
+            .unwrap_or_else(|| vec!["(no HTTP request: the connection carried bytes)".into()]);
+        let got = describe(request, body);
+        if expected != got {
+            self.state().problems.push(NetProblem::Diverged {
+                conn,
+                via: open.via,
+                host: open.host.clone(),
+                port: open.port,
+                expected,
+                got,
+            });
+            return None;
+        }
+        Some(Played {
+            response: recorded.response.clone(),
+            body: recorded.inn.clone(),
+            failed: recorded.failed.clone(),
+        })
+    }
+
+    /// Keep, for claimed connection `conn`, that it cannot be played back: the recorded reason
+    /// (`opaque`), or that only HTTP exchanges are played.
+    pub fn not_replayable(&self, conn: u64) {
+        let reason = self
+            .get(conn)
+            .and_then(|c| c.opaque.clone())
+            .unwrap_or_else(|| "only wasi:http exchanges are played back".to_owned());
+        self.state()
+            .problems
+            .push(NetProblem::NotReplayable { conn, reason });
+    }
+
+    /// The addresses the recording pinned `name` to (lower case), for a lookup in a replay:
+    /// what the name resolved to then, without DNS.
+    pub fn addresses(&self, name: &str) -> Vec<IpAddr> {
+        let mut out = Vec::new();
+        for open in self.conns.iter().filter_map(|c| c.open.as_ref()) {
+            if open.host == name
+                && let Some(ip) = open
+                    .addr
+                    .as_deref()
+                    .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+                    .map(|a| a.ip())
+                && !out.contains(&ip)
+            {
+                out.push(ip);
+            }
+        }
+        out
+    }
+
+    /// What went wrong so far, in order, and then each recorded connection the plugin did
+    /// not open: the replay matched the recording's network only when this is empty.
+    pub fn problems(&self) -> Vec<NetProblem> {
+        let state = self.state();
+        let mut out = state.problems.clone();
+        for (i, c) in self.conns.iter().enumerate() {
+            if let (false, Some(open)) = (state.claimed[i], &c.open) {
+                out.push(NetProblem::Unused {
+                    conn: i as u64,
+                    via: open.via,
+                    host: open.host.clone(),
+                    port: open.port,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// A request as the lines a divergence shows: `METHOD URL`, then the body.
+fn describe(request: &HttpRequest, body: &[u8]) -> Vec<String> {
+    let mut lines = vec![format!("{} {}", request.method, request.url)];
+    if !body.is_empty() {
+        lines.push(match std::str::from_utf8(body) {
+            Ok(text) if !text.contains(['\n', '\r']) => format!("body: {text}"),
+            _ => format!(
+                "body: x {}",
+                body.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            ),
+        });
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recording() -> Recording {
+        Recording::parse(concat!(
+            "@0 open {\"via\":\"wasi-http\",\"host\":\"api.test\",\"port\":80,\"addr\":\"127.0.0.1:80\"}\n",
+            "@0 request {\"method\":\"POST\",\"url\":\"http://api.test/a\"}\n",
+            "@0 > hi\n@0 >end\n",
+            "@0 response {\"status\":201}\n@0 < one\n@0 < two\n@0 <end\n@0 close\n",
+            "@1 open {\"via\":\"wasi-http\",\"host\":\"api.test\",\"port\":80}\n",
+            "@1 request {\"method\":\"GET\",\"url\":\"http://api.test/b\"}\n@1 close\n",
+        ))
+        .expect("a recording")
+    }
+
+    fn request(method: &str, url: &str) -> HttpRequest {
+        HttpRequest {
+            method: method.into(),
+            url: url.into(),
+            headers: Vec::new(),
+            added: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn connections_are_served_in_order_and_a_changed_request_diverges() {
+        let replay = NetReplay::new(&recording());
+        assert_eq!(
+            replay.addresses("api.test"),
+            ["127.0.0.1".parse::<IpAddr>().expect("ip")]
+        );
+        let conn = replay
+            .claim(NetVia::WasiHttp, "api.test", 80)
+            .expect("claimed");
+        assert_eq!((conn, replay.body_cap(conn)), (0, 3));
+        let played = replay
+            .http(conn, &request("POST", "http://api.test/a"), b"hi")
+            .expect("matched");
+        assert_eq!(played.response.expect("a response").status, 201);
+        assert_eq!(played.body, [b"one".to_vec(), b"two".to_vec()]);
+        assert!(
+            replay
+                .problems()
+                .iter()
+                .all(|p| matches!(p, NetProblem::Unused { conn: 1, .. }))
+        );
+
+        let conn = replay
+            .claim(NetVia::WasiHttp, "api.test", 80)
+            .expect("claimed");
+        assert!(
+            replay
+                .http(conn, &request("GET", "http://api.test/c"), b"")
+                .is_none()
+        );
+        assert_eq!(replay.claim(NetVia::WasiHttp, "api.test", 80), None);
+        assert_eq!(replay.claim(NetVia::WasiHttp, "other.test", 80), None);
+        let problems = replay.problems();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        let shown = problems[0].to_string();
+        assert!(
+            shown.starts_with("first divergence at network exchange 1 (wasi:http api.test:80)"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("\n- GET http://api.test/b\n+ GET http://api.test/c\n"),
+            "{shown}"
+        );
+        assert!(matches!(
+            &problems[1],
+            NetProblem::NotRecorded { port: 80, .. }
+        ));
+    }
+}

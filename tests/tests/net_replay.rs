@@ -1,0 +1,418 @@
+//! Hermetic replay: a plugin's network recorded with `--record` and served back by `sandpipe
+//! replay --plugin` with no network. Real plugins (the `wasi:http` component `http-client`;
+//! Python's `urllib` natively, through sandpipe's proxy) against real HTTP servers on
+//! 127.0.0.1, each recorded, then stopped, its port closed, before the replay, so a replay
+//! that reached anything would fail. No test waits on a clock: every server serves a known
+//! number of connections and is joined before the replay starts.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::thread::JoinHandle;
+
+use sandpipe_tests::web::{SENTENCE, WebServer};
+use sandpipe_tests::{Target, cli, peers};
+use serde_json::Value;
+
+/// An HTTP/1.1 server on 127.0.0.1 that serves exactly `n` connections, one request each,
+/// answering each with `answer(request line)`, then closes its port.
+struct Loopback {
+    port: u16,
+    thread: Option<JoinHandle<Vec<String>>>,
+}
+
+impl Loopback {
+    fn serve(n: usize, answer: impl Fn(&str) -> Vec<u8> + Send + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the server");
+        let port = listener.local_addr().expect("local address").port();
+        let thread = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for _ in 0..n {
+                let Ok((conn, _)) = listener.accept() else {
+                    break;
+                };
+                let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+                let mut line = String::new();
+                let _ = reader.read_line(&mut line);
+                let mut length = 0usize;
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).is_err() || h.trim_end().is_empty() {
+                        break;
+                    }
+                    if let Some((name, value)) = h.trim_end().split_once(':')
+                        && name.eq_ignore_ascii_case("content-length")
+                    {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; length];
+                let _ = reader.read_exact(&mut body);
+                let request = line.trim_end().to_owned();
+                let body = answer(&request);
+                let mut conn = conn;
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(&body);
+                let _ = conn.flush();
+                seen.push(request);
+            }
+            seen
+        });
+        Self {
+            port,
+            thread: Some(thread),
+        }
+    }
+
+    /// Wait until every connection was served and the port is closed; the request lines.
+    fn finish(mut self) -> Vec<String> {
+        let seen = self
+            .thread
+            .take()
+            .expect("the server thread")
+            .join()
+            .expect("the server ran");
+        assert!(
+            TcpStream::connect(("127.0.0.1", self.port)).is_err(),
+            "the server's port is still open"
+        );
+        seen
+    }
+}
+
+/// `sandpipe ARGS` with `env`, the commands on stdin.
+fn sandpipe(args: &[String], env: &[(&str, &str)], stdin: &str) -> Output {
+    let mut cmd = Command::new(peers::sandpipe());
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cli::run_command(cmd, stdin.as_bytes())
+}
+
+/// `run --record FILE` of `http-client` allowed `api.test:PORT`, pinned to 127.0.0.1.
+fn record_args(file: &Path, port: u16, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "run",
+        "--framing",
+        "lines",
+        "--record",
+        &file.display().to_string(),
+        "--allow-net",
+        &format!("api.test:{port}"),
+        "--resolve",
+        "api.test=127.0.0.1",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args.push(cli::path("http-client", Target::Wasm));
+    args
+}
+
+fn replay_args(file: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "replay".to_owned(),
+        file.display().to_string(),
+        "--plugin".to_owned(),
+        cli::path("http-client", Target::Wasm),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+fn answers(out: &Output) -> Vec<Value> {
+    cli::text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+const SECRET: &str = "Bearer s3cret-that-stays-in-the-environment";
+
+#[test]
+fn a_wasi_http_recording_replays_offline_and_a_changed_or_extra_request_is_reported() {
+    let server = Loopback::serve(2, |line| format!("answer to {line}").into_bytes());
+    let port = server.port;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("http.transcript");
+    let commands =
+        format!("\"get http://api.test:{port}/a\"\n\"get http://api.test:{port}/b?q=1\"\n");
+    let env = [("TOKEN", SECRET)];
+    let out = sandpipe(
+        &record_args(
+            &file,
+            port,
+            &["--http-header", "api.test:Authorization=env:TOKEN"],
+        ),
+        &env,
+        &commands,
+    );
+    assert!(out.status.success(), "{}", cli::text(&out.stderr));
+    let got = answers(&out);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0]["body"], format!("answer to GET /a HTTP/1.1"));
+    let seen = server.finish();
+    assert_eq!(seen, ["GET /a HTTP/1.1", "GET /b?q=1 HTTP/1.1"]);
+
+    let text = std::fs::read_to_string(&file).expect("the recording");
+    assert!(
+        !text.contains("s3cret"),
+        "the secret is in the recording:\n{text}"
+    );
+    assert!(
+        text.contains(r#""added":[{"name":"Authorization","from":"env:TOKEN"}]"#),
+        "{text}"
+    );
+    for line in [
+        format!(
+            r#"@0 open {{"via":"wasi-http","host":"api.test","port":{port},"addr":"127.0.0.1:{port}","rule":"api.test:{port}"}}"#
+        ),
+        "@0 < answer to GET /a HTTP/1.1".to_owned(),
+        "@1 <end".to_owned(),
+        "@1 close".to_owned(),
+    ] {
+        assert!(text.lines().any(|l| l == line), "no line {line} in\n{text}");
+    }
+    // In order with the frames: each exchange before the answer it gave (the engine wrote
+    // both commands at once).
+    let mut kinds: Vec<char> = text
+        .lines()
+        .filter_map(|l| match l.get(..3) {
+            Some("@0 ") => Some('0'),
+            Some("@1 ") => Some('1'),
+            _ => l.chars().next().filter(|c| matches!(c, '>' | '<')),
+        })
+        .collect();
+    kinds.dedup();
+    assert_eq!(kinds.iter().collect::<String>(), ">0<1<", "{text}");
+
+    // Offline: the server is gone, and the replay is green.
+    let out = sandpipe(&replay_args(&file, &[]), &env, "");
+    let stderr = cli::text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("replay matched all 4 frames and 2 network exchanges"),
+        "{stderr}"
+    );
+
+    // The exchanges as HAR 1.2, without running anything.
+    let har = dir.path().join("http.har");
+    let out = sandpipe(
+        &[
+            "replay".to_owned(),
+            file.display().to_string(),
+            "--har".to_owned(),
+            har.display().to_string(),
+        ],
+        &[],
+        "",
+    );
+    assert!(out.status.success(), "{}", cli::text(&out.stderr));
+    let har: Value = serde_json::from_slice(&std::fs::read(&har).expect("the HAR")).expect("JSON");
+    assert_eq!(har["log"]["version"], "1.2");
+    let entries = har["log"]["entries"].as_array().expect("entries");
+    assert_eq!(entries.len(), 2, "{har}");
+    assert_eq!(
+        entries[1]["request"]["url"],
+        format!("http://api.test:{port}/b?q=1")
+    );
+    assert_eq!(entries[1]["response"]["status"], 200);
+    assert_eq!(
+        entries[1]["response"]["content"]["text"],
+        "answer to GET /b?q=1 HTTP/1.1"
+    );
+    assert!(!har.to_string().contains("s3cret"));
+
+    // The second request changed (the engine asks for another URL): it diverges at that
+    // exchange, with the request's diff.
+    let changed = dir.path().join("changed.transcript");
+    std::fs::write(
+        &changed,
+        text.replace(
+            &format!("> \"get http://api.test:{port}/b?q=1\""),
+            &format!("> \"get http://api.test:{port}/c\""),
+        ),
+    )
+    .expect("write");
+    let out = sandpipe(&replay_args(&changed, &[]), &env, "");
+    let stderr = cli::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "first divergence at network exchange 1 (wasi:http api.test:{port}): the plugin sent a different request\n- GET http://api.test:{port}/b?q=1\n+ GET http://api.test:{port}/c\n"
+        )),
+        "{stderr}"
+    );
+
+    // The recording without its second exchange: the plugin's second request is a
+    // connection it does not have, refused and reported.
+    let fewer = dir.path().join("fewer.transcript");
+    let kept: String = text
+        .lines()
+        .filter(|l| !l.starts_with("@1 "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&fewer, kept).expect("write");
+    let out = sandpipe(&replay_args(&fewer, &[]), &env, "");
+    let stderr = cli::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the plugin opened a connection the recording does not have (wasi:http api.test:{port}); it was refused"
+        )),
+        "{stderr}"
+    );
+
+    // `--network live` goes to the network as the recording did: the server is gone.
+    let out = sandpipe(&replay_args(&file, &["--network", "live"]), &env, "");
+    let stderr = cli::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("first divergence at frame 2"), "{stderr}");
+}
+
+#[test]
+fn deterministic_recordings_against_the_same_answers_are_byte_identical() {
+    let server = Loopback::serve(2, |_| b"the same answer\n".to_vec());
+    let port = server.port;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = [
+        dir.path().join("one.transcript"),
+        dir.path().join("two.transcript"),
+    ];
+    for file in &files {
+        let out = sandpipe(
+            &record_args(file, port, &["--deterministic", "--seed", "3"]),
+            &[],
+            &format!("\"get http://api.test:{port}/price\"\n"),
+        );
+        assert!(out.status.success(), "{}", cli::text(&out.stderr));
+    }
+    server.finish();
+    let one = std::fs::read(&files[0]).expect("one");
+    let two = std::fs::read(&files[1]).expect("two");
+    assert!(
+        one == two,
+        "the recordings differ:\n{}\n---\n{}",
+        cli::text(&one),
+        cli::text(&two)
+    );
+    assert!(cli::text(&one).contains("@0 <x 7468652073616d6520616e737765720a"));
+    let out = sandpipe(&replay_args(&files[0], &[]), &[], "");
+    assert!(out.status.success(), "{}", cli::text(&out.stderr));
+}
+
+#[test]
+fn a_body_past_max_record_stops_the_recording_with_the_error() {
+    let server = Loopback::serve(1, |_| vec![b'x'; 256 << 10]);
+    let port = server.port;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("big.transcript");
+    let out = sandpipe(
+        &record_args(&file, port, &["--max-record", "64KiB"]),
+        &[],
+        &format!("\"get http://api.test:{port}/big\"\n"),
+    );
+    let stderr = cli::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("sandpipe: --record: the recording exceeds --max-record 65536 bytes"),
+        "{stderr}"
+    );
+    server.finish();
+    let text = std::fs::read_to_string(&file).expect("the recording");
+    let last = text.lines().last().expect("a line");
+    assert!(
+        last.starts_with("# stopped: the recording exceeds --max-record 65536 bytes"),
+        "{last}"
+    );
+    // Everything before the stop fits under the cap: nothing past it was written.
+    assert!(text.len() - last.len() - 1 <= 64 << 10, "{}", text.len());
+}
+
+#[test]
+fn python_urllib_through_the_proxy_replays_offline() {
+    let server = WebServer::http();
+    let port = server.port;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("urllib.transcript");
+    let python = peers::mcp_python().display().to_string();
+    let script = peers::source("net/fetch.py").display().to_string();
+    let url = format!("http://api.test:{port}/text");
+    let args: Vec<String> = [
+        "run",
+        "--framing",
+        "lines",
+        "--record",
+        &file.display().to_string(),
+        "--allow-net",
+        &format!("api.test:{port}"),
+        "--resolve",
+        "api.test=127.0.0.1",
+        &python,
+        &script,
+        &url,
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let out = sandpipe(&args, &[], "");
+    assert!(out.status.success(), "{}", cli::text(&out.stderr));
+    let got = answers(&out);
+    assert_eq!(got[0]["body"], format!("{SENTENCE}\n"), "{got:?}");
+    // The server ends here: its port is closed before the replay.
+    drop(server);
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+    let text = std::fs::read_to_string(&file).expect("the recording");
+    assert!(
+        text.contains(&format!(
+            r#""via":"proxy","host":"api.test","port":{port},"kind":"http""#
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(r#"@0 request {{"method":"GET","url":"{url}""#)),
+        "{text}"
+    );
+    let out = sandpipe(
+        &[
+            "replay".to_owned(),
+            file.display().to_string(),
+            "--plugin".to_owned(),
+            python,
+        ],
+        &[],
+        "",
+    );
+    let stderr = cli::text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("replay matched all 1 frames and 1 network exchanges"),
+        "{stderr}"
+    );
+    // The proxy's answer is recorded as it came; the HAR splits its head off.
+    let out = sandpipe(
+        &[
+            "replay".to_owned(),
+            file.display().to_string(),
+            "--har".to_owned(),
+            "-".to_owned(),
+        ],
+        &[],
+        "",
+    );
+    assert!(out.status.success(), "{}", cli::text(&out.stderr));
+    let har: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let entry = &har["log"]["entries"][0];
+    assert_eq!(entry["response"]["status"], 200, "{har}");
+    assert_eq!(
+        entry["response"]["content"]["text"],
+        format!("{SENTENCE}\n")
+    );
+}
