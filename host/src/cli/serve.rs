@@ -90,7 +90,11 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<i32> {
     };
     let mut launch = Launch::new(Arc::new(host), plugin, policy, session, budgets);
     if let Some(dir) = &args.serve.record_dir {
-        launch = launch.record_dir(dir.clone(), args.sandbox.limits.max_frame());
+        launch = launch.record_dir(
+            dir.clone(),
+            args.sandbox.limits.max_frame(),
+            args.sandbox.limits.max_record(),
+        );
     }
     let isolation = if options.tokens.is_some() {
         "an instance per 2025 session and per 2026-07-28 principal"

@@ -114,6 +114,8 @@ pub struct Launch {
     pub record_dir: Option<PathBuf>,
     /// The largest frame, for the transcripts' headers.
     pub max_frame: u64,
+    /// The largest transcript (`--max-record`), in bytes [default: `DEFAULT_MAX_RECORD`].
+    pub max_record: Option<u64>,
 }
 
 impl Launch {
@@ -133,13 +135,16 @@ impl Launch {
             budgets,
             record_dir: None,
             max_frame: crate::policy::sections::DEFAULT_MAX_FRAME,
+            max_record: None,
         }
     }
 
-    /// Record each instance in `dir`, its frames no larger than `max_frame`.
-    pub fn record_dir(mut self, dir: PathBuf, max_frame: u64) -> Self {
+    /// Record each instance in `dir`, its frames no larger than `max_frame`, each transcript
+    /// no larger than `max_record` bytes (`--max-record`).
+    pub fn record_dir(mut self, dir: PathBuf, max_frame: u64, max_record: u64) -> Self {
         self.record_dir = Some(dir);
         self.max_frame = max_frame;
+        self.max_record = Some(max_record);
         self
     }
 
@@ -160,6 +165,7 @@ impl Launch {
             protocol: Some("mcp"),
             policy,
             max_frame: Some(self.max_frame),
+            max_record: self.max_record,
         };
         match Recorder::create(&path, &header) {
             Ok(r) => Some(Arc::new(r)),
