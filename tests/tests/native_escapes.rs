@@ -182,7 +182,7 @@ fn cores(dir: &Path) -> Vec<PathBuf> {
 /// `cmd` with `ulimit -c unlimited`.
 #[allow(unsafe_code)]
 fn with_core_dumps(cmd: &mut Command) -> &mut Command {
-    // SAFETY: setrlimit in the child before exec, on a value on its stack.
+    // SAFETY: setrlimit and signal in the child before exec, on values on its stack.
     unsafe {
         cmd.pre_exec(|| {
             let unlimited = libc::rlimit {
@@ -190,6 +190,12 @@ fn with_core_dumps(cmd: &mut Command) -> &mut Command {
                 rlim_max: libc::RLIM_INFINITY,
             };
             if libc::setrlimit(libc::RLIMIT_CORE, &unlimited) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // An ignored signal stays ignored across exec, and a job a non-interactive shell
+            // starts in the background (`cmd &`, nohup, some CI runners) ignores SIGQUIT: the
+            // test is of SIGQUIT's default action, so the child gets it back.
+            if libc::signal(libc::SIGQUIT, libc::SIG_DFL) == libc::SIG_ERR {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
