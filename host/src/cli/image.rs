@@ -23,7 +23,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::dist::image::{Image, ImageFile, ImageSpec, check_static_elf};
-use crate::policy::sections::env_name;
+use crate::policy::sections::{env_name, meters_fuel};
 
 /// Where the image holds the plugin's compiled artifacts.
 const CACHE_DIR: &str = "/cache";
@@ -224,28 +224,27 @@ fn write_archive(image: &Image, out: &Path) -> Result<()> {
 /// unsets, as clap reads it). The image holds that engine's artifact only: a `podman run -e
 /// SANDPIPE_FUEL=N` of an image built without a fuel budget compiles the plugin at start.
 fn runs_metered(policy: Option<&Path>, container_env: &[String]) -> Result<bool> {
-    let file = policy.map(crate::PolicyFile::load).transpose()?;
-    let fuel_keys = [
-        (
-            env_name("fuel"),
-            file.as_ref().is_some_and(|f| f.limits.fuel.is_some()),
-        ),
-        (
-            env_name("fuel-per-request"),
-            file.as_ref().is_some_and(|f| f.requests.fuel.is_some()),
-        ),
-    ];
-    Ok(fuel_keys.into_iter().any(|(var, in_file)| {
-        // The last setting of a name is the image's (see `image`).
-        let set = container_env
+    let (mut limits, mut requests) = match policy.map(crate::PolicyFile::load).transpose()? {
+        Some(file) => (file.limits, file.requests),
+        None => Default::default(),
+    };
+    // The environment over the file, as clap reads it at start: the last setting of a name is
+    // the image's (see `image`), and an empty value unsets. Only whether a budget is set
+    // matters here, so a set value stands for any.
+    let env = |var: String| {
+        container_env
             .iter()
             .rev()
-            .find_map(|e| e.strip_prefix(var.as_str())?.strip_prefix('='));
-        match set {
-            Some(value) => !value.is_empty(),
-            None => in_file,
-        }
-    }))
+            .find_map(|e| e.strip_prefix(var.as_str())?.strip_prefix('='))
+            .map(|value| (!value.is_empty()).then_some(1))
+    };
+    if let Some(set) = env(env_name("fuel")) {
+        limits.fuel = set;
+    }
+    if let Some(set) = env(env_name("fuel-per-request")) {
+        requests.fuel = set;
+    }
+    Ok(meters_fuel(&limits, &requests))
 }
 
 /// Compile `plugin` with `sandpipe` (`sandpipe compile --cache-dir TMP`) for the engine with

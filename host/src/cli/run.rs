@@ -89,17 +89,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         return Ok(2);
     }
     let mut signals = Signals::install().context("installing signal handlers")?;
-    // Fuel metering costs a guest about a fifth of its speed in every loop (BENCHMARKS.md, the
-    // `lim.` rows): compiled in only when this run sets a fuel budget. Epoch checks stay, for
+    // Fuel metering compiled in only when this run sets a fuel budget; epoch checks stay, for
     // deadlines and kills.
-    let fuel = args.sandbox.limits.fuel.is_some() || args.requests.fuel.is_some();
-    let host = super::host_metered(
-        args.sandbox.cache.dir(),
-        crate::Metering::default().fuel(fuel),
-    )?;
-    let plugin =
-        super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
-    super::dist::note_slow_compile(&plugin, &args.plugin);
+    let (host, plugin) = args.sandbox.load(&args.requests, &args.plugin).await?;
     let mut policy =
         args.sandbox
             .policy(super::plugin_args(&args.args), &args.requests, &args.tools)?;

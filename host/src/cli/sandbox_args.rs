@@ -45,6 +45,21 @@ pub struct SandboxArgs {
 }
 
 impl SandboxArgs {
+    /// The host with the engine these options and `requests` run under (fuel metering only
+    /// when they set a fuel budget, [`crate::policy::sections::meters_fuel`]), and `plugin`
+    /// loaded by it, a slow compile noted: `run`'s and `serve`'s start.
+    pub(crate) async fn load(
+        &self,
+        requests: &Requests,
+        plugin: &std::path::Path,
+    ) -> Result<(crate::Host, crate::Plugin)> {
+        let fuel = crate::policy::sections::meters_fuel(&self.limits, requests);
+        let host = super::host_metered(self.cache.dir(), crate::Metering::default().fuel(fuel))?;
+        let loaded = super::dist::load(&host, plugin, &self.dist, &self.cache).await?;
+        super::dist::note_slow_compile(&loaded, plugin);
+        Ok((host, loaded))
+    }
+
     /// The policy these options, `requests` and `tools` describe (a policy file's values
     /// already laid under them), with `args` after argv[0], made as a policy file's and a
     /// recording's are ([`Policy::from_document`]).

@@ -59,14 +59,7 @@ pub struct ServeArgs {
 
 pub(crate) async fn serve(args: ServeArgs) -> Result<i32> {
     let ServeProtocol::Mcp = args.protocol;
-    let fuel = args.sandbox.limits.fuel.is_some() || args.requests.fuel.is_some();
-    let host = super::host_metered(
-        args.sandbox.cache.dir(),
-        crate::Metering::default().fuel(fuel),
-    )?;
-    let plugin =
-        super::dist::load(&host, &args.plugin, &args.sandbox.dist, &args.sandbox.cache).await?;
-    super::dist::note_slow_compile(&plugin, &args.plugin);
+    let (host, plugin) = args.sandbox.load(&args.requests, &args.plugin).await?;
     let policy =
         args.sandbox
             .policy(super::plugin_args(&args.args), &args.requests, &args.tools)?;

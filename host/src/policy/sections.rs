@@ -489,6 +489,14 @@ section! {
     }
 }
 
+/// Whether `limits` and `requests` set a fuel budget (`fuel`, `[requests] fuel`): a run that
+/// does needs the engine with fuel metering, which costs a guest about a fifth of its speed in
+/// every loop, so every other run gets the engine without (`run`, `serve`, the artifact
+/// `sandpipe image` stores).
+pub fn meters_fuel(limits: &Limits, requests: &Requests) -> bool {
+    limits.fuel.is_some() || requests.fuel.is_some()
+}
+
 /// `--start-timeout`'s default, which its `--help` names.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
 
