@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::thread::JoinHandle;
 
-use sandpipe_tests::web::{SENTENCE, WebServer};
+use sandpipe_tests::web::{SENTENCE, TestCa, WebServer};
 use sandpipe_tests::{Target, cli, peers};
 use serde_json::Value;
 
@@ -414,5 +414,154 @@ fn python_urllib_through_the_proxy_replays_offline() {
     assert_eq!(
         entry["response"]["content"]["text"],
         format!("{SENTENCE}\n")
+    );
+}
+
+/// `sandpipe run --tls-intercept` of Python's `urllib` (the real client, natively, through
+/// sandpipe's proxy) fetching `urls` from `api.test` on `port` (pinned to 127.0.0.1), with
+/// `extra` flags; sandpipe itself trusts `ca` (its `SSL_CERT_FILE`) to verify the server.
+fn urllib_args(file: &Path, port: u16, extra: &[String], script_args: &[String]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "run",
+        "--framing",
+        "lines",
+        "--record",
+        &file.display().to_string(),
+        "--allow-net",
+        &format!("api.test:{port}"),
+        "--resolve",
+        "api.test=127.0.0.1",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    args.extend(extra.iter().cloned());
+    args.push(peers::mcp_python().display().to_string());
+    args.push(peers::source("net/fetch.py").display().to_string());
+    args.extend(script_args.iter().cloned());
+    args
+}
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[test]
+fn https_from_a_native_plugin_with_tls_intercept_is_recorded_in_plaintext_and_replays_offline() {
+    let ca = TestCa::new(&["api.test"]);
+    let server = WebServer::https(&ca);
+    let port = server.port;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("https.transcript");
+    let text_url = format!("https://api.test:{port}/text");
+    let auth_url = format!("https://api.test:{port}/auth");
+    let flags: Vec<String> = [
+        "--tls-intercept",
+        "--http-header",
+        "api.test:Authorization=env:TOKEN",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let ca_file = ca.ca.display().to_string();
+    let args = urllib_args(&file, port, &flags, &[text_url.clone(), auth_url.clone()]);
+    let out = sandpipe(&args, &[("SSL_CERT_FILE", &ca_file), ("TOKEN", SECRET)], "");
+    assert!(out.status.success(), "{}", cli::text(&out.stderr));
+    let got = answers(&out);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0]["body"], format!("{SENTENCE}\n"), "{got:?}");
+    // The server got sandpipe's header; the plugin never had it.
+    assert_eq!(
+        got[1]["body"],
+        format!("{}\n", sha256_hex(SECRET)),
+        "the server did not see the --http-header: {got:?}"
+    );
+    drop(server);
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+
+    let text = std::fs::read_to_string(&file).expect("the recording");
+    assert!(
+        !text.contains("s3cret"),
+        "the secret is in the recording:\n{text}"
+    );
+    for line in [
+        format!(r#""via":"proxy","host":"api.test","port":{port},"kind":"http""#),
+        format!(r#""method":"GET","url":"{text_url}""#),
+        format!(r#""method":"GET","url":"{auth_url}""#),
+        r#""added":[{"name":"Authorization","from":"env:TOKEN"}]"#.to_owned(),
+        r#""tls-intercept":true"#.to_owned(),
+    ] {
+        assert!(
+            text.contains(&line),
+            "{line} is not in the recording:\n{text}"
+        );
+    }
+    // Plaintext: the body the server sent is in the file, as its data line writes it (hex,
+    // since it ends with a newline).
+    let hex: String = format!("{SENTENCE}\n")
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(text.contains(&format!("<x {hex}")), "{text}");
+
+    // Offline: no server, and neither sandpipe nor the plugin is given the test CA. The
+    // plugin trusts this replay's own session CA.
+    let replay = |extra: &[&str]| {
+        let mut args = vec![
+            "replay".to_owned(),
+            file.display().to_string(),
+            "--plugin".to_owned(),
+            peers::mcp_python().display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        sandpipe(&args, &[("TOKEN", "not the recorded secret")], "")
+    };
+    let out = replay(&[]);
+    let stderr = cli::text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("replay matched all 2 frames and 2 network exchanges"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_plugin_that_pins_its_ca_refuses_the_session_ca_and_the_message_names_tls_intercept() {
+    let ca = TestCa::new(&["api.test"]);
+    let server = WebServer::https(&ca);
+    let port = server.port;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("pinned.transcript");
+    let url = format!("https://api.test:{port}/text");
+    let ca_file = ca.ca.display().to_string();
+    // The program trusts the test CA alone (whatever SSL_CERT_FILE says), read from a grant.
+    let script_args = vec![format!("--cafile={ca_file}"), url];
+    let grant = vec!["--dir".to_owned(), format!("{}:ro", ca.path().display())];
+    let run = |intercept: bool| {
+        let mut flags = grant.clone();
+        if intercept {
+            flags.push("--tls-intercept".to_owned());
+        }
+        let args = urllib_args(&file, port, &flags, &script_args);
+        sandpipe(&args, &[("SSL_CERT_FILE", &ca_file)], "")
+    };
+    // Without --tls-intercept the tunnel is TLS end to end: the pinned CA is the server's.
+    let out = run(false);
+    assert!(out.status.success(), "{}", cli::text(&out.stderr));
+    assert_eq!(answers(&out)[0]["body"], format!("{SENTENCE}\n"));
+    // With it, the plugin sees the session CA's certificate and refuses it.
+    let out = run(true);
+    let got = answers(&out);
+    let error = got[0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("CERTIFICATE_VERIFY_FAILED"), "{got:?}");
+    let stderr = cli::text(&out.stderr);
+    assert!(
+        stderr.contains("the plugin refused the certificate of sandpipe's session CA")
+            && stderr.contains("without --tls-intercept"),
+        "{stderr}"
     );
 }

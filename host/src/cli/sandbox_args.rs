@@ -76,8 +76,12 @@ impl SandboxArgs {
             .map(|rule| rule.trim().to_owned())
             .filter(|rule| !rule.is_empty())
             .collect();
-        if net.allow.is_empty() && !(net.resolve.is_empty() && net.http_headers.is_empty()) {
-            anyhow::bail!("--resolve and --http-header need --allow-net: the network is closed");
+        if net.allow.is_empty()
+            && !(net.resolve.is_empty() && net.http_headers.is_empty() && !net.tls_intercept)
+        {
+            anyhow::bail!(
+                "--resolve, --http-header and --tls-intercept need --allow-net: the network is closed"
+            );
         }
         let mut doc = PolicyDocument::given(&self.limits, &self.grants, &net, requests, tools);
         doc.args = args;

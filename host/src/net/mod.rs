@@ -27,9 +27,11 @@
 //! UDP (no plugin gets UDP; DNS goes through sandpipe's resolver).
 
 mod audit;
+mod intercept;
 mod proxy;
 mod resolve;
 mod tape;
+mod tls;
 
 use std::fmt;
 use std::net::IpAddr;
@@ -39,9 +41,11 @@ use ipnet::IpNet;
 
 pub(crate) use audit::limit_of;
 pub use audit::{AuditEvent, AuditLog, Decision, Via};
+pub(crate) use intercept::HyperIo;
 pub use proxy::{MAX_CONNECTIONS, MAX_HEAD_BYTES, MAX_HEADERS, ProxyHandle, spawn as spawn_proxy};
 pub use resolve::{Admitted, Refused, Resolver, is_public};
 pub use tape::{NetProblem, NetReplay, NetSink, NetTape, Played};
+pub use tls::{SessionCa, SessionCaError, VALIDITY as SESSION_CA_VALIDITY, client_config};
 
 /// One allow-list entry: a host pattern and, optionally, a port.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -347,8 +351,14 @@ pub struct NetPolicy {
     pub allow: Vec<NetRule>,
     /// Names pinned to addresses without DNS (`--resolve`).
     pub resolve: Vec<Pin>,
-    /// Headers added to a wasm plugin's `wasi:http` requests (`--http-header`).
+    /// Headers added to a wasm plugin's `wasi:http` requests, and under `tls_intercept` to a
+    /// native plugin's requests in its tunnels (`--http-header`).
     pub http_headers: Vec<HttpHeader>,
+    /// Native plugins: terminate TLS in the proxy's tunnels with a CA made for the session,
+    /// which the plugin is told to trust, so that their requests are read, recorded, replayed
+    /// and given `http_headers` (`--tls-intercept`). Wasm plugins are unaffected: sandpipe
+    /// does their TLS already.
+    pub tls_intercept: bool,
 }
 
 impl NetPolicy {

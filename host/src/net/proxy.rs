@@ -49,6 +49,7 @@ use sandpipe_proto::transcript::{
     HttpRequest, NetDir, NetEvent, NetKind, NetNote, NetOpen, NetVia,
 };
 
+use super::intercept;
 use super::tape::NetSink;
 use super::{Admitted, AuditEvent, NetReplay, NetTape, Refused, Resolver, Via};
 
@@ -182,7 +183,7 @@ async fn accept_loop(
     while relays.join_next().await.is_some() {}
 }
 
-async fn serve(client: TcpStream, resolver: &Resolver) {
+async fn serve(client: TcpStream, resolver: &Arc<Resolver>) {
     let _ = client.set_nodelay(true);
     let mut first = [0u8; 1];
     match client.peek(&mut first).await {
@@ -270,7 +271,7 @@ fn record_open(
 }
 
 /// A host as the recording names it: lower case, an IPv6 literal without brackets.
-fn tape_host(host: &str) -> String {
+pub(super) fn tape_host(host: &str) -> String {
     host.trim_start_matches('[')
         .trim_end_matches(']')
         .to_ascii_lowercase()
@@ -328,6 +329,45 @@ async fn relay(
             bytes_out,
             bytes_in,
         });
+    }
+}
+
+/// Whether the plugin's first byte in a tunnel opens a TLS handshake: the byte already read
+/// after the `CONNECT` head, or the first to arrive. A server that speaks first (`server`
+/// has bytes before the plugin sent any) makes it not TLS.
+async fn first_is_tls(client: &TcpStream, rest: &[u8], server: Option<&TcpStream>) -> bool {
+    const HANDSHAKE: u8 = 0x16;
+    if let Some(first) = rest.first() {
+        return *first == HANDSHAKE;
+    }
+    let mut byte = [0u8; 1];
+    let mut theirs = [0u8; 1];
+    match server {
+        Some(server) => tokio::select! {
+            peeked = client.peek(&mut byte) => matches!(peeked, Ok(1)) && byte[0] == HANDSHAKE,
+            _ = server.peek(&mut theirs) => false,
+        },
+        None => matches!(client.peek(&mut byte).await, Ok(1)) && byte[0] == HANDSHAKE,
+    }
+}
+
+/// An open tunnel under `--tls-intercept`, the plugin told it is open: TLS read as HTTP
+/// ([`intercept::serve`]), anything else relayed as bytes (and recorded as a tunnel).
+async fn tunnel(
+    client: TcpStream,
+    rest: Vec<u8>,
+    (server, to): (TcpStream, Admitted),
+    host: &str,
+    port: u16,
+    resolver: &Arc<Resolver>,
+) {
+    if first_is_tls(&client, &rest, Some(&server)).await {
+        let client = intercept::Rewind::new(rest, client);
+        return intercept::serve(client, Some((server, to)), host, port, resolver.clone()).await;
+    }
+    // A recording that stopped (`--max-record`) ends the tunnel before its first byte.
+    if let Ok(taped) = record_open(resolver, host, &to, None) {
+        relay(client, server, &to, (&[], &rest), resolver, taped).await;
     }
 }
 
@@ -478,7 +518,7 @@ mod http {
         pub headers: Vec<(String, Vec<u8>)>,
     }
 
-    pub(super) async fn serve(mut client: TcpStream, resolver: &Resolver) {
+    pub(super) async fn serve(mut client: TcpStream, resolver: &Arc<Resolver>) {
         let mut buf = vec![0u8; MAX_HEAD_BYTES];
         let (head, head_len, filled) = match read_head(&mut client, &mut buf).await {
             Ok(Some(read)) => read,
@@ -494,7 +534,22 @@ mod http {
                 Ok(hp) => hp,
                 Err(e) => return answer_error(client, &e, resolver).await,
             };
+            const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
             if let Some(replay) = resolver.replaying() {
+                // With --tls-intercept a TLS tunnel is played back request by request.
+                if resolver.intercept().is_some() {
+                    if client.write_all(ESTABLISHED).await.is_err() {
+                        return;
+                    }
+                    if first_is_tls(&client, &rest, None).await {
+                        let client = intercept::Rewind::new(rest, client);
+                        return intercept::serve(client, None, &host, port, resolver.clone()).await;
+                    }
+                    if let Some(conn) = replay.claim(NetVia::Proxy, &tape_host(&host), port) {
+                        replay.not_replayable(conn);
+                    }
+                    return close_after_answer(client).await;
+                }
                 // A tunnel's bytes are not played back: claimed (or missed) and reported.
                 if let Some(conn) = replay.claim(NetVia::Proxy, &tape_host(&host), port) {
                     replay.not_replayable(conn);
@@ -510,15 +565,17 @@ mod http {
             let Some((server, to)) = open(&mut client, &host, port, resolver).await else {
                 return close_after_answer(client).await;
             };
+            if resolver.intercept().is_some() {
+                if client.write_all(ESTABLISHED).await.is_err() {
+                    return;
+                }
+                return tunnel(client, rest, (server, to), &host, port, resolver).await;
+            }
             let taped = match record_open(resolver, &host, &to, None) {
                 Ok(taped) => taped,
                 Err(e) => return answer_recording_error(client, &e).await,
             };
-            if client
-                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                .await
-                .is_err()
-            {
+            if client.write_all(ESTABLISHED).await.is_err() {
                 return;
             }
             relay(client, server, &to, (&[], &rest), resolver, taped).await;
@@ -892,14 +949,41 @@ mod socks {
         }
     }
 
-    pub(super) async fn serve(mut client: TcpStream, resolver: &Resolver) {
+    /// What a SOCKS5 request came to, once the client was told it succeeded.
+    pub(super) enum Negotiated {
+        /// Connected to an admitted address.
+        Connected(TcpStream, Admitted),
+        /// A replay under `--tls-intercept`: nothing connected, the tunnel served from the
+        /// recording.
+        Replayed { host: String, port: u16 },
+    }
+
+    pub(super) async fn serve(mut client: TcpStream, resolver: &Arc<Resolver>) {
         // A read error or an early close ends the connection: there is no one to answer.
-        if let Ok(Some((server, to))) = negotiate(&mut client, resolver).await {
-            // A recording that stopped (`--max-record`) ends the tunnel before its first byte.
-            let host = to.name.clone().unwrap_or_else(|| to.addr.ip().to_string());
-            if let Ok(taped) = record_open(resolver, &host, &to, None) {
-                relay(client, server, &to, (&[], &[]), resolver, taped).await;
+        match negotiate(&mut client, resolver).await {
+            Ok(Some(Negotiated::Connected(server, to))) => {
+                let host = to.name.clone().unwrap_or_else(|| to.addr.ip().to_string());
+                let port = to.addr.port();
+                if resolver.intercept().is_some() {
+                    return tunnel(client, Vec::new(), (server, to), &host, port, resolver).await;
+                }
+                // A recording that stopped (`--max-record`) ends the tunnel before its first
+                // byte.
+                if let Ok(taped) = record_open(resolver, &host, &to, None) {
+                    relay(client, server, &to, (&[], &[]), resolver, taped).await;
+                }
             }
+            Ok(Some(Negotiated::Replayed { host, port })) => {
+                if first_is_tls(&client, &[], None).await {
+                    intercept::serve(client, None, &host, port, resolver.clone()).await;
+                } else if let Some(replay) = resolver.replaying() {
+                    if let Some(conn) = replay.claim(NetVia::Proxy, &tape_host(&host), port) {
+                        replay.not_replayable(conn);
+                    }
+                    close_after_answer(client).await;
+                }
+            }
+            _ => {}
         }
     }
 
@@ -908,7 +992,7 @@ mod socks {
     async fn negotiate(
         client: &mut TcpStream,
         resolver: &Resolver,
-    ) -> io::Result<Option<(TcpStream, Admitted)>> {
+    ) -> io::Result<Option<Negotiated>> {
         let mut greeting = [0u8; 2];
         client.read_exact(&mut greeting).await?;
         let mut methods = [0u8; 255];
@@ -983,6 +1067,11 @@ mod socks {
             return answer(client, Reply::CommandNotSupported).await;
         }
         if let Some(replay) = resolver.replaying() {
+            // With --tls-intercept a TLS tunnel is played back request by request.
+            if resolver.intercept().is_some() {
+                reply(client, Reply::Succeeded, None).await?;
+                return Ok(Some(Negotiated::Replayed { host, port }));
+            }
             // A tunnel's bytes are not played back: claimed (or missed) and reported.
             if let Some(conn) = replay.claim(NetVia::Proxy, &tape_host(&host), port) {
                 replay.not_replayable(conn);
@@ -1002,14 +1091,11 @@ mod socks {
         };
         let bound = server.local_addr().ok();
         reply(client, Reply::Succeeded, bound).await?;
-        Ok(Some((server, to.clone())))
+        Ok(Some(Negotiated::Connected(server, to.clone())))
     }
 
     /// A failure reply, then the end of the connection.
-    async fn answer(
-        client: &mut TcpStream,
-        code: Reply,
-    ) -> io::Result<Option<(TcpStream, Admitted)>> {
+    async fn answer(client: &mut TcpStream, code: Reply) -> io::Result<Option<Negotiated>> {
         reply(client, code, None).await?;
         client.shutdown().await?;
         Ok(None)

@@ -4,10 +4,11 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::audit::{AuditEvent, AuditLog, Decision, Via};
 use super::tape::{NetReplay, NetTape};
+use super::tls::SessionCa;
 use super::{NetPolicy, canonical};
 
 /// A connection sandpipe lets through: the address, the name it was reached by (if any), and
@@ -41,6 +42,8 @@ pub struct Resolver {
     audit: Option<AuditLog>,
     /// The session's network on tape: recorded, or replayed (then no DNS, no connection).
     tape: Option<NetTape>,
+    /// The session CA of `--tls-intercept`, when the proxy terminates its tunnels' TLS.
+    intercept: Option<Arc<SessionCa>>,
     /// Each allowed name looked up so far, with the addresses it was pinned to.
     names: Mutex<HashMap<String, Vec<IpAddr>>>,
     /// The reverse: each pinned address, with the names that resolved to it.
@@ -62,6 +65,7 @@ impl Resolver {
             policy,
             audit,
             tape: None,
+            intercept: None,
             names: Mutex::new(HashMap::new()),
             addrs: Mutex::new(HashMap::new()),
         }
@@ -71,6 +75,17 @@ impl Resolver {
     pub fn with_tape(mut self, tape: Option<NetTape>) -> Self {
         self.tape = tape;
         self
+    }
+
+    /// Terminate TLS in the proxy's tunnels with `ca` (`--tls-intercept`).
+    pub fn with_intercept(mut self, ca: Option<Arc<SessionCa>>) -> Self {
+        self.intercept = ca;
+        self
+    }
+
+    /// The session CA, when the proxy terminates its tunnels' TLS.
+    pub fn intercept(&self) -> Option<&Arc<SessionCa>> {
+        self.intercept.as_ref()
     }
 
     /// The tape, if the session's network is recorded or replayed.

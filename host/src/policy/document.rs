@@ -147,6 +147,7 @@ impl Policy {
         net.allow = self.net.allow.iter().map(ToString::to_string).collect();
         net.resolve = self.net.resolve.iter().map(ToString::to_string).collect();
         net.http_headers = self.net.http_headers.iter().map(HttpHeader::spec).collect();
+        net.tls_intercept = self.net.tls_intercept;
         let mut requests = self.requests.resolved();
         requests.fuel = fuel_per_request;
         PolicyDocument {
@@ -224,6 +225,7 @@ impl Policy {
         for spec in &doc.net.http_headers {
             net.http_headers.push(HttpHeader::parse(spec, env)?);
         }
+        net.tls_intercept = doc.net.tls_intercept;
         policy.net = net;
         if let Some(path) = &doc.audit {
             let log = crate::net::AuditLog::open(path).map_err(|source| DocumentError::Audit {
@@ -273,6 +275,7 @@ mod tests {
             })
             .expect("header"),
         );
+        p.net.tls_intercept = true;
         p
     }
 

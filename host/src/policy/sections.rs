@@ -433,6 +433,13 @@ section! {
         #[serde(default)]
         #[cfg_attr(feature = "cli", arg(value_name = "HOST:NAME=env:VAR"))]
         http_headers: Vec<String> = "http-headers", flag "http-header";
+        /// Native plugins: terminate TLS in their proxy tunnels with a CA made for the session,
+        /// so that their HTTPS requests are recorded and replayed like wasi:http requests and get
+        /// --http-header. The plugin is told to trust the CA (SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+        /// NODE_EXTRA_CA_CERTS, DENO_CERT, CURL_CA_BUNDLE); sandpipe verifies each server itself
+        /// (webpki roots and its own SSL_CERT_FILE). A plugin that pins certificates refuses it.
+        #[serde(default)]
+        tls_intercept: bool = "tls-intercept", flag "tls-intercept";
     }
 }
 

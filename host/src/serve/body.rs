@@ -1,5 +1,4 @@
-//! hyper's side of the endpoint: a TCP stream as hyper's IO, and the response body, whole or
-//! a stream of server-sent events.
+//! hyper's side of the endpoint: the response body, whole or a stream of server-sent events.
 //!
 //! ```text
 //!  Body::full(bytes)                  one frame, then the end
@@ -15,48 +14,7 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use http_body::Frame;
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-
-/// A TCP stream as hyper's IO.
-#[derive(Debug)]
-pub(super) struct Io(pub(super) TcpStream);
-
-impl hyper::rt::Read for Io {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        mut buf: hyper::rt::ReadBufCursor<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        // Read into a buffer of our own and copy: hyper's cursor hands out uninitialised
-        // memory only through `unsafe`, and a request's bytes are few.
-        let mut chunk = [0u8; 8192];
-        let n = buf.remaining().min(chunk.len());
-        let mut read = tokio::io::ReadBuf::new(&mut chunk[..n]);
-        ready!(Pin::new(&mut self.0).poll_read(cx, &mut read))?;
-        buf.put_slice(read.filled());
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl hyper::rt::Write for Io {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-}
 
 /// One message for an event stream, and whether it is the stream's last.
 pub(super) type Event = (Value, bool);

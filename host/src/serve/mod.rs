@@ -314,7 +314,7 @@ async fn connection(
     {
         let served = hyper::server::conn::http1::Builder::new()
             .keep_alive(true)
-            .serve_connection(body::Io(stream), service);
+            .serve_connection(crate::net::HyperIo(stream), service);
         tokio::pin!(served);
         let mut shutting = false;
         loop {

@@ -8,10 +8,13 @@ the server never outlives it). Routes:
     /page           an HTML page whose text is "hello from the allowed host"
     /text           the same sentence as text/plain
     /headers        the request's headers as a JSON object
+    /auth           the SHA-256 of the request's Authorization header, in hex (a test sees which
+                    secret arrived without the secret being in any answer)
     /redirect?to=U  302 to U
     /robots.txt     404 (no rules: autonomous fetches are allowed)
 """
 
+import hashlib
 import json
 import os
 import ssl
@@ -49,6 +52,9 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, SENTENCE + "\n")
         elif url.path == "/headers":
             self.reply(200, json.dumps(dict(self.headers.items())), "application/json")
+        elif url.path == "/auth":
+            seen = self.headers.get("Authorization", "").encode()
+            self.reply(200, hashlib.sha256(seen).hexdigest() + "\n")
         elif url.path == "/redirect":
             to = parse_qs(url.query).get("to", ["/"])[0]
             self.reply(302, "", extra=[("Location", to)])

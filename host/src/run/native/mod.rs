@@ -44,7 +44,7 @@ mod startup;
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -124,11 +124,24 @@ fn spawn_under(
     let mut phases = Phases::new();
     let limits = Limits::for_policy(policy);
     let preopens = resolved_preopens(&policy.preopens)?;
-    let grants = if policy.startup_grants {
+    let mut grants = if policy.startup_grants {
         startup_grants(program, &policy.args)
     } else {
         Vec::new()
     };
+    // `--tls-intercept`: the session CA, whose certificate the plugin reads (a grant like
+    // its program's) and is told to trust. Only behind the proxy, which needs the namespaces.
+    let session_ca =
+        if policy.net.tls_intercept && namespaces.is_available() && !policy.net.is_closed() {
+            let ca = SessionCaFile::create().map_err(spawn_error)?;
+            grants.push(StartupGrant {
+                path: ca.path.clone(),
+                reason: "session CA",
+            });
+            Some(ca)
+        } else {
+            None
+        };
     phases.mark("grants");
     phases.add("probe_once", NamespaceSupport::probe_time());
     let mut confinement = landlock::confinement(
@@ -221,6 +234,12 @@ fn spawn_under(
             cmd.env(name, value).env(name.to_lowercase(), value);
         }
     }
+    if let Some(ca) = &session_ca {
+        // Over a `--env` of the same name: the plugin's TLS goes through the session CA.
+        for name in SessionCaFile::VARIABLES {
+            cmd.env(name, &ca.path);
+        }
+    }
     let inherit = stdio == NativeStdio::Inherit;
     if inherit {
         cmd.stdin(Stdio::inherit()).stdout(Stdio::inherit());
@@ -283,7 +302,8 @@ fn spawn_under(
             let received = namespace::receive_listener(&std::os::fd::OwnedFd::from(channel));
             let resolver = Arc::new(
                 crate::net::Resolver::new(policy.net.clone(), policy.audit.clone())
-                    .with_tape(policy.tape.clone()),
+                    .with_tape(policy.tape.clone())
+                    .with_intercept(session_ca.as_ref().map(|c| c.ca.clone())),
             );
             match received.and_then(|listener| crate::net::spawn_proxy(listener, resolver)) {
                 Ok(handle) => Some(handle),
@@ -359,6 +379,8 @@ fn spawn_under(
         let _guard = KillOnDrop(group.clone());
         let _group_guard = guard;
         let _proxy = proxy;
+        // Its file is removed once the plugin is gone.
+        let _session_ca = session_ca;
         // Removed when this task ends, after the plugin was reaped.
         let cgroup = cgroup;
         let oom = || {
@@ -423,6 +445,56 @@ fn spawn_under(
         pid,
         plugin_depth,
     })
+}
+
+/// The session CA of `--tls-intercept` and its certificate's file, which the plugin is told
+/// to trust. The file is public (a certificate; the key never leaves sandpipe's memory) and is
+/// removed when this is dropped.
+struct SessionCaFile {
+    ca: Arc<crate::net::SessionCa>,
+    path: PathBuf,
+}
+
+impl SessionCaFile {
+    /// The variables that name the CA file for the plugin: OpenSSL and Python's `ssl`,
+    /// Python `requests`, Node.js, Deno, curl.
+    const VARIABLES: [&'static str; 5] = [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+        "DENO_CERT",
+        "CURL_CA_BUNDLE",
+    ];
+
+    /// A fresh CA and its certificate in a new file under the temporary directory.
+    fn create() -> std::io::Result<Self> {
+        use std::io::Write;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let ca = crate::net::SessionCa::new()
+            .map_err(|e| std::io::Error::other(format!("--tls-intercept: {e}")))?;
+        let path = std::env::temp_dir().join(format!(
+            "sandpipe-session-ca-{}-{}.pem",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        let file_guard = Self {
+            ca: Arc::new(ca),
+            path,
+        };
+        file.write_all(file_guard.ca.pem().as_bytes())?;
+        Ok(file_guard)
+    }
+}
+
+impl Drop for SessionCaFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// The `--dir` grants as the start-up line names them: each resolved host path (as

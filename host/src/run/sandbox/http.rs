@@ -24,8 +24,8 @@
 
 use std::future::Future;
 use std::pin::{Pin, pin};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -196,7 +196,7 @@ async fn send(
     let stream: Box<dyn Stream> = if tls {
         let server = rustls::pki_types::ServerName::try_from(name)
             .map_err(|_| Error::HttpRequestUriInvalid)?;
-        let connector = tokio_rustls::TlsConnector::from(tls_config());
+        let connector = tokio_rustls::TlsConnector::from(crate::net::client_config());
         Box::new(connector.connect(server, tcp).await.map_err(Error::Tls)?)
     } else {
         Box::new(tcp)
@@ -529,44 +529,4 @@ async fn within<T>(limit: Option<Duration>, f: impl Future<Output = T>) -> Optio
         Some(d) => tokio::time::timeout(d, f).await.ok(),
         None => Some(f.await),
     }
-}
-
-/// The TLS client configuration, built once per process: the roots wasmtime's own sender
-/// trusts (webpki's), plus the certificates in `$SSL_CERT_FILE` when sandpipe's environment
-/// names one (a private or test CA).
-fn tls_config() -> Arc<rustls::ClientConfig> {
-    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let mut roots = rustls::RootCertStore {
-                roots: webpki_roots::TLS_SERVER_ROOTS.into(),
-            };
-            if let Some(path) = std::env::var_os("SSL_CERT_FILE") {
-                use rustls::pki_types::CertificateDer;
-                use rustls::pki_types::pem::PemObject;
-                match CertificateDer::pem_file_iter(&path) {
-                    Ok(certs) => {
-                        let (added, ignored) =
-                            roots.add_parsable_certificates(certs.filter_map(Result::ok));
-                        tracing::debug!(
-                            "wasi:http trusts {added} certificates from SSL_CERT_FILE ({ignored} unusable)"
-                        );
-                    }
-                    Err(e) => tracing::warn!(
-                        "reading SSL_CERT_FILE {}: {e}; wasi:http trusts the built-in roots only",
-                        std::path::Path::new(&path).display()
-                    ),
-                }
-            }
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            // Fails only for a provider without TLS 1.2 and 1.3; ring has both, and nothing a
-            // plugin does reaches this.
-            let config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .expect("ring supports the default TLS versions")
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            Arc::new(config)
-        })
-        .clone()
 }
