@@ -543,11 +543,14 @@ async fn exchange(tunnel: &Tunnel, request: http::Request<Incoming>) -> Reply {
     http::Response::from_parts(parts, body)
 }
 
+/// An exchange being recorded: the recording, and its number there.
+type Exchange = (Arc<dyn NetSink>, u64);
+
 /// The exchange's `open` and `request` lines, when the session records its network.
 fn record(
     tunnel: &Tunnel,
     request: HttpRequest,
-) -> Result<Option<(Arc<dyn NetSink>, u64)>, crate::error::RecordError> {
+) -> Result<Option<Exchange>, crate::error::RecordError> {
     let Some(NetTape::Record(sink)) = tunnel.resolver.tape() else {
         return Ok(None);
     };
