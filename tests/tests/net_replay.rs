@@ -565,3 +565,74 @@ fn a_plugin_that_pins_its_ca_refuses_the_session_ca_and_the_message_names_tls_in
         "{stderr}"
     );
 }
+
+#[test]
+fn deno_fetch_over_https_with_tls_intercept_replays_offline() {
+    let ca = TestCa::new(&["api.test"]);
+    let server = WebServer::https(&ca);
+    let port = server.port;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("deno.transcript");
+    let deno_dir = dir.path().join("deno");
+    std::fs::create_dir(&deno_dir).expect("DENO_DIR");
+    let url = format!("https://api.test:{port}/text");
+    let mut args: Vec<String> = [
+        "run",
+        "--framing",
+        "lines",
+        "--record",
+        &file.display().to_string(),
+        "--allow-net",
+        &format!("api.test:{port}"),
+        "--resolve",
+        "api.test=127.0.0.1",
+        "--tls-intercept",
+        "--dir",
+        &deno_dir.display().to_string(),
+        "--env",
+        "DENO_DIR",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    args.push(peers::deno().display().to_string());
+    for a in ["run", "-q", "--allow-net", "--allow-env", "--allow-read"] {
+        args.push(a.to_owned());
+    }
+    args.push(peers::source("net/fetch.ts").display().to_string());
+    args.push(url.clone());
+    let deno_env = deno_dir.display().to_string();
+    let ca_file = ca.ca.display().to_string();
+    let out = sandpipe(
+        &args,
+        &[("SSL_CERT_FILE", &ca_file), ("DENO_DIR", &deno_env)],
+        "",
+    );
+    assert!(out.status.success(), "{}", cli::text(&out.stderr));
+    let got = answers(&out);
+    assert_eq!(got[0]["status"], 200, "{got:?}");
+    assert_eq!(got[0]["body"], format!("{SENTENCE}\n"), "{got:?}");
+    drop(server);
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+    let text = std::fs::read_to_string(&file).expect("the recording");
+    assert!(
+        text.contains(&format!(r#""method":"GET","url":"{url}""#)),
+        "{text}"
+    );
+    let out = sandpipe(
+        &[
+            "replay".to_owned(),
+            file.display().to_string(),
+            "--plugin".to_owned(),
+            peers::deno().display().to_string(),
+        ],
+        &[("DENO_DIR", &deno_env)],
+        "",
+    );
+    let stderr = cli::text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("replay matched all 1 frames and 1 network exchanges"),
+        "{stderr}"
+    );
+}
