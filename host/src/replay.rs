@@ -134,8 +134,11 @@ pub fn document_of(t: &Transcript) -> Result<PolicyDocument, String> {
 /// an argument equal to a guest path becomes the host directory.
 ///
 /// Environment variables and HTTP header values are taken from the replaying process's own
-/// environment, by the names recorded, as `--env NAME` does. The recording's audit log is not
-/// appended to: a replay writes no audit trail unless its caller sets one.
+/// environment, by the names recorded, as `--env NAME` does. A `--http-header` whose variable
+/// is not set there is left out: a replay from the recording sends no request anywhere, so it
+/// needs no secret (a caller giving the plugin the live network checks
+/// [`recorded_headers`] against the policy's). The recording's audit log is not appended to: a
+/// replay writes no audit trail unless its caller sets one.
 pub fn recorded_policy(
     t: &Transcript,
     native: bool,
@@ -143,6 +146,10 @@ pub fn recorded_policy(
 ) -> Result<Policy, String> {
     let mut doc = document_of(t)?;
     doc.audit = None;
+    doc.net.http_headers.retain(|spec| {
+        let var = spec.rsplit_once("=env:").map(|(_, var)| var);
+        var.is_none_or(|var| std::env::var_os(var).is_some())
+    });
     let guests: Vec<String> = doc.grants.dirs.iter().map(|d| d.guest.clone()).collect();
     for d in &mut doc.grants.dirs {
         d.host = host_dir(&d.guest);
@@ -158,6 +165,11 @@ pub fn recorded_policy(
         }
     }
     Policy::from_document(&doc, &|name| std::env::var(name).ok()).map_err(|e| e.to_string())
+}
+
+/// How many `--http-header`s `t` was recorded with (their values are not in it).
+pub fn recorded_headers(t: &Transcript) -> Result<usize, String> {
+    Ok(document_of(t)?.net.http_headers.len())
 }
 
 /// Replay `t` against a running session: send each recorded `>` frame, expect each `<` frame

@@ -508,8 +508,8 @@ fn https_from_a_native_plugin_with_tls_intercept_is_recorded_in_plaintext_and_re
         .collect();
     assert!(text.contains(&format!("<x {hex}")), "{text}");
 
-    // Offline: no server, and neither sandpipe nor the plugin is given the test CA. The
-    // plugin trusts this replay's own session CA.
+    // Offline: no server, and neither sandpipe nor the plugin is given the test CA (the plugin
+    // trusts this replay's own session CA), nor the header's secret (nothing is sent).
     let replay = |extra: &[&str]| {
         let mut args = vec![
             "replay".to_owned(),
@@ -518,13 +518,21 @@ fn https_from_a_native_plugin_with_tls_intercept_is_recorded_in_plaintext_and_re
             peers::mcp_python().display().to_string(),
         ];
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        sandpipe(&args, &[("TOKEN", "not the recorded secret")], "")
+        sandpipe(&args, &[], "")
     };
     let out = replay(&[]);
     let stderr = cli::text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains("replay matched all 2 frames and 2 network exchanges"),
+        "{stderr}"
+    );
+    // Live, the header would be sent: its variable must be set.
+    let out = replay(&["--network", "live"]);
+    let stderr = cli::text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("set the variables of the recorded --http-headers"),
         "{stderr}"
     );
 }

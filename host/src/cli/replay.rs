@@ -133,6 +133,15 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<i32> {
     let native = plugin.kind() == PluginKind::NativeUnsandboxed;
     let mut policy =
         replay::recorded_policy(transcript, native, &host_dir).map_err(anyhow::Error::msg)?;
+    // A live network needs every recorded header's secret; offline, nothing is sent.
+    if args.network != "recorded"
+        && replay::recorded_headers(transcript).map_err(anyhow::Error::msg)?
+            != policy.net.http_headers.len()
+    {
+        anyhow::bail!(
+            "replay --network live: set the variables of the recorded --http-headers (their values are never recorded)"
+        );
+    }
     // Offline unless told otherwise: the recording is the plugin's network.
     let net = (args.network == "recorded").then(|| std::sync::Arc::new(NetReplay::new(&recording)));
     if let Some(net) = &net {
