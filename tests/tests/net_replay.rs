@@ -644,3 +644,76 @@ fn deno_fetch_over_https_with_tls_intercept_replays_offline() {
         "{stderr}"
     );
 }
+
+#[test]
+fn mcp_server_fetch_over_https_with_tls_intercept_replays_offline() {
+    let ca = TestCa::new(&["api.test"]);
+    let server = WebServer::https(&ca);
+    let port = server.port;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("fetch.transcript");
+    let url = format!("https://api.test:{port}/text");
+    // The official MCP SDK client starts `sandpipe run --protocol mcp ... mcp-server-fetch`.
+    let out = Command::new(peers::mcp_python())
+        .arg(peers::source("mcp/drive.py"))
+        .args(["fetch", &url])
+        // The SDK gives the server a default environment: sandpipe's SSL_CERT_FILE, to
+        // verify the test server, goes through the driver.
+        .arg(format!("SSL_CERT_FILE={}", ca.ca.display()))
+        .arg("--")
+        .arg(peers::sandpipe())
+        .args(["run", "--protocol", "mcp", "--record"])
+        .arg(&file)
+        .args([
+            "--allow-net",
+            &format!("api.test:{port}"),
+            "--resolve",
+            "api.test=127.0.0.1",
+            "--tls-intercept",
+        ])
+        .arg(peers::mcp_server_fetch())
+        .output()
+        .expect("running the MCP SDK driver");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a report");
+    let text = report["fetch"][0]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains(SENTENCE),
+        "{report}\n{}",
+        std::fs::read_to_string(&file).unwrap_or_default()
+    );
+    drop(server);
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+    let recorded = std::fs::read_to_string(&file).expect("the recording");
+    // The autonomous fetch asks for robots.txt first (a 404 here), then the page.
+    for asked in ["/robots.txt", "/text"] {
+        assert!(
+            recorded.contains(&format!(
+                r#""method":"GET","url":"https://api.test:{port}{asked}""#
+            )),
+            "{recorded}"
+        );
+    }
+    let out = sandpipe(
+        &[
+            "replay".to_owned(),
+            file.display().to_string(),
+            "--plugin".to_owned(),
+            peers::mcp_server_fetch().display().to_string(),
+        ],
+        &[],
+        "",
+    );
+    let stderr = cli::text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("network exchanges") && stderr.contains("replay matched all"),
+        "{stderr}"
+    );
+}
