@@ -1126,7 +1126,7 @@ mod socks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::{AuditLog, NetPolicy};
+    use crate::net::{AuditLog, NetPolicy, NetProblem};
 
     /// A proxy on 127.0.0.1 for `rules`, with `api.test` pinned to 127.0.0.1, writing its
     /// audit lines to a file in the returned directory.
@@ -1498,6 +1498,92 @@ mod tests {
         let mut reply = [0u8; 10];
         conn.read_exact(&mut reply).await.expect("reply");
         reply
+    }
+
+    /// TLS to the proxy's tunnel as a client that trusts `ca` alone, then one request, and the
+    /// whole answer.
+    async fn through_intercept(conn: TcpStream, ca: &crate::net::SessionCa, path: &str) -> String {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(
+                rustls::pki_types::CertificateDer::from_pem_slice(ca.pem().as_bytes())
+                    .expect("PEM"),
+            )
+            .expect("root");
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("api.test").expect("name");
+        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, conn)
+            .await
+            .expect("the session CA's certificate for api.test is trusted");
+        let request = format!("GET {path} HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n");
+        tls.write_all(request.as_bytes()).await.expect("request");
+        let mut answer = Vec::new();
+        let _ = tls.read_to_end(&mut answer).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    /// In a replay under `--tls-intercept` nothing is connected: a SOCKS5 and a `CONNECT`
+    /// tunnel to `api.test:443` are answered with the session CA's certificate, and each
+    /// request in them from the recording, or refused when it differs.
+    #[tokio::test]
+    async fn a_replayed_tls_tunnel_is_served_from_the_recording_over_socks5_and_connect() {
+        let recording = sandpipe_proto::transcript::Recording::parse(concat!(
+            "@0 open {\"via\":\"proxy\",\"host\":\"api.test\",\"port\":443,\"kind\":\"http\"}\n",
+            "@0 request {\"method\":\"GET\",\"url\":\"https://api.test/a\"}\n@0 >end\n",
+            "@0 response {\"status\":200,\"headers\":[[\"content-length\",\"5\"]]}\n",
+            "@0 < hello\n@0 <end\n@0 close\n",
+            "@1 open {\"via\":\"proxy\",\"host\":\"api.test\",\"port\":443,\"kind\":\"http\"}\n",
+            "@1 request {\"method\":\"GET\",\"url\":\"https://api.test/b\"}\n@1 >end\n",
+            "@1 response {\"status\":200,\"headers\":[[\"content-length\",\"0\"]]}\n@1 close\n",
+        ))
+        .expect("a recording");
+        let replay = Arc::new(NetReplay::new(&recording));
+        let ca = Arc::new(crate::net::SessionCa::new().expect("a CA"));
+        let policy = NetPolicy::default().allow("api.test:443").expect("rule");
+        let resolver = Arc::new(
+            Resolver::new(policy, None)
+                .with_tape(Some(NetTape::Replay(replay.clone())))
+                .with_intercept(Some(ca.clone())),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let proxy = spawn(listener, resolver).expect("spawn");
+
+        let mut conn = socks_greet(&proxy).await;
+        conn.write_all(&socks_domain(0x01, "api.test", 443))
+            .await
+            .expect("request");
+        assert_eq!(socks_reply(&mut conn).await[1], 0x00, "succeeded");
+        let answer = through_intercept(conn, &ca, "/a").await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\nhello"), "{answer}");
+
+        let mut conn = send(
+            &proxy,
+            b"CONNECT api.test:443 HTTP/1.1\r\nHost: api.test:443\r\n\r\n",
+        )
+        .await;
+        let head = read_head(&mut conn).await;
+        assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+        let answer = through_intercept(conn, &ca, "/c").await;
+        assert!(answer.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{answer}");
+        assert!(
+            answer.contains("replay: the request differs from the recording"),
+            "{answer}"
+        );
+        let problems = replay.problems();
+        assert!(
+            matches!(&problems[..], [NetProblem::Diverged { conn: 1, .. }]),
+            "{problems:?}"
+        );
+        proxy.close().await;
     }
 
     #[tokio::test]
