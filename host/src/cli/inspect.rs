@@ -226,6 +226,9 @@ fn print_text(r: &Value) {
             for header in list("http_headers") {
                 println!("  header   {header}");
             }
+            if n["tls_intercept"] == true {
+                println!("  tls      native tunnels intercepted with a session CA (--tls-intercept)");
+            }
         }
     }
     if let Some(grants) = r.get("grants").and_then(Value::as_array) {
