@@ -202,32 +202,15 @@ struct Tunnel {
 /// Read the plugin's TLS tunnel to `host:port` as HTTP/1.1: `server` is the connection to
 /// the admitted address `to` (`None` in a replay, which connects nothing). Returns when the
 /// plugin ends the tunnel.
-///
-/// The future is boxed as `Send`: the hyper server and client inside it are generic over
-/// lifetimes in a way the compiler cannot prove `Send` through the proxy's own `async fn`s.
-pub(super) fn serve<S>(
+pub(super) async fn serve<S>(
     client: S,
     server: Option<(TcpStream, Admitted)>,
     host: &str,
     port: u16,
     resolver: Arc<Resolver>,
-) -> Pin<Box<dyn std::future::Future<Output = ()> + Send>>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    Box::pin(intercepted(client, server, host.to_owned(), port, resolver))
-}
-
-async fn intercepted<S>(
-    client: S,
-    server: Option<(TcpStream, Admitted)>,
-    host: String,
-    port: u16,
-    resolver: Arc<Resolver>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let host = host.as_str();
     let Some(ca) = resolver.intercept().cloned() else {
         return;
     };
