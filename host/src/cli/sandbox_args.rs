@@ -177,6 +177,9 @@ pub(crate) fn warn_if_native(plugin: &Plugin, policy: &Policy) {
                 _ => "files limited to --dir and TCP refused, but UDP, other processes' /proc and --dir's guest paths are not".to_owned(),
             });
         }
+        if policy.net.tls_intercept && namespaces.is_available() && !policy.net.is_closed() {
+            parts.push("its TLS read by the proxy with a session CA (--tls-intercept)".to_owned());
+        }
         parts.push("no fuel".to_owned());
         let how = if namespaces.is_available() {
             "in a sandbox"
