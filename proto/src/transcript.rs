@@ -364,7 +364,11 @@ pub fn render_net(conn: u64, event: &NetEvent) -> String {
 /// One network data line, without building a [`NetEvent`] (recorders call this per chunk).
 pub fn render_net_data(conn: u64, dir: NetDir, bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
-        Ok(s) if !s.is_empty() && !s.contains(['\n', '\r']) && !s.starts_with("x ") => {
+        Ok(s)
+            if !s.is_empty()
+                && !bytes.iter().any(|b| matches!(b, b'\n' | b'\r'))
+                && !s.starts_with("x ") =>
+        {
             format!("@{conn} {dir} {s}\n")
         }
         _ => format!("@{conn} {dir}x {}\n", to_hex(bytes)),
@@ -626,7 +630,13 @@ impl Transcript {
 }
 
 fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
 }
 
 fn from_hex(s: &str) -> Option<Vec<u8>> {

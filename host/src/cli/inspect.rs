@@ -227,7 +227,9 @@ fn print_text(r: &Value) {
                 println!("  header   {header}");
             }
             if n["tls_intercept"] == true {
-                println!("  tls      native tunnels intercepted with a session CA (--tls-intercept)");
+                println!(
+                    "  tls      native tunnels intercepted with a session CA (--tls-intercept)"
+                );
             }
         }
     }
