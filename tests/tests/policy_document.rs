@@ -94,6 +94,7 @@ startup-grants = false
 allow = ["127.0.0.1:9"]
 resolve = ["api.test=127.0.0.1"]
 http-headers = ["api.test:X-Key=env:POLICY_TEST_TOKEN"]
+tls-intercept = true
 "#,
             echo = echo.display()
         ),
@@ -125,6 +126,7 @@ http-headers = ["api.test:X-Key=env:POLICY_TEST_TOKEN"]
             "allow": ["127.0.0.1:9"],
             "resolve": ["api.test=127.0.0.1"],
             "http-headers": ["api.test:X-Key=env:POLICY_TEST_TOKEN"],
+            "tls-intercept": true,
         },
         // Per-request budgets and tool filters need a protocol: their defaults, recorded too
         // (`every_declared_key_round_trips_through_flag_file_env_and_recording` sets them).
@@ -310,6 +312,7 @@ fn sample(key: &str, root: &std::path::Path) -> Sample {
             "api.test:X-Key=env:POLICY_TEST_TOKEN",
             json!(["api.test:X-Key=env:POLICY_TEST_TOKEN"]),
         ),
+        "net.tls-intercept" => switch("true", json!(true)),
         "requests.fuel" => s("5000000", "5000000", json!(5000000)),
         "requests.timeout" => s("\"2s\"", "2s", json!("2s")),
         "requests.start-timeout" => s("\"5s\"", "5s", json!("5s")),

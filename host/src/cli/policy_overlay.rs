@@ -473,6 +473,7 @@ insecure-registries = ["registry.test:5000"]
                 "--allow-net=example.com:443",
                 "--resolve=example.com=127.0.0.1",
                 "--http-header=example.com:X-Key=env:KEY",
+                "--tls-intercept",
                 "--fuel-per-request=7",
                 "--request-timeout=1s",
                 "--start-timeout=5s",
