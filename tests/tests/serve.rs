@@ -84,16 +84,26 @@ impl Serve {
             .unwrap_or(0)
     }
 
-    /// SIGTERM, and the exit status.
-    fn terminate(mut self) -> std::process::ExitStatus {
+    /// Send `signal` to `sandpipe serve`.
+    fn signal(&self, signal: libc::c_int) {
         let pid = i32::try_from(self.child.id()).expect("pid");
         // SAFETY: kill(2) on our own child's pid.
         #[allow(unsafe_code)]
-        let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
-        assert_eq!(sent, 0, "SIGTERM");
+        let sent = unsafe { libc::kill(pid, signal) };
+        assert_eq!(sent, 0, "signal {signal}");
+    }
+
+    /// Its exit status, once it has ended.
+    fn wait(mut self) -> std::process::ExitStatus {
         let status = self.child.wait().expect("wait");
         std::mem::forget(self);
         status
+    }
+
+    /// SIGTERM, and the exit status.
+    fn terminate(self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM);
+        self.wait()
     }
 }
 
@@ -662,27 +672,102 @@ fn processes_running(script: &Path, serve: Option<&Serve>) -> usize {
         .count()
 }
 
+/// Where the server's `hold` calls and the test meet: each call creates its own `started`
+/// file once it runs in the server, and every call returns once the `release` file exists. The
+/// directory is granted to the server (`--dir`), so the test knows a call is in flight and
+/// decides when it ends, with no clock involved.
+struct Gate {
+    dir: PathBuf,
+}
+
+impl Gate {
+    fn new(parent: &Path) -> Gate {
+        let dir = parent.join("gate");
+        std::fs::create_dir(&dir).expect("the gate directory");
+        Gate { dir }
+    }
+
+    /// `--dir` for the server.
+    fn grant(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn started(&self, call: &str) -> PathBuf {
+        self.dir.join(format!("started-{call}"))
+    }
+
+    /// The arguments of a `hold` call named `call`.
+    fn hold(&self, call: &str) -> Value {
+        json!({"name": "hold", "arguments": {
+            "started": self.started(call).display().to_string(),
+            "release": self.dir.join("release").display().to_string()}})
+    }
+
+    /// Whether the call named `call` runs in the server.
+    fn has_started(&self, call: &str) -> bool {
+        self.started(call).exists()
+    }
+
+    /// Let every held call return.
+    fn release(&self) {
+        std::fs::write(self.dir.join("release"), "").expect("the release file");
+    }
+}
+
+/// Read one response of a kept-alive connection (its body by `Content-Length` or chunked).
+fn read_reply(stream: &mut TcpStream) -> Reply {
+    let (status, headers) = read_head(stream);
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let mut body = Vec::new();
+    if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        let mut reader = BufReader::new(stream);
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).expect("a chunk size");
+            let size = usize::from_str_radix(size.trim(), 16).expect("hex size");
+            let mut chunk = vec![0u8; size + 2];
+            reader.read_exact(&mut chunk).expect("a chunk");
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+    } else {
+        let length = header("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        body.resize(length, 0);
+        stream.read_exact(&mut body).expect("read body");
+    }
+    Reply {
+        status,
+        headers,
+        body: String::from_utf8(body).expect("utf-8 body"),
+    }
+}
+
 #[test]
 fn a_client_gone_mid_call_and_a_sigterm_under_load_leave_no_process() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = native_server(dir.path());
     let script = server[1].clone();
-    let serve = Serve::start(&["--grace", "10s"], &server);
+    let gate = Gate::new(dir.path());
+    // A grace longer than any test: the calls in flight end when the test releases them.
+    let serve = Serve::start(&["--grace", "10m", "--dir", &gate.grant()], &server);
     // Without tokens a connection's 2026-07-28 instance is its own: a client that goes away
     // mid-call takes its instance (and every process of it) with it.
-    let slow = modern(
-        1,
-        "tools/call",
-        json!({"name": "slow", "arguments": {"seconds": 60}}),
-    );
     let mut auth = String::new();
-    let heads = modern_heads("slow", None, &mut auth);
+    let heads = modern_heads("hold", None, &mut auth);
     let mut gone = TcpStream::connect(serve.addr).expect("connect");
-    send(&mut gone, serve.addr, "POST", "/mcp", &heads, &slow);
+    let held = modern(1, "tools/call", gate.hold("gone"));
+    send(&mut gone, serve.addr, "POST", "/mcp", &heads, &held);
     assert_eq!(read_head(&mut gone).0, 200);
-    wait_for("the server to start", || {
-        processes_running(&script, Some(&serve)) > 0
-    });
+    wait_for("the call to run in the server", || gate.has_started("gone"));
     drop(gone);
     wait_for("the instance to end", || {
         serve.metric("sandpipe_serve_instances{state=\"ended\"}") == 1
@@ -690,30 +775,30 @@ fn a_client_gone_mid_call_and_a_sigterm_under_load_leave_no_process() {
     wait_for("its processes to go", || {
         processes_running(&script, Some(&serve)) == 0
     });
-    assert!(
-        serve.metric("sandpipe_serve_requests_total{method=\"tools/call\",outcome=\"abandoned\"}")
-            >= 1
+    assert_eq!(
+        serve.metric("sandpipe_serve_requests_total{method=\"tools/call\",outcome=\"abandoned\"}"),
+        1
     );
-    // Under load: three clients in the middle of a call each, then SIGTERM. Each call is
-    // answered within the grace, sandpipe exits 0, and no server process is left.
-    let quick = modern(
-        1,
-        "tools/call",
-        json!({"name": "slow", "arguments": {"seconds": 0.5}}),
-    );
-    let mut busy: Vec<TcpStream> = (0..3)
+    // Under load: three clients each with a call running in its server, then SIGTERM. New
+    // requests get 503 while the three are still held; once released, each is answered,
+    // sandpipe exits 0, and no server process is left.
+    let calls = ["a", "b", "c"];
+    let mut busy: Vec<TcpStream> = calls
+        .iter()
         .map(|_| TcpStream::connect(serve.addr).expect("connect"))
         .collect();
-    for s in &mut busy {
+    for (s, call) in busy.iter_mut().zip(calls) {
         let mut auth = String::new();
-        let mut heads = modern_heads("slow", None, &mut auth);
+        let mut heads = modern_heads("hold", None, &mut auth);
         heads.push(("Connection", "close"));
-        send(s, serve.addr, "POST", "/mcp", &heads, &quick);
+        let body = modern(1, "tools/call", gate.hold(call));
+        send(s, serve.addr, "POST", "/mcp", &heads, &body);
         assert_eq!(read_head(s).0, 200);
     }
-    wait_for("three servers", || {
-        processes_running(&script, Some(&serve)) >= 3
+    wait_for("three calls in their servers", || {
+        calls.iter().all(|c| gate.has_started(c))
     });
+    assert!(processes_running(&script, Some(&serve)) >= 3);
     let answers: Vec<_> = busy
         .into_iter()
         .map(|mut s| {
@@ -724,12 +809,25 @@ fn a_client_gone_mid_call_and_a_sigterm_under_load_leave_no_process() {
             })
         })
         .collect();
-    let status = serve.terminate();
-    assert_eq!(status.code(), Some(0));
+    // A kept-alive connection of a client that has no call in flight: its requests are
+    // refused as not allowed (405) until the stop begins, then with 503.
+    let mut probe = TcpStream::connect(serve.addr).expect("connect");
+    send(&mut probe, serve.addr, "GET", "/mcp", &[], "");
+    assert_eq!(read_reply(&mut probe).status, 405);
+    serve.signal(libc::SIGTERM);
+    wait_for("new requests to be refused as the stop begins", || {
+        send(&mut probe, serve.addr, "GET", "/mcp", &[], "");
+        read_reply(&mut probe).status == 503
+    });
+    for call in calls {
+        assert!(gate.has_started(call));
+    }
+    gate.release();
+    assert_eq!(serve.wait().code(), Some(0));
     for a in answers {
         let rest = a.join().expect("reader");
         assert!(
-            rest.contains("\"result\""),
+            rest.contains("\"result\"") && rest.contains("released"),
             "a call in flight at SIGTERM was not answered: {rest}"
         );
     }
