@@ -880,3 +880,231 @@ fn a_legacy_session_ends_on_delete_and_its_server_with_it() {
     );
     assert_eq!(serve.terminate().code(), Some(0));
 }
+
+/// A 2025-11-25 session's `initialize` and `notifications/initialized`; its id.
+fn initialize(addr: SocketAddr) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let r = http(
+        addr,
+        "POST",
+        "/mcp",
+        &[LEGACY_ACCEPT, ("Content-Type", "application/json")],
+        &init.to_string(),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let session = r
+        .header("mcp-session-id")
+        .expect("Mcp-Session-Id")
+        .to_owned();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    let heads = session_heads(&session);
+    assert_eq!(http(addr, "POST", "/mcp", &heads, &note).status, 202);
+    session
+}
+
+const LEGACY_ACCEPT: (&str, &str) = ("Accept", "application/json, text/event-stream");
+
+/// The headers of a request in the 2025-11-25 session `session`.
+fn session_heads(session: &str) -> [(&str, &str); 3] {
+    [
+        LEGACY_ACCEPT,
+        ("Mcp-Session-Id", session),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ]
+}
+
+/// A `tools/call` of `name` with `arguments`, as a 2025 session sends it.
+fn legacy_call(id: u64, name: &str, arguments: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": name, "arguments": arguments}})
+    .to_string()
+}
+
+/// Send a 2026-07-28 `tools/call` on the kept-alive `stream`; its answer.
+fn modern_call(stream: &mut TcpStream, addr: SocketAddr, name: &str, arguments: Value) -> Value {
+    let mut auth = String::new();
+    let heads: Vec<(&str, &str)> = modern_heads(name, None, &mut auth)
+        .into_iter()
+        .filter(|(n, _)| *n != "Accept")
+        .chain([("Accept", "application/json")])
+        .collect();
+    let body = modern(
+        1,
+        "tools/call",
+        json!({"name": name, "arguments": arguments}),
+    );
+    send(stream, addr, "POST", "/mcp", &heads, &body);
+    let r = read_reply(stream);
+    assert_eq!(r.status, 200, "{r:?}");
+    r.json()
+}
+
+#[test]
+fn a_server_that_crashes_mid_call_is_answered_for_and_the_next_request_gets_a_fresh_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = native_server(dir.path());
+    let script = server[1].clone();
+    let serve = Serve::start(&[], &server);
+    // 2026-07-28: the call the crash cut off is answered as failed, and the same client's
+    // next request gets a fresh instance, which works.
+    let mut client = TcpStream::connect(serve.addr).expect("connect");
+    let crashed = modern_call(&mut client, serve.addr, "crash", json!({}));
+    assert_eq!(crashed["result"]["isError"], true, "{crashed}");
+    let reason = crashed["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        reason.contains("SIGKILL") || reason.contains("signal"),
+        "{crashed}"
+    );
+    wait_for("the crashed instance to end", || {
+        serve.metric("sandpipe_serve_instances{state=\"ended\"}") == 1
+    });
+    let next = modern_call(&mut client, serve.addr, "add", json!({"a": 1, "b": 2}));
+    assert_eq!(next["result"]["content"][0]["text"], "3", "{next}");
+    assert_eq!(
+        serve.metric("sandpipe_serve_instances{state=\"running\"}"),
+        1
+    );
+    drop(client);
+    wait_for("the fresh instance to end with its connection", || {
+        serve.metric("sandpipe_serve_instances{state=\"ended\"}") == 2
+    });
+    wait_for("every server process to go", || {
+        processes_running(&script, Some(&serve)) == 0
+    });
+    // A 2025 session: the crash ends it (no --restart), its next request gets 404, and the
+    // client's new session is a fresh instance.
+    let session = initialize(serve.addr);
+    let heads = session_heads(&session);
+    let r = http(
+        serve.addr,
+        "POST",
+        "/mcp",
+        &heads,
+        &legacy_call(1, "crash", json!({})),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["result"]["isError"], true, "{r:?}");
+    wait_for("the session to be gone", || {
+        let r = http(
+            serve.addr,
+            "POST",
+            "/mcp",
+            &heads,
+            &legacy_call(2, "add", json!({"a": 1, "b": 1})),
+        );
+        r.status == 404
+    });
+    let again = initialize(serve.addr);
+    let heads = session_heads(&again);
+    let r = http(
+        serve.addr,
+        "POST",
+        "/mcp",
+        &heads,
+        &legacy_call(3, "add", json!({"a": 2, "b": 2})),
+    );
+    assert_eq!(r.json()["result"]["content"][0]["text"], "4", "{r:?}");
+    assert_eq!(http(serve.addr, "DELETE", "/mcp", &heads, "").status, 200);
+    assert_eq!(processes_running(&script, Some(&serve)), 0);
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+#[test]
+fn a_server_that_never_answers_is_cut_off_by_the_request_timeout_and_replaced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = native_server(dir.path());
+    let script = server[1].clone();
+    let serve = Serve::start(&["--request-timeout", "1s"], &server);
+    let mut client = TcpStream::connect(serve.addr).expect("connect");
+    let first = modern_call(&mut client, serve.addr, "add", json!({"a": 1, "b": 2}));
+    assert_eq!(first["result"]["content"][0]["text"], "3", "{first}");
+    let one_instance = processes_running(&script, Some(&serve));
+    assert!(one_instance > 0);
+    // `hog` holds the server's event loop: it answers nothing, not even the cancellation.
+    let deaf = modern_call(&mut client, serve.addr, "hog", json!({"seconds": 3600}));
+    assert_eq!(deaf["result"]["isError"], true, "{deaf}");
+    assert!(
+        deaf["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("timed out")),
+        "{deaf}"
+    );
+    // The next request is served (by a fresh server), and the deaf one is gone.
+    let next = modern_call(&mut client, serve.addr, "add", json!({"a": 2, "b": 3}));
+    assert_eq!(next["result"]["content"][0]["text"], "5", "{next}");
+    wait_for("the deaf server's processes to go", || {
+        processes_running(&script, Some(&serve)) == one_instance
+    });
+    drop(client);
+    wait_for("every server process to go", || {
+        processes_running(&script, Some(&serve)) == 0
+    });
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+#[test]
+fn a_sigkill_of_serve_leaves_no_server_process() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = native_server(dir.path());
+    let script = server[1].clone();
+    let gate = Gate::new(dir.path());
+    let serve = Serve::start(&["--dir", &gate.grant()], &server);
+    // A 2025 session, and a 2026-07-28 client with a call running in its server.
+    let _session = initialize(serve.addr);
+    let mut auth = String::new();
+    let heads = modern_heads("hold", None, &mut auth);
+    let mut held = TcpStream::connect(serve.addr).expect("connect");
+    let body = modern(1, "tools/call", gate.hold("held"));
+    send(&mut held, serve.addr, "POST", "/mcp", &heads, &body);
+    assert_eq!(read_head(&mut held).0, 200);
+    wait_for("the call to run in its server", || gate.has_started("held"));
+    assert!(processes_running(&script, Some(&serve)) > 0);
+    serve.signal(libc::SIGKILL);
+    let status = serve.wait();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
+    wait_for("every server process to die with serve", || {
+        processes_running(&script, None) == 0
+    });
+}
+
+#[test]
+fn an_idle_legacy_session_whose_client_left_is_reaped_with_its_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = native_server(dir.path());
+    let script = server[1].clone();
+    let serve = Serve::start(&["--idle-timeout", "1s"], &server);
+    let session = initialize(serve.addr);
+    // The client opens its GET stream and later goes away with no further request. However
+    // soon the reaper comes, the stream ends (or, had it come already, it is refused: 404).
+    let mut stream = TcpStream::connect(serve.addr).expect("connect");
+    let mut heads: Vec<(&str, &str)> = session_heads(&session).to_vec();
+    heads[0] = ("Accept", "text/event-stream");
+    heads.push(("Connection", "close"));
+    send(&mut stream, serve.addr, "GET", "/mcp", &heads, "");
+    let (status, _) = read_head(&mut stream);
+    assert!(status == 200 || status == 404, "GET: {status}");
+    let mut rest = String::new();
+    let _ = stream.read_to_string(&mut rest);
+    wait_for("the idle session to end", || {
+        serve.metric("sandpipe_serve_instances{state=\"ended\"}") == 1
+    });
+    wait_for("its server's processes to go", || {
+        processes_running(&script, Some(&serve)) == 0
+    });
+    let heads = session_heads(&session);
+    let r = http(
+        serve.addr,
+        "POST",
+        "/mcp",
+        &heads,
+        &legacy_call(1, "add", json!({"a": 1, "b": 1})),
+    );
+    assert_eq!(r.status, 404, "{r:?}");
+    assert_eq!(serve.terminate().code(), Some(0));
+}
