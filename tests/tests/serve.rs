@@ -2,10 +2,14 @@
 //!
 //! The official Python SDK's `Client` (PyPI `mcp` 2.3.0, `tests/peers/mcp/drive_http.py`) over
 //! `streamable_http_client`, in its `legacy` (2025 session), `auto` and pinned `2026-07-28`
-//! modes, against examples/mcp-tools behind `serve`, reports what it reports over stdio behind
-//! `run --protocol mcp`; two clients at once keep their own counters and their own answers to
+//! modes, against examples/mcp-tools and PyPI `mcp-server-time` behind `serve`, reports what it
+//! reports over stdio behind `run --protocol mcp`, and so does the official TypeScript SDK's
+//! `StreamableHTTPClientTransport` (`tests/peers/mcp/drive_http.mjs`) against npm
+//! `server-everything` and `mcp-server-time`; two clients at once keep their own counters and their own answers to
 //! the same JSON-RPC ids; bad requests get their status and error and start nothing; a client
-//! that goes away mid-call and a SIGTERM under load leave no process behind (counted in /proc).
+//! that goes away mid-call and a SIGTERM under load leave no process behind (counted in /proc),
+//! and so do a server that crashes mid-call, one that never answers, a SIGKILL of `serve` and
+//! an idle session whose client left.
 //! The raw requests are written by hand on a TCP stream, so each status and header is seen as
 //! sent. Every wait is on something observable (a line, a response, a counter in /metrics).
 
@@ -1106,5 +1110,133 @@ fn an_idle_legacy_session_whose_client_left_is_reaped_with_its_server() {
         &legacy_call(1, "add", json!({"a": 1, "b": 1})),
     );
     assert_eq!(r.status, 404, "{r:?}");
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+/// The TypeScript SDK driver's report (`tests/peers/mcp/drive_http.mjs`) of `scenario` against
+/// `target` (a URL, or `stdio COMMAND...`).
+fn drive_ts(scenario: &str, target: &[String]) -> Value {
+    peers::report(
+        Command::new(peers::node())
+            .arg(peers::source("mcp/drive_http.mjs"))
+            .arg(scenario)
+            .arg("--")
+            .args(target)
+            .env("SANDPIPE_MCP_NPM", peers::mcp_npm()),
+        &format!("{scenario} on {target:?}"),
+    )
+}
+
+/// `stdio sandpipe run --protocol mcp SERVER`: the same server, over stdio, in the same sandbox.
+fn over_stdio(server: &Path) -> Vec<String> {
+    vec![
+        "stdio".into(),
+        peers::sandpipe().display().to_string(),
+        "run".into(),
+        "--protocol".into(),
+        "mcp".into(),
+        server.display().to_string(),
+    ]
+}
+
+/// Take `key` out of a report.
+fn take(report: &mut Value, key: &str) -> Value {
+    report
+        .as_object_mut()
+        .expect("a report")
+        .remove(key)
+        .unwrap_or(Value::Null)
+}
+
+/// The TypeScript SDK's `StreamableHTTPClientTransport` against `server` behind `serve` sees
+/// what its stdio client sees of the same server behind `run --protocol mcp`, but for what the
+/// transport itself decides (the session id) and the clock (`clock`); its session ends with
+/// DELETE, and the instance with it.
+fn typescript_over_http_is_as_over_stdio(scenario: &str, server: &Path) -> Value {
+    let serve = Serve::start(&[], &[server.to_path_buf()]);
+    let mut over_http = drive_ts(scenario, &[serve.url()]);
+    let mut direct = drive_ts(scenario, &over_stdio(server));
+    let transport = take(&mut over_http, "transport");
+    assert_eq!(take(&mut direct, "transport"), json!({}));
+    assert!(
+        transport["sessionId"]
+            .as_str()
+            .is_some_and(|id| id.len() == 32),
+        "{transport}"
+    );
+    assert_eq!(transport["terminated"], true, "{transport}");
+    // DELETE answers once the instance is gone.
+    assert_eq!(
+        (
+            serve.metric("sandpipe_serve_instances{state=\"running\"}"),
+            serve.metric("sandpipe_serve_instances{state=\"ended\"}")
+        ),
+        (0, 1)
+    );
+    let (http_clock, stdio_clock) = (take(&mut over_http, "clock"), take(&mut direct, "clock"));
+    if scenario == "time" {
+        assert!(http_clock["date"].as_str().is_some_and(|d| d.len() == 10));
+        assert!(stdio_clock["day"].is_string());
+    }
+    assert_eq!(over_http["protocolVersion"], "2025-11-25", "{over_http}");
+    assert_eq!(over_http, direct, "{scenario}: over HTTP, then over stdio");
+    assert_eq!(serve.terminate().code(), Some(0));
+    over_http
+}
+
+#[test]
+fn the_typescript_sdks_http_client_sees_server_everything_as_over_stdio() {
+    let report = typescript_over_http_is_as_over_stdio(
+        "everything",
+        &peers::mcp_npm_server("mcp-server-everything"),
+    );
+    assert_eq!(report["serverInfo"]["name"], "mcp-servers/everything");
+    assert_eq!(
+        report["echo"]["result"]["content"][0]["text"],
+        "Echo: hello"
+    );
+    assert_eq!(report["own_error"]["result"]["isError"], true);
+    // Progress reached the client on the call's SSE stream.
+    assert_eq!(
+        report["progress_before_the_answer"],
+        json!([[1, 3], [2, 3]])
+    );
+    assert!(report["tools"].as_array().is_some_and(|t| t.len() > 5));
+}
+
+#[test]
+fn the_typescript_sdks_http_client_sees_mcp_server_time_as_over_stdio() {
+    let report = typescript_over_http_is_as_over_stdio("time", &peers::mcp_server_time());
+    assert_eq!(report["serverInfo"]["name"], "mcp-time");
+    let convert = &report["convert"]["result"]["structuredContent"];
+    assert_eq!(
+        convert["target"]["datetime"], "DATET21:00:00+09:00",
+        "{report}"
+    );
+    assert_eq!(convert["time_difference"], "+9.0h", "{report}");
+    assert_eq!(report["current"]["timezone"], "UTC");
+    assert_eq!(report["bad_zone"]["result"]["isError"], true);
+}
+
+#[test]
+fn the_python_sdk_client_sees_mcp_server_time_over_http_as_over_stdio_in_each_mode() {
+    let server = peers::mcp_server_time();
+    let serve = Serve::start(&[], std::slice::from_ref(&server));
+    for (mode, version) in [("legacy", "2025-11-25"), ("auto", MODERN), (MODERN, MODERN)] {
+        let over_http = drive(mode, &["tools", "time"], &[serve.url()]);
+        let direct = drive(mode, &["tools", "time"], &over_stdio(&server));
+        assert_eq!(over_http["version"], version, "{over_http}");
+        assert_eq!(
+            over_http["tools"]["names"],
+            json!(["convert_time", "get_current_time"])
+        );
+        assert!(
+            over_http["time"]["convert"]["result"]["text"][0]
+                .as_str()
+                .is_some_and(|t| t.contains("DATET21:00:00+09:00")),
+            "{over_http}"
+        );
+        assert_eq!(direct, over_http, "mode {mode}");
+    }
     assert_eq!(serve.terminate().code(), Some(0));
 }
