@@ -1240,3 +1240,48 @@ fn the_python_sdk_client_sees_mcp_server_time_over_http_as_over_stdio_in_each_mo
     }
     assert_eq!(serve.terminate().code(), Some(0));
 }
+
+#[test]
+fn a_client_that_sends_half_a_request_head_is_cut_off_and_others_are_served_meanwhile() {
+    let serve = Serve::start(&["--header-timeout", "1s"], &tools_server());
+    // Half a head (slowloris): the request line and some headers, never the blank line.
+    let mut slow = TcpStream::connect(serve.addr).expect("connect");
+    let half = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nMcp-Met",
+        serve.addr
+    );
+    slow.write_all(half.as_bytes()).expect("half a head");
+    // Meanwhile another client is served, its request reaching an instance.
+    let mut auth = String::new();
+    let heads = modern_heads("add", None, &mut auth);
+    let call = modern(
+        1,
+        "tools/call",
+        json!({"name": "add", "arguments": {"a": 1, "b": 2}}),
+    );
+    let r = http(serve.addr, "POST", "/mcp", &heads, &call);
+    assert_eq!(r.json()["result"]["content"][0]["text"], "3", "{r:?}");
+    assert_eq!(http(serve.addr, "GET", "/healthz", &[], "").status, 200);
+    // The half-sent head is cut off: its connection closes (EOF or a reset), however long
+    // that takes; a read that waits past a minute fails the test instead.
+    slow.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("a read timeout");
+    let mut rest = Vec::new();
+    match slow.read_to_end(&mut rest) {
+        Ok(_) => {}
+        Err(e) => assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset,
+            "the half-sent head's connection stayed open: {e}"
+        ),
+    }
+    // It reached nothing: the one instance is the other client's (ended with its connection).
+    wait_for("the other client's instance to end", || {
+        serve.metric("sandpipe_serve_instances{state=\"ended\"}") == 1
+    });
+    assert_eq!(
+        serve.metric("sandpipe_serve_instances{state=\"running\"}"),
+        0
+    );
+    assert_eq!(serve.terminate().code(), Some(0));
+}
