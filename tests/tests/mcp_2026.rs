@@ -2,8 +2,8 @@
 //! `Client` (PyPI `mcp` 2.3.0, `tests/peers/mcp/drive_2026.py`) in each of its connect modes:
 //! `auto` (probes `server/discover`, the SDK's default), `legacy` (`initialize`) and pinned to
 //! `2026-07-28` (no probe at all), against an SDK 2.3.0 stdio server written for these tests
-//! (`tests/peers/mcp/server_2026.py`: `add`, `slow`, `hog`, `boom`, a multi round-trip `greet`,
-//! and `grow`, which changes the tool list).
+//! (`tests/peers/mcp/server_2026.py`: `add`, `slow`, `hog`, `hold`, `crash`, `boom`, a multi
+//! round-trip `greet`, and `grow`, which changes the tool list).
 //!
 //! Each case passes in each mode: no options (the same report as the server run directly),
 //! `--deny-tool`, `--request-timeout` with and without `--restart` (a slow call cancelled, a deaf
@@ -87,9 +87,10 @@ fn with_no_options_every_mode_sees_what_the_server_run_directly_shows() {
             let sandboxed = drive(mode, &cases, &behind(&[]));
             assert_eq!(direct["version"], version(mode), "{direct}");
             assert!(answers(&direct["basic"]["greet"], "hello, Ada"), "{direct}");
+            // The server's eight tools and the one `grow` added.
             assert_eq!(
                 direct["basic"]["tools_after"].as_array().map(Vec::len),
-                Some(7)
+                Some(9)
             );
             assert_eq!(direct["cancel"]["cancelled"], true, "{direct}");
             let event = if mode == "legacy" {

@@ -2,10 +2,14 @@
 //!
 //! The official Python SDK's `Client` (PyPI `mcp` 2.3.0, `tests/peers/mcp/drive_http.py`) over
 //! `streamable_http_client`, in its `legacy` (2025 session), `auto` and pinned `2026-07-28`
-//! modes, against examples/mcp-tools behind `serve`, reports what it reports over stdio behind
-//! `run --protocol mcp`; two clients at once keep their own counters and their own answers to
+//! modes, against examples/mcp-tools and PyPI `mcp-server-time` behind `serve`, reports what it
+//! reports over stdio behind `run --protocol mcp`, and so does the official TypeScript SDK's
+//! `StreamableHTTPClientTransport` (`tests/peers/mcp/drive_http.mjs`) against npm
+//! `server-everything` and `mcp-server-time`; two clients at once keep their own counters and their own answers to
 //! the same JSON-RPC ids; bad requests get their status and error and start nothing; a client
-//! that goes away mid-call and a SIGTERM under load leave no process behind (counted in /proc).
+//! that goes away mid-call and a SIGTERM under load leave no process behind (counted in /proc),
+//! and so do a server that crashes mid-call, one that never answers, a SIGKILL of `serve` and
+//! an idle session whose client left.
 //! The raw requests are written by hand on a TCP stream, so each status and header is seen as
 //! sent. Every wait is on something observable (a line, a response, a counter in /metrics).
 
@@ -84,16 +88,26 @@ impl Serve {
             .unwrap_or(0)
     }
 
-    /// SIGTERM, and the exit status.
-    fn terminate(mut self) -> std::process::ExitStatus {
+    /// Send `signal` to `sandpipe serve`.
+    fn signal(&self, signal: libc::c_int) {
         let pid = i32::try_from(self.child.id()).expect("pid");
         // SAFETY: kill(2) on our own child's pid.
         #[allow(unsafe_code)]
-        let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
-        assert_eq!(sent, 0, "SIGTERM");
+        let sent = unsafe { libc::kill(pid, signal) };
+        assert_eq!(sent, 0, "signal {signal}");
+    }
+
+    /// Its exit status, once it has ended.
+    fn wait(mut self) -> std::process::ExitStatus {
         let status = self.child.wait().expect("wait");
         std::mem::forget(self);
         status
+    }
+
+    /// SIGTERM, and the exit status.
+    fn terminate(self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM);
+        self.wait()
     }
 }
 
@@ -662,27 +676,102 @@ fn processes_running(script: &Path, serve: Option<&Serve>) -> usize {
         .count()
 }
 
+/// Where the server's `hold` calls and the test meet: each call creates its own `started`
+/// file once it runs in the server, and every call returns once the `release` file exists. The
+/// directory is granted to the server (`--dir`), so the test knows a call is in flight and
+/// decides when it ends, with no clock involved.
+struct Gate {
+    dir: PathBuf,
+}
+
+impl Gate {
+    fn new(parent: &Path) -> Gate {
+        let dir = parent.join("gate");
+        std::fs::create_dir(&dir).expect("the gate directory");
+        Gate { dir }
+    }
+
+    /// `--dir` for the server.
+    fn grant(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn started(&self, call: &str) -> PathBuf {
+        self.dir.join(format!("started-{call}"))
+    }
+
+    /// The arguments of a `hold` call named `call`.
+    fn hold(&self, call: &str) -> Value {
+        json!({"name": "hold", "arguments": {
+            "started": self.started(call).display().to_string(),
+            "release": self.dir.join("release").display().to_string()}})
+    }
+
+    /// Whether the call named `call` runs in the server.
+    fn has_started(&self, call: &str) -> bool {
+        self.started(call).exists()
+    }
+
+    /// Let every held call return.
+    fn release(&self) {
+        std::fs::write(self.dir.join("release"), "").expect("the release file");
+    }
+}
+
+/// Read one response of a kept-alive connection (its body by `Content-Length` or chunked).
+fn read_reply(stream: &mut TcpStream) -> Reply {
+    let (status, headers) = read_head(stream);
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let mut body = Vec::new();
+    if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        let mut reader = BufReader::new(stream);
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).expect("a chunk size");
+            let size = usize::from_str_radix(size.trim(), 16).expect("hex size");
+            let mut chunk = vec![0u8; size + 2];
+            reader.read_exact(&mut chunk).expect("a chunk");
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+    } else {
+        let length = header("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        body.resize(length, 0);
+        stream.read_exact(&mut body).expect("read body");
+    }
+    Reply {
+        status,
+        headers,
+        body: String::from_utf8(body).expect("utf-8 body"),
+    }
+}
+
 #[test]
 fn a_client_gone_mid_call_and_a_sigterm_under_load_leave_no_process() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = native_server(dir.path());
     let script = server[1].clone();
-    let serve = Serve::start(&["--grace", "10s"], &server);
+    let gate = Gate::new(dir.path());
+    // A grace longer than any test: the calls in flight end when the test releases them.
+    let serve = Serve::start(&["--grace", "10m", "--dir", &gate.grant()], &server);
     // Without tokens a connection's 2026-07-28 instance is its own: a client that goes away
     // mid-call takes its instance (and every process of it) with it.
-    let slow = modern(
-        1,
-        "tools/call",
-        json!({"name": "slow", "arguments": {"seconds": 60}}),
-    );
     let mut auth = String::new();
-    let heads = modern_heads("slow", None, &mut auth);
+    let heads = modern_heads("hold", None, &mut auth);
     let mut gone = TcpStream::connect(serve.addr).expect("connect");
-    send(&mut gone, serve.addr, "POST", "/mcp", &heads, &slow);
+    let held = modern(1, "tools/call", gate.hold("gone"));
+    send(&mut gone, serve.addr, "POST", "/mcp", &heads, &held);
     assert_eq!(read_head(&mut gone).0, 200);
-    wait_for("the server to start", || {
-        processes_running(&script, Some(&serve)) > 0
-    });
+    wait_for("the call to run in the server", || gate.has_started("gone"));
     drop(gone);
     wait_for("the instance to end", || {
         serve.metric("sandpipe_serve_instances{state=\"ended\"}") == 1
@@ -690,30 +779,30 @@ fn a_client_gone_mid_call_and_a_sigterm_under_load_leave_no_process() {
     wait_for("its processes to go", || {
         processes_running(&script, Some(&serve)) == 0
     });
-    assert!(
-        serve.metric("sandpipe_serve_requests_total{method=\"tools/call\",outcome=\"abandoned\"}")
-            >= 1
+    assert_eq!(
+        serve.metric("sandpipe_serve_requests_total{method=\"tools/call\",outcome=\"abandoned\"}"),
+        1
     );
-    // Under load: three clients in the middle of a call each, then SIGTERM. Each call is
-    // answered within the grace, sandpipe exits 0, and no server process is left.
-    let quick = modern(
-        1,
-        "tools/call",
-        json!({"name": "slow", "arguments": {"seconds": 0.5}}),
-    );
-    let mut busy: Vec<TcpStream> = (0..3)
+    // Under load: three clients each with a call running in its server, then SIGTERM. New
+    // requests get 503 while the three are still held; once released, each is answered,
+    // sandpipe exits 0, and no server process is left.
+    let calls = ["a", "b", "c"];
+    let mut busy: Vec<TcpStream> = calls
+        .iter()
         .map(|_| TcpStream::connect(serve.addr).expect("connect"))
         .collect();
-    for s in &mut busy {
+    for (s, call) in busy.iter_mut().zip(calls) {
         let mut auth = String::new();
-        let mut heads = modern_heads("slow", None, &mut auth);
+        let mut heads = modern_heads("hold", None, &mut auth);
         heads.push(("Connection", "close"));
-        send(s, serve.addr, "POST", "/mcp", &heads, &quick);
+        let body = modern(1, "tools/call", gate.hold(call));
+        send(s, serve.addr, "POST", "/mcp", &heads, &body);
         assert_eq!(read_head(s).0, 200);
     }
-    wait_for("three servers", || {
-        processes_running(&script, Some(&serve)) >= 3
+    wait_for("three calls in their servers", || {
+        calls.iter().all(|c| gate.has_started(c))
     });
+    assert!(processes_running(&script, Some(&serve)) >= 3);
     let answers: Vec<_> = busy
         .into_iter()
         .map(|mut s| {
@@ -724,12 +813,25 @@ fn a_client_gone_mid_call_and_a_sigterm_under_load_leave_no_process() {
             })
         })
         .collect();
-    let status = serve.terminate();
-    assert_eq!(status.code(), Some(0));
+    // A kept-alive connection of a client that has no call in flight: its requests are
+    // refused as not allowed (405) until the stop begins, then with 503.
+    let mut probe = TcpStream::connect(serve.addr).expect("connect");
+    send(&mut probe, serve.addr, "GET", "/mcp", &[], "");
+    assert_eq!(read_reply(&mut probe).status, 405);
+    serve.signal(libc::SIGTERM);
+    wait_for("new requests to be refused as the stop begins", || {
+        send(&mut probe, serve.addr, "GET", "/mcp", &[], "");
+        read_reply(&mut probe).status == 503
+    });
+    for call in calls {
+        assert!(gate.has_started(call));
+    }
+    gate.release();
+    assert_eq!(serve.wait().code(), Some(0));
     for a in answers {
         let rest = a.join().expect("reader");
         assert!(
-            rest.contains("\"result\""),
+            rest.contains("\"result\"") && rest.contains("released"),
             "a call in flight at SIGTERM was not answered: {rest}"
         );
     }
@@ -779,6 +881,407 @@ fn a_legacy_session_ends_on_delete_and_its_server_with_it() {
     assert_eq!(
         http(serve.addr, "POST", "/mcp", &heads, &add.to_string()).status,
         404
+    );
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+/// A 2025-11-25 session's `initialize` and `notifications/initialized`; its id.
+fn initialize(addr: SocketAddr) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let r = http(
+        addr,
+        "POST",
+        "/mcp",
+        &[LEGACY_ACCEPT, ("Content-Type", "application/json")],
+        &init.to_string(),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let session = r
+        .header("mcp-session-id")
+        .expect("Mcp-Session-Id")
+        .to_owned();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    let heads = session_heads(&session);
+    assert_eq!(http(addr, "POST", "/mcp", &heads, &note).status, 202);
+    session
+}
+
+const LEGACY_ACCEPT: (&str, &str) = ("Accept", "application/json, text/event-stream");
+
+/// The headers of a request in the 2025-11-25 session `session`.
+fn session_heads(session: &str) -> [(&str, &str); 3] {
+    [
+        LEGACY_ACCEPT,
+        ("Mcp-Session-Id", session),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ]
+}
+
+/// A `tools/call` of `name` with `arguments`, as a 2025 session sends it.
+fn legacy_call(id: u64, name: &str, arguments: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": name, "arguments": arguments}})
+    .to_string()
+}
+
+/// Send a 2026-07-28 `tools/call` on the kept-alive `stream`; its answer.
+fn modern_call(stream: &mut TcpStream, addr: SocketAddr, name: &str, arguments: Value) -> Value {
+    let mut auth = String::new();
+    let heads: Vec<(&str, &str)> = modern_heads(name, None, &mut auth)
+        .into_iter()
+        .filter(|(n, _)| *n != "Accept")
+        .chain([("Accept", "application/json")])
+        .collect();
+    let body = modern(
+        1,
+        "tools/call",
+        json!({"name": name, "arguments": arguments}),
+    );
+    send(stream, addr, "POST", "/mcp", &heads, &body);
+    let r = read_reply(stream);
+    assert_eq!(r.status, 200, "{r:?}");
+    r.json()
+}
+
+#[test]
+fn a_server_that_crashes_mid_call_is_answered_for_and_the_next_request_gets_a_fresh_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = native_server(dir.path());
+    let script = server[1].clone();
+    let serve = Serve::start(&[], &server);
+    // 2026-07-28: the call the crash cut off is answered as failed, and the same client's
+    // next request gets a fresh instance, which works.
+    let mut client = TcpStream::connect(serve.addr).expect("connect");
+    let crashed = modern_call(&mut client, serve.addr, "crash", json!({}));
+    assert_eq!(crashed["result"]["isError"], true, "{crashed}");
+    let reason = crashed["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        reason.contains("SIGKILL") || reason.contains("signal"),
+        "{crashed}"
+    );
+    wait_for("the crashed instance to end", || {
+        serve.metric("sandpipe_serve_instances{state=\"ended\"}") == 1
+    });
+    let next = modern_call(&mut client, serve.addr, "add", json!({"a": 1, "b": 2}));
+    assert_eq!(next["result"]["content"][0]["text"], "3", "{next}");
+    assert_eq!(
+        serve.metric("sandpipe_serve_instances{state=\"running\"}"),
+        1
+    );
+    drop(client);
+    wait_for("the fresh instance to end with its connection", || {
+        serve.metric("sandpipe_serve_instances{state=\"ended\"}") == 2
+    });
+    wait_for("every server process to go", || {
+        processes_running(&script, Some(&serve)) == 0
+    });
+    // A 2025 session: the crash ends it (no --restart), its next request gets 404, and the
+    // client's new session is a fresh instance.
+    let session = initialize(serve.addr);
+    let heads = session_heads(&session);
+    let r = http(
+        serve.addr,
+        "POST",
+        "/mcp",
+        &heads,
+        &legacy_call(1, "crash", json!({})),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["result"]["isError"], true, "{r:?}");
+    wait_for("the session to be gone", || {
+        let r = http(
+            serve.addr,
+            "POST",
+            "/mcp",
+            &heads,
+            &legacy_call(2, "add", json!({"a": 1, "b": 1})),
+        );
+        r.status == 404
+    });
+    let again = initialize(serve.addr);
+    let heads = session_heads(&again);
+    let r = http(
+        serve.addr,
+        "POST",
+        "/mcp",
+        &heads,
+        &legacy_call(3, "add", json!({"a": 2, "b": 2})),
+    );
+    assert_eq!(r.json()["result"]["content"][0]["text"], "4", "{r:?}");
+    assert_eq!(http(serve.addr, "DELETE", "/mcp", &heads, "").status, 200);
+    assert_eq!(processes_running(&script, Some(&serve)), 0);
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+#[test]
+fn a_server_that_never_answers_is_cut_off_by_the_request_timeout_and_replaced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = native_server(dir.path());
+    let script = server[1].clone();
+    let serve = Serve::start(&["--request-timeout", "1s"], &server);
+    let mut client = TcpStream::connect(serve.addr).expect("connect");
+    let first = modern_call(&mut client, serve.addr, "add", json!({"a": 1, "b": 2}));
+    assert_eq!(first["result"]["content"][0]["text"], "3", "{first}");
+    let one_instance = processes_running(&script, Some(&serve));
+    assert!(one_instance > 0);
+    // `hog` holds the server's event loop: it answers nothing, not even the cancellation.
+    let deaf = modern_call(&mut client, serve.addr, "hog", json!({"seconds": 3600}));
+    assert_eq!(deaf["result"]["isError"], true, "{deaf}");
+    assert!(
+        deaf["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("timed out")),
+        "{deaf}"
+    );
+    // The next request is served (by a fresh server), and the deaf one is gone.
+    let next = modern_call(&mut client, serve.addr, "add", json!({"a": 2, "b": 3}));
+    assert_eq!(next["result"]["content"][0]["text"], "5", "{next}");
+    wait_for("the deaf server's processes to go", || {
+        processes_running(&script, Some(&serve)) == one_instance
+    });
+    drop(client);
+    wait_for("every server process to go", || {
+        processes_running(&script, Some(&serve)) == 0
+    });
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+#[test]
+fn a_sigkill_of_serve_leaves_no_server_process() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = native_server(dir.path());
+    let script = server[1].clone();
+    let gate = Gate::new(dir.path());
+    let serve = Serve::start(&["--dir", &gate.grant()], &server);
+    // A 2025 session, and a 2026-07-28 client with a call running in its server.
+    let _session = initialize(serve.addr);
+    let mut auth = String::new();
+    let heads = modern_heads("hold", None, &mut auth);
+    let mut held = TcpStream::connect(serve.addr).expect("connect");
+    let body = modern(1, "tools/call", gate.hold("held"));
+    send(&mut held, serve.addr, "POST", "/mcp", &heads, &body);
+    assert_eq!(read_head(&mut held).0, 200);
+    wait_for("the call to run in its server", || gate.has_started("held"));
+    assert!(processes_running(&script, Some(&serve)) > 0);
+    serve.signal(libc::SIGKILL);
+    let status = serve.wait();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
+    wait_for("every server process to die with serve", || {
+        processes_running(&script, None) == 0
+    });
+}
+
+#[test]
+fn an_idle_legacy_session_whose_client_left_is_reaped_with_its_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = native_server(dir.path());
+    let script = server[1].clone();
+    let serve = Serve::start(&["--idle-timeout", "1s"], &server);
+    let session = initialize(serve.addr);
+    // The client opens its GET stream and later goes away with no further request. However
+    // soon the reaper comes, the stream ends (or, had it come already, it is refused: 404).
+    let mut stream = TcpStream::connect(serve.addr).expect("connect");
+    let mut heads: Vec<(&str, &str)> = session_heads(&session).to_vec();
+    heads[0] = ("Accept", "text/event-stream");
+    heads.push(("Connection", "close"));
+    send(&mut stream, serve.addr, "GET", "/mcp", &heads, "");
+    let (status, _) = read_head(&mut stream);
+    assert!(status == 200 || status == 404, "GET: {status}");
+    let mut rest = String::new();
+    let _ = stream.read_to_string(&mut rest);
+    wait_for("the idle session to end", || {
+        serve.metric("sandpipe_serve_instances{state=\"ended\"}") == 1
+    });
+    wait_for("its server's processes to go", || {
+        processes_running(&script, Some(&serve)) == 0
+    });
+    let heads = session_heads(&session);
+    let r = http(
+        serve.addr,
+        "POST",
+        "/mcp",
+        &heads,
+        &legacy_call(1, "add", json!({"a": 1, "b": 1})),
+    );
+    assert_eq!(r.status, 404, "{r:?}");
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+/// The TypeScript SDK driver's report (`tests/peers/mcp/drive_http.mjs`) of `scenario` against
+/// `target` (a URL, or `stdio COMMAND...`).
+fn drive_ts(scenario: &str, target: &[String]) -> Value {
+    peers::report(
+        Command::new(peers::node())
+            .arg(peers::source("mcp/drive_http.mjs"))
+            .arg(scenario)
+            .arg("--")
+            .args(target)
+            .env("SANDPIPE_MCP_NPM", peers::mcp_npm()),
+        &format!("{scenario} on {target:?}"),
+    )
+}
+
+/// `stdio sandpipe run --protocol mcp SERVER`: the same server, over stdio, in the same sandbox.
+fn over_stdio(server: &Path) -> Vec<String> {
+    vec![
+        "stdio".into(),
+        peers::sandpipe().display().to_string(),
+        "run".into(),
+        "--protocol".into(),
+        "mcp".into(),
+        server.display().to_string(),
+    ]
+}
+
+/// Take `key` out of a report.
+fn take(report: &mut Value, key: &str) -> Value {
+    report
+        .as_object_mut()
+        .expect("a report")
+        .remove(key)
+        .unwrap_or(Value::Null)
+}
+
+/// The TypeScript SDK's `StreamableHTTPClientTransport` against `server` behind `serve` sees
+/// what its stdio client sees of the same server behind `run --protocol mcp`, but for what the
+/// transport itself decides (the session id) and the clock (`clock`); its session ends with
+/// DELETE, and the instance with it.
+fn typescript_over_http_is_as_over_stdio(scenario: &str, server: &Path) -> Value {
+    let serve = Serve::start(&[], &[server.to_path_buf()]);
+    let mut over_http = drive_ts(scenario, &[serve.url()]);
+    let mut direct = drive_ts(scenario, &over_stdio(server));
+    let transport = take(&mut over_http, "transport");
+    assert_eq!(take(&mut direct, "transport"), json!({}));
+    assert!(
+        transport["sessionId"]
+            .as_str()
+            .is_some_and(|id| id.len() == 32),
+        "{transport}"
+    );
+    assert_eq!(transport["terminated"], true, "{transport}");
+    // DELETE answers once the instance is gone.
+    assert_eq!(
+        (
+            serve.metric("sandpipe_serve_instances{state=\"running\"}"),
+            serve.metric("sandpipe_serve_instances{state=\"ended\"}")
+        ),
+        (0, 1)
+    );
+    let (http_clock, stdio_clock) = (take(&mut over_http, "clock"), take(&mut direct, "clock"));
+    if scenario == "time" {
+        assert!(http_clock["date"].as_str().is_some_and(|d| d.len() == 10));
+        assert!(stdio_clock["day"].is_string());
+    }
+    assert_eq!(over_http["protocolVersion"], "2025-11-25", "{over_http}");
+    assert_eq!(over_http, direct, "{scenario}: over HTTP, then over stdio");
+    assert_eq!(serve.terminate().code(), Some(0));
+    over_http
+}
+
+#[test]
+fn the_typescript_sdks_http_client_sees_server_everything_as_over_stdio() {
+    let report = typescript_over_http_is_as_over_stdio(
+        "everything",
+        &peers::mcp_npm_server("mcp-server-everything"),
+    );
+    assert_eq!(report["serverInfo"]["name"], "mcp-servers/everything");
+    assert_eq!(
+        report["echo"]["result"]["content"][0]["text"],
+        "Echo: hello"
+    );
+    assert_eq!(report["own_error"]["result"]["isError"], true);
+    // Progress reached the client on the call's SSE stream.
+    assert_eq!(
+        report["progress_before_the_answer"],
+        json!([[1, 3], [2, 3]])
+    );
+    assert!(report["tools"].as_array().is_some_and(|t| t.len() > 5));
+}
+
+#[test]
+fn the_typescript_sdks_http_client_sees_mcp_server_time_as_over_stdio() {
+    let report = typescript_over_http_is_as_over_stdio("time", &peers::mcp_server_time());
+    assert_eq!(report["serverInfo"]["name"], "mcp-time");
+    let convert = &report["convert"]["result"]["structuredContent"];
+    assert_eq!(
+        convert["target"]["datetime"], "DATET21:00:00+09:00",
+        "{report}"
+    );
+    assert_eq!(convert["time_difference"], "+9.0h", "{report}");
+    assert_eq!(report["current"]["timezone"], "UTC");
+    assert_eq!(report["bad_zone"]["result"]["isError"], true);
+}
+
+#[test]
+fn the_python_sdk_client_sees_mcp_server_time_over_http_as_over_stdio_in_each_mode() {
+    let server = peers::mcp_server_time();
+    let serve = Serve::start(&[], std::slice::from_ref(&server));
+    for (mode, version) in [("legacy", "2025-11-25"), ("auto", MODERN), (MODERN, MODERN)] {
+        let over_http = drive(mode, &["tools", "time"], &[serve.url()]);
+        let direct = drive(mode, &["tools", "time"], &over_stdio(&server));
+        assert_eq!(over_http["version"], version, "{over_http}");
+        assert_eq!(
+            over_http["tools"]["names"],
+            json!(["convert_time", "get_current_time"])
+        );
+        assert!(
+            over_http["time"]["convert"]["result"]["text"][0]
+                .as_str()
+                .is_some_and(|t| t.contains("DATET21:00:00+09:00")),
+            "{over_http}"
+        );
+        assert_eq!(direct, over_http, "mode {mode}");
+    }
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+#[test]
+fn a_client_that_sends_half_a_request_head_is_cut_off_and_others_are_served_meanwhile() {
+    let serve = Serve::start(&["--header-timeout", "1s"], &tools_server());
+    // Half a head (slowloris): the request line and some headers, never the blank line.
+    let mut slow = TcpStream::connect(serve.addr).expect("connect");
+    let half = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nMcp-Met",
+        serve.addr
+    );
+    slow.write_all(half.as_bytes()).expect("half a head");
+    // Meanwhile another client is served, its request reaching an instance.
+    let mut auth = String::new();
+    let heads = modern_heads("add", None, &mut auth);
+    let call = modern(
+        1,
+        "tools/call",
+        json!({"name": "add", "arguments": {"a": 1, "b": 2}}),
+    );
+    let r = http(serve.addr, "POST", "/mcp", &heads, &call);
+    assert_eq!(r.json()["result"]["content"][0]["text"], "3", "{r:?}");
+    assert_eq!(http(serve.addr, "GET", "/healthz", &[], "").status, 200);
+    // The half-sent head is cut off: its connection closes (EOF or a reset), however long
+    // that takes; a read that waits past a minute fails the test instead.
+    slow.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("a read timeout");
+    let mut rest = Vec::new();
+    match slow.read_to_end(&mut rest) {
+        Ok(_) => {}
+        Err(e) => assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset,
+            "the half-sent head's connection stayed open: {e}"
+        ),
+    }
+    // It reached nothing: the one instance is the other client's (ended with its connection).
+    wait_for("the other client's instance to end", || {
+        serve.metric("sandpipe_serve_instances{state=\"ended\"}") == 1
+    });
+    assert_eq!(
+        serve.metric("sandpipe_serve_instances{state=\"running\"}"),
+        0
     );
     assert_eq!(serve.terminate().code(), Some(0));
 }

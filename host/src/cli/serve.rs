@@ -127,6 +127,9 @@ fn options(s: &Serve, grace: Duration) -> Result<ServeOptions> {
     if let Some(d) = s.idle_timeout {
         o.idle_timeout = d;
     }
+    if let Some(d) = s.header_timeout {
+        o.header_timeout = d;
+    }
     o.grace = grace;
     Ok(o)
 }

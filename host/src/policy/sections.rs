@@ -591,6 +591,13 @@ section! {
         #[serde(default, with = "duration")]
         #[cfg_attr(feature = "cli", arg(value_name = "DURATION", value_parser = parse_duration))]
         idle_timeout: Option<Duration> = "idle-timeout", flag "idle-timeout";
+        /// Close a connection whose request head (the request line and headers) has not all
+        /// arrived this long after the endpoint began waiting for it (e.g. 10s), so a client
+        /// that sends half a head holds nothing; a kept-alive connection idle this long between
+        /// requests is closed too. A request being answered is not timed [default: 10s].
+        #[serde(default, with = "duration")]
+        #[cfg_attr(feature = "cli", arg(value_name = "DURATION", value_parser = parse_duration))]
+        header_timeout: Option<Duration> = "header-timeout", flag "header-timeout";
         /// Record each instance (every frame both ways, the policy, the outcome) as
         /// DIR/instance-N.transcript, for `sandpipe replay`.
         #[serde(default)]

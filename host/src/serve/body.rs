@@ -1,4 +1,5 @@
-//! hyper's side of the endpoint: the response body, whole or a stream of server-sent events.
+//! hyper's side of the endpoint: tokio's clock as its timer, and the response body, whole or
+//! a stream of server-sent events (the TCP stream is hyper's IO through `net::HyperIo`).
 //!
 //! ```text
 //!  Body::full(bytes)                  one frame, then the end
@@ -15,6 +16,33 @@ use bytes::Bytes;
 use http_body::Frame;
 use serde_json::Value;
 use tokio::sync::mpsc;
+
+/// tokio's clock as hyper's timer (for the request head's deadline).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Timer;
+
+impl hyper::rt::Timer for Timer {
+    fn sleep(&self, duration: std::time::Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(Sleep(Box::pin(tokio::time::sleep(duration))))
+    }
+
+    fn sleep_until(&self, deadline: std::time::Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(Sleep(Box::pin(tokio::time::sleep_until(deadline.into()))))
+    }
+}
+
+/// A tokio sleep as hyper's.
+struct Sleep(Pin<Box<tokio::time::Sleep>>);
+
+impl std::future::Future for Sleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+impl hyper::rt::Sleep for Sleep {}
 
 /// One message for an event stream, and whether it is the stream's last.
 pub(super) type Event = (Value, bool);

@@ -44,6 +44,9 @@ use crate::{Host, Plugin, Policy, SessionOptions};
 pub const DEFAULT_MAX_BODY: usize = 4 << 20;
 /// How long an instance may sit idle unless [`ServeOptions::idle_timeout`] says otherwise.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a request head may take to arrive unless [`ServeOptions::header_timeout`] says
+/// otherwise: 10 s.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many instances a principal may hold at once unless [`ServeOptions::max_instances`]
 /// says otherwise.
 pub const DEFAULT_MAX_INSTANCES: usize = 16;
@@ -53,7 +56,8 @@ pub const DEFAULT_MAX_INSTANCES: usize = 16;
 /// - `Host` must be the bound address (or, on loopback, `localhost`), `Origin` absent or the
 ///   endpoint's own;
 /// - bodies up to [`DEFAULT_MAX_BODY`], no request rate limit, [`DEFAULT_MAX_INSTANCES`]
-///   instances a principal, [`DEFAULT_IDLE_TIMEOUT`], a 2 s grace, no recordings.
+///   instances a principal, [`DEFAULT_IDLE_TIMEOUT`], [`DEFAULT_HEADER_TIMEOUT`], a 2 s grace,
+///   no recordings.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServeOptions {
@@ -73,6 +77,10 @@ pub struct ServeOptions {
     pub max_instances: usize,
     /// How long an instance may sit with no request before it is ended.
     pub idle_timeout: Duration,
+    /// How long a connection may take to send a whole request head (the request line and
+    /// headers) once the endpoint waits for one, a kept-alive connection's next one included;
+    /// past it the connection is closed.
+    pub header_timeout: Duration,
     /// How long an ending instance has to exit after its stdin closes, and how long a stop
     /// waits for requests in flight.
     pub grace: Duration,
@@ -90,6 +98,7 @@ impl ServeOptions {
             rate_per_minute: None,
             max_instances: DEFAULT_MAX_INSTANCES,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
             grace: Duration::from_secs(2),
         }
     }
@@ -312,7 +321,11 @@ async fn connection(
     // The connection (and with it a response still streaming, whose request is then
     // abandoned: the server told to cancel it) is dropped before its instance is ended.
     {
+        // A client that sends half a request head (slowloris) is cut off: no instance is
+        // reached before the head is whole, and the connection goes too.
         let served = hyper::server::conn::http1::Builder::new()
+            .timer(body::Timer)
+            .header_read_timeout(state.options.header_timeout)
             .keep_alive(true)
             .serve_connection(crate::net::HyperIo(stream), service);
         tokio::pin!(served);

@@ -799,6 +799,43 @@ fn a_server_that_dies_before_answering_initialize_gets_it_the_stopped_answer() {
 }
 
 #[test]
+fn a_server_that_dies_mid_call_without_restart_ends_the_session_once_the_call_is_answered() {
+    let t0 = Instant::now();
+    let i0 = InstanceId(0);
+    // A client pinned to 2026-07-28: no handshake of its own, so nothing to replay. The call
+    // the crash cut off is answered, and the session ends then: the engine has had an answer
+    // to everything it sent, so nothing is left to wait for (a client of `serve` starts a
+    // fresh instance with its next request).
+    let mut sup = Supervisor::new(Box::new(Supervised::default()), Budgets::default());
+    drain(&mut sup);
+    sup.handle_engine_frame(
+        modern(1, TOOLS_CALL, r#""name":"crash","arguments":{}"#),
+        t0,
+    );
+    let discover = to_plugin(&drain(&mut sup));
+    assert_eq!(discover[0]["method"], DISCOVER, "{discover:?}");
+    let answer = format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#,
+        discover[0]["id"]
+    );
+    sup.handle_plugin_frame(i0, answer.as_bytes(), t0);
+    let forwarded = to_plugin(&drain(&mut sup));
+    assert_eq!(forwarded[0]["method"], TOOLS_CALL, "{forwarded:?}");
+    let ended = Ended {
+        exit: Exit::Killed { signal: Some(9) },
+        stderr_tail: vec![],
+        framing_error: None,
+    };
+    sup.handle_plugin_stopped(i0, ended, t0);
+    let seen = to_engine(&drain(&mut sup));
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0]["id"], 1);
+    assert_eq!(seen[0]["result"]["isError"], true, "{seen:?}");
+    assert!(sup.is_done());
+    assert!(sup.report().stopped);
+}
+
+#[test]
 fn a_cancelled_request_is_no_longer_timed() {
     let t0 = Instant::now();
     let budgets = Budgets {

@@ -1011,7 +1011,13 @@ impl Supervisor {
             });
         } else if !restart {
             self.report.stopped = true;
-            if self.replay.is_empty() && self.rules.engine_speaks_first() {
+            // Only a plugin that ended before anything of the engine's reached it leaves the
+            // session waiting for the engine: once a request was answered (the stopped answer
+            // included), the session has nothing more to tell it and ends.
+            if self.replay.is_empty()
+                && self.report.requests == 0
+                && self.rules.engine_speaks_first()
+            {
                 self.dead = Some(Stopped {
                     reason,
                     exit: Some(exit),

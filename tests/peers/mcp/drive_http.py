@@ -8,9 +8,11 @@ MODE is the SDK's own: `auto` (probe `server/discover`, fall back to `initialize
 (`initialize`, a session), or `2026-07-28` (pinned: every request enveloped). With a URL the
 client is `streamable_http_client`, with `Authorization: Bearer TOKEN` when a token is given;
 with `stdio` the SDK starts COMMAND itself. Nothing here knows about sandpipe. The server is
-examples/mcp-tools (a component's exports as tools). Cases:
+examples/mcp-tools (a component's exports as tools), or for `time` PyPI mcp-server-time. Cases:
 
 - tools: the sorted tool names;
+- time: mcp-server-time's `convert_time` of 12:00 UTC to Asia/Tokyo (today's date and weekday,
+  the clock's, stand as DATE and DAY), and `get_current_time` in a zone that does not exist;
 - basic: `add`, `greet` with and without its option, `divide` by zero (the tool's own error),
   `convert`, and a tool the server does not have;
 - count: `count` three times (the component's counter: state kept by its instance);
@@ -59,7 +61,23 @@ async def count(c, report):
     report["counts"] = [(await call(c, "count", {}))["result"]["text"] for _ in range(3)]
 
 
-CASES = {f.__name__: f for f in (tools, basic, count)}
+def dateless(outcome):
+    """A `convert_time` outcome with its date as DATE and its weekday as DAY."""
+    try:
+        source = json.loads(outcome["result"]["text"][0])["source"]
+        date, day = source["datetime"][:10], source["day_of_week"]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return outcome
+    return json.loads(json.dumps(outcome).replace(date, "DATE").replace(day, "DAY"))
+
+
+async def time(c, report):
+    convert = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}
+    report["convert"] = dateless(await call(c, "convert_time", convert))
+    report["bad_zone"] = await call(c, "get_current_time", {"timezone": "Nowhere/Atlantis"})
+
+
+CASES = {f.__name__: f for f in (tools, basic, count, time)}
 
 
 async def main(mode, cases, target):

@@ -7,7 +7,10 @@ It speaks whatever revision its client asks for (the SDK's stdio server answers 
 - `add(a, b)`: a + b;
 - `slow(seconds)`: sleeps without blocking, so a `notifications/cancelled` stops it;
 - `hog(seconds)`: sleeps holding the event loop, so the server answers nothing meanwhile;
+- `hold(started, release)`: creates the file `started`, then waits without blocking until the
+  file `release` exists (a call the test provably has in flight, for as long as it likes);
 - `boom()`: raises, which the SDK turns into an `isError` result;
+- `crash()`: kills the server mid-call, as a crash does;
 - `greet()`: asks the client for a name through `Resolve` (an elicitation: a multi round-trip
   call in 2026-07-28, a server request before it), then greets;
 - `grow()`: adds a tool named `extra` and says the tool list changed.
@@ -16,6 +19,7 @@ START_DELAY=SECONDS in the environment makes it take that long to start, as a he
 """
 
 import os
+import signal
 import time
 from typing import Annotated
 
@@ -47,6 +51,23 @@ async def hog(seconds: float) -> str:
     """Sleep for a while holding the event loop, deaf to everything."""
     time.sleep(seconds)
     return "done"
+
+
+@mcp.tool()
+async def hold(started: str, release: str) -> str:
+    """Say so in the file `started`, then wait until the file `release` exists."""
+    with open(started, "w"):
+        pass
+    while not os.path.exists(release):
+        await anyio.sleep(0.01)
+    return "released"
+
+
+@mcp.tool()
+def crash() -> str:
+    """Die by SIGKILL in the middle of the call."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
 
 
 @mcp.tool()
