@@ -351,19 +351,7 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     print!("{text}");
     if !quick {
-        let path = sandpipe_tests::workspace_root().join("BENCHMARKS.md");
-        let old = std::fs::read_to_string(&path).unwrap_or_default();
-        let new = match (old.find(BEGIN), old.find(END)) {
-            (Some(a), Some(b)) if a < b => {
-                format!("{}{}{}", &old[..a], text.trim_end(), &old[b + END.len()..])
-            }
-            _ => format!("{}\n\n{}\n", old.trim_end(), text.trim_end()),
-        };
-        std::fs::write(&path, new).with_context(|| format!("writing {}", path.display()))?;
-        eprintln!(
-            "sandpipe-bench: wrote the net-record section into {}",
-            path.display()
-        );
+        crate::report::write_section(BEGIN, END, &text)?;
     }
     Ok(())
 }

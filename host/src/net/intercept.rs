@@ -429,19 +429,7 @@ async fn exchange(tunnel: &Tunnel, request: http::Request<Incoming>) -> Reply {
             Upstream::Failed(reason) => reason.clone(),
             _ => String::new(),
         };
-        if let Some((sink, conn)) = &taped {
-            let failed = NetNote {
-                reason: reason.clone(),
-            };
-            let _ = sink
-                .event(*conn, &NetEvent::Failed(failed))
-                .and_then(|()| sink.event(*conn, &NetEvent::Close));
-        }
-        return plain(
-            http::StatusCode::BAD_GATEWAY,
-            None,
-            &format!("sandpipe: {host}:{port}: {reason}"),
-        );
+        return failed(taped.as_ref(), host, port, reason);
     };
     hop_by_hop(&mut parts.headers);
     for header in resolver.policy().headers_for(host) {
@@ -483,19 +471,7 @@ async fn exchange(tunnel: &Tunnel, request: http::Request<Incoming>) -> Reply {
         Ok(response) => response,
         Err(e) => {
             let reason = format!("the server's answer: {e}");
-            if let Some((sink, conn)) = &taped {
-                let failed = NetNote {
-                    reason: reason.clone(),
-                };
-                let _ = sink
-                    .event(*conn, &NetEvent::Failed(failed))
-                    .and_then(|()| sink.event(*conn, &NetEvent::Close));
-            }
-            return plain(
-                http::StatusCode::BAD_GATEWAY,
-                None,
-                &format!("sandpipe: {host}:{port}: {reason}"),
-            );
+            return failed(taped.as_ref(), host, port, reason);
         }
     };
     ended.store(true, Ordering::Relaxed);
@@ -524,6 +500,24 @@ async fn exchange(tunnel: &Tunnel, request: http::Request<Incoming>) -> Reply {
     }
     .boxed_unsync();
     http::Response::from_parts(parts, body)
+}
+
+/// The exchange failed for `reason`: so the recording says (`failed`, `close`), and the
+/// plugin gets a `502` saying why.
+fn failed(taped: Option<&Exchange>, host: &str, port: u16, reason: String) -> Reply {
+    if let Some((sink, conn)) = taped {
+        let note = NetNote {
+            reason: reason.clone(),
+        };
+        let _ = sink
+            .event(*conn, &NetEvent::Failed(note))
+            .and_then(|()| sink.event(*conn, &NetEvent::Close));
+    }
+    plain(
+        http::StatusCode::BAD_GATEWAY,
+        None,
+        &format!("sandpipe: {host}:{port}: {reason}"),
+    )
 }
 
 /// An exchange being recorded: the recording, and its number there.
