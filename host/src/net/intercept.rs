@@ -214,7 +214,7 @@ pub(super) async fn serve<S>(
     let Some(ca) = resolver.intercept().cloned() else {
         return;
     };
-    let name = super::proxy::tape_host(host);
+    let name = super::tape::tape_host(host);
     let config = match ca.server_config(&name) {
         Ok(config) => config,
         Err(e) => {

@@ -50,7 +50,7 @@ use sandpipe_proto::transcript::{
 };
 
 use super::intercept;
-use super::tape::NetSink;
+use super::tape::{NetSink, tape_host};
 use super::{Admitted, AuditEvent, NetReplay, NetTape, Refused, Resolver, Via};
 
 /// The largest request head (request line and header fields) the proxy reads; past it the
@@ -268,13 +268,6 @@ fn record_open(
         seen_out: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         tunnel,
     }))
-}
-
-/// A host as the recording names it: lower case, an IPv6 literal without brackets.
-pub(super) fn tape_host(host: &str) -> String {
-    host.trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_ascii_lowercase()
 }
 
 /// Send `head` (not recorded: a plain request's head is its `request` line) and `first` to

@@ -176,6 +176,13 @@ impl fmt::Display for NetProblem {
     }
 }
 
+/// A host as the recording names it: lower case, an IPv6 literal without brackets.
+pub(super) fn tape_host(host: &str) -> String {
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase()
+}
+
 /// The name sandpipe's audit log and messages give a way out.
 fn via_name(via: NetVia) -> &'static str {
     match via {
