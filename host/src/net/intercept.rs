@@ -346,7 +346,7 @@ fn hop_by_hop(headers: &mut http::HeaderMap) {
 }
 
 /// Header fields as text pairs, in order (bytes that are not UTF-8 replaced).
-fn header_list(headers: &http::HeaderMap) -> Vec<(String, String)> {
+pub(crate) fn header_list(headers: &http::HeaderMap) -> Vec<(String, String)> {
     headers
         .iter()
         .map(|(k, v)| {

@@ -41,7 +41,7 @@ use sandpipe_proto::transcript::{
     AddedHeader, HttpRequest, HttpResponse, NetDir, NetEvent, NetNote, NetOpen, NetVia,
 };
 
-use crate::net::{AuditEvent, NetReplay, NetSink, NetTape, Resolver, Via};
+use crate::net::{AuditEvent, NetReplay, NetSink, NetTape, Resolver, Via, header_list};
 
 /// What a request's response future resolves to: the response, and the connection's own
 /// future (which wasmtime-wasi-http drives until the body is read).
@@ -281,19 +281,6 @@ struct Tape {
 /// the CLI reports the recording's end.
 fn recording_error(e: crate::RecordError) -> Error {
     Error::InternalError(Some(format!("sandpipe: --record: {e}")))
-}
-
-/// Header fields as text pairs, in order (bytes that are not UTF-8 replaced).
-fn header_list(headers: &http::HeaderMap) -> Vec<(String, String)> {
-    headers
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_owned(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect()
 }
 
 /// The request as the guest made it, for the recording: method, URL, the guest's own
