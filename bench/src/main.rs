@@ -8,6 +8,7 @@
 //! cargo run --release -p sandpipe-bench -- --process-only  # only `sandpipe run` over pipes
 //! cargo run --release -p sandpipe-bench -- --net   # only the network allow-list, printed
 //! cargo run --release -p sandpipe-bench -- --net-record  # recording, replay, --tls-intercept
+//! cargo run --release -p sandpipe-bench -- --serve # `sandpipe serve` against supergateway, mcp-proxy
 //! cargo run --release -p sandpipe-bench -- --frames          # 64 KiB frames vs the wasmtime CLI
 //! cargo run --release -p sandpipe-bench -- --profile-frames  # where a 64 KiB round trip goes
 //! ```
@@ -55,6 +56,7 @@ mod process;
 mod report;
 mod roundtrip;
 mod scale;
+mod serve;
 mod start_profile;
 mod startup;
 
@@ -102,6 +104,7 @@ struct Args {
     profile_frames: bool,
     profile_start: bool,
     net_record: bool,
+    serve: bool,
     static_build: bool,
     phase: Option<Phase>,
     wasm: Option<PathBuf>,
@@ -109,13 +112,14 @@ struct Args {
     profile: Option<String>,
 }
 
-const USAGE: &str = "usage: sandpipe-bench [--quick] [--process-only] [--net] [--net-record] [--frames] [--profile-frames] [--profile-start] [--static]\n\
+const USAGE: &str = "usage: sandpipe-bench [--quick] [--process-only] [--net] [--net-record] [--serve] [--frames] [--profile-frames] [--profile-start] [--static]\n\
     \x20      --frames: 100 B and 64 KiB round trips and a 64 KiB stream through `sandpipe run`, against the plugin direct, the relay and the wasmtime CLI, printed\n\
     \x20      --profile-frames: system calls (strace) and large user-space copies (bench/copy-count) per 64 KiB round trip, the guest's wasm operators per byte (fuel) and a 64 KiB copy by where it lands, printed\n\
     \x20      --profile-start: `sandpipe run /bin/true` against bubblewrap with the same namespaces, alternated, and where sandpipe's native start goes, phase by phase; printed, and written into BENCHMARKS.md unless --quick\n\
     \x20      --process-only: only the process-level section (`sandpipe run` over pipes), printed, not written\n\
     \x20      --net: only the network section (the allow-list's proxy per connection and per request, a native start), printed\n\
     \x20      --net-record: a native plugin's requests live, under --record and replayed, and --tls-intercept against a CONNECT tunnel; printed, and written into BENCHMARKS.md unless --quick\n\
+    \x20      --serve: `sandpipe serve` against supergateway, mcp-proxy and the server's own HTTP mode at 1 to 1,000 concurrent sessions (calls/s, latency, first answer, memory per client); printed, and written into BENCHMARKS.md unless --quick\n\
     \x20      --static: also build the static non-PIE sandpipe and measure its start (a full build of its own)\n\
     \x20      (internal) sandpipe-bench --phase pinned|unpinned --wasm PATH --native PATH [--quick]\n\
     \x20      (profiling) ... --phase pinned --wasm PATH --native PATH --profile start|start-pooled|start-warm|rt100|rt64k|native100|native64k\n\
@@ -134,6 +138,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--process-only" => args.process_only = true,
             "--net" => args.net = true,
             "--net-record" => args.net_record = true,
+            "--serve" => args.serve = true,
             "--frames" => args.frames = true,
             "--profile-frames" => args.profile_frames = true,
             "--profile-start" => args.profile_start = true,
@@ -204,9 +209,12 @@ fn main() -> ExitCode {
 
 /// The parent: build the plugins, run each phase in a child process, report.
 fn run_all(args: &Args) -> anyhow::Result<()> {
-    if args.net || args.net_record || args.profile_start {
+    if args.net || args.net_record || args.profile_start || args.serve {
         eprintln!("sandpipe-bench: building the sandpipe binary (this bench's profile)");
         let sandpipe = process::build_sandpipe()?;
+        if args.serve {
+            return serve::run(&sandpipe, args.quick);
+        }
         if args.net_record {
             return net_record::run(&sandpipe, args.quick);
         }

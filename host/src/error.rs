@@ -161,7 +161,7 @@ pub enum ServeError {
     /// A non-loopback address without authentication: anyone who reaches it could start
     /// instances.
     #[error(
-        "listening on {addr} (not a loopback address) needs --auth-token-file: without it anyone who reaches the address could start instances"
+        "listening on {addr} (not a loopback address) needs --auth-token-file or --jwks: without them anyone who reaches the address could start instances"
     )]
     OpenWithoutAuth {
         /// The address asked for.
@@ -185,6 +185,17 @@ pub enum ServeError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The JWKS file could not be read, or holds no key a resource server can verify with.
+    #[error("the JWKS file {}: {reason}", path.display())]
+    Jwks {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `--jwks` without what a token is checked against, or with `--auth-token-file` too.
+    #[error("{0}")]
+    AuthOptions(String),
     /// The record directory could not be created.
     #[error("creating the record directory {}: {source}", path.display())]
     RecordDir {

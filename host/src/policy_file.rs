@@ -76,6 +76,22 @@ pub struct PolicyFile {
     /// `[serve]`: `sandpipe serve`'s endpoint.
     #[serde(default)]
     pub serve: Serve,
+    /// `[principals.NAME]`: what `sandpipe serve` gives one principal's instances beyond the
+    /// rest of the file (its `tools`, which narrow `[tools]`).
+    #[serde(default)]
+    pub principals: std::collections::BTreeMap<String, PrincipalSection>,
+}
+
+/// `[principals.NAME]`: one principal's own settings under `sandpipe serve`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct PrincipalSection {
+    /// `[principals.NAME.tools]`: this principal's tool filter, laid over `[tools]` (and
+    /// `--allow-tool`, `--deny-tool`) so that it hides more, never shows more: a tool is listed
+    /// and callable when both let it through.
+    #[serde(default)]
+    pub tools: Tools,
 }
 
 /// `[plugin]`.
@@ -195,6 +211,7 @@ impl PolicyFile {
             .chain(&mut file.trust.trusted_keys)
             .chain(&mut file.trust.lockfile)
             .chain(&mut file.serve.auth_token_file)
+            .chain(&mut file.serve.jwks)
             .chain(&mut file.serve.record_dir)
         {
             *path = base.join(&*path);

@@ -336,6 +336,21 @@ pub fn mcp_npm_server(name: &str) -> PathBuf {
     )
 }
 
+/// The official MCP conformance suite (npm `@modelcontextprotocol/conformance`) as a command:
+/// the Node 22 it needs (npm's `node` package) running its script, both from
+/// `tests/peers/conformance/package-lock.json`.
+pub fn mcp_conformance() -> Command {
+    let dir = dir().join("conformance/node_modules");
+    let node = installed(dir.join("node/bin/node"), "Node 22 (npm node)");
+    let script = installed(
+        dir.join("@modelcontextprotocol/conformance/dist/index.js"),
+        "the MCP conformance suite (npm @modelcontextprotocol/conformance)",
+    );
+    let mut cmd = Command::new(node);
+    cmd.arg(script);
+    cmd
+}
+
 /// The directory of the npm project `.ci/setup` installs from `tests/peers/mcp/package-lock.json`
 /// (the npm MCP servers and the official MCP TypeScript SDK, `@modelcontextprotocol/sdk`), for
 /// `tests/peers/mcp/drive.mjs` to load the SDK from (`SANDPIPE_MCP_NPM`).

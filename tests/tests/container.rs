@@ -10,6 +10,7 @@
 //! | Arcaflow + Docker | Debian's dockerd 20.10 started here (private socket, no iptables, vfs), `docker load` of the same archive: the same five workflows equal the native plugin's; an image with stderr back fails the deployer's multiplexed stream ("unexpected stderr stream frame"); no container left after the engine or after `docker rm --force` |
 //! | push and sign | `image --push --sign` to Debian's docker-registry: the digest equals `-o`'s and skopeo's; podman pulls and runs it; the pushed and the `-o` signatures verify (sandpipe's check, minisign), another key is refused |
 //! | `podman kube play` | the README's pod manifest: its memory limit reaches sandpipe's default cap, the plugin loads from the cache, `kube down` leaves nothing |
+//! | `image --serve` + docs/k8s | the image's entry point is `serve`; docs/k8s/sandpipe-serve.yaml (ConfigMap, Deployment, Service) under `podman kube play --network host` answers /healthz, publishes the ConfigMap's issuer, serves the official SDK client with a JWT of it; `kube down` leaves nothing |
 //! | `podman rm --force` | SIGTERM to sandpipe as PID 1 ends the plugin by the SIGTERM emulation: exit 0, not the SIGKILL after 10 s; no container left |
 //! | memory | `-e SANDPIPE_MAX_MEMORY=32MiB`, and a `--memory` limit with no cap given: exit 122, not the OOM killer |
 //! | reproducible | two builds give the same digest and the same archive bytes; podman's image id is the config digest |
@@ -830,6 +831,115 @@ fn podman_kube_play_runs_the_pod_manifest_with_its_memory_limit() {
         "",
         "containers left"
     );
+}
+
+// --- sandpipe serve: the image whose entry point serves, and docs/k8s's manifest ----------------
+
+/// The issuer of the manifest's ConfigMap, which the test's tokens come from.
+const K8S_ISSUER: &str = "https://issuer.example.com/realms/mcp";
+
+/// `tests/peers/mcp/issuer.py` (PyJWT): the issuer's keys in `dir`, or a token it signs.
+fn issuer(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(peers::mcp_python())
+        .arg(peers::source("mcp/issuer.py"))
+        .arg(args[0])
+        .arg(dir)
+        .args(&args[1..])
+        .output()
+        .expect("issuer.py");
+    assert!(out.status.success(), "issuer.py {args:?}: {}", text_of(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// One HTTP/1.1 request on its own connection; the status line and the rest as text.
+fn http_get(port: u16, path: &str, host: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// docs/k8s/sandpipe-serve.yaml as a user fills it in: this image, the issuer's keys, this
+/// endpoint's URL and a free port (the pod is on the host's network here).
+fn k8s_manifest(image: &str, jwks: &str, port: u16) -> String {
+    let doc = std::fs::read_to_string(sandpipe_tests::workspace_root().join("docs/k8s/sandpipe-serve.yaml"))
+        .expect("docs/k8s/sandpipe-serve.yaml");
+    let filled = doc
+        .replace("registry.example.com/mcp/tools:1", image)
+        .replace("https://mcp.example.com/mcp", &format!("http://127.0.0.1:{port}/mcp"))
+        .replace(r#"{"keys": []}"#, jwks)
+        .replace("sandpipe-mcp,localhost:8080", &format!("sandpipe-mcp,127.0.0.1:{port},localhost:{port}"))
+        .replace(":8080", &format!(":{port}"))
+        .replace("containerPort: 8080", &format!("containerPort: {port}"));
+    assert_ne!(filled, doc);
+    assert!(!filled.contains("8080"), "a port left: {filled}");
+    filled
+}
+
+/// `sandpipe image --serve`: the image's entry point is `serve`; docs/k8s's Deployment,
+/// Service and ConfigMap, played by `podman kube play`, serve the official SDK client with a
+/// JWT of the ConfigMap's issuer, refuse one without, and `kube down` leaves nothing.
+#[test]
+fn the_kubernetes_manifest_serves_mcp_from_an_image_whose_entry_point_is_serve() {
+    let image = Image::build(&sandpipe_tests::mcp_tools(), "serve", &["--serve"]);
+    let inspect = podman(&["image", "inspect", "--format", "{{json .Config}}", &image.tag]);
+    let config: serde_json::Value =
+        serde_json::from_slice(&inspect.stdout).expect("the image's config");
+    assert_eq!(config["Entrypoint"], serde_json::json!(["/sandpipe", "serve", "/plugin.wasm"]));
+    assert!(
+        config["Env"].as_array().is_some_and(|e| e.iter().any(|v| v == "SANDPIPE_LISTEN=0.0.0.0:8080")),
+        "{config}"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    issuer(dir.path(), &["keys"]);
+    let jwks: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("jwks.json")).expect("jwks.json"),
+    )
+    .expect("JSON");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let manifest = dir.path().join("sandpipe-serve.yaml");
+    std::fs::write(&manifest, k8s_manifest(&image.tag, &jwks.to_string(), port)).expect("write");
+    let manifest = manifest.to_string_lossy().into_owned();
+    let play = podman(&["kube", "play", "--network", "host", &manifest]);
+    // Whatever fails, `kube down` runs before the test ends.
+    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert!(play.status.success(), "podman kube play: {}", text_of(&play));
+        let healthy = (0..1500).any(|_| {
+            let up = http_get(port, "/healthz", &format!("localhost:{port}"))
+                .is_some_and(|r| r.starts_with("HTTP/1.1 200"));
+            if !up {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            up
+        });
+        assert!(healthy, "no /healthz on port {port} within 30 s");
+        let resource = format!("http://127.0.0.1:{port}/mcp");
+        // Without a token: 401, naming the metadata, which names the ConfigMap's issuer.
+        let metadata = http_get(port, "/.well-known/oauth-protected-resource/mcp", &format!("127.0.0.1:{port}"))
+            .expect("metadata");
+        assert!(metadata.starts_with("HTTP/1.1 200") && metadata.contains(K8S_ISSUER), "{metadata}");
+        // The official SDK client with the issuer's token.
+        let token = issuer(dir.path(), &["token", "rsa-1", K8S_ISSUER, &resource, "alice"]);
+        let report = peers::report(
+            Command::new(peers::mcp_python())
+                .arg(peers::source("mcp/drive_http.py"))
+                .args(["2026-07-28", "basic", "--", &resource, &token]),
+            "the SDK client against the pod",
+        );
+        assert_eq!(report["basic"]["add"]["result"]["text"], serde_json::json!(["5"]), "{report}");
+    }));
+    let down = podman(&["kube", "down", &manifest]);
+    if let Err(panic) = served {
+        std::panic::resume_unwind(panic);
+    }
+    assert!(down.status.success(), "podman kube down: {}", text_of(&down));
+    let left = podman(&["ps", "-a", "--filter", "name=sandpipe-mcp", "--format", "{{.Names}}"]);
+    assert_eq!(String::from_utf8_lossy(&left.stdout).trim(), "", "containers left");
 }
 
 // --- signals, memory, reproducibility ------------------------------------------------------

@@ -13,6 +13,7 @@
 //! The raw requests are written by hand on a TCP stream, so each status and header is seen as
 //! sent. Every wait is on something observable (a line, a response, a counter in /metrics).
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -465,6 +466,105 @@ fn two_clients_at_once_keep_their_own_state_and_their_own_answers() {
     assert_eq!(serve.terminate().code(), Some(0));
 }
 
+#[test]
+fn share_serves_every_principals_2026_requests_from_one_instance_and_sessions_from_their_own() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = token_file(dir.path(), &["alice", "bob"]);
+    let serve = Serve::start(
+        &["--auth-token-file", tokens.to_str().expect("utf-8"), "--share"],
+        &tools_server(),
+    );
+    assert!(
+        serve
+            .stderr()
+            .contains("every 2026-07-28 request shares one instance (--share"),
+        "{}",
+        serve.stderr()
+    );
+    let mut auth = String::new();
+    let mut count = |token: &str| {
+        let r = http(
+            serve.addr,
+            "POST",
+            "/mcp",
+            &modern_heads("count", Some(token), &mut auth),
+            &modern(1, "tools/call", json!({"name": "count", "arguments": {}})),
+        );
+        assert_eq!(r.status, 200, "{r:?}");
+        r.json()["result"]["content"][0]["text"].clone()
+    };
+    // One counter for both principals: the instance is shared.
+    assert_eq!(
+        [count("token-alice"), count("token-bob"), count("token-alice")],
+        ["1", "2", "3"]
+    );
+    assert_eq!(
+        serve.metric("sandpipe_serve_instances{state=\"running\"}"),
+        1
+    );
+    // A 2025 session is still its own instance, counting from 1.
+    let report = drive("legacy", &["count"], &[serve.url(), "token-bob".into()]);
+    assert_eq!(report["count"]["counts"], json!([["1"], ["2"], ["3"]]), "{report}");
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+#[test]
+fn a_principals_own_tool_filter_narrows_the_endpoints_and_never_widens_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    token_file(dir.path(), &["alice", "bob", "carol"]);
+    let policy = dir.path().join("server.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "protocol = \"mcp\"\n[plugin]\nsource = {:?}\n[tools]\ndeny = [\"greet\"]\n\
+             [serve]\nauth-token-file = \"tokens\"\n\
+             [principals.alice.tools]\ndeny = [\"divide\"]\n\
+             [principals.bob.tools]\nallow = [\"add\", \"greet\"]\n",
+            sandpipe_tests::mcp_tools().display().to_string()
+        ),
+    )
+    .expect("policy");
+    let serve = Serve::start(&[], &[policy]);
+    let names = |who: &str, mode: &str| {
+        drive(mode, &["tools"], &[serve.url(), format!("token-{who}")])["tools"]["names"].clone()
+    };
+    let all = names("carol", "legacy");
+    let all: Vec<&str> = all
+        .as_array()
+        .expect("names")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(all.contains(&"add") && all.contains(&"divide") && !all.contains(&"greet"), "{all:?}");
+    let without = |hidden: &str| -> Value {
+        all.iter().filter(|n| **n != hidden).map(|n| json!(n)).collect()
+    };
+    for mode in ["legacy", MODERN] {
+        assert_eq!(names("alice", mode), without("divide"), "alice, {mode}");
+        // bob's allow list names greet, which [tools] denies: it stays hidden.
+        assert_eq!(names("bob", mode), json!(["add"]), "bob, {mode}");
+    }
+    // A call of a tool hidden from its principal is refused as if the server lacked it.
+    let mut auth = String::new();
+    let r = http(
+        serve.addr,
+        "POST",
+        "/mcp",
+        &modern_heads("divide", Some("token-alice"), &mut auth),
+        &modern(1, "tools/call", json!({"name": "divide", "arguments": {"a": 1.0, "b": 2.0}})),
+    );
+    assert_eq!(r.json()["error"]["code"], -32602, "{r:?}");
+    let r = http(
+        serve.addr,
+        "POST",
+        "/mcp",
+        &modern_heads("divide", Some("token-carol"), &mut auth),
+        &modern(1, "tools/call", json!({"name": "divide", "arguments": {"a": 1.0, "b": 2.0}})),
+    );
+    assert_eq!(r.json()["result"]["content"][0]["text"], "0.5", "{r:?}");
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
 /// A bad request: what it is, its headers and body, the status it gets and its error code.
 type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, String, u16, Option<i64>);
 
@@ -633,8 +733,220 @@ fn bad_requests_get_their_status_and_start_nothing() {
     let r = http(serve.addr, "POST", "/mcp", &good, &call);
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json()["result"]["content"][0]["text"], "3", "{r:?}");
+    // Its time is in the histogram, and only its: nothing refused was timed.
+    for series in [
+        "sandpipe_serve_request_duration_seconds_count{method=\"tools/call\"}",
+        "sandpipe_serve_request_duration_seconds_bucket{method=\"tools/call\",le=\"+Inf\"}",
+    ] {
+        assert_eq!(serve.metric(series), 1, "{series}");
+    }
     assert_eq!(http(serve.addr, "GET", "/healthz", &[], "").status, 200);
     assert_eq!(serve.terminate().code(), Some(0));
+}
+
+/// `tests/peers/mcp/issuer.py` (PyJWT, `cryptography`): the issuer's keys in `dir`, or a
+/// token it signs.
+fn issuer(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(peers::mcp_python())
+        .arg(peers::source("mcp/issuer.py"))
+        .arg(args[0])
+        .arg(dir)
+        .args(&args[1..])
+        .output()
+        .expect("issuer.py");
+    assert!(
+        out.status.success(),
+        "issuer.py {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8").trim().to_owned()
+}
+
+const ISSUER: &str = "https://issuer.test/realms/mcp";
+
+#[test]
+fn jwt_access_tokens_of_the_issuer_for_this_resource_get_in_and_nothing_else_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    issuer(dir.path(), &["keys"]);
+    let jwks = dir.path().join("jwks.json");
+    let serve = Serve::start(
+        &["--jwks", jwks.to_str().expect("utf-8"), "--jwt-issuer", ISSUER],
+        &tools_server(),
+    );
+    let resource = serve.url();
+    assert!(
+        serve
+            .stderr()
+            .contains(&format!("auth: JWT access tokens of {ISSUER} for {resource} (2 keys")),
+        "{}",
+        serve.stderr()
+    );
+    let token = |key: &str, sub: &str, extra: &[&str]| {
+        let mut args = vec!["token", key, ISSUER, resource.as_str(), sub];
+        args.extend_from_slice(extra);
+        issuer(dir.path(), &args)
+    };
+    // The official SDK client, in each mode, with a token from each key: served, and each
+    // principal (`sub`) has its own instance.
+    for (mode, key) in [("legacy", "rsa-1"), ("auto", "ec-1"), (MODERN, "rsa-1")] {
+        let report = drive(mode, &["basic"], &[resource.clone(), token(key, "alice", &[])]);
+        assert_eq!(report["basic"]["add"]["result"]["text"], json!(["5"]), "{report}");
+    }
+    let mut auth = String::new();
+    let count = |token: &str, auth: &mut String| {
+        let r = http(
+            serve.addr,
+            "POST",
+            "/mcp",
+            &modern_heads("count", Some(token), auth),
+            &modern(1, "tools/call", json!({"name": "count", "arguments": {}})),
+        );
+        assert_eq!(r.status, 200, "{r:?}");
+        r.json()["result"]["content"][0]["text"].clone()
+    };
+    // alice's tokens of both keys are one principal; bob is another.
+    assert_eq!(count(&token("rsa-1", "alice", &[]), &mut auth), "1");
+    assert_eq!(count(&token("ec-1", "alice", &[]), &mut auth), "2");
+    assert_eq!(count(&token("ec-1", "bob", &[]), &mut auth), "1");
+
+    // Without a token: 401 naming the metadata, which names the issuer (RFC 9728).
+    let call = modern(1, "tools/call", json!({"name": "add", "arguments": {"a": 1, "b": 2}}));
+    let r = http(serve.addr, "POST", "/mcp", &modern_heads("add", None, &mut auth), &call);
+    assert_eq!(r.status, 401, "{r:?}");
+    let metadata_url = format!("http://{}/.well-known/oauth-protected-resource/mcp", serve.addr);
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some(format!("Bearer resource_metadata=\"{metadata_url}\"").as_str()),
+        "{r:?}"
+    );
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
+        let m = http(serve.addr, "GET", path, &[], "");
+        assert_eq!(m.status, 200, "{m:?}");
+        let doc: Value = serde_json::from_str(&m.body).expect("metadata JSON");
+        assert_eq!(doc["resource"], resource.as_str());
+        assert_eq!(doc["authorization_servers"], json!([ISSUER]));
+        assert_eq!(doc["bearer_methods_supported"], json!(["header"]));
+    }
+
+    // Every wrong token: 401 with invalid_token and what is wrong, and no instance started.
+    let instances = || {
+        serve.metric("sandpipe_serve_instances{state=\"running\"}")
+            + serve.metric("sandpipe_serve_instances{state=\"ended\"}")
+    };
+    let before = instances();
+    let elsewhere = format!("http://{}/other", serve.addr);
+    let wrong = [
+        ("expired", token("rsa-1", "alice", &["exp=-3600"]), "the token has expired"),
+        ("not yet valid", token("ec-1", "alice", &["nbf=3600"]), "not valid yet"),
+        (
+            "another audience",
+            issuer(dir.path(), &["token", "rsa-1", ISSUER, &elsewhere, "alice"]),
+            "not for this resource",
+        ),
+        (
+            "another issuer",
+            issuer(dir.path(), &["token", "rsa-1", "https://evil.test", &resource, "alice"]),
+            "not from the issuer",
+        ),
+        ("no sub", token("rsa-1", "alice", &["drop=sub"]), "no sub claim"),
+        ("no exp", token("rsa-1", "alice", &["drop=exp"]), "no exp claim"),
+        (
+            "another key with the JWKS's kid",
+            token("impostor", "alice", &[]),
+            "signature does not verify",
+        ),
+        (
+            "alg none",
+            issuer(dir.path(), &["forge", "none", ISSUER, &resource, "alice"]),
+            "",
+        ),
+        (
+            "HS256 keyed with the public key",
+            issuer(dir.path(), &["forge", "hs256", ISSUER, &resource, "alice"]),
+            "not one its key may be used with",
+        ),
+        ("not a JWT", "token-alice".to_owned(), "not a signed JWT"),
+    ];
+    for (what, token, why) in &wrong {
+        let r = http(
+            serve.addr,
+            "POST",
+            "/mcp",
+            &modern_heads("add", Some(token), &mut auth),
+            &call,
+        );
+        assert_eq!(r.status, 401, "{what}: {r:?}");
+        let challenge = r.header("www-authenticate").unwrap_or_default();
+        assert!(
+            challenge.starts_with(&format!(
+                "Bearer resource_metadata=\"{metadata_url}\", error=\"invalid_token\""
+            )) && challenge.contains(why),
+            "{what}: {challenge}"
+        );
+    }
+    assert_eq!(instances(), before, "a refused token started an instance");
+    assert!(
+        serve.metric("sandpipe_serve_refusals_total{reason=\"auth\"}")
+            >= u64::try_from(wrong.len()).expect("small") + 1
+    );
+    // A key added to the file (rotation) is taken without a restart, when a token names it.
+    let rotated = |serve: &Serve| {
+        let mut auth = String::new();
+        http(
+            serve.addr,
+            "POST",
+            "/mcp",
+            &modern_heads("add", Some(&token("ec-2", "carol", &[])), &mut auth),
+            &call,
+        )
+        .status
+    };
+    issuer(dir.path(), &["rotate"]);
+    assert_eq!(rotated(&serve), 401);
+    std::fs::rename(dir.path().join("jwks.next.json"), &jwks).expect("rotate");
+    assert_eq!(rotated(&serve), 200);
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+#[test]
+fn jwks_options_that_cannot_check_a_token_are_refused_at_start_up() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    issuer(dir.path(), &["keys"]);
+    let jwks = dir.path().join("jwks.json");
+    let jwks = jwks.to_str().expect("utf-8");
+    let tokens = token_file(dir.path(), &["alice"]);
+    std::fs::write(dir.path().join("oct.json"), r#"{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}"#)
+        .expect("write");
+    let oct = dir.path().join("oct.json");
+    for (args, says) in [
+        (vec!["--jwks", jwks], "--jwks needs --jwt-issuer"),
+        (vec!["--jwt-issuer", ISSUER], "give --jwks"),
+        (
+            vec!["--jwks", jwks, "--jwt-issuer", ISSUER, "--auth-token-file", tokens.to_str().expect("utf-8")],
+            "choose one",
+        ),
+        (
+            vec!["--jwks", oct.to_str().expect("utf-8"), "--jwt-issuer", ISSUER],
+            "symmetric (oct) key",
+        ),
+        (
+            vec!["--jwks", jwks, "--jwt-issuer", ISSUER, "--listen", "0.0.0.0:0"],
+            "needs --resource",
+        ),
+    ] {
+        let out = Command::new(peers::sandpipe())
+            .arg("serve")
+            .args(&args)
+            .arg(sandpipe_tests::mcp_tools())
+            .output()
+            .expect("serve");
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
 }
 
 #[test]
@@ -646,7 +958,7 @@ fn a_non_loopback_address_without_tokens_is_refused_at_start_up() {
         .expect("serve");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("needs --auth-token-file"), "{err}");
+    assert!(err.contains("needs --auth-token-file or --jwks"), "{err}");
 }
 
 /// A native MCP server (the SDK 2.3.0 stdio server of the mcp_2026 tests) copied to `dir`, so
@@ -1261,6 +1573,13 @@ fn a_client_that_sends_half_a_request_head_is_cut_off_and_others_are_served_mean
     );
     let r = http(serve.addr, "POST", "/mcp", &heads, &call);
     assert_eq!(r.json()["result"]["content"][0]["text"], "3", "{r:?}");
+    // Its time is in the histogram, and only its: nothing refused was timed.
+    for series in [
+        "sandpipe_serve_request_duration_seconds_count{method=\"tools/call\"}",
+        "sandpipe_serve_request_duration_seconds_bucket{method=\"tools/call\",le=\"+Inf\"}",
+    ] {
+        assert_eq!(serve.metric(series), 1, "{series}");
+    }
     assert_eq!(http(serve.addr, "GET", "/healthz", &[], "").status, 200);
     // The half-sent head is cut off: its connection closes (EOF or a reset), however long
     // that takes; a read that waits past a minute fails the test instead.
@@ -1282,6 +1601,114 @@ fn a_client_that_sends_half_a_request_head_is_cut_off_and_others_are_served_mean
     assert_eq!(
         serve.metric("sandpipe_serve_instances{state=\"running\"}"),
         0
+    );
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+/// Each check of one run of the official conformance suite against `url`: `(scenario/check,
+/// passed)`, from the `checks.json` files it writes.
+fn conformance(url: &str, out: &Path) -> BTreeMap<String, bool> {
+    let run = peers::mcp_conformance()
+        .args(["server", "--suite", "all", "--url", url, "--output-dir"])
+        .arg(out)
+        .output()
+        .expect("the conformance suite");
+    let mut checks = BTreeMap::new();
+    for entry in std::fs::read_dir(out).expect("the suite's results") {
+        let dir = entry.expect("entry").path();
+        let name = dir.file_name().expect("name").to_string_lossy().into_owned();
+        // `server-SCENARIO-2026-12-04T01-32-30-896Z`
+        let scenario = name
+            .strip_prefix("server-")
+            .and_then(|n| n.rsplitn(7, '-').nth(6))
+            .unwrap_or(&name)
+            .to_owned();
+        let text = std::fs::read_to_string(dir.join("checks.json")).expect("checks.json");
+        let list: Vec<Value> = serde_json::from_str(&text).expect("checks JSON");
+        for c in list {
+            let id = c["id"].as_str().unwrap_or("?");
+            checks.insert(format!("{scenario}/{id}"), c["status"] == "SUCCESS");
+        }
+    }
+    assert!(
+        !checks.is_empty(),
+        "the suite ran no scenario against {url}:\n{}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    checks
+}
+
+/// server-everything's own Streamable HTTP mode on a free port (it takes `PORT`; a port taken
+/// meanwhile is tried again with another).
+fn everything_over_its_own_http() -> (Child, String) {
+    let script = peers::mcp_npm_server("mcp-server-everything");
+    for _ in 0..5 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut child = Command::new(peers::node())
+            .arg(&script)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("server-everything");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            if lines.read_line(&mut line).expect("its stderr") == 0 {
+                break;
+            }
+            seen.push_str(&line);
+            if line.contains("listening on port") {
+                std::thread::spawn(move || std::io::copy(&mut lines, &mut std::io::sink()));
+                return (child, format!("http://127.0.0.1:{port}/mcp"));
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(seen.contains("already in use"), "server-everything did not start:\n{seen}");
+    }
+    panic!("no free port for server-everything in five tries");
+}
+
+#[test]
+fn the_conformance_suite_passes_behind_serve_every_check_it_passes_against_the_servers_own_http() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut own, own_url) = everything_over_its_own_http();
+    let baseline = conformance(&own_url, &dir.path().join("own"));
+    let _ = own.kill();
+    let _ = own.wait();
+    // The suite opens a session per scenario and leaves it: room for all of them.
+    let serve = Serve::start(
+        &["--max-instances", "64"],
+        &[peers::mcp_npm_server("mcp-server-everything")],
+    );
+    let behind = conformance(&serve.url(), &dir.path().join("serve"));
+    let score = |c: &BTreeMap<String, bool>| c.values().filter(|p| **p).count();
+    println!(
+        "conformance 0.1.16 --suite all, server-everything 2026.8.31: its own HTTP mode passes {} of {} checks, behind sandpipe serve {} of {}",
+        score(&baseline),
+        baseline.len(),
+        score(&behind),
+        behind.len()
+    );
+    let lost: Vec<&String> = baseline
+        .iter()
+        .filter(|(check, passed)| **passed && behind.get(*check) != Some(&true))
+        .map(|(check, _)| check)
+        .collect();
+    assert!(lost.is_empty(), "passed against the server's own HTTP mode, not behind serve: {lost:?}");
+    // serve checks Host and Origin, which the server's own mode does not.
+    assert_eq!(
+        behind.get("dns-rebinding-protection/localhost-host-rebinding-rejected"),
+        Some(&true),
+        "{behind:?}"
     );
     assert_eq!(serve.terminate().code(), Some(0));
 }

@@ -11,6 +11,9 @@
 //!   entrypoint  /sandpipe run [--policy /policy.toml] /plugin.wasm   (+ the container's args)
 //!   env         SANDPIPE_CACHE_DIR=/cache, SANDPIPE_STDERR=/dev/null,
 //!               SANDPIPE_MEMORY_FOLLOWS_CGROUP=1, and --container-env
+//!   --serve:    entrypoint /sandpipe serve [--policy /policy.toml] /plugin.wasm, env
+//!               SANDPIPE_CACHE_DIR=/cache, SANDPIPE_LISTEN=0.0.0.0:8080 (stderr kept: it is
+//!               the endpoint's log; no cap follows the cgroup: its instances share it)
 //! ```
 //!
 //! The image's sandpipe compiles the plugin itself (`sandpipe compile`, run as a child), so the
@@ -27,6 +30,10 @@ use crate::policy::sections::{env_name, meters_fuel};
 
 /// Where the image holds the plugin's compiled artifacts.
 const CACHE_DIR: &str = "/cache";
+
+/// Where a serving image listens (`--serve`): every address of the container, MCP's
+/// conventional port.
+const SERVE_LISTEN: &str = "0.0.0.0:8080";
 
 /// Arguments of `sandpipe image`.
 #[derive(Debug, clap::Args)]
@@ -64,6 +71,12 @@ pub struct ImageArgs {
     /// Speak plain HTTP to this registry (HOST[:PORT]; repeatable; loopback always is).
     #[arg(long = "insecure-registry", value_name = "HOST")]
     insecure_registries: Vec<String>,
+    /// The image serves the plugin, an MCP server, over Streamable HTTP: entry point `sandpipe
+    /// serve`, listening on 0.0.0.0:8080 (SANDPIPE_LISTEN). It needs a way for clients to
+    /// authenticate at start (SANDPIPE_AUTH_TOKEN_FILE or SANDPIPE_JWKS, or the policy's
+    /// [serve]); see docs/serve.md for a Kubernetes manifest.
+    #[arg(long)]
+    serve: bool,
     /// The plugin: a .wasm component or p1 module [default: the one --policy names].
     #[arg(required_unless_present = "policy")]
     plugin: Option<PathBuf>,
@@ -103,7 +116,8 @@ pub(crate) async fn image(args: ImageArgs) -> Result<i32> {
 
     let mut layer = vec![ImageFile::file("plugin.wasm", 0o644, plugin.clone())];
     layer.extend(cache);
-    let mut entrypoint: Vec<String> = vec!["/sandpipe".into(), "run".into()];
+    let command = if args.serve { "serve" } else { "run" };
+    let mut entrypoint: Vec<String> = vec!["/sandpipe".into(), command.into()];
     if let Some(policy) = &args.policy {
         let text = std::fs::read(policy)
             .with_context(|| format!("reading the policy {}", policy.display()))?;
@@ -111,13 +125,19 @@ pub(crate) async fn image(args: ImageArgs) -> Result<i32> {
         entrypoint.extend(["--policy".into(), "/policy.toml".into()]);
     }
     entrypoint.push("/plugin.wasm".into());
-    // stderr is no use to an engine, and Arcaflow's Docker deployer takes any byte on it for a
-    // broken stream: by default the image discards it (`-e SANDPIPE_STDERR=` brings it back).
-    let mut env = vec![
-        format!("SANDPIPE_CACHE_DIR={CACHE_DIR}"),
-        "SANDPIPE_STDERR=/dev/null".to_owned(),
-        format!("{FOLLOW_CGROUP_ENV}=1"),
-    ];
+    let mut env = vec![format!("SANDPIPE_CACHE_DIR={CACHE_DIR}")];
+    if args.serve {
+        // Reachable from outside the container; `serve` refuses to start there without auth.
+        // The container's memory limit is shared by every instance, so no instance's cap
+        // follows it: size it with SANDPIPE_MAX_MEMORY and the limit with --max-instances.
+        env.push(format!("{}={SERVE_LISTEN}", env_name("listen")));
+    } else {
+        env.push(format!("{FOLLOW_CGROUP_ENV}=1"));
+        // stderr is no use to an engine, and Arcaflow's Docker deployer takes any byte on it
+        // for a broken stream: by default the image discards it (`-e SANDPIPE_STDERR=` brings
+        // it back). A serving image keeps it: it is the endpoint's log.
+        env.push("SANDPIPE_STDERR=/dev/null".to_owned());
+    }
     for e in &args.container_env {
         let Some((name, _)) = e.split_once('=') else {
             bail!("--container-env {e:?}: expected NAME=VALUE");

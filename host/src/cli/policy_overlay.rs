@@ -88,6 +88,11 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
             args.requests.overlay(&m.requests, &env, &mut note);
             args.tools.overlay(&m.tools, &env, &mut note);
             args.serve.overlay(&m.serve, &env, &mut note);
+            args.principals = m
+                .principals
+                .iter()
+                .map(|(name, p)| (name.clone(), p.tools.filter()))
+                .collect();
         }
         Command::Call(args) => {
             let folded = fold(

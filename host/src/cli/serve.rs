@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use super::parse_duration;
 use super::sandbox_args::{SandboxArgs, warn_if_native};
 use crate::policy::sections::Serve;
-use crate::serve::{Launch, ServeOptions, Server, Tokens};
+use crate::serve::{AccessTokens, Auth, Launch, ServeOptions, Server, Tokens};
 use crate::{PluginKind, SessionOptions, StderrMode};
 
 /// `--listen`'s default.
@@ -55,6 +55,9 @@ pub struct ServeArgs {
     /// Arguments for the server (a leading `--` is dropped).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub(super) args: Vec<String>,
+    /// The policy file's `[principals.NAME.tools]`: each principal's own tool filter.
+    #[arg(skip)]
+    pub(super) principals: std::collections::BTreeMap<String, sandpipe_proto::mcp::ToolFilter>,
 }
 
 pub(crate) async fn serve(args: ServeArgs) -> Result<i32> {
@@ -65,6 +68,11 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<i32> {
             .policy(super::plugin_args(&args.args), &args.requests, &args.tools)?;
     warn_if_native(&plugin, &policy);
     let options = options(&args.serve, args.grace)?;
+    if options.share && !args.principals.is_empty() {
+        anyhow::bail!(
+            "--share and [principals.NAME.tools]: a shared instance serves every principal, so it cannot hide a tool from one of them"
+        );
+    }
     let budgets = super::supervised::budgets(&plugin, &policy);
     let session = SessionOptions::default()
         .frame_limits(args.sandbox.frame_limits())
@@ -77,11 +85,8 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<i32> {
     } else {
         "wasm components, each instance its own wasmtime store".to_owned()
     };
-    let principals = match &options.tokens {
-        Some(t) => format!("bearer tokens ({} principals)", t.count()),
-        None => "none (loopback only; every client is anonymous)".to_owned(),
-    };
-    let mut launch = Launch::new(Arc::new(host), plugin, policy, session, budgets);
+    let mut launch = Launch::new(Arc::new(host), plugin, policy, session, budgets)
+        .principal_tools(args.principals.clone());
     if let Some(dir) = &args.serve.record_dir {
         launch = launch.record_dir(
             dir.clone(),
@@ -89,13 +94,16 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<i32> {
             args.sandbox.limits.max_record(),
         );
     }
-    let isolation = if options.tokens.is_some() {
+    let isolation = if options.share {
+        "an instance per 2025 session; every 2026-07-28 request shares one instance (--share: whatever state the server keeps, every client sees)"
+    } else if options.auth.identifies() {
         "an instance per 2025 session and per 2026-07-28 principal"
     } else {
         "an instance per 2025 session and per 2026-07-28 connection"
     };
     let server = Server::bind(options, launch).await?;
     let addr = server.local_addr();
+    let principals = server.auth().describe();
     eprintln!(
         "sandpipe: serving MCP at http://{addr}/mcp; isolation: {isolation}; instances: {confined}; auth: {principals}"
     );
@@ -112,9 +120,23 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<i32> {
 fn options(s: &Serve, grace: Duration) -> Result<ServeOptions> {
     let default_listen: SocketAddr = DEFAULT_LISTEN.parse().context("the default address")?;
     let mut o = ServeOptions::new(s.listen.unwrap_or(default_listen));
-    if let Some(path) = &s.auth_token_file {
-        o.tokens = Some(Tokens::load(path)?);
-    }
+    o.auth = match (&s.auth_token_file, &s.jwks) {
+        (Some(_), Some(_)) => {
+            anyhow::bail!("--auth-token-file and --jwks: choose one way for clients to prove who they are")
+        }
+        (Some(path), None) => Auth::Tokens(Tokens::load(path)?),
+        (None, Some(jwks)) => {
+            let issuer = s
+                .jwt_issuer
+                .clone()
+                .context("--jwks needs --jwt-issuer: the issuer whose tokens are accepted")?;
+            Auth::Jwt(Arc::new(AccessTokens::load(jwks, issuer, s.resource.clone())?))
+        }
+        (None, None) if s.jwt_issuer.is_some() || s.resource.is_some() => {
+            anyhow::bail!("--jwt-issuer and --resource check JWTs: give --jwks, the issuer's keys")
+        }
+        (None, None) => Auth::None,
+    };
     o.allow_hosts.clone_from(&s.allow_hosts);
     o.allow_origins.clone_from(&s.allow_origins);
     if let Some(n) = s.max_body {
@@ -124,6 +146,7 @@ fn options(s: &Serve, grace: Duration) -> Result<ServeOptions> {
     if let Some(n) = s.max_instances {
         o.max_instances = n;
     }
+    o.share = s.share;
     if let Some(d) = s.idle_timeout {
         o.idle_timeout = d;
     }

@@ -549,7 +549,7 @@ section! {
     /// and its flags. Not part of an instance's policy: each instance gets the other sections.
     pub struct Serve in "serve" {
         /// Address and port to listen on, e.g. 127.0.0.1:8080 (port 0: any free port, printed on
-        /// the start-up line). An address that is not loopback needs --auth-token-file
+        /// the start-up line). An address that is not loopback needs --auth-token-file or --jwks
         /// [default: 127.0.0.1:8080].
         #[serde(default)]
         #[cfg_attr(feature = "cli", arg(value_name = "ADDR:PORT"))]
@@ -560,16 +560,34 @@ section! {
         #[serde(default)]
         #[cfg_attr(feature = "cli", arg(value_name = "FILE"))]
         auth_token_file: Option<PathBuf> = "auth-token-file", flag "auth-token-file";
-        /// Another Host name the endpoint answers to (NAME or NAME:PORT; repeatable). Requests
-        /// with any other Host get 403 (DNS rebinding) [default: the listening address, and
-        /// localhost on loopback].
+        /// JWT access tokens (OAuth 2.1, the MCP spec's resource-server profile): the issuer's
+        /// public keys, a JWK Set file (JSON; re-read when a token names a key it lacks). A request
+        /// needs `Authorization: Bearer JWT` signed by one of them, from --jwt-issuer, naming
+        /// --resource in `aud`, not expired; its principal is `sub`. Not with --auth-token-file.
         #[serde(default)]
-        #[cfg_attr(feature = "cli", arg(value_name = "NAME[:PORT]"))]
+        #[cfg_attr(feature = "cli", arg(value_name = "FILE"))]
+        jwks: Option<PathBuf> = "jwks", flag "jwks";
+        /// The issuer (`iss`) whose tokens --jwks accepts; published as the authorization server
+        /// at /.well-known/oauth-protected-resource (RFC 9728).
+        #[serde(default)]
+        #[cfg_attr(feature = "cli", arg(value_name = "URL"))]
+        jwt_issuer: Option<String> = "jwt-issuer", flag "jwt-issuer";
+        /// This endpoint's URL as clients reach it (e.g. https://mcp.example.com/mcp behind a TLS
+        /// proxy): the audience a token must name (RFC 8707) and the metadata's `resource`
+        /// [default on loopback: http://ADDR:PORT/mcp; needed elsewhere].
+        #[serde(default)]
+        #[cfg_attr(feature = "cli", arg(value_name = "URL"))]
+        resource: Option<String> = "resource", flag "resource";
+        /// Another Host name the endpoint answers to (NAME or NAME:PORT; repeatable, or
+        /// comma-separated). Requests with any other Host get 403 (DNS rebinding) [default: the
+        /// listening address, and localhost on loopback].
+        #[serde(default)]
+        #[cfg_attr(feature = "cli", arg(value_name = "NAME[:PORT]", value_delimiter = ','))]
         allow_hosts: Vec<String> = "allow-hosts", flag "allow-host";
-        /// Another Origin allowed (scheme://host[:port]; repeatable). A request with any other
-        /// Origin gets 403; one without Origin (not a browser) passes.
+        /// Another Origin allowed (scheme://host[:port]; repeatable, or comma-separated). A
+        /// request with any other Origin gets 403; one without Origin (not a browser) passes.
         #[serde(default)]
-        #[cfg_attr(feature = "cli", arg(value_name = "ORIGIN"))]
+        #[cfg_attr(feature = "cli", arg(value_name = "ORIGIN", value_delimiter = ','))]
         allow_origins: Vec<String> = "allow-origins", flag "allow-origin";
         /// Largest request body (e.g. 1MiB); past it 413, and nothing reaches a server
         /// [default: 4MiB].
@@ -586,6 +604,12 @@ section! {
         #[serde(default)]
         #[cfg_attr(feature = "cli", arg(value_name = "N"))]
         max_instances: Option<usize> = "max-instances", flag "max-instances";
+        /// Serve every client's 2026-07-28 requests with one shared instance, for a server that
+        /// keeps no state between requests (ids are still each client's own; state a server
+        /// does keep is then seen by all). 2025 sessions keep an instance each. Default: an
+        /// instance per principal (per connection without auth).
+        #[serde(default)]
+        share: bool = "share", flag "share";
         /// End an instance after this long without a request (e.g. 5m), open streams or not; a
         /// request in flight keeps it [default: 5m].
         #[serde(default, with = "duration")]

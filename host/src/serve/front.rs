@@ -3,6 +3,7 @@
 //!
 //! ```text
 //!  GET /healthz, GET /metrics                     (Host checked)
+//!  GET /.well-known/oauth-protected-resource[/mcp]   (with --jwks: RFC 9728 metadata)
 //!  /mcp: Host ─► Origin ─► token ─► rate ─► method
 //!     POST   body ≤ cap ─► mcp::http::classify ─► Initialize  ─► a new instance, Mcp-Session-Id
 //!                                             ├─► InSession   ─► the session's instance (404)
@@ -28,16 +29,13 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
 use super::body::{Body, Event};
-use super::gate::{Hosts, Rates};
+use super::gate::{Auth, Hosts, Rates};
 use super::instance::{Era, Instance};
 use super::metrics::{Metrics, Refusal as Why};
 use super::{Launch, ServeOptions};
 
 /// The endpoint's path.
 pub(super) const ENDPOINT: &str = "/mcp";
-
-/// The principal of every request when there are no tokens.
-const ANONYMOUS: &str = "anonymous";
 
 /// What the endpoint holds: its options, its instances, its counters.
 pub(super) struct State {
@@ -138,7 +136,7 @@ impl State {
 
     /// The connection `conn` closed: without tokens its 2026-07-28 instance was its own.
     pub(super) fn connection_closed(&self, conn: u64) -> Option<Arc<Instance>> {
-        if self.options.tokens.is_some() {
+        if self.options.auth.identifies() || self.options.share {
             return None;
         }
         lock(&self.pools).remove(&connection_key(conn))
@@ -201,6 +199,10 @@ impl State {
         plain(status, text)
     }
 }
+
+/// The owner, and the pool's key, of the one instance `--share` serves every 2026-07-28
+/// request with (what audit lines name; a token file's principal cannot be it: it has a space).
+const SHARED: &str = "(every principal)";
 
 fn connection_key(conn: u64) -> String {
     format!("connection {conn}")
@@ -283,6 +285,23 @@ where
             );
             return r;
         }
+        (&Method::GET, path) if path.starts_with(super::jwt::METADATA_PATH) => {
+            return match &state.options.auth {
+                Auth::Jwt(jwt) => {
+                    let mut r = Response::new(Body::full(jwt.metadata().to_string()));
+                    r.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        header::HeaderValue::from_static("application/json"),
+                    );
+                    r
+                }
+                _ => state.refuse(
+                    Why::Route,
+                    StatusCode::NOT_FOUND,
+                    "not found: no --jwks, so no protected resource metadata",
+                ),
+            };
+        }
         (_, ENDPOINT) => {}
         _ => {
             return state.refuse(
@@ -299,35 +318,18 @@ where
             "forbidden: this Origin may not use the endpoint",
         );
     }
-    let principal = match &state.options.tokens {
-        None => ANONYMOUS.to_owned(),
-        Some(tokens) => {
-            let token = text_header(headers, "authorization")
-                .and_then(|a| {
-                    a.strip_prefix("Bearer ")
-                        .or_else(|| a.strip_prefix("bearer "))
-                })
-                .map(str::trim);
-            match token.and_then(|t| tokens.principal(t)) {
-                Some(p) => p.to_owned(),
-                None => {
-                    let mut r = state.refuse(
-                        Why::Auth,
-                        StatusCode::UNAUTHORIZED,
-                        "unauthorized: a bearer token is needed",
-                    );
-                    let challenge = if token.is_some() {
-                        "Bearer realm=\"sandpipe\", error=\"invalid_token\""
-                    } else {
-                        "Bearer realm=\"sandpipe\""
-                    };
-                    r.headers_mut().insert(
-                        header::WWW_AUTHENTICATE,
-                        header::HeaderValue::from_static(challenge),
-                    );
-                    return r;
-                }
+    let principal = match state.options.auth.principal(text_header(headers, "authorization")) {
+        Ok(p) => p,
+        Err(refused) => {
+            let mut r = state.refuse(
+                Why::Auth,
+                StatusCode::UNAUTHORIZED,
+                "unauthorized: a bearer token is needed",
+            );
+            if let Ok(v) = header::HeaderValue::from_str(&state.options.auth.challenge(&refused)) {
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
             }
+            return r;
         }
     };
     if state.stopping.load(Ordering::SeqCst) {
@@ -497,9 +499,12 @@ where
             forward(state, &instance, message, request, sse).await
         }
         Post::Stateless { request, .. } => {
-            let key = match state.options.tokens {
-                Some(_) => principal.to_owned(),
-                None => connection_key(conn),
+            let (key, owner) = if state.options.share {
+                (SHARED.to_owned(), SHARED)
+            } else if state.options.auth.identifies() {
+                (principal.to_owned(), principal)
+            } else {
+                (connection_key(conn), principal)
             };
             let existing = lock(&state.pools)
                 .get(&key)
@@ -507,12 +512,12 @@ where
                 .cloned();
             let instance = match existing {
                 Some(i) => i,
-                None => match state.start(principal, Era::Stateless) {
+                None => match state.start(owner, Era::Stateless) {
                     Some(i) => {
                         lock(&state.pools).insert(key, i.clone());
                         i
                     }
-                    None => return state.too_many(principal),
+                    None => return state.too_many(owner),
                 },
             };
             forward(state, &instance, message, request, sse).await
@@ -533,9 +538,7 @@ async fn forward(
     if !request {
         return match instance.send(stream, message, None).await {
             Ok(()) => {
-                state
-                    .metrics
-                    .request(&method, super::metrics::Outcome::Result);
+                state.metrics.forwarded(&method);
                 let mut r = Response::new(Body::empty());
                 *r.status_mut() = StatusCode::ACCEPTED;
                 r

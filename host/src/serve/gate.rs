@@ -1,18 +1,98 @@
-//! Who gets in: the bearer tokens of `--auth-token-file`, the `Host` and `Origin` checks that
-//! stop DNS rebinding, and the per-principal request rate.
+//! Who gets in: the bearer tokens of `--auth-token-file` or the JWT access tokens of `--jwks`,
+//! the `Host` and `Origin` checks that stop DNS rebinding, and the per-principal request rate.
 //!
 //! ```text
 //!  request ─► Host allowed? ─ no ─► 403      Origin absent or allowed? ─ no ─► 403
-//!          ─► Authorization: Bearer T ─► Tokens::principal(T) ─ none ─► 401 WWW-Authenticate
+//!          ─► Authorization: Bearer T ─► Auth::principal(T) ─ refused ─► 401 WWW-Authenticate
 //!          ─► Rates::take(principal, now) ─ empty ─► 429 Retry-After
 //! ```
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::jwt::AccessTokens;
 use crate::error::ServeError;
+
+/// How `serve` tells who a request is from.
+#[derive(Debug, Clone, Default)]
+pub enum Auth {
+    /// Nobody is asked: every client is `anonymous`, and only a loopback address is served.
+    #[default]
+    None,
+    /// `--auth-token-file`: opaque bearer tokens, each a principal's.
+    Tokens(Tokens),
+    /// `--jwks`: JWT access tokens of one issuer for this resource; the principal is `sub`.
+    Jwt(Arc<AccessTokens>),
+}
+
+/// Why a request's credentials were refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// No `Authorization: Bearer` header.
+    Missing,
+    /// A bearer token that is not valid, and why (for JWTs; an opaque token is only wrong).
+    Invalid(Option<String>),
+}
+
+impl Auth {
+    /// Whether requests are authenticated (so a principal is someone, not a connection).
+    pub fn identifies(&self) -> bool {
+        !matches!(self, Auth::None)
+    }
+
+    /// The principal of a request whose `Authorization` header is `authorization`.
+    pub fn principal(&self, authorization: Option<&str>) -> Result<String, Refused> {
+        let token = authorization
+            .and_then(|a| a.strip_prefix("Bearer ").or_else(|| a.strip_prefix("bearer ")))
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        match (self, token) {
+            (Auth::None, _) => Ok(ANONYMOUS.to_owned()),
+            (_, None) => Err(Refused::Missing),
+            (Auth::Tokens(tokens), Some(t)) => tokens
+                .principal(t)
+                .map(str::to_owned)
+                .ok_or(Refused::Invalid(None)),
+            (Auth::Jwt(jwt), Some(t)) => jwt.principal(t).map_err(|why| Refused::Invalid(Some(why))),
+        }
+    }
+
+    /// The `WWW-Authenticate` challenge of a `401` (RFC 6750 §3; with JWTs, RFC 9728 §5.1's
+    /// `resource_metadata` so a client can find the issuer).
+    pub fn challenge(&self, refused: &Refused) -> String {
+        let mut c = match self {
+            Auth::Jwt(jwt) => format!("Bearer resource_metadata=\"{}\"", jwt.metadata_url()),
+            _ => "Bearer realm=\"sandpipe\"".to_owned(),
+        };
+        if let Refused::Invalid(why) = refused {
+            c.push_str(", error=\"invalid_token\"");
+            if let Some(why) = why {
+                c.push_str(&format!(", error_description=\"{why}\""));
+            }
+        }
+        c
+    }
+
+    /// What the start-up line says of it.
+    pub fn describe(&self) -> String {
+        match self {
+            Auth::None => "none (loopback only; every client is anonymous)".to_owned(),
+            Auth::Tokens(t) => format!("bearer tokens ({} principals)", t.count()),
+            Auth::Jwt(j) => format!(
+                "JWT access tokens of {} for {} ({} keys; the principal is `sub`)",
+                j.issuer(),
+                j.resource(),
+                j.key_count()
+            ),
+        }
+    }
+}
+
+/// The principal of every request when nobody is asked.
+pub const ANONYMOUS: &str = "anonymous";
 
 /// The principals of a token file: one `PRINCIPAL TOKEN` pair a line, `#` comments and blank
 /// lines ignored. A token names one principal; a principal may hold several tokens.

@@ -40,6 +40,8 @@ pub(super) enum Era {
 struct Waiting {
     tx: mpsc::UnboundedSender<Event>,
     method: String,
+    /// When it was forwarded, for the latency histogram.
+    since: Instant,
 }
 
 struct Inner {
@@ -131,7 +133,7 @@ impl Instance {
             let mut options = launch.options.clone();
             options.group = Some(group);
             options.record = launch.recorder(number, &policy);
-            let filter = policy.tools.filter();
+            let filter = launch.tool_filter(&principal_name);
             let mut sup = Supervisor::new(
                 &launch.host,
                 &launch.plugin,
@@ -191,7 +193,14 @@ impl Instance {
             inner.last_used = Instant::now();
             if let Some(tx) = tx {
                 let method = message["method"].as_str().unwrap_or_default().to_owned();
-                inner.streams.insert(stream, Waiting { tx, method });
+                inner.streams.insert(
+                    stream,
+                    Waiting {
+                        tx,
+                        method,
+                        since: Instant::now(),
+                    },
+                );
             }
             inner.router.inbound(stream, message)
         };
@@ -232,7 +241,7 @@ impl Instance {
                     let _ = w.tx.send((message, done));
                 }
                 if let Some(w) = waiting {
-                    self.metrics.request(&w.method, outcome);
+                    self.metrics.request(&w.method, outcome, w.since.elapsed());
                 }
             }
             Routed::Unrouted(message) if self.era == Era::Session => {
@@ -265,7 +274,8 @@ impl Instance {
             (inner.router.abandon(stream), inner.streams.remove(&stream))
         };
         if let Some(w) = waiting {
-            self.metrics.request(&w.method, Outcome::Abandoned);
+            self.metrics
+                .request(&w.method, Outcome::Abandoned, w.since.elapsed());
         }
         let Some(input) = lock(&self.input).clone() else {
             return;
@@ -351,13 +361,13 @@ impl Instance {
                 .filter_map(|(stream, message)| {
                     streams
                         .get(&stream)
-                        .map(|w| (w.clone_tx(), w.method.clone(), message))
+                        .map(|w| (w.clone_tx(), w.method.clone(), w.since, message))
                 })
                 .collect();
             (failed, why)
         };
-        for (tx, method, message) in failed {
-            self.metrics.request(&method, Outcome::Ended);
+        for (tx, method, since, message) in failed {
+            self.metrics.request(&method, Outcome::Ended, since.elapsed());
             let _ = tx.send((message, true));
         }
         let on_gone = lock(&self.on_gone).take();

@@ -5,11 +5,25 @@
 //! sandpipe_serve_instances{state="ended"} 5          instances ended since start-up
 //! sandpipe_serve_requests_total{method="tools/call",outcome="result"} 12
 //! sandpipe_serve_refusals_total{reason="auth"} 3     answered before reaching an instance
+//! sandpipe_serve_request_duration_seconds_bucket{method="tools/call",le="0.005"} 9
+//! sandpipe_serve_request_duration_seconds_sum{method="tools/call"} 0.041
+//! sandpipe_serve_request_duration_seconds_count{method="tools/call"} 12
 //! ```
+//!
+//! A request's duration runs from its forwarding to the instance until its answer (or until it
+//! was abandoned or its instance ended): what the sandboxed server took, with the bridge,
+//! without the client's network.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
+use std::time::Duration;
+
+/// The latency histogram's upper bounds, in seconds (Prometheus' client defaults, from 1 ms,
+/// and 30 s for slow tools); `+Inf` follows.
+const BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
 
 /// Why a request was answered by the endpoint itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -96,6 +110,19 @@ const METHODS: [&str; 14] = [
     "notifications",
 ];
 
+/// `method`'s label: its own when MCP has it, else `other`.
+fn counted(method: &str) -> &'static str {
+    if method.starts_with("notifications/") {
+        "notifications"
+    } else {
+        METHODS
+            .iter()
+            .find(|m| **m == method)
+            .copied()
+            .unwrap_or("other")
+    }
+}
+
 /// The counters.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -108,6 +135,30 @@ struct Inner {
     ended: u64,
     requests: BTreeMap<(&'static str, Outcome), u64>,
     refusals: BTreeMap<Refusal, u64>,
+    durations: BTreeMap<&'static str, Histogram>,
+}
+
+/// One method's durations: a count per bucket (not cumulative; the text sums them), the
+/// count past the last, the total.
+#[derive(Debug, Default)]
+struct Histogram {
+    buckets: [u64; BUCKETS.len()],
+    over: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        match BUCKETS.iter().position(|b| seconds <= *b) {
+            Some(i) => self.buckets[i] += 1,
+            None => self.over += 1,
+        }
+        self.sum += seconds;
+    }
+
+    fn count(&self) -> u64 {
+        self.buckets.iter().sum::<u64>() + self.over
+    }
 }
 
 impl Metrics {
@@ -129,18 +180,22 @@ impl Metrics {
         m.ended += 1;
     }
 
-    /// A forwarded request of `method` ended with `outcome`.
-    pub fn request(&self, method: &str, outcome: Outcome) {
-        let method = if method.starts_with("notifications/") {
-            "notifications"
-        } else {
-            METHODS
-                .iter()
-                .find(|m| **m == method)
-                .copied()
-                .unwrap_or("other")
-        };
-        *self.inner().requests.entry((method, outcome)).or_default() += 1;
+    /// A forwarded request of `method` ended with `outcome`, `took` after it was forwarded.
+    pub fn request(&self, method: &str, outcome: Outcome, took: Duration) {
+        let method = counted(method);
+        let mut m = self.inner();
+        *m.requests.entry((method, outcome)).or_default() += 1;
+        m.durations
+            .entry(method)
+            .or_default()
+            .observe(took.as_secs_f64());
+    }
+
+    /// A notification or a response to the server was forwarded (counted as a `result`; it
+    /// waits for nothing, so it has no duration).
+    pub fn forwarded(&self, method: &str) {
+        let method = counted(method);
+        *self.inner().requests.entry((method, Outcome::Result)).or_default() += 1;
     }
 
     /// A request was refused for `reason`.
@@ -189,6 +244,23 @@ impl Metrics {
                 reason.label()
             );
         }
+        out.push_str("# HELP sandpipe_serve_request_duration_seconds From a request's forwarding to its instance until its answer, by method.\n");
+        out.push_str("# TYPE sandpipe_serve_request_duration_seconds histogram\n");
+        for (method, h) in &m.durations {
+            let series = "sandpipe_serve_request_duration_seconds";
+            let mut cumulative = 0;
+            for (bound, n) in BUCKETS.iter().zip(h.buckets) {
+                cumulative += n;
+                let _ = writeln!(
+                    out,
+                    "{series}_bucket{{method=\"{method}\",le=\"{bound}\"}} {cumulative}"
+                );
+            }
+            let count = h.count();
+            let _ = writeln!(out, "{series}_bucket{{method=\"{method}\",le=\"+Inf\"}} {count}");
+            let _ = writeln!(out, "{series}_sum{{method=\"{method}\"}} {}", h.sum);
+            let _ = writeln!(out, "{series}_count{{method=\"{method}\"}} {count}");
+        }
         out
     }
 }
@@ -203,16 +275,25 @@ mod tests {
         m.started();
         m.started();
         m.ended();
-        m.request("tools/call", Outcome::Result);
-        m.request("made/up", Outcome::Error);
+        m.request("tools/call", Outcome::Result, Duration::from_millis(3));
+        m.request("tools/call", Outcome::Result, Duration::from_secs(60));
+        m.request("made/up", Outcome::Error, Duration::from_millis(1));
         m.refused(Refusal::Auth);
         let text = m.render();
         for line in [
             "sandpipe_serve_instances{state=\"running\"} 1",
             "sandpipe_serve_instances{state=\"ended\"} 1",
-            "sandpipe_serve_requests_total{method=\"tools/call\",outcome=\"result\"} 1",
+            "sandpipe_serve_requests_total{method=\"tools/call\",outcome=\"result\"} 2",
             "sandpipe_serve_requests_total{method=\"other\",outcome=\"error\"} 1",
             "sandpipe_serve_refusals_total{reason=\"auth\"} 1",
+            "# TYPE sandpipe_serve_request_duration_seconds histogram",
+            "sandpipe_serve_request_duration_seconds_bucket{method=\"tools/call\",le=\"0.0025\"} 0",
+            "sandpipe_serve_request_duration_seconds_bucket{method=\"tools/call\",le=\"0.005\"} 1",
+            "sandpipe_serve_request_duration_seconds_bucket{method=\"tools/call\",le=\"30\"} 1",
+            "sandpipe_serve_request_duration_seconds_bucket{method=\"tools/call\",le=\"+Inf\"} 2",
+            "sandpipe_serve_request_duration_seconds_sum{method=\"tools/call\"} 60.003",
+            "sandpipe_serve_request_duration_seconds_count{method=\"tools/call\"} 2",
+            "sandpipe_serve_request_duration_seconds_count{method=\"other\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }

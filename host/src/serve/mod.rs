@@ -14,13 +14,13 @@
 //!
 //! The MCP rules of the transport (what a POST is, the mirrored headers, the ids) are
 //! `sandpipe_proto::mcp::http`'s; this module moves bytes, keeps the instances and counts.
-//! It does not do TLS (put a proxy in front), HTTP/2, JWT access tokens, or resumable
-//! streams (`Last-Event-ID`).
+//! It does not do TLS (put a proxy in front), HTTP/2, or resumable streams (`Last-Event-ID`).
 
 mod body;
 mod front;
 pub mod gate;
 mod instance;
+pub mod jwt;
 pub mod metrics;
 
 use std::convert::Infallible;
@@ -33,7 +33,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use gate::Tokens;
+pub use gate::{Auth, Tokens};
+pub use jwt::AccessTokens;
 
 use crate::error::ServeError;
 use crate::run::record::{RecordHeader, Recorder};
@@ -52,7 +53,7 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_INSTANCES: usize = 16;
 
 /// How the endpoint listens and whom it lets in. [`ServeOptions::new`]'s defaults:
-/// - no tokens: every client is `anonymous`, and only a loopback address may be bound;
+/// - no authentication: every client is `anonymous`, and only a loopback address may be bound;
 /// - `Host` must be the bound address (or, on loopback, `localhost`), `Origin` absent or the
 ///   endpoint's own;
 /// - bodies up to [`DEFAULT_MAX_BODY`], no request rate limit, [`DEFAULT_MAX_INSTANCES`]
@@ -67,14 +68,17 @@ pub struct ServeOptions {
     pub allow_hosts: Vec<String>,
     /// More `Origin`s allowed (`scheme://host[:port]`).
     pub allow_origins: Vec<String>,
-    /// The bearer tokens and their principals; `None`: no authentication (loopback only).
-    pub tokens: Option<Tokens>,
+    /// Who a request is from: nobody asked (loopback only), bearer tokens, or JWTs.
+    pub auth: Auth,
     /// The largest request body, in bytes (413 past it).
     pub max_body: usize,
     /// Requests per minute per principal (429 with `Retry-After` past it).
     pub rate_per_minute: Option<u32>,
     /// Instances per principal at once (429 past it).
     pub max_instances: usize,
+    /// One instance for every 2026-07-28 request of every client (`--share`), for a server
+    /// that keeps no state between requests; 2025 sessions keep their own.
+    pub share: bool,
     /// How long an instance may sit with no request before it is ended.
     pub idle_timeout: Duration,
     /// How long a connection may take to send a whole request head (the request line and
@@ -93,10 +97,11 @@ impl ServeOptions {
             listen,
             allow_hosts: Vec::new(),
             allow_origins: Vec::new(),
-            tokens: None,
+            auth: Auth::None,
             max_body: DEFAULT_MAX_BODY,
             rate_per_minute: None,
             max_instances: DEFAULT_MAX_INSTANCES,
+            share: false,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             grace: Duration::from_secs(2),
@@ -125,6 +130,8 @@ pub struct Launch {
     pub max_frame: u64,
     /// The largest transcript (`--max-record`), in bytes [default: `DEFAULT_MAX_RECORD`].
     pub max_record: Option<u64>,
+    /// Each principal's own tool filter, narrowing the policy's for its instances.
+    pub principal_tools: std::collections::BTreeMap<String, sandpipe_proto::mcp::ToolFilter>,
 }
 
 impl Launch {
@@ -145,6 +152,26 @@ impl Launch {
             record_dir: None,
             max_frame: crate::policy::sections::DEFAULT_MAX_FRAME,
             max_record: None,
+            principal_tools: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// Give principals their own tool filters (a policy file's `[principals.NAME.tools]`): a
+    /// principal's instances see only what both its filter and the policy's let through.
+    pub fn principal_tools(
+        mut self,
+        filters: std::collections::BTreeMap<String, sandpipe_proto::mcp::ToolFilter>,
+    ) -> Self {
+        self.principal_tools = filters;
+        self
+    }
+
+    /// The tool filter of `principal`'s instances.
+    fn tool_filter(&self, principal: &str) -> sandpipe_proto::mcp::ToolFilter {
+        let endpoint = self.policy.tools.filter();
+        match self.principal_tools.get(principal) {
+            Some(own) => endpoint.narrowed(own),
+            None => endpoint,
         }
     }
 
@@ -210,7 +237,7 @@ impl Server {
     /// directory.
     pub async fn bind(options: ServeOptions, launch: Launch) -> Result<Server, ServeError> {
         let addr = options.listen;
-        if !addr.ip().is_loopback() && options.tokens.is_none() {
+        if !addr.ip().is_loopback() && !options.auth.identifies() {
             return Err(ServeError::OpenWithoutAuth { addr });
         }
         if let Some(dir) = &launch.record_dir {
@@ -225,6 +252,9 @@ impl Server {
         let addr = listener
             .local_addr()
             .map_err(|source| ServeError::Bind { addr, source })?;
+        if let Auth::Jwt(jwt) = &options.auth {
+            jwt.bound(addr)?;
+        }
         Ok(Server {
             listener,
             addr,
@@ -236,6 +266,11 @@ impl Server {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// How requests are authenticated.
+    pub fn auth(&self) -> &Auth {
+        &self.options.auth
     }
 
     /// Serve until `stop` resolves; then stop accepting, give requests in flight the grace to

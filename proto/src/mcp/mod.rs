@@ -114,6 +114,7 @@ use crate::supervise::SupervisedProtocol;
 pub mod exports;
 mod fuzz;
 pub mod http;
+mod http_fuzz;
 mod supervised;
 #[cfg(test)]
 mod tests;
@@ -122,6 +123,7 @@ mod tests_2026;
 mod types;
 
 pub use fuzz::fuzz;
+pub use http_fuzz::fuzz as fuzz_http;
 pub use supervised::{Supervised, ToolFilter, stopped_error, stopped_tool_result, unknown_tool};
 pub use types::*;
 

@@ -59,6 +59,32 @@ impl ToolFilter {
         self.allow.is_empty() && self.deny.is_empty()
     }
 
+    /// This filter narrowed by `other`: a tool passes only when both let it through (the allow
+    /// lists intersect, the deny lists add up), so `other` can hide more, never show more.
+    pub fn narrowed(&self, other: &ToolFilter) -> ToolFilter {
+        let allow = match (self.allow.is_empty(), other.allow.is_empty()) {
+            (true, _) => other.allow.clone(),
+            (false, true) => self.allow.clone(),
+            (false, false) => {
+                let both: Vec<String> = self
+                    .allow
+                    .iter()
+                    .filter(|a| other.allow.contains(a))
+                    .cloned()
+                    .collect();
+                if both.is_empty() {
+                    // Nothing both allow: an allow list no real tool name matches.
+                    vec!["\0(no tool is allowed by both filters)".to_owned()]
+                } else {
+                    both
+                }
+            }
+        };
+        let mut deny = self.deny.clone();
+        deny.extend(other.deny.iter().filter(|d| !self.deny.contains(d)).cloned());
+        ToolFilter { allow, deny }
+    }
+
     /// A `tools/list` result with the hidden tools removed; `None` when nothing was removed
     /// (or the result is not a tool list), so the server's bytes pass on unchanged.
     pub fn filter_list(&self, result: &mut Value) -> bool {

@@ -885,3 +885,29 @@ fn fuzz_body_survives_the_corpus_and_its_truncations() {
     fuzz(b"");
     fuzz(b"\xff\n[]\nnull\n{\"id\":{}}");
 }
+
+#[test]
+fn a_narrowed_filter_hides_more_and_never_shows_more() {
+    let f = |allow: &[&str], deny: &[&str]| ToolFilter {
+        allow: allow.iter().map(|s| (*s).to_owned()).collect(),
+        deny: deny.iter().map(|s| (*s).to_owned()).collect(),
+    };
+    let tools = ["add", "greet", "rm", "sleep"];
+    let cases = [
+        (f(&[], &[]), f(&[], &["rm"])),
+        (f(&["add", "greet"], &[]), f(&["greet", "rm"], &[])),
+        (f(&["add"], &[]), f(&["rm"], &[])),
+        (f(&[], &["sleep"]), f(&["add", "sleep"], &["greet"])),
+        (f(&["add", "rm"], &["rm"]), f(&[], &[])),
+    ];
+    for (endpoint, principal) in cases {
+        let n = endpoint.narrowed(&principal);
+        for t in tools {
+            assert_eq!(
+                n.permits(t),
+                endpoint.permits(t) && principal.permits(t),
+                "{t}: {endpoint:?} narrowed by {principal:?} is {n:?}"
+            );
+        }
+    }
+}
