@@ -717,3 +717,291 @@ fn mcp_server_fetch_over_https_with_tls_intercept_replays_offline() {
         "{stderr}"
     );
 }
+
+/// A line server on 127.0.0.1 that serves exactly `n` connections: to each line it reads it
+/// answers `answer(line)` and a newline, until the client closes its side; then it closes
+/// the connection, and after the last one its port. What a `wasi:sockets` client talks to.
+struct LineServer {
+    port: u16,
+    thread: Option<JoinHandle<Vec<String>>>,
+}
+
+impl LineServer {
+    fn serve(n: usize, answer: impl Fn(&str) -> String + Send + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the server");
+        let port = listener.local_addr().expect("local address").port();
+        let thread = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for _ in 0..n {
+                let Ok((conn, _)) = listener.accept() else {
+                    break;
+                };
+                let mut writer = conn.try_clone().expect("clone");
+                for line in BufReader::new(conn).lines() {
+                    let Ok(line) = line else { break };
+                    // A client that went away takes the rest of the answer with it.
+                    let _ = writeln!(writer, "{}", answer(&line)).and_then(|()| writer.flush());
+                    seen.push(line);
+                }
+            }
+            seen
+        });
+        Self {
+            port,
+            thread: Some(thread),
+        }
+    }
+
+    /// Wait until every connection was served and the port is closed; the lines read.
+    fn finish(mut self) -> Vec<String> {
+        let seen = self
+            .thread
+            .take()
+            .expect("the server thread")
+            .join()
+            .expect("the server ran");
+        assert!(
+            TcpStream::connect(("127.0.0.1", self.port)).is_err(),
+            "the server's port is still open"
+        );
+        seen
+    }
+}
+
+/// `run --record FILE` of the `wasi:sockets` client `net-client` allowed `api.test:PORT`,
+/// pinned to 127.0.0.1.
+fn sockets_record_args(file: &Path, port: u16, extra: &[&str]) -> Vec<String> {
+    let mut args = record_args(file, port, extra);
+    args.pop();
+    args.push(cli::path("net-client", Target::Wasm));
+    args
+}
+
+fn sockets_replay_args(file: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "replay".to_owned(),
+        file.display().to_string(),
+        "--plugin".to_owned(),
+        cli::path("net-client", Target::Wasm),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn a_wasi_sockets_recording_replays_offline_and_a_changed_or_extra_connection_is_reported() {
+    let server = LineServer::serve(2, |line| format!("answer to {line}"));
+    let port = server.port;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("tcp.transcript");
+    // One connection read for one line; one that shuts its side down and reads to the end.
+    let commands = format!("\"tcp api.test:{port}\"\n\"tcp-all api.test:{port} hello\"\n");
+    let out = sandpipe(&sockets_record_args(&file, port, &[]), &[], &commands);
+    assert!(out.status.success(), "{}", cli::text(&out.stderr));
+    let got = answers(&out);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0]["reply"], "answer to ping", "{got:?}");
+    assert_eq!(got[1]["reply"], "answer to hello\n", "{got:?}");
+    assert_eq!(server.finish(), ["ping", "hello"]);
+
+    let text = std::fs::read_to_string(&file).expect("the recording");
+    for line in [
+        format!(
+            r#"@0 open {{"via":"wasi-sockets","host":"api.test","port":{port},"kind":"bytes","addr":"127.0.0.1:{port}","rule":"api.test:{port}"}}"#
+        ),
+        format!("@0 >x {}", hex(b"ping\n")),
+        format!("@0 <x {}", hex(b"answer to ping\n")),
+        "@0 close".to_owned(),
+        format!("@1 >x {}", hex(b"hello\n")),
+        "@1 >end".to_owned(),
+        format!("@1 <x {}", hex(b"answer to hello\n")),
+        "@1 <end".to_owned(),
+        "@1 close".to_owned(),
+    ] {
+        assert!(text.lines().any(|l| l == line), "no line {line} in\n{text}");
+    }
+    assert!(!text.contains("opaque"), "{text}");
+    // Each connection's lines in the order the plugin wrote and read, and each connection
+    // before the answer it gave.
+    let conn1: Vec<&str> = text.lines().filter(|l| l.starts_with("@1 ")).collect();
+    assert_eq!(
+        conn1[1..],
+        [
+            format!("@1 >x {}", hex(b"hello\n")).as_str(),
+            "@1 >end",
+            format!("@1 <x {}", hex(b"answer to hello\n")).as_str(),
+            "@1 <end",
+            "@1 close",
+        ],
+        "{text}"
+    );
+    let mut kinds: Vec<char> = text
+        .lines()
+        .filter_map(|l| match l.get(..3) {
+            Some("@0 ") => Some('0'),
+            Some("@1 ") => Some('1'),
+            _ => l.chars().next().filter(|c| matches!(c, '>' | '<')),
+        })
+        .collect();
+    kinds.dedup();
+    assert_eq!(kinds.iter().collect::<String>(), ">0<1<", "{text}");
+
+    // Offline: the server is gone, and the replay is green.
+    let out = sandpipe(&sockets_replay_args(&file, &[]), &[], "");
+    let stderr = cli::text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("replay matched all 4 frames and 2 network exchanges"),
+        "{stderr}"
+    );
+
+    // The second connection sends other bytes (the engine asks for another text): it
+    // diverges at that connection, with the line that differs.
+    let changed = dir.path().join("changed.transcript");
+    std::fs::write(
+        &changed,
+        text.replace(
+            &format!("> \"tcp-all api.test:{port} hello\""),
+            &format!("> \"tcp-all api.test:{port} hullo\""),
+        ),
+    )
+    .expect("write");
+    let out = sandpipe(&sockets_replay_args(&changed, &[]), &[], "");
+    let stderr = cli::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "first divergence at network exchange 1 (wasi:sockets api.test:{port}): the plugin sent a different request\n- hello\n+ hullo\n"
+        )),
+        "{stderr}"
+    );
+
+    // The recording without its second connection: the plugin's second connect is one it
+    // does not have, refused and reported.
+    let fewer = dir.path().join("fewer.transcript");
+    let kept: String = text
+        .lines()
+        .filter(|l| !l.starts_with("@1 "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&fewer, kept).expect("write");
+    let out = sandpipe(&sockets_replay_args(&fewer, &[]), &[], "");
+    let stderr = cli::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the plugin opened a connection the recording does not have (wasi:sockets api.test:{port}); it was refused"
+        )),
+        "{stderr}"
+    );
+
+    // `--network live` connects as the recording did: the server is gone.
+    let out = sandpipe(&sockets_replay_args(&file, &["--network", "live"]), &[], "");
+    let stderr = cli::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("first divergence at frame 2"), "{stderr}");
+}
+
+#[test]
+fn deterministic_wasi_sockets_recordings_against_the_same_answers_are_byte_identical() {
+    let server = LineServer::serve(2, |_| "the same answer".to_owned());
+    let port = server.port;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = [
+        dir.path().join("one.transcript"),
+        dir.path().join("two.transcript"),
+    ];
+    for file in &files {
+        let out = sandpipe(
+            &sockets_record_args(file, port, &["--deterministic", "--seed", "3"]),
+            &[],
+            &format!("\"tcp-all api.test:{port}\"\n"),
+        );
+        assert!(out.status.success(), "{}", cli::text(&out.stderr));
+    }
+    server.finish();
+    let one = std::fs::read(&files[0]).expect("one");
+    let two = std::fs::read(&files[1]).expect("two");
+    assert!(
+        one == two,
+        "the recordings differ:\n{}\n---\n{}",
+        cli::text(&one),
+        cli::text(&two)
+    );
+    assert!(cli::text(&one).contains(&format!("@0 <x {}", hex(b"the same answer\n"))));
+    let out = sandpipe(&sockets_replay_args(&files[0], &[]), &[], "");
+    assert!(out.status.success(), "{}", cli::text(&out.stderr));
+}
+
+#[test]
+fn wasi_sockets_bytes_past_max_record_stop_the_recording_with_the_error() {
+    let server = LineServer::serve(1, |_| "x".repeat(256 << 10));
+    let port = server.port;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("big.transcript");
+    let out = sandpipe(
+        &sockets_record_args(&file, port, &["--max-record", "64KiB"]),
+        &[],
+        &format!("\"tcp api.test:{port}\"\n"),
+    );
+    let stderr = cli::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("sandpipe: --record: the recording exceeds --max-record 65536 bytes"),
+        "{stderr}"
+    );
+    // The plugin's read failed: it answered with the error.
+    let got = answers(&out);
+    assert_eq!(got[0]["ok"], false, "{got:?}");
+    server.finish();
+    let text = std::fs::read_to_string(&file).expect("the recording");
+    let last = text.lines().last().expect("a line");
+    assert!(
+        last.starts_with("# stopped: the recording exceeds --max-record 65536 bytes"),
+        "{last}"
+    );
+    assert!(text.contains("\n@0 < xxxx"), "{text}");
+    // Everything before the stop fits under the cap: nothing past it was written.
+    assert!(text.len() - last.len() - 1 <= 64 << 10, "{}", text.len());
+}
+
+#[test]
+fn a_refused_wasi_sockets_connect_is_recorded_as_failed_and_fails_the_same_in_the_replay() {
+    // A port nothing listens on: bound, then closed.
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("local address").port()
+    };
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("refused.transcript");
+    let out = sandpipe(
+        &sockets_record_args(&file, port, &[]),
+        &[],
+        &format!("\"tcp api.test:{port}\"\n"),
+    );
+    assert!(out.status.success(), "{}", cli::text(&out.stderr));
+    let got = answers(&out);
+    assert_eq!(got[0]["ok"], false, "{got:?}");
+    let text = std::fs::read_to_string(&file).expect("the recording");
+    let conn0: Vec<&str> = text.lines().filter(|l| l.starts_with("@0 ")).collect();
+    assert_eq!(conn0.len(), 3, "{text}");
+    assert!(conn0[0].starts_with("@0 open "), "{text}");
+    assert!(
+        conn0[1].starts_with(r#"@0 failed {"reason":"the connection failed"#),
+        "{text}"
+    );
+    assert_eq!(conn0[2], "@0 close", "{text}");
+    // The replay's connect fails as the live one did: the plugin's answer is the same frame.
+    let out = sandpipe(&sockets_replay_args(&file, &[]), &[], "");
+    let stderr = cli::text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("replay matched all 2 frames and 1 network exchanges"),
+        "{stderr}"
+    );
+}

@@ -44,7 +44,9 @@ pub use audit::{AuditEvent, AuditLog, Decision, Via};
 pub(crate) use intercept::{HyperIo, header_list};
 pub use proxy::{MAX_CONNECTIONS, MAX_HEAD_BYTES, MAX_HEADERS, ProxyHandle, spawn as spawn_proxy};
 pub use resolve::{Admitted, Refused, Resolver, is_public};
-pub use tape::{NetProblem, NetReplay, NetSink, NetTape, Played};
+pub use tape::{
+    ByteRead, ByteTape, NetProblem, NetReplay, NetSink, NetTape, Played, PlayedBytes, Strayed,
+};
 pub use tls::{SessionCa, SessionCaError, VALIDITY as SESSION_CA_VALIDITY, client_config};
 
 /// One allow-list entry: a host pattern and, optionally, a port.

@@ -203,28 +203,8 @@ impl Resolver {
         via: Via,
     ) -> Result<Admitted, Refused> {
         let ip = canonical(addr.ip());
-        let addr = SocketAddr::new(ip, addr.port());
         let port = Some(addr.port());
-        let by_rule = self.policy.rule_for_addr(ip, port).map(|r| Admitted {
-            addr,
-            name: name.map(str::to_owned),
-            rule: r.to_string(),
-        });
-        let admitted = by_rule.or_else(|| {
-            let by_addr = lock(&self.addrs);
-            let names = by_addr.get(&ip)?;
-            names
-                .iter()
-                .filter(|n| name.is_none_or(|want| want.eq_ignore_ascii_case(n)))
-                .find_map(|n| {
-                    self.policy.rule_for_name(n, port).map(|r| Admitted {
-                        addr,
-                        name: Some(n.clone()),
-                        rule: r.to_string(),
-                    })
-                })
-        });
-        match admitted {
+        match self.admission(addr, name) {
             Some(a) => {
                 tracing::info!(
                     "allowed a connection to {}{} by --allow-net {} ({via})",
@@ -261,6 +241,33 @@ impl Resolver {
                 Err(refused)
             }
         }
+    }
+
+    /// What [`Resolver::admit`] decides for `addr`, without logging or auditing it: for a
+    /// caller that reports the decision it already had admitted (a connection's recording).
+    pub fn admission(&self, addr: SocketAddr, name: Option<&str>) -> Option<Admitted> {
+        let ip = canonical(addr.ip());
+        let addr = SocketAddr::new(ip, addr.port());
+        let port = Some(addr.port());
+        let by_rule = self.policy.rule_for_addr(ip, port).map(|r| Admitted {
+            addr,
+            name: name.map(str::to_owned),
+            rule: r.to_string(),
+        });
+        by_rule.or_else(|| {
+            let by_addr = lock(&self.addrs);
+            let names = by_addr.get(&ip)?;
+            names
+                .iter()
+                .filter(|n| name.is_none_or(|want| want.eq_ignore_ascii_case(n)))
+                .find_map(|n| {
+                    self.policy.rule_for_name(n, port).map(|r| Admitted {
+                        addr,
+                        name: Some(n.clone()),
+                        rule: r.to_string(),
+                    })
+                })
+        })
     }
 
     /// Resolve `host` and admit each of its addresses on `port`: what a proxy or an outgoing

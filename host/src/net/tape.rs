@@ -2,12 +2,19 @@
 //! (`--record`), or, in a replay, served from the recording instead of the network.
 //!
 //! ```text
-//!   record:  wasi:http hook ─► NetSink::open / event / data ─► the recording (@N lines)
-//!   replay:  wasi:http hook ─► NetReplay::claim (via, host, port, order)
-//!                                ├─ none recorded ─► refused, as the allow-list refuses
-//!                                └─ check (method, URL, body) ─► the recorded response
-//!                                                            └─ differs ─► a divergence
+//!   record:  wasi:http hook, proxy, ─► NetSink::open / event / data ─► the recording (@N lines)
+//!            wasi:sockets streams
+//!   replay:  wasi:http hook, proxy ─► NetReplay::claim (via, host, port, order)
+//!            wasi:sockets connect      ├─ none recorded ─► refused, as the allow-list refuses
+//!                                      ├─ http: check (method, URL, body) ─► the recorded response
+//!                                      │                                 └─ differs ─► a divergence
+//!                                      └─ bytes: ByteTape (play_bytes): writes compared with `>`,
+//!                                         reads given `<` after the `>` recorded before them
 //! ```
+//!
+//! [`ByteTape`] is the one player of a bytes connection, with no IO: the sandbox's
+//! `wasi:sockets` streams drive it. The proxy's tunnels are recorded as bytes too but not yet
+//! played back (they are claimed and reported as not replayable).
 //!
 //! What a replay saw go wrong is kept as [`NetProblem`]s, in order, for `replay` to report
 //! like a frame divergence; nothing here reaches the network.
@@ -17,7 +24,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use sandpipe_proto::transcript::{
-    HttpRequest, HttpResponse, NetDir, NetEvent, NetOpen, NetVia, Recording,
+    HttpRequest, HttpResponse, NetDir, NetEvent, NetKind, NetOpen, NetVia, Recording,
 };
 
 use crate::error::RecordError;
@@ -80,6 +87,17 @@ struct Recorded {
     inn: Vec<Vec<u8>>,
     failed: Option<String>,
     opaque: Option<String>,
+    /// Its bytes, ends and failure in the order they were recorded: what a bytes connection
+    /// (a `wasi:sockets` TCP stream) is played back from.
+    flow: Vec<Flow>,
+}
+
+/// One step of a recorded bytes connection.
+#[derive(Debug, Clone)]
+enum Flow {
+    Data(NetDir, Vec<u8>),
+    End(NetDir),
+    Failed(String),
 }
 
 /// What a replay found that the recording does not say, in the order it happened.
@@ -245,12 +263,22 @@ impl NetReplay {
                 NetEvent::Data {
                     dir: NetDir::Out,
                     bytes,
-                } => c.out.extend_from_slice(bytes),
+                } => {
+                    c.out.extend_from_slice(bytes);
+                    c.flow.push(Flow::Data(NetDir::Out, bytes.clone()));
+                }
                 NetEvent::Data {
                     dir: NetDir::In,
                     bytes,
-                } => c.inn.push(bytes.clone()),
-                NetEvent::Failed(n) => c.failed = Some(n.reason.clone()),
+                } => {
+                    c.inn.push(bytes.clone());
+                    c.flow.push(Flow::Data(NetDir::In, bytes.clone()));
+                }
+                NetEvent::End { dir } => c.flow.push(Flow::End(*dir)),
+                NetEvent::Failed(n) => {
+                    c.failed = Some(n.reason.clone());
+                    c.flow.push(Flow::Failed(n.reason.clone()));
+                }
                 NetEvent::Opaque(n) => c.opaque = Some(n.reason.clone()),
                 _ => {}
             }
@@ -357,13 +385,42 @@ impl NetReplay {
         })
     }
 
+    /// Play claimed connection `conn` back as bytes (a `wasi:sockets` TCP stream): `None`,
+    /// with the problem kept, when the recording cannot (it is `opaque`, or an HTTP exchange).
+    pub fn play_bytes(self: &Arc<Self>, conn: u64) -> Option<PlayedBytes> {
+        let recorded = self.get(conn)?;
+        let bytes = recorded.request.is_none()
+            && recorded
+                .open
+                .as_ref()
+                .is_some_and(|o| o.kind == Some(NetKind::Bytes));
+        if recorded.opaque.is_some() || !bytes {
+            self.not_replayable(conn);
+            return None;
+        }
+        if let Some(Flow::Failed(reason)) = recorded.flow.first() {
+            return Some(PlayedBytes::Failed(reason.clone()));
+        }
+        Some(PlayedBytes::Connected(ByteTape {
+            replay: self.clone(),
+            conn,
+            sent: 0,
+            next: 0,
+            offset: 0,
+            out_before: 0,
+            done_writing: false,
+        }))
+    }
+
     /// Keep, for claimed connection `conn`, that it cannot be played back: the recorded reason
-    /// (`opaque`), or that only HTTP exchanges are played.
+    /// (`opaque`), or that only HTTP exchanges and `wasi:sockets` streams are played.
     pub fn not_replayable(&self, conn: u64) {
         let reason = self
             .get(conn)
             .and_then(|c| c.opaque.clone())
-            .unwrap_or_else(|| "only wasi:http exchanges are played back".to_owned());
+            .unwrap_or_else(|| {
+                "only HTTP exchanges and wasi:sockets streams are played back".to_owned()
+            });
         self.state()
             .problems
             .push(NetProblem::NotReplayable { conn, reason });
@@ -404,6 +461,202 @@ impl NetReplay {
             }
         }
         out
+    }
+}
+
+/// What a claimed bytes connection plays back ([`NetReplay::play_bytes`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PlayedBytes {
+    /// The connection was made: its bytes, played as the plugin reads and writes.
+    Connected(ByteTape),
+    /// The connection failed when recorded, with why.
+    Failed(String),
+}
+
+/// What a read of a replayed bytes connection gives ([`ByteTape::read`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ByteRead {
+    /// Bytes from the server, at most as many as asked for.
+    Data(Vec<u8>),
+    /// Nothing yet: the server answered only after bytes the plugin has not sent, or the
+    /// recording ends without the server's end (it never came).
+    Wait,
+    /// The server sent no more (`<end`).
+    End,
+    /// The connection failed here when recorded, with why.
+    Failed(String),
+}
+
+/// A recorded bytes connection played back, with no IO: what the plugin writes is compared
+/// with what it wrote when recorded (the first difference is a [`NetProblem::Diverged`]), and
+/// the server's bytes are read in the recorded order, each only once the plugin has sent
+/// everything it had sent before the server spoke.
+#[derive(Debug)]
+pub struct ByteTape {
+    replay: Arc<NetReplay>,
+    conn: u64,
+    /// Bytes of the recorded `out` the plugin has sent, all matching.
+    sent: usize,
+    /// The next step of the flow that reads play, how far into its bytes, and the plugin's
+    /// bytes recorded before it.
+    next: usize,
+    offset: usize,
+    out_before: usize,
+    /// The plugin strayed, or said it sends no more: nothing more it writes is taken.
+    done_writing: bool,
+}
+
+/// A write to a replayed bytes connection that is not what the plugin wrote when recorded
+/// (or comes after such a one): the divergence itself is among [`NetReplay::problems`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("replay: the plugin's bytes on network exchange {conn} differ from the recording")]
+pub struct Strayed {
+    /// The recorded connection's number.
+    pub conn: u64,
+}
+
+/// How much of a line a divergence shows on each side of the first difference.
+const DIFF_WINDOW: usize = 64;
+
+impl ByteTape {
+    fn recorded(&self) -> Option<&Recorded> {
+        self.replay.get(self.conn)
+    }
+
+    /// The recorded connection's number.
+    pub fn conn(&self) -> u64 {
+        self.conn
+    }
+
+    /// The plugin writes `bytes`: `Ok` when they are the next ones it wrote when recorded;
+    /// otherwise the divergence is kept (for the replay's report) and nothing more it writes
+    /// is taken.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), Strayed> {
+        let strayed = Strayed { conn: self.conn };
+        if self.done_writing {
+            return Err(strayed);
+        }
+        let out = self.recorded().map_or(&[][..], |r| &r.out[..]);
+        let rest = out.get(self.sent..).unwrap_or_default();
+        let same = bytes.iter().zip(rest).take_while(|(a, b)| a == b).count();
+        if same == bytes.len() {
+            self.sent += bytes.len();
+            return Ok(());
+        }
+        let mut got = out[..self.sent].to_vec();
+        got.extend_from_slice(bytes);
+        self.diverge(self.sent + same, &got);
+        Err(strayed)
+    }
+
+    /// The plugin sends no more (it shut its side down or closed): a divergence when it sent
+    /// less than it did when recorded.
+    pub fn end_writing(&mut self) {
+        if self.done_writing {
+            return;
+        }
+        let recorded = self.recorded().map_or(0, |r| r.out.len());
+        if self.sent < recorded {
+            let got = self
+                .recorded()
+                .map(|r| r.out[..self.sent].to_vec())
+                .unwrap_or_default();
+            self.diverge(self.sent, &got);
+        }
+        self.done_writing = true;
+    }
+
+    fn diverge(&mut self, at: usize, got: &[u8]) {
+        self.done_writing = true;
+        let Some(recorded) = self.recorded() else {
+            return;
+        };
+        let Some(open) = recorded.open.as_ref() else {
+            return;
+        };
+        let problem = NetProblem::Diverged {
+            conn: self.conn,
+            via: open.via,
+            host: open.host.clone(),
+            port: open.port,
+            expected: vec![line_at(&recorded.out, at)],
+            got: vec![line_at(got, at)],
+        };
+        self.replay.state().problems.push(problem);
+    }
+
+    /// Read at most `max` bytes of the server's.
+    pub fn read(&mut self, max: usize) -> ByteRead {
+        let Some(recorded) = self.replay.get(self.conn) else {
+            return ByteRead::Wait;
+        };
+        loop {
+            match recorded.flow.get(self.next) {
+                None => return ByteRead::Wait,
+                Some(Flow::Data(NetDir::Out, bytes)) => {
+                    self.out_before += bytes.len();
+                    self.next += 1;
+                }
+                Some(Flow::End(NetDir::Out)) => self.next += 1,
+                // The server spoke only after the plugin's bytes recorded before this.
+                Some(_) if self.sent < self.out_before => return ByteRead::Wait,
+                Some(Flow::Data(NetDir::In, bytes)) => {
+                    let take = max.min(bytes.len() - self.offset);
+                    let chunk = bytes[self.offset..self.offset + take].to_vec();
+                    self.offset += take;
+                    if self.offset == bytes.len() {
+                        self.next += 1;
+                        self.offset = 0;
+                    }
+                    return ByteRead::Data(chunk);
+                }
+                Some(Flow::End(NetDir::In)) => return ByteRead::End,
+                Some(Flow::Failed(reason)) => return ByteRead::Failed(reason.clone()),
+            }
+        }
+    }
+}
+
+/// The line of `bytes` holding byte `at` (at most [`DIFF_WINDOW`] bytes each side of it), as
+/// a divergence shows it: verbatim when UTF-8, else `x HEX`; `(no more bytes)` past the end.
+fn line_at(bytes: &[u8], at: usize) -> String {
+    if at >= bytes.len() {
+        return "(no more bytes)".to_owned();
+    }
+    let start = bytes[..at]
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |i| i + 1)
+        .max(at.saturating_sub(DIFF_WINDOW));
+    let end = bytes[at..]
+        .iter()
+        .position(|b| *b == b'\n')
+        .map_or(bytes.len(), |i| at + i)
+        .min(at + DIFF_WINDOW);
+    let line = &bytes[start..end];
+    let cut = |text: String| {
+        format!(
+            "{}{text}{}",
+            if start > 0 && bytes[start - 1] != b'\n' {
+                "…"
+            } else {
+                ""
+            },
+            if end < bytes.len() && bytes[end] != b'\n' {
+                "…"
+            } else {
+                ""
+            }
+        )
+    };
+    match std::str::from_utf8(line) {
+        Ok(text) if !text.contains('\r') => cut(text.to_owned()),
+        _ => cut(format!(
+            "x {}",
+            line.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        )),
     }
 }
 
@@ -495,5 +748,113 @@ mod tests {
             &problems[1],
             NetProblem::NotRecorded { port: 80, .. }
         ));
+    }
+
+    fn bytes_recording() -> Arc<NetReplay> {
+        Arc::new(NetReplay::new(
+            &Recording::parse(concat!(
+                "@0 open {\"via\":\"wasi-sockets\",\"host\":\"db.test\",\"port\":5432,\"kind\":\"bytes\"}\n",
+                "@0 < hello\n",
+                "@0 >x 70696e670a\n",
+                "@0 < pong\n@0 >end\n@0 < bye\n@0 <end\n@0 close\n",
+                "@1 open {\"via\":\"wasi-sockets\",\"host\":\"db.test\",\"port\":5432,\"kind\":\"bytes\"}\n",
+                "@1 failed {\"reason\":\"refused\"}\n@1 close\n",
+            ))
+            .expect("a recording"),
+        ))
+    }
+
+    fn connected(replay: &Arc<NetReplay>) -> ByteTape {
+        let conn = replay
+            .claim(NetVia::WasiSockets, "db.test", 5432)
+            .expect("claimed");
+        match replay.play_bytes(conn) {
+            Some(PlayedBytes::Connected(tape)) => tape,
+            other => panic!("not connected: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bytes_connection_plays_the_servers_bytes_after_the_plugins_that_came_first() {
+        let replay = bytes_recording();
+        let mut tape = connected(&replay);
+        // The server spoke first; its next bytes wait for the plugin's.
+        assert_eq!(tape.read(3), ByteRead::Data(b"hel".to_vec()));
+        assert_eq!(tape.read(64), ByteRead::Data(b"lo".to_vec()));
+        assert_eq!(tape.read(64), ByteRead::Wait);
+        assert_eq!(tape.write(b"pi"), Ok(()));
+        assert_eq!(tape.read(64), ByteRead::Wait);
+        assert_eq!(tape.write(b"ng\n"), Ok(()));
+        assert_eq!(tape.read(64), ByteRead::Data(b"pong".to_vec()));
+        assert_eq!(tape.read(64), ByteRead::Data(b"bye".to_vec()));
+        assert_eq!(tape.read(64), ByteRead::End);
+        tape.end_writing();
+        // The second connection failed when recorded, and fails again.
+        let conn = replay
+            .claim(NetVia::WasiSockets, "db.test", 5432)
+            .expect("claimed");
+        assert!(matches!(
+            replay.play_bytes(conn),
+            Some(PlayedBytes::Failed(reason)) if reason == "refused"
+        ));
+        assert_eq!(replay.problems(), []);
+    }
+
+    #[test]
+    fn different_fewer_or_more_bytes_diverge_at_the_first_difference() {
+        let cases: [(&[u8], bool, &str, &str); 4] = [
+            (b"pong\n", false, "ping", "pong"),
+            (b"pi", true, "ping", "(no more bytes)"),
+            (b"ping\nmore", false, "(no more bytes)", "more"),
+            (b"p\xff", false, "ping", "x 70ff"),
+        ];
+        for (sent, ends, expected, got) in cases {
+            let replay = bytes_recording();
+            let mut tape = connected(&replay);
+            let written = tape.write(sent);
+            if ends {
+                assert_eq!(written, Ok(()));
+                tape.end_writing();
+            } else {
+                assert_eq!(written, Err(Strayed { conn: 0 }));
+                // Nothing more is taken once it strayed, and it is reported once.
+                assert_eq!(tape.write(b"x"), Err(Strayed { conn: 0 }));
+                tape.end_writing();
+            }
+            let problems = replay.problems();
+            assert_eq!(
+                problems[0],
+                NetProblem::Diverged {
+                    conn: 0,
+                    via: NetVia::WasiSockets,
+                    host: "db.test".into(),
+                    port: 5432,
+                    expected: vec![expected.into()],
+                    got: vec![got.into()],
+                },
+                "{sent:?}"
+            );
+            assert!(
+                problems[1..]
+                    .iter()
+                    .all(|p| matches!(p, NetProblem::Unused { conn: 1, .. })),
+                "{problems:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_diverging_line_is_shown_around_the_difference() {
+        let long = format!("{}A{}", "a".repeat(100), "b".repeat(100));
+        let shown = line_at(long.as_bytes(), 100);
+        assert_eq!(
+            shown,
+            format!(
+                "…{}A{}…",
+                "a".repeat(DIFF_WINDOW),
+                "b".repeat(DIFF_WINDOW - 1)
+            )
+        );
+        assert_eq!(line_at(b"one\ntwo\nthree", 5), "two");
     }
 }

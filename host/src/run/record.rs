@@ -8,7 +8,7 @@
 //! The recorder is also the session's [`NetSink`]: each admitted `wasi:http` exchange is
 //! written among the frames as network lines (`@N …`), its bodies chunk by chunk as they pass,
 //! never held whole. A data line holds [`DATA_CHUNK`] bytes, or what came in that direction
-//! before the other direction spoke or the connection's next line: where a chunk ends then
+//! before the other direction spoke, the connection's next line or the plugin's next frame: where a chunk ends then
 //! follows from what the plugin and the server said, not from how the network cut it, so two
 //! runs of a deterministic plugin against the same answers write the same lines. The whole file is capped (`--max-record`): a line that would take it past
 //! the cap is not written; a `# stopped:` line says why, the session's network gets the
@@ -195,6 +195,19 @@ impl Recorder {
         };
         let line = render_line(dir, frame, note.as_deref());
         let mut inner = self.lock();
+        // Bytes that passed before the plugin wrote this frame are written before it, in
+        // connection order, so the network lines stay in order with what the plugin did. (An
+        // engine's frame is not a cut: when it is forwarded depends on timing.)
+        let mut pending: Vec<u64> = match dir {
+            Direction::FromPlugin => inner.pending.keys().copied().collect(),
+            _ => Vec::new(),
+        };
+        pending.sort_unstable();
+        for conn in pending {
+            if inner.flush(conn).is_err() {
+                break;
+            }
+        }
         // A recording that cannot be written does not stop the session's frames: it is
         // logged once (`append`) and reported at the end (`failure`).
         if inner.append(&line).is_ok() {

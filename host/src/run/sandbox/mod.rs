@@ -19,6 +19,7 @@ mod open_files;
 mod pool;
 mod sockets;
 mod stdio;
+mod tcp_tape;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -153,6 +154,8 @@ pub(crate) struct State2 {
     resolver: Arc<Resolver>,
     http: wasmtime_wasi_http::WasiHttpCtx,
     http_hooks: http::HttpHooks,
+    /// The `wasi:sockets` TCP connections on the session's tape.
+    tcp: tcp_tape::TcpTaps,
 }
 
 impl State2 {
@@ -166,6 +169,7 @@ impl State2 {
             disk: DiskQuota::new(policy.max_disk_write),
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
             http_hooks: http::HttpHooks::new(resolver.clone()),
+            tcp: tcp_tape::TcpTaps::default(),
             resolver,
         }
     }

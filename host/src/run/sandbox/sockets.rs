@@ -5,6 +5,7 @@
 //!  ip-name-lookup.resolve-addresses ─► AddressStream ─► Resolver::lookup (allow-list, pins,
 //!   (shadowed in the linker)              (pollable)       DNS answers that are not public)
 //!  tcp connect ─► socket_addr_check ─► Resolver::admit (a pinned address, or one a rule names)
+//!   (connect, shutdown and the socket's drop shadowed by `tcp_tape`: recorded, or replayed)
 //!  tcp/udp bind (but the implicit one) / listen, every datagram ─► refused, with an audit line
 //! ```
 //!
@@ -13,8 +14,9 @@
 //! `resolve-addresses` and the `resolve-address-stream` resource are therefore shadowed in the
 //! component linker (as `open_files.rs` shadows `open-at`), rather than implemented as the
 //! bindgen'd `Host` traits on a view type of sandpipe's: those traits are tied to
-//! wasmtime-wasi's own stream type, whose insides are private. Every other `wasi:sockets`
-//! function is wasmtime-wasi's, gated by [`configure`]'s `socket_addr_check`.
+//! wasmtime-wasi's own stream type, whose insides are private. The TCP connect's own shadows,
+//! for the session's tape, are `tcp_tape.rs`'s. Every other `wasi:sockets` function is
+//! wasmtime-wasi's, gated by [`configure`]'s `socket_addr_check`.
 //!
 //! A refused lookup is the guest's ordinary `name-unresolvable`, whatever the reason (off the
 //! list, not public, not found), so a plugin cannot probe which names exist. Core modules
@@ -34,6 +36,7 @@ use wasmtime_wasi::p2::{DynPollable, Network, Pollable};
 use wasmtime_wasi::sockets::SocketAddrUse;
 
 use super::State2;
+use super::tcp_tape;
 use crate::net::{Refused, Resolver, Via};
 
 /// The interface whose lookup is shadowed: the version wasmtime-wasi links (a guest importing
@@ -69,10 +72,7 @@ pub(super) fn configure(b: &mut WasiCtxBuilder, resolver: &Arc<Resolver>) {
             // one bind allowed: listening is refused, so no port is offered.
             let ephemeral = addr.ip().is_unspecified() && addr.port() == 0;
             let allowed = match used {
-                SocketAddrUse::TcpConnect => match resolver.admit(addr, None, Via::WasiSockets) {
-                    Ok(admitted) => taped(&resolver, &admitted),
-                    Err(_) => false,
-                },
+                SocketAddrUse::TcpConnect => resolver.admit(addr, None, Via::WasiSockets).is_ok(),
                 SocketAddrUse::TcpBind | SocketAddrUse::UdpBind if ephemeral => true,
                 SocketAddrUse::TcpBind | SocketAddrUse::UdpBind => {
                     refuse("binding an address of the guest's choosing is not allowed")
@@ -87,70 +87,31 @@ pub(super) fn configure(b: &mut WasiCtxBuilder, resolver: &Arc<Resolver>) {
         });
 }
 
-/// A TCP connection's bytes are not recorded yet: under `--record` it is written as a
-/// connection that cannot be replayed (`opaque`), so the recording says what it lacks; in a
-/// replay it is refused, and the replay reports the recorded connection it could not play
-/// (or the connection the recording does not have). Whether the connection may go ahead.
-fn taped(resolver: &Resolver, admitted: &crate::net::Admitted) -> bool {
-    use sandpipe_proto::transcript::{NetEvent, NetKind, NetNote, NetOpen, NetVia};
-    let host = admitted
-        .name
-        .clone()
-        .unwrap_or_else(|| admitted.addr.ip().to_string());
-    match resolver.tape() {
-        None => true,
-        Some(crate::net::NetTape::Replay(replay)) => {
-            if let Some(conn) = replay.claim(NetVia::WasiSockets, &host, admitted.addr.port()) {
-                replay.not_replayable(conn);
-            }
-            false
-        }
-        Some(crate::net::NetTape::Record(sink)) => {
-            let open = NetOpen {
-                via: NetVia::WasiSockets,
-                host,
-                port: admitted.addr.port(),
-                kind: Some(NetKind::Bytes),
-                addr: Some(admitted.addr.to_string()),
-                rule: Some(admitted.rule.clone()),
-            };
-            let reason = NOT_RECORDED.to_owned();
-            let recorded = sink.open(&open).and_then(|conn| {
-                sink.event(conn, &NetEvent::Opaque(NetNote { reason }))?;
-                sink.event(conn, &NetEvent::Close)
-            });
-            // A recording that stopped (`--max-record`) admits nothing more.
-            recorded.is_ok()
-        }
-    }
-}
-
-/// Why a `wasi:sockets` connection in a recording cannot be replayed.
-const NOT_RECORDED: &str =
-    "the bytes of wasi:sockets TCP connections are not recorded (only wasi:http exchanges are)";
-
-/// Shadow p2's `resolve-addresses` and its stream with sandpipe's lookup.
+/// Shadow p2's `resolve-addresses` and its stream with sandpipe's lookup, and the TCP
+/// connect, shutdown and drop with the tape's ([`tcp_tape`]).
 pub(super) fn link_p2(linker: &mut wasmtime::component::Linker<State2>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
-    let linked = linker.instance(P2_IP_NAME_LOOKUP).and_then(|mut lookup| {
-        lookup.resource(
-            "resolve-address-stream",
-            ResourceType::host::<AddressStream>(),
-            |mut store, rep| {
-                store
-                    .data_mut()
-                    .table
-                    .delete(Resource::<AddressStream>::new_own(rep))?;
-                Ok(())
-            },
-        )?;
-        lookup.func_wrap("resolve-addresses", resolve_addresses)?;
-        lookup.func_wrap(
-            "[method]resolve-address-stream.resolve-next-address",
-            resolve_next_address,
-        )?;
-        lookup.func_wrap("[method]resolve-address-stream.subscribe", subscribe)
-    });
+    let linked = tcp_tape::link_p2(linker)
+        .and_then(|()| linker.instance(P2_IP_NAME_LOOKUP))
+        .and_then(|mut lookup| {
+            lookup.resource(
+                "resolve-address-stream",
+                ResourceType::host::<AddressStream>(),
+                |mut store, rep| {
+                    store
+                        .data_mut()
+                        .table
+                        .delete(Resource::<AddressStream>::new_own(rep))?;
+                    Ok(())
+                },
+            )?;
+            lookup.func_wrap("resolve-addresses", resolve_addresses)?;
+            lookup.func_wrap(
+                "[method]resolve-address-stream.resolve-next-address",
+                resolve_next_address,
+            )?;
+            lookup.func_wrap("[method]resolve-address-stream.subscribe", subscribe)
+        });
     linker.allow_shadowing(false);
     linked
 }

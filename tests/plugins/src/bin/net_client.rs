@@ -1,8 +1,11 @@
 //! A network client driven by stdin: one command per line (a JSON string, or the bare text),
 //! one JSON line back with the outcome, so a test can see what the sandbox let through.
 //!
-//! - `tcp HOST:PORT`: connect (a name is looked up first, through `wasi:sockets` on wasm),
-//!   send `ping\n`, read one line back: `{"cmd":…,"ok":true,"reply":"…"}`;
+//! - `tcp HOST:PORT [TEXT]`: connect (a name is looked up first, through `wasi:sockets` on
+//!   wasm), send `TEXT\n` (`ping\n` by default), read one line back:
+//!   `{"cmd":…,"ok":true,"reply":"…"}`;
+//! - `tcp-all HOST:PORT [TEXT]`: the same, then shut its sending side down and read until the
+//!   server closes: `{"reply":"…"}` is all the server sent;
 //! - `udp ADDR:PORT`: bind a UDP socket and send one datagram;
 //! - `listen`: bind and listen on a TCP port;
 //! - `lookup NAME`: resolve a name, without connecting: `{"ok":true,"addrs":[…]}`.
@@ -13,17 +16,28 @@
 //! Run:   echo '"tcp api.test:8080"' | sandpipe run --allow-net api.test:8080 \
 //!          --resolve api.test=127.0.0.1 target/wasm32-wasip2/release/net-client.wasm
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
 
 use serde_json::{Value, json};
 
-fn tcp(target: &str) -> std::io::Result<Value> {
+fn tcp(arg: &str) -> std::io::Result<Value> {
+    let (target, text) = arg.split_once(' ').unwrap_or((arg, "ping"));
     let mut stream = TcpStream::connect(target)?;
-    stream.write_all(b"ping\n")?;
+    stream.write_all(format!("{text}\n").as_bytes())?;
     let mut reply = String::new();
     BufReader::new(stream).read_line(&mut reply)?;
     Ok(json!({ "reply": reply.trim_end() }))
+}
+
+fn tcp_all(arg: &str) -> std::io::Result<Value> {
+    let (target, text) = arg.split_once(' ').unwrap_or((arg, "ping"));
+    let mut stream = TcpStream::connect(target)?;
+    stream.write_all(format!("{text}\n").as_bytes())?;
+    stream.shutdown(std::net::Shutdown::Write)?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    Ok(json!({ "reply": reply }))
 }
 
 fn udp(target: &str) -> std::io::Result<Value> {
@@ -56,6 +70,7 @@ fn main() {
         let (verb, arg) = cmd.split_once(' ').unwrap_or((cmd.as_str(), ""));
         let outcome = match verb {
             "tcp" => tcp(arg),
+            "tcp-all" => tcp_all(arg),
             "udp" => udp(arg),
             "listen" => listen(),
             "lookup" => lookup(arg),
