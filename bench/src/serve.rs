@@ -75,7 +75,9 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
         let (se, n) = (everything.clone(), node.clone());
         let own = move |port: u16| {
             let mut c = Command::new(&n);
-            c.arg(&se).arg("streamableHttp").env("PORT", port.to_string());
+            c.arg(&se)
+                .arg("streamableHttp")
+                .env("PORT", port.to_string());
             c
         };
         let (se, n, sg) = (
@@ -109,15 +111,27 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
         let (sp, se) = (sandpipe.to_owned(), everything.clone());
         let serve_native = move |_port: u16| {
             let mut c = Command::new(&sp);
-            c.args(["serve", "--listen", "127.0.0.1:0", "--max-instances", "5000"])
-                .arg(&se);
+            c.args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--max-instances",
+                "5000",
+            ])
+            .arg(&se);
             c
         };
         let (sp, w) = (sandpipe.to_owned(), wasm.clone());
         let serve_wasm = move |_port: u16| {
             let mut c = Command::new(&sp);
-            c.args(["serve", "--listen", "127.0.0.1:0", "--max-instances", "5000"])
-                .arg(&w);
+            c.args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--max-instances",
+                "5000",
+            ])
+            .arg(&w);
             c
         };
         vec![
@@ -253,13 +267,20 @@ async fn load(
             }
             Err(e) => {
                 if errors == 0 {
-                    eprintln!("sandpipe-bench: serve: {}: a session failed: {e:#}", c.label);
+                    eprintln!(
+                        "sandpipe-bench: serve: {}: a session failed: {e:#}",
+                        c.label
+                    );
                 }
                 errors += 1;
             }
         }
     }
-    ensure!(!open.is_empty(), "no session opened ({:?})", started.elapsed());
+    ensure!(
+        !open.is_empty(),
+        "no session opened ({:?})",
+        started.elapsed()
+    );
     let held = tree_rss(child.id());
     let t = Instant::now();
     let runs: Vec<_> = open
@@ -319,7 +340,9 @@ fn start(c: &Contender) -> anyhow::Result<(Child, u16)> {
     } else {
         Stdio::null()
     });
-    let mut child = cmd.spawn().with_context(|| format!("starting {}", c.label))?;
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", c.label))?;
     let port = if c.reads_port {
         let stderr = child.stderr.take().context("stderr")?;
         let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
@@ -343,7 +366,11 @@ fn start(c: &Contender) -> anyhow::Result<(Child, u16)> {
         if let Some(status) = child.try_wait()? {
             bail!("{} exited before listening: {status}", c.label);
         }
-        ensure!(Instant::now() < deadline, "{} did not listen within 60 s", c.label);
+        ensure!(
+            Instant::now() < deadline,
+            "{} did not listen within 60 s",
+            c.label
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok((child, port))
@@ -446,7 +473,10 @@ impl Session {
         let mut headers = HashMap::new();
         loop {
             let mut line = String::new();
-            ensure!(self.reader.read_line(&mut line).await? > 0, "closed in the head");
+            ensure!(
+                self.reader.read_line(&mut line).await? > 0,
+                "closed in the head"
+            );
             let line = line.trim_end();
             if line.is_empty() {
                 break;
@@ -574,30 +604,44 @@ fn install_peers() -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(&dir)?;
     let lock = std::fs::read(pins.join("package-lock.json"))?;
     if std::fs::read(dir.join(".sandpipe-lock")).ok().as_ref() != Some(&lock) {
-        eprintln!("sandpipe-bench: serve: installing supergateway into {}", dir.display());
+        eprintln!(
+            "sandpipe-bench: serve: installing supergateway into {}",
+            dir.display()
+        );
         for f in ["package.json", "package-lock.json"] {
             std::fs::copy(pins.join(f), dir.join(f))?;
         }
-        run(Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--silent"])
-            .current_dir(&dir))?;
+        run_ok(
+            Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund", "--silent"])
+                .current_dir(&dir),
+        )?;
         std::fs::write(dir.join(".sandpipe-lock"), &lock)?;
     }
     let req = std::fs::read(pins.join("requirements.txt"))?;
     let venv = dir.join("venv");
-    if std::fs::read(venv.join(".sandpipe-requirements")).ok().as_ref() != Some(&req) {
-        eprintln!("sandpipe-bench: serve: installing mcp-proxy into {}", venv.display());
+    if std::fs::read(venv.join(".sandpipe-requirements"))
+        .ok()
+        .as_ref()
+        != Some(&req)
+    {
+        eprintln!(
+            "sandpipe-bench: serve: installing mcp-proxy into {}",
+            venv.display()
+        );
         let _ = std::fs::remove_dir_all(&venv);
-        run(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
-        run(Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
-            .arg(pins.join("requirements.txt")))?;
+        run_ok(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+        run_ok(
+            Command::new(venv.join("bin/pip"))
+                .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+                .arg(pins.join("requirements.txt")),
+        )?;
         std::fs::write(venv.join(".sandpipe-requirements"), &req)?;
     }
     Ok(dir)
 }
 
-fn run(cmd: &mut Command) -> anyhow::Result<()> {
+fn run_ok(cmd: &mut Command) -> anyhow::Result<()> {
     let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
     ensure!(status.success(), "{cmd:?}: {status}");
     Ok(())

@@ -847,7 +847,11 @@ fn issuer(dir: &Path, args: &[&str]) -> String {
         .args(&args[1..])
         .output()
         .expect("issuer.py");
-    assert!(out.status.success(), "issuer.py {args:?}: {}", text_of(&out));
+    assert!(
+        out.status.success(),
+        "issuer.py {args:?}: {}",
+        text_of(&out)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
@@ -855,26 +859,48 @@ fn issuer(dir: &Path, args: &[&str]) -> String {
 fn http_get(port: u16, path: &str, host: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
     Some(text)
 }
 
 /// docs/k8s/sandpipe-serve.yaml as a user fills it in: this image, the issuer's keys, this
-/// endpoint's URL and a free port (the pod is on the host's network here).
+/// endpoint's URL and a free port; and, since the pod is on the host's network here, without
+/// the container's port mapping.
 fn k8s_manifest(image: &str, jwks: &str, port: u16) -> String {
-    let doc = std::fs::read_to_string(sandpipe_tests::workspace_root().join("docs/k8s/sandpipe-serve.yaml"))
-        .expect("docs/k8s/sandpipe-serve.yaml");
+    let doc = std::fs::read_to_string(
+        sandpipe_tests::workspace_root().join("docs/k8s/sandpipe-serve.yaml"),
+    )
+    .expect("docs/k8s/sandpipe-serve.yaml");
     let filled = doc
         .replace("registry.example.com/mcp/tools:1", image)
-        .replace("https://mcp.example.com/mcp", &format!("http://127.0.0.1:{port}/mcp"))
+        .replace(
+            "https://mcp.example.com/mcp",
+            &format!("http://127.0.0.1:{port}/mcp"),
+        )
         .replace(r#"{"keys": []}"#, jwks)
-        .replace("sandpipe-mcp,localhost:8080", &format!("sandpipe-mcp,127.0.0.1:{port},localhost:{port}"))
+        .replace(
+            "sandpipe-mcp,localhost:8080",
+            &format!("sandpipe-mcp,127.0.0.1:{port},localhost:{port}"),
+        )
         .replace(":8080", &format!(":{port}"))
-        .replace("containerPort: 8080", &format!("containerPort: {port}"));
+        // On the host's network podman takes no port mappings: the container's port goes,
+        // and the probes name the number.
+        .replace(
+            "          ports:\n            - {name: mcp, containerPort: 8080}\n",
+            "",
+        )
+        .replace("port: mcp\n", &format!("port: {port}\n"));
     assert_ne!(filled, doc);
-    assert!(!filled.contains("8080"), "a port left: {filled}");
+    assert!(
+        filled.contains(&format!("\"0.0.0.0:{port}\"")),
+        "the listening port was not replaced: {filled}"
+    );
     filled
 }
 
@@ -884,12 +910,23 @@ fn k8s_manifest(image: &str, jwks: &str, port: u16) -> String {
 #[test]
 fn the_kubernetes_manifest_serves_mcp_from_an_image_whose_entry_point_is_serve() {
     let image = Image::build(&sandpipe_tests::mcp_tools(), "serve", &["--serve"]);
-    let inspect = podman(&["image", "inspect", "--format", "{{json .Config}}", &image.tag]);
+    let inspect = podman(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{json .Config}}",
+        &image.tag,
+    ]);
     let config: serde_json::Value =
         serde_json::from_slice(&inspect.stdout).expect("the image's config");
-    assert_eq!(config["Entrypoint"], serde_json::json!(["/sandpipe", "serve", "/plugin.wasm"]));
+    assert_eq!(
+        config["Entrypoint"],
+        serde_json::json!(["/sandpipe", "serve", "/plugin.wasm"])
+    );
     assert!(
-        config["Env"].as_array().is_some_and(|e| e.iter().any(|v| v == "SANDPIPE_LISTEN=0.0.0.0:8080")),
+        config["Env"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|v| v == "SANDPIPE_LISTEN=0.0.0.0:8080")),
         "{config}"
     );
     let dir = tempfile::tempdir().expect("tempdir");
@@ -908,7 +945,11 @@ fn the_kubernetes_manifest_serves_mcp_from_an_image_whose_entry_point_is_serve()
     let play = podman(&["kube", "play", "--network", "host", &manifest]);
     // Whatever fails, `kube down` runs before the test ends.
     let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        assert!(play.status.success(), "podman kube play: {}", text_of(&play));
+        assert!(
+            play.status.success(),
+            "podman kube play: {}",
+            text_of(&play)
+        );
         let healthy = (0..1500).any(|_| {
             let up = http_get(port, "/healthz", &format!("localhost:{port}"))
                 .is_some_and(|r| r.starts_with("HTTP/1.1 200"));
@@ -920,26 +961,55 @@ fn the_kubernetes_manifest_serves_mcp_from_an_image_whose_entry_point_is_serve()
         assert!(healthy, "no /healthz on port {port} within 30 s");
         let resource = format!("http://127.0.0.1:{port}/mcp");
         // Without a token: 401, naming the metadata, which names the ConfigMap's issuer.
-        let metadata = http_get(port, "/.well-known/oauth-protected-resource/mcp", &format!("127.0.0.1:{port}"))
-            .expect("metadata");
-        assert!(metadata.starts_with("HTTP/1.1 200") && metadata.contains(K8S_ISSUER), "{metadata}");
+        let metadata = http_get(
+            port,
+            "/.well-known/oauth-protected-resource/mcp",
+            &format!("127.0.0.1:{port}"),
+        )
+        .expect("metadata");
+        assert!(
+            metadata.starts_with("HTTP/1.1 200") && metadata.contains(K8S_ISSUER),
+            "{metadata}"
+        );
         // The official SDK client with the issuer's token.
-        let token = issuer(dir.path(), &["token", "rsa-1", K8S_ISSUER, &resource, "alice"]);
+        let token = issuer(
+            dir.path(),
+            &["token", "rsa-1", K8S_ISSUER, &resource, "alice"],
+        );
         let report = peers::report(
             Command::new(peers::mcp_python())
                 .arg(peers::source("mcp/drive_http.py"))
                 .args(["2026-07-28", "basic", "--", &resource, &token]),
             "the SDK client against the pod",
         );
-        assert_eq!(report["basic"]["add"]["result"]["text"], serde_json::json!(["5"]), "{report}");
+        assert_eq!(
+            report["basic"]["add"]["result"]["text"],
+            serde_json::json!(["5"]),
+            "{report}"
+        );
     }));
     let down = podman(&["kube", "down", &manifest]);
     if let Err(panic) = served {
         std::panic::resume_unwind(panic);
     }
-    assert!(down.status.success(), "podman kube down: {}", text_of(&down));
-    let left = podman(&["ps", "-a", "--filter", "name=sandpipe-mcp", "--format", "{{.Names}}"]);
-    assert_eq!(String::from_utf8_lossy(&left.stdout).trim(), "", "containers left");
+    assert!(
+        down.status.success(),
+        "podman kube down: {}",
+        text_of(&down)
+    );
+    let left = podman(&[
+        "ps",
+        "-a",
+        "--filter",
+        "name=sandpipe-mcp",
+        "--format",
+        "{{.Names}}",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout).trim(),
+        "",
+        "containers left"
+    );
 }
 
 // --- signals, memory, reproducibility ------------------------------------------------------

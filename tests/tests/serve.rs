@@ -471,7 +471,11 @@ fn share_serves_every_principals_2026_requests_from_one_instance_and_sessions_fr
     let dir = tempfile::tempdir().expect("tempdir");
     let tokens = token_file(dir.path(), &["alice", "bob"]);
     let serve = Serve::start(
-        &["--auth-token-file", tokens.to_str().expect("utf-8"), "--share"],
+        &[
+            "--auth-token-file",
+            tokens.to_str().expect("utf-8"),
+            "--share",
+        ],
         &tools_server(),
     );
     assert!(
@@ -495,7 +499,11 @@ fn share_serves_every_principals_2026_requests_from_one_instance_and_sessions_fr
     };
     // One counter for both principals: the instance is shared.
     assert_eq!(
-        [count("token-alice"), count("token-bob"), count("token-alice")],
+        [
+            count("token-alice"),
+            count("token-bob"),
+            count("token-alice")
+        ],
         ["1", "2", "3"]
     );
     assert_eq!(
@@ -504,7 +512,11 @@ fn share_serves_every_principals_2026_requests_from_one_instance_and_sessions_fr
     );
     // A 2025 session is still its own instance, counting from 1.
     let report = drive("legacy", &["count"], &[serve.url(), "token-bob".into()]);
-    assert_eq!(report["count"]["counts"], json!([["1"], ["2"], ["3"]]), "{report}");
+    assert_eq!(
+        report["count"]["counts"],
+        json!([["1"], ["2"], ["3"]]),
+        "{report}"
+    );
     assert_eq!(serve.terminate().code(), Some(0));
 }
 
@@ -535,31 +547,51 @@ fn a_principals_own_tool_filter_narrows_the_endpoints_and_never_widens_it() {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    assert!(all.contains(&"add") && all.contains(&"divide") && !all.contains(&"greet"), "{all:?}");
+    assert!(
+        all.contains(&"add") && all.contains(&"divide") && !all.contains(&"greet"),
+        "{all:?}"
+    );
     let without = |hidden: &str| -> Value {
-        all.iter().filter(|n| **n != hidden).map(|n| json!(n)).collect()
+        all.iter()
+            .filter(|n| **n != hidden)
+            .map(|n| json!(n))
+            .collect()
     };
     for mode in ["legacy", MODERN] {
         assert_eq!(names("alice", mode), without("divide"), "alice, {mode}");
         // bob's allow list names greet, which [tools] denies: it stays hidden.
         assert_eq!(names("bob", mode), json!(["add"]), "bob, {mode}");
     }
-    // A call of a tool hidden from its principal is refused as if the server lacked it.
+    // A call of a tool hidden from its principal is refused as if the server lacked it (in
+    // 2026-07-28, as the SDK's own server does: a tool result with isError).
     let mut auth = String::new();
     let r = http(
         serve.addr,
         "POST",
         "/mcp",
         &modern_heads("divide", Some("token-alice"), &mut auth),
-        &modern(1, "tools/call", json!({"name": "divide", "arguments": {"a": 1.0, "b": 2.0}})),
+        &modern(
+            1,
+            "tools/call",
+            json!({"name": "divide", "arguments": {"a": 1.0, "b": 2.0}}),
+        ),
     );
-    assert_eq!(r.json()["error"]["code"], -32602, "{r:?}");
+    assert_eq!(r.json()["result"]["isError"], true, "{r:?}");
+    assert_eq!(
+        r.json()["result"]["content"][0]["text"],
+        "Unknown tool: divide",
+        "{r:?}"
+    );
     let r = http(
         serve.addr,
         "POST",
         "/mcp",
         &modern_heads("divide", Some("token-carol"), &mut auth),
-        &modern(1, "tools/call", json!({"name": "divide", "arguments": {"a": 1.0, "b": 2.0}})),
+        &modern(
+            1,
+            "tools/call",
+            json!({"name": "divide", "arguments": {"a": 1.0, "b": 2.0}}),
+        ),
     );
     assert_eq!(r.json()["result"]["content"][0]["text"], "0.5", "{r:?}");
     assert_eq!(serve.terminate().code(), Some(0));
@@ -759,7 +791,10 @@ fn issuer(dir: &Path, args: &[&str]) -> String {
         "issuer.py {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout).expect("utf-8").trim().to_owned()
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_owned()
 }
 
 const ISSUER: &str = "https://issuer.test/realms/mcp";
@@ -770,14 +805,19 @@ fn jwt_access_tokens_of_the_issuer_for_this_resource_get_in_and_nothing_else_doe
     issuer(dir.path(), &["keys"]);
     let jwks = dir.path().join("jwks.json");
     let serve = Serve::start(
-        &["--jwks", jwks.to_str().expect("utf-8"), "--jwt-issuer", ISSUER],
+        &[
+            "--jwks",
+            jwks.to_str().expect("utf-8"),
+            "--jwt-issuer",
+            ISSUER,
+        ],
         &tools_server(),
     );
     let resource = serve.url();
     assert!(
-        serve
-            .stderr()
-            .contains(&format!("auth: JWT access tokens of {ISSUER} for {resource} (2 keys")),
+        serve.stderr().contains(&format!(
+            "auth: JWT access tokens of {ISSUER} for {resource} (2 keys"
+        )),
         "{}",
         serve.stderr()
     );
@@ -789,8 +829,16 @@ fn jwt_access_tokens_of_the_issuer_for_this_resource_get_in_and_nothing_else_doe
     // The official SDK client, in each mode, with a token from each key: served, and each
     // principal (`sub`) has its own instance.
     for (mode, key) in [("legacy", "rsa-1"), ("auto", "ec-1"), (MODERN, "rsa-1")] {
-        let report = drive(mode, &["basic"], &[resource.clone(), token(key, "alice", &[])]);
-        assert_eq!(report["basic"]["add"]["result"]["text"], json!(["5"]), "{report}");
+        let report = drive(
+            mode,
+            &["basic"],
+            &[resource.clone(), token(key, "alice", &[])],
+        );
+        assert_eq!(
+            report["basic"]["add"]["result"]["text"],
+            json!(["5"]),
+            "{report}"
+        );
     }
     let mut auth = String::new();
     let count = |token: &str, auth: &mut String| {
@@ -810,10 +858,23 @@ fn jwt_access_tokens_of_the_issuer_for_this_resource_get_in_and_nothing_else_doe
     assert_eq!(count(&token("ec-1", "bob", &[]), &mut auth), "1");
 
     // Without a token: 401 naming the metadata, which names the issuer (RFC 9728).
-    let call = modern(1, "tools/call", json!({"name": "add", "arguments": {"a": 1, "b": 2}}));
-    let r = http(serve.addr, "POST", "/mcp", &modern_heads("add", None, &mut auth), &call);
+    let call = modern(
+        1,
+        "tools/call",
+        json!({"name": "add", "arguments": {"a": 1, "b": 2}}),
+    );
+    let r = http(
+        serve.addr,
+        "POST",
+        "/mcp",
+        &modern_heads("add", None, &mut auth),
+        &call,
+    );
     assert_eq!(r.status, 401, "{r:?}");
-    let metadata_url = format!("http://{}/.well-known/oauth-protected-resource/mcp", serve.addr);
+    let metadata_url = format!(
+        "http://{}/.well-known/oauth-protected-resource/mcp",
+        serve.addr
+    );
     assert_eq!(
         r.header("www-authenticate"),
         Some(format!("Bearer resource_metadata=\"{metadata_url}\"").as_str()),
@@ -839,8 +900,16 @@ fn jwt_access_tokens_of_the_issuer_for_this_resource_get_in_and_nothing_else_doe
     let before = instances();
     let elsewhere = format!("http://{}/other", serve.addr);
     let wrong = [
-        ("expired", token("rsa-1", "alice", &["exp=-3600"]), "the token has expired"),
-        ("not yet valid", token("ec-1", "alice", &["nbf=3600"]), "not valid yet"),
+        (
+            "expired",
+            token("rsa-1", "alice", &["exp=-3600"]),
+            "the token has expired",
+        ),
+        (
+            "not yet valid",
+            token("ec-1", "alice", &["nbf=3600"]),
+            "not valid yet",
+        ),
         (
             "another audience",
             issuer(dir.path(), &["token", "rsa-1", ISSUER, &elsewhere, "alice"]),
@@ -848,11 +917,22 @@ fn jwt_access_tokens_of_the_issuer_for_this_resource_get_in_and_nothing_else_doe
         ),
         (
             "another issuer",
-            issuer(dir.path(), &["token", "rsa-1", "https://evil.test", &resource, "alice"]),
+            issuer(
+                dir.path(),
+                &["token", "rsa-1", "https://evil.test", &resource, "alice"],
+            ),
             "not from the issuer",
         ),
-        ("no sub", token("rsa-1", "alice", &["drop=sub"]), "no sub claim"),
-        ("no exp", token("rsa-1", "alice", &["drop=exp"]), "no exp claim"),
+        (
+            "no sub",
+            token("rsa-1", "alice", &["drop=sub"]),
+            "no sub claim",
+        ),
+        (
+            "no exp",
+            token("rsa-1", "alice", &["drop=exp"]),
+            "no exp claim",
+        ),
         (
             "another key with the JWKS's kid",
             token("impostor", "alice", &[]),
@@ -890,7 +970,7 @@ fn jwt_access_tokens_of_the_issuer_for_this_resource_get_in_and_nothing_else_doe
     assert_eq!(instances(), before, "a refused token started an instance");
     assert!(
         serve.metric("sandpipe_serve_refusals_total{reason=\"auth\"}")
-            >= u64::try_from(wrong.len()).expect("small") + 1
+            > u64::try_from(wrong.len()).expect("small")
     );
     // A key added to the file (rotation) is taken without a restart, when a token names it.
     let rotated = |serve: &Serve| {
@@ -918,22 +998,44 @@ fn jwks_options_that_cannot_check_a_token_are_refused_at_start_up() {
     let jwks = dir.path().join("jwks.json");
     let jwks = jwks.to_str().expect("utf-8");
     let tokens = token_file(dir.path(), &["alice"]);
-    std::fs::write(dir.path().join("oct.json"), r#"{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}"#)
-        .expect("write");
+    std::fs::write(
+        dir.path().join("oct.json"),
+        r#"{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}"#,
+    )
+    .expect("write");
     let oct = dir.path().join("oct.json");
     for (args, says) in [
         (vec!["--jwks", jwks], "--jwks needs --jwt-issuer"),
         (vec!["--jwt-issuer", ISSUER], "give --jwks"),
         (
-            vec!["--jwks", jwks, "--jwt-issuer", ISSUER, "--auth-token-file", tokens.to_str().expect("utf-8")],
+            vec![
+                "--jwks",
+                jwks,
+                "--jwt-issuer",
+                ISSUER,
+                "--auth-token-file",
+                tokens.to_str().expect("utf-8"),
+            ],
             "choose one",
         ),
         (
-            vec!["--jwks", oct.to_str().expect("utf-8"), "--jwt-issuer", ISSUER],
+            vec![
+                "--jwks",
+                oct.to_str().expect("utf-8"),
+                "--jwt-issuer",
+                ISSUER,
+            ],
             "symmetric (oct) key",
         ),
         (
-            vec!["--jwks", jwks, "--jwt-issuer", ISSUER, "--listen", "0.0.0.0:0"],
+            vec![
+                "--jwks",
+                jwks,
+                "--jwt-issuer",
+                ISSUER,
+                "--listen",
+                "0.0.0.0:0",
+            ],
             "needs --resource",
         ),
     ] {
@@ -1616,7 +1718,11 @@ fn conformance(url: &str, out: &Path) -> BTreeMap<String, bool> {
     let mut checks = BTreeMap::new();
     for entry in std::fs::read_dir(out).expect("the suite's results") {
         let dir = entry.expect("entry").path();
-        let name = dir.file_name().expect("name").to_string_lossy().into_owned();
+        let name = dir
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
         // `server-SCENARIO-2026-12-04T01-32-30-896Z`
         let scenario = name
             .strip_prefix("server-")
@@ -1672,7 +1778,10 @@ fn everything_over_its_own_http() -> (Child, String) {
         }
         let _ = child.kill();
         let _ = child.wait();
-        assert!(seen.contains("already in use"), "server-everything did not start:\n{seen}");
+        assert!(
+            seen.contains("already in use"),
+            "server-everything did not start:\n{seen}"
+        );
     }
     panic!("no free port for server-everything in five tries");
 }
@@ -1703,7 +1812,10 @@ fn the_conformance_suite_passes_behind_serve_every_check_it_passes_against_the_s
         .filter(|(check, passed)| **passed && behind.get(*check) != Some(&true))
         .map(|(check, _)| check)
         .collect();
-    assert!(lost.is_empty(), "passed against the server's own HTTP mode, not behind serve: {lost:?}");
+    assert!(
+        lost.is_empty(),
+        "passed against the server's own HTTP mode, not behind serve: {lost:?}"
+    );
     // serve checks Host and Origin, which the server's own mode does not.
     assert_eq!(
         behind.get("dns-rebinding-protection/localhost-host-rebinding-rejected"),

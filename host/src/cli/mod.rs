@@ -68,7 +68,7 @@ pub enum Command {
     /// instance (2025 sessions and 2026-07-28 requests on one endpoint); every `run` option
     /// applies to each instance. Stops on SIGTERM: in-flight requests get --grace, then every
     /// instance ends.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Check a plugin against a recorded session (--plugin), or stand in for the plugin
     /// (--serve).
     Replay(replay::ReplayArgs),
@@ -138,7 +138,7 @@ pub fn main() -> i32 {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Call(args) => call::call(args).await,
-            Command::Serve(args) => serve::serve(args).await,
+            Command::Serve(args) => serve::serve(*args).await,
             Command::Inspect(args) => inspect::inspect(args).await,
             Command::Replay(args) => replay::replay(args).await,
             #[cfg(feature = "registry")]

@@ -122,7 +122,9 @@ fn options(s: &Serve, grace: Duration) -> Result<ServeOptions> {
     let mut o = ServeOptions::new(s.listen.unwrap_or(default_listen));
     o.auth = match (&s.auth_token_file, &s.jwks) {
         (Some(_), Some(_)) => {
-            anyhow::bail!("--auth-token-file and --jwks: choose one way for clients to prove who they are")
+            anyhow::bail!(
+                "--auth-token-file and --jwks: choose one way for clients to prove who they are"
+            )
         }
         (Some(path), None) => Auth::Tokens(Tokens::load(path)?),
         (None, Some(jwks)) => {
@@ -130,7 +132,11 @@ fn options(s: &Serve, grace: Duration) -> Result<ServeOptions> {
                 .jwt_issuer
                 .clone()
                 .context("--jwks needs --jwt-issuer: the issuer whose tokens are accepted")?;
-            Auth::Jwt(Arc::new(AccessTokens::load(jwks, issuer, s.resource.clone())?))
+            Auth::Jwt(Arc::new(AccessTokens::load(
+                jwks,
+                issuer,
+                s.resource.clone(),
+            )?))
         }
         (None, None) if s.jwt_issuer.is_some() || s.resource.is_some() => {
             anyhow::bail!("--jwt-issuer and --resource check JWTs: give --jwks, the issuer's keys")

@@ -318,7 +318,11 @@ where
             "forbidden: this Origin may not use the endpoint",
         );
     }
-    let principal = match state.options.auth.principal(text_header(headers, "authorization")) {
+    let principal = match state
+        .options
+        .auth
+        .principal(text_header(headers, "authorization"))
+    {
         Ok(p) => p,
         Err(refused) => {
             let mut r = state.refuse(

@@ -46,7 +46,10 @@ impl Auth {
     /// The principal of a request whose `Authorization` header is `authorization`.
     pub fn principal(&self, authorization: Option<&str>) -> Result<String, Refused> {
         let token = authorization
-            .and_then(|a| a.strip_prefix("Bearer ").or_else(|| a.strip_prefix("bearer ")))
+            .and_then(|a| {
+                a.strip_prefix("Bearer ")
+                    .or_else(|| a.strip_prefix("bearer "))
+            })
             .map(str::trim)
             .filter(|t| !t.is_empty());
         match (self, token) {
@@ -56,7 +59,9 @@ impl Auth {
                 .principal(t)
                 .map(str::to_owned)
                 .ok_or(Refused::Invalid(None)),
-            (Auth::Jwt(jwt), Some(t)) => jwt.principal(t).map_err(|why| Refused::Invalid(Some(why))),
+            (Auth::Jwt(jwt), Some(t)) => {
+                jwt.principal(t).map_err(|why| Refused::Invalid(Some(why)))
+            }
         }
     }
 

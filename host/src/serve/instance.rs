@@ -367,7 +367,8 @@ impl Instance {
             (failed, why)
         };
         for (tx, method, since, message) in failed {
-            self.metrics.request(&method, Outcome::Ended, since.elapsed());
+            self.metrics
+                .request(&method, Outcome::Ended, since.elapsed());
             let _ = tx.send((message, true));
         }
         let on_gone = lock(&self.on_gone).take();

@@ -69,7 +69,9 @@ impl std::fmt::Debug for Key {
 /// The claims `serve` reads itself; the others are the library's (`exp`, `nbf`, `iss`, `aud`).
 #[derive(serde::Deserialize)]
 struct Claims {
-    sub: String,
+    /// Optional here so that a token without it is the library's `MissingRequiredClaim`
+    /// (required below), not a failure to read the claims.
+    sub: Option<String>,
 }
 
 impl AccessTokens {
@@ -147,9 +149,11 @@ impl AccessTokens {
         validation.set_audience(&[self.resource()]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation.validate_nbf = true;
-        let data = jsonwebtoken::decode::<Claims>(token, &key, &validation)
-            .map_err(|e| describe(&e))?;
-        Ok(data.claims.sub)
+        let data =
+            jsonwebtoken::decode::<Claims>(token, &key, &validation).map_err(|e| describe(&e))?;
+        data.claims
+            .sub
+            .ok_or_else(|| "the token has no sub claim".to_owned())
     }
 
     /// The key for `kid` and its algorithms (cloned out of the lock).
@@ -166,7 +170,9 @@ impl AccessTokens {
     /// Read the file again if it changed since it was read (a rotated key); a file that no
     /// longer reads keeps the keys there were.
     fn reload_if_changed(&self) {
-        let modified = std::fs::metadata(&self.jwks).and_then(|m| m.modified()).ok();
+        let modified = std::fs::metadata(&self.jwks)
+            .and_then(|m| m.modified())
+            .ok();
         let mut keys = self.lock();
         if modified.is_none() || modified == keys.modified {
             return;
@@ -184,7 +190,9 @@ impl AccessTokens {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Keys> {
-        self.keys.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The protected resource's metadata (RFC 9728 §2): the resource, its authorization
@@ -257,8 +265,8 @@ fn read_keys(path: &Path) -> Result<Keys, ServeError> {
         .ok_or_else(|| bad("not a JWK Set: no `keys` array".into()))?;
     let mut keys = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
-        let jwk: Jwk = serde_json::from_value(entry.clone())
-            .map_err(|e| bad(format!("key {i}: {e}")))?;
+        let jwk: Jwk =
+            serde_json::from_value(entry.clone()).map_err(|e| bad(format!("key {i}: {e}")))?;
         if jwk.common.public_key_use == Some(PublicKeyUse::Encryption) {
             continue;
         }
@@ -284,7 +292,9 @@ fn algorithms(jwk: &Jwk) -> Result<Vec<Algorithm>, String> {
         AlgorithmParameters::OctetKey(_) => {
             return Err("a symmetric (oct) key: a resource server holds public keys only".into());
         }
-        AlgorithmParameters::RSA(_) => vec![A::RS256, A::RS384, A::RS512, A::PS256, A::PS384, A::PS512],
+        AlgorithmParameters::RSA(_) => {
+            vec![A::RS256, A::RS384, A::RS512, A::PS256, A::PS384, A::PS512]
+        }
         AlgorithmParameters::EllipticCurve(p) => match p.curve {
             EllipticCurve::P256 => vec![A::ES256],
             EllipticCurve::P384 => vec![A::ES384],
@@ -345,7 +355,11 @@ mod tests {
         jsonwebtoken::get_current_timestamp()
     }
 
-    fn sign(key: &jsonwebtoken::EncodingKey, kid: Option<&str>, claims: serde_json::Value) -> String {
+    fn sign(
+        key: &jsonwebtoken::EncodingKey,
+        kid: Option<&str>,
+        claims: serde_json::Value,
+    ) -> String {
         let mut header = jsonwebtoken::Header::new(Algorithm::ES256);
         header.kid = kid.map(str::to_owned);
         jsonwebtoken::encode(&header, &claims, key).expect("signs")
@@ -367,26 +381,54 @@ mod tests {
         let (key, jwk) = es256("k1");
         let (other, _) = es256("k1");
         let t = tokens(dir.path(), &[jwk]);
-        assert_eq!(t.principal(&sign(&key, Some("k1"), good("alice"))), Ok("alice".into()));
+        assert_eq!(
+            t.principal(&sign(&key, Some("k1"), good("alice"))),
+            Ok("alice".into())
+        );
         // One key: a token without kid is checked against it.
-        assert_eq!(t.principal(&sign(&key, None, good("bob"))), Ok("bob".into()));
+        assert_eq!(
+            t.principal(&sign(&key, None, good("bob"))),
+            Ok("bob".into())
+        );
         let with = |f: &dyn Fn(&mut serde_json::Value)| {
             let mut c = good("alice");
             f(&mut c);
-            t.principal(&sign(&key, Some("k1"), c)).expect_err("refused")
+            t.principal(&sign(&key, Some("k1"), c))
+                .expect_err("refused")
         };
-        assert_eq!(with(&|c| c["exp"] = (now() - 3600).into()), "the token has expired");
-        assert_eq!(with(&|c| c["aud"] = "http://elsewhere/mcp".into()), "the token is not for this resource (aud)");
-        assert_eq!(with(&|c| c["iss"] = "https://evil.test".into()), "the token is not from the issuer (iss)");
-        assert_eq!(with(&|c| c["nbf"] = (now() + 3600).into()), "the token is not valid yet (nbf)");
-        assert_eq!(with(&|c| drop(c.as_object_mut().map(|o| o.remove("sub")))), "the token has no sub claim");
-        assert_eq!(with(&|c| drop(c.as_object_mut().map(|o| o.remove("exp")))), "the token has no exp claim");
+        assert_eq!(
+            with(&|c| c["exp"] = (now() - 3600).into()),
+            "the token has expired"
+        );
+        assert_eq!(
+            with(&|c| c["aud"] = "http://elsewhere/mcp".into()),
+            "the token is not for this resource (aud)"
+        );
+        assert_eq!(
+            with(&|c| c["iss"] = "https://evil.test".into()),
+            "the token is not from the issuer (iss)"
+        );
+        assert_eq!(
+            with(&|c| c["nbf"] = (now() + 3600).into()),
+            "the token is not valid yet (nbf)"
+        );
+        assert_eq!(
+            with(&|c| drop(c.as_object_mut().map(|o| o.remove("sub")))),
+            "the token has no sub claim"
+        );
+        assert_eq!(
+            with(&|c| drop(c.as_object_mut().map(|o| o.remove("exp")))),
+            "the token has no exp claim"
+        );
         // GHSA-h395-gr6q-cpjc: an nbf of the wrong type is not taken for an absent one.
         assert!(with(&|c| c["nbf"] = "99999999999".into()).contains("nbf"));
         // An audience list naming the resource is fine.
         let mut listed = good("carol");
         listed["aud"] = serde_json::json!(["other", RESOURCE]);
-        assert_eq!(t.principal(&sign(&key, Some("k1"), listed)), Ok("carol".into()));
+        assert_eq!(
+            t.principal(&sign(&key, Some("k1"), listed)),
+            Ok("carol".into())
+        );
         // Another key with the same kid: the signature does not verify.
         assert_eq!(
             t.principal(&sign(&other, Some("k1"), good("alice"))),
@@ -404,7 +446,7 @@ mod tests {
     fn none_and_hmac_tokens_are_refused() {
         let dir = tempfile::tempdir().expect("dir");
         let (_, jwk) = es256("k1");
-        let t = tokens(dir.path(), &[jwk.clone()]);
+        let t = tokens(dir.path(), std::slice::from_ref(&jwk));
         let claims = B64.encode(good("mallory").to_string());
         // alg none, no signature.
         let none = format!("{}.{claims}.", B64.encode(r#"{"alg":"none","kid":"k1"}"#));
@@ -419,11 +461,15 @@ mod tests {
             &jsonwebtoken::EncodingKey::from_secret(jwk.to_string().as_bytes()),
         )
         .expect("signs");
-        assert_eq!(t.principal(&hs), Err("alg HS256 is not one its key may be used with".into()));
+        assert_eq!(
+            t.principal(&hs),
+            Err("alg HS256 is not one its key may be used with".into())
+        );
         // A JWKS with a symmetric key is refused when read.
         let path = dir.path().join("oct.json");
         std::fs::write(&path, r#"{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}"#).expect("write");
-        let err = AccessTokens::load(&path, ISSUER.into(), Some(RESOURCE.into())).expect_err("refused");
+        let err =
+            AccessTokens::load(&path, ISSUER.into(), Some(RESOURCE.into())).expect_err("refused");
         assert!(err.to_string().contains("symmetric"), "{err}");
     }
 
@@ -432,11 +478,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let (old, old_jwk) = es256("old");
         let (new, new_jwk) = es256("new");
-        let t = tokens(dir.path(), &[old_jwk.clone()]);
+        let t = tokens(dir.path(), std::slice::from_ref(&old_jwk));
         assert!(t.principal(&sign(&new, Some("new"), good("a"))).is_err());
         let path = dir.path().join("jwks.json");
-        std::fs::write(&path, serde_json::json!({ "keys": [old_jwk, new_jwk] }).to_string())
-            .expect("write");
+        std::fs::write(
+            &path,
+            serde_json::json!({ "keys": [old_jwk, new_jwk] }).to_string(),
+        )
+        .expect("write");
         // The file's time may not have moved on a coarse clock: make it move.
         let later = SystemTime::now() + std::time::Duration::from_secs(5);
         std::fs::File::options()
@@ -444,8 +493,14 @@ mod tests {
             .open(&path)
             .and_then(|f| f.set_modified(later))
             .expect("touch");
-        assert_eq!(t.principal(&sign(&new, Some("new"), good("a"))), Ok("a".into()));
-        assert_eq!(t.principal(&sign(&old, Some("old"), good("b"))), Ok("b".into()));
+        assert_eq!(
+            t.principal(&sign(&new, Some("new"), good("a"))),
+            Ok("a".into())
+        );
+        assert_eq!(
+            t.principal(&sign(&old, Some("old"), good("b"))),
+            Ok("b".into())
+        );
         assert_eq!(t.key_count(), 2);
     }
 

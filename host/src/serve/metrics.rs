@@ -195,7 +195,11 @@ impl Metrics {
     /// waits for nothing, so it has no duration).
     pub fn forwarded(&self, method: &str) {
         let method = counted(method);
-        *self.inner().requests.entry((method, Outcome::Result)).or_default() += 1;
+        *self
+            .inner()
+            .requests
+            .entry((method, Outcome::Result))
+            .or_default() += 1;
     }
 
     /// A request was refused for `reason`.
@@ -257,7 +261,10 @@ impl Metrics {
                 );
             }
             let count = h.count();
-            let _ = writeln!(out, "{series}_bucket{{method=\"{method}\",le=\"+Inf\"}} {count}");
+            let _ = writeln!(
+                out,
+                "{series}_bucket{{method=\"{method}\",le=\"+Inf\"}} {count}"
+            );
             let _ = writeln!(out, "{series}_sum{{method=\"{method}\"}} {}", h.sum);
             let _ = writeln!(out, "{series}_count{{method=\"{method}\"}} {count}");
         }

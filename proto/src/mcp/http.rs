@@ -46,9 +46,15 @@ use serde_json::{Value, json};
 
 use super::{
     INITIALIZE, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, MODERN_VERSION,
-    SUPPORTED_VERSIONS, UNSUPPORTED_PROTOCOL_VERSION,
+    UNSUPPORTED_PROTOCOL_VERSION,
 };
 use crate::jsonrpc::{INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
+
+/// The revisions a session's `MCP-Protocol-Version` may name: those sandpipe speaks, and
+/// 2025-03-26, which defined Streamable HTTP and which the SDKs' servers still speak (the
+/// official conformance suite sends it). Which one a session uses is its server's to decide
+/// at `initialize`; the endpoint refuses only what no server speaks.
+pub const SESSION_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 
 /// The header naming a 2025 session.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -243,7 +249,7 @@ pub fn classify(heads: &Heads<'_>, body: &[u8]) -> Result<(Post, Value), Box<Ref
         ));
     }
     if let Some(v) = heads.version
-        && !SUPPORTED_VERSIONS.contains(&v)
+        && !SESSION_VERSIONS.contains(&v)
         && !(v == MODERN_VERSION && method == Some(INITIALIZE))
     {
         return Err(Box::new(Refusal {
@@ -274,7 +280,7 @@ pub fn classify(heads: &Heads<'_>, body: &[u8]) -> Result<(Post, Value), Box<Ref
 /// Every revision spoken on the endpoint, newest first.
 fn supported() -> Vec<&'static str> {
     std::iter::once(MODERN_VERSION)
-        .chain(SUPPORTED_VERSIONS)
+        .chain(SESSION_VERSIONS)
         .collect()
 }
 
@@ -592,6 +598,15 @@ mod tests {
             }
         );
         assert_eq!(code(classify(&heads, init)), (400, INVALID_REQUEST));
+        // A session of 2025-03-26 (the conformance suite's header) is its server's to speak;
+        // a revision nobody speaks is refused.
+        for (version, passes) in [("2025-03-26", true), ("2024-11-05", false)] {
+            let h = Heads {
+                version: Some(version),
+                ..heads
+            };
+            assert_eq!(classify(&h, note).is_ok(), passes, "{version}");
+        }
     }
 
     #[test]

@@ -66,13 +66,21 @@ pub fn fuzz(data: &[u8]) {
                 for (frame, n) in cancels.iter().zip(&mine) {
                     let v: Value = serde_json::from_slice(frame).expect("a cancel is JSON");
                     assert_eq!(v["method"], super::CANCELLED);
-                    assert_eq!(v["params"]["requestId"], json!(n), "cancels what it waits for");
+                    assert_eq!(
+                        v["params"]["requestId"],
+                        json!(n),
+                        "cancels what it waits for"
+                    );
                     waiting.remove(n);
                 }
             }
             _ => {
                 let failed = router.fail_all(&json!({"code": -32603, "message": "gone"}));
-                assert_eq!(failed.len(), waiting.len(), "every waiting request is failed");
+                assert_eq!(
+                    failed.len(),
+                    waiting.len(),
+                    "every waiting request is failed"
+                );
                 for (stream, message) in failed {
                     let matched = waiting
                         .iter()
@@ -83,7 +91,11 @@ pub fn fuzz(data: &[u8]) {
                 }
             }
         }
-        assert_eq!(router.in_flight(), waiting.len(), "the router and the model agree");
+        assert_eq!(
+            router.in_flight(),
+            waiting.len(),
+            "the router and the model agree"
+        );
     }
 }
 
@@ -148,7 +160,9 @@ fn post(
             }
         }
         Ok((post, message)) => {
-            let enveloped = message["params"]["_meta"].get(META_PROTOCOL_VERSION).is_some();
+            let enveloped = message["params"]["_meta"]
+                .get(META_PROTOCOL_VERSION)
+                .is_some();
             match &post {
                 Post::Stateless { method: m, .. } => {
                     assert!(enveloped, "stateless without the envelope");
@@ -173,8 +187,8 @@ fn post(
                     assert_eq!(heads.session, Some(session.as_str()));
                 }
             }
-            let is_request = message.get("method").is_some()
-                && message.get("id").is_some_and(|i| !i.is_null());
+            let is_request =
+                message.get("method").is_some() && message.get("id").is_some_and(|i| !i.is_null());
             let id = message.get("id").cloned();
             let frame = router.inbound(stream, message);
             let sent: Value = serde_json::from_slice(&frame).expect("the server gets JSON");
@@ -197,7 +211,10 @@ fn post(
 /// Step 2: the server answers (or reports progress on) a waiting request.
 fn answer(router: &mut Router, waiting: &mut BTreeMap<u64, Sent>, rest: &[u8]) {
     let pick = rest.first().copied().unwrap_or(0);
-    let Some((&n, _)) = waiting.iter().nth(usize::from(pick >> 2) % waiting.len().max(1)) else {
+    let Some((&n, _)) = waiting
+        .iter()
+        .nth(usize::from(pick >> 2) % waiting.len().max(1))
+    else {
         return;
     };
     let frame = match pick & 3 {
@@ -232,7 +249,9 @@ fn check_routed(waiting: &mut BTreeMap<u64, Sent>, routed: Routed, answers: Opti
     };
     if done {
         let n = answers.expect("routed as an answer, but it answers nothing");
-        let sent = waiting.remove(&n).expect("an answer to a request nobody waits for");
+        let sent = waiting
+            .remove(&n)
+            .expect("an answer to a request nobody waits for");
         assert_eq!(sent.stream, stream, "an answer went to another stream");
         assert_eq!(message["id"], sent.id, "an answer without the client's id");
     } else {
@@ -263,21 +282,29 @@ mod tests {
     /// progress, repeats, abandons and the server's end.
     fn corpus() -> Vec<Vec<u8>> {
         let call = modern(1, "tools/call");
-        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
-            .to_string();
+        let init =
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}).to_string();
         let in_session = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
         let mut out = Vec::new();
         let mut run: Vec<Vec<u8>> = Vec::new();
         for stream in 0..4u8 {
             run.push(line(0, stream, &[&[0u8][..], call.as_bytes()].concat()));
-            run.push(line(0, stream, &[&[16u8][..], in_session.as_bytes()].concat()));
+            run.push(line(
+                0,
+                stream,
+                &[&[16u8][..], in_session.as_bytes()].concat(),
+            ));
         }
         run.push(line(0, 1, &[&[0u8][..], init.as_bytes()].concat()));
         for pick in [0u8, 5, 10, 15, 2, 3] {
             run.push(line(2, 0, &[pick]));
         }
         run.push(line(1, 0, br#"{"jsonrpc":"2.0","id":99,"result":{}}"#));
-        run.push(line(1, 0, br#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#));
+        run.push(line(
+            1,
+            0,
+            br#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#,
+        ));
         run.push(line(3, 2, b""));
         run.push(line(2, 0, &[1]));
         run.push(line(4, 0, b""));
@@ -287,7 +314,11 @@ mod tests {
             out.push(line(0, 0, &[&[bits][..], call.as_bytes()].concat()));
         }
         out.push(line(0, 0, b"\0[]"));
-        out.push(line(0, 0, b"\0{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"x\"}"));
+        out.push(line(
+            0,
+            0,
+            b"\0{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"x\"}",
+        ));
         out
     }
 

@@ -81,7 +81,13 @@ impl ToolFilter {
             }
         };
         let mut deny = self.deny.clone();
-        deny.extend(other.deny.iter().filter(|d| !self.deny.contains(d)).cloned());
+        deny.extend(
+            other
+                .deny
+                .iter()
+                .filter(|d| !self.deny.contains(d))
+                .cloned(),
+        );
         ToolFilter { allow, deny }
     }
 
