@@ -298,6 +298,12 @@ impl Server {
                     };
                     next_conn += 1;
                     tracing::debug!(conn = next_conn, %peer, "connection");
+                    // A response goes out as a head and then its body (or its events): with
+                    // Nagle's algorithm on, the second write waits for the client's delayed
+                    // ACK, 40 ms a request (`sandpipe-bench --serve` found it).
+                    if let Err(e) = stream.set_nodelay(true) {
+                        tracing::debug!(conn = next_conn, "TCP_NODELAY: {e}");
+                    }
                     connections.spawn(connection(state.clone(), next_conn, stream, closing_rx.clone()));
                 }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
