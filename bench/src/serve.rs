@@ -108,32 +108,24 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
                 .arg("stdio");
             c
         };
-        let (sp, se) = (sandpipe.to_owned(), everything.clone());
-        let serve_native = move |_port: u16| {
-            let mut c = Command::new(&sp);
-            c.args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--max-instances",
-                "5000",
-            ])
-            .arg(&se);
-            c
+        // `serve` takes any free port and says which on its start-up line.
+        let serve = |server: PathBuf| {
+            let sp = sandpipe.to_owned();
+            move |_port: u16| {
+                let mut c = Command::new(&sp);
+                c.args([
+                    "serve",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--max-instances",
+                    "5000",
+                ])
+                .arg(&server);
+                c
+            }
         };
-        let (sp, w) = (sandpipe.to_owned(), wasm.clone());
-        let serve_wasm = move |_port: u16| {
-            let mut c = Command::new(&sp);
-            c.args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--max-instances",
-                "5000",
-            ])
-            .arg(&w);
-            c
-        };
+        let serve_native = serve(everything.clone());
+        let serve_wasm = serve(wasm.clone());
         vec![
             Contender {
                 label: "server-everything's own HTTP mode",
@@ -533,32 +525,14 @@ impl Session {
     }
 }
 
-/// The pids of `root` and everything under it.
+/// The pids of `root` and everything under it (`/proc`'s children lists, as the soak reads
+/// them).
 fn tree(root: u32) -> Vec<u32> {
-    let mut parents: Vec<(u32, u32)> = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            // `pid (comm) state ppid …`: the comm may hold spaces and parentheses.
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|p| p.parse().ok());
-            if let Some(ppid) = ppid {
-                parents.push((pid, ppid));
-            }
-        }
-    }
     let mut out = vec![root];
     let mut i = 0;
     while i < out.len() {
-        let p = out[i];
-        out.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        let kids = sandpipe_tests::soak::children(out[i]);
+        out.extend(kids);
         i += 1;
     }
     out
@@ -568,18 +542,7 @@ fn tree(root: u32) -> Vec<u32> {
 fn tree_rss(root: u32) -> u64 {
     tree(root)
         .into_iter()
-        .filter_map(|pid| {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            let kib: u64 = status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))?
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse()
-                .ok()?;
-            Some(kib * 1024)
-        })
+        .filter_map(|pid| sandpipe_tests::soak::usage(pid).map(|(rss, _)| rss))
         .sum()
 }
 

@@ -351,6 +351,25 @@ pub fn mcp_conformance() -> Command {
     cmd
 }
 
+/// `tests/peers/mcp/issuer.py` (PyJWT, `cryptography`, in the MCP venv): `args[0]` is the
+/// verb (`keys`, `rotate`, `token`, `forge`), run on the key directory `dir` with the rest;
+/// what it prints (a token), trimmed.
+pub fn issuer(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new(mcp_python())
+        .arg(source("mcp/issuer.py"))
+        .arg(args[0])
+        .arg(dir)
+        .args(&args[1..])
+        .output()
+        .expect("issuer.py");
+    assert!(
+        out.status.success(),
+        "issuer.py {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 /// The directory of the npm project `.ci/setup` installs from `tests/peers/mcp/package-lock.json`
 /// (the npm MCP servers and the official MCP TypeScript SDK, `@modelcontextprotocol/sdk`), for
 /// `tests/peers/mcp/drive.mjs` to load the SDK from (`SANDPIPE_MCP_NPM`).

@@ -838,23 +838,6 @@ fn podman_kube_play_runs_the_pod_manifest_with_its_memory_limit() {
 /// The issuer of the manifest's ConfigMap, which the test's tokens come from.
 const K8S_ISSUER: &str = "https://issuer.example.com/realms/mcp";
 
-/// `tests/peers/mcp/issuer.py` (PyJWT): the issuer's keys in `dir`, or a token it signs.
-fn issuer(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new(peers::mcp_python())
-        .arg(peers::source("mcp/issuer.py"))
-        .arg(args[0])
-        .arg(dir)
-        .args(&args[1..])
-        .output()
-        .expect("issuer.py");
-    assert!(
-        out.status.success(),
-        "issuer.py {args:?}: {}",
-        text_of(&out)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// One HTTP/1.1 request on its own connection; the status line and the rest as text.
 fn http_get(port: u16, path: &str, host: &str) -> Option<String> {
     use std::io::{Read, Write};
@@ -930,7 +913,7 @@ fn the_kubernetes_manifest_serves_mcp_from_an_image_whose_entry_point_is_serve()
         "{config}"
     );
     let dir = tempfile::tempdir().expect("tempdir");
-    issuer(dir.path(), &["keys"]);
+    peers::issuer(dir.path(), &["keys"]);
     let jwks: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("jwks.json")).expect("jwks.json"),
     )
@@ -972,7 +955,7 @@ fn the_kubernetes_manifest_serves_mcp_from_an_image_whose_entry_point_is_serve()
             "{metadata}"
         );
         // The official SDK client with the issuer's token.
-        let token = issuer(
+        let token = peers::issuer(
             dir.path(),
             &["token", "rsa-1", K8S_ISSUER, &resource, "alice"],
         );

@@ -776,33 +776,12 @@ fn bad_requests_get_their_status_and_start_nothing() {
     assert_eq!(serve.terminate().code(), Some(0));
 }
 
-/// `tests/peers/mcp/issuer.py` (PyJWT, `cryptography`): the issuer's keys in `dir`, or a
-/// token it signs.
-fn issuer(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new(peers::mcp_python())
-        .arg(peers::source("mcp/issuer.py"))
-        .arg(args[0])
-        .arg(dir)
-        .args(&args[1..])
-        .output()
-        .expect("issuer.py");
-    assert!(
-        out.status.success(),
-        "issuer.py {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .trim()
-        .to_owned()
-}
-
 const ISSUER: &str = "https://issuer.test/realms/mcp";
 
 #[test]
 fn jwt_access_tokens_of_the_issuer_for_this_resource_get_in_and_nothing_else_does() {
     let dir = tempfile::tempdir().expect("tempdir");
-    issuer(dir.path(), &["keys"]);
+    peers::issuer(dir.path(), &["keys"]);
     let jwks = dir.path().join("jwks.json");
     let serve = Serve::start(
         &[
@@ -824,7 +803,7 @@ fn jwt_access_tokens_of_the_issuer_for_this_resource_get_in_and_nothing_else_doe
     let token = |key: &str, sub: &str, extra: &[&str]| {
         let mut args = vec!["token", key, ISSUER, resource.as_str(), sub];
         args.extend_from_slice(extra);
-        issuer(dir.path(), &args)
+        peers::issuer(dir.path(), &args)
     };
     // The official SDK client, in each mode, with a token from each key: served, and each
     // principal (`sub`) has its own instance.
@@ -912,12 +891,12 @@ fn jwt_access_tokens_of_the_issuer_for_this_resource_get_in_and_nothing_else_doe
         ),
         (
             "another audience",
-            issuer(dir.path(), &["token", "rsa-1", ISSUER, &elsewhere, "alice"]),
+            peers::issuer(dir.path(), &["token", "rsa-1", ISSUER, &elsewhere, "alice"]),
             "not for this resource",
         ),
         (
             "another issuer",
-            issuer(
+            peers::issuer(
                 dir.path(),
                 &["token", "rsa-1", "https://evil.test", &resource, "alice"],
             ),
@@ -940,12 +919,12 @@ fn jwt_access_tokens_of_the_issuer_for_this_resource_get_in_and_nothing_else_doe
         ),
         (
             "alg none",
-            issuer(dir.path(), &["forge", "none", ISSUER, &resource, "alice"]),
+            peers::issuer(dir.path(), &["forge", "none", ISSUER, &resource, "alice"]),
             "",
         ),
         (
             "HS256 keyed with the public key",
-            issuer(dir.path(), &["forge", "hs256", ISSUER, &resource, "alice"]),
+            peers::issuer(dir.path(), &["forge", "hs256", ISSUER, &resource, "alice"]),
             "not one its key may be used with",
         ),
         ("not a JWT", "token-alice".to_owned(), "not a signed JWT"),
@@ -984,7 +963,7 @@ fn jwt_access_tokens_of_the_issuer_for_this_resource_get_in_and_nothing_else_doe
         )
         .status
     };
-    issuer(dir.path(), &["rotate"]);
+    peers::issuer(dir.path(), &["rotate"]);
     assert_eq!(rotated(&serve), 401);
     std::fs::rename(dir.path().join("jwks.next.json"), &jwks).expect("rotate");
     assert_eq!(rotated(&serve), 200);
@@ -994,7 +973,7 @@ fn jwt_access_tokens_of_the_issuer_for_this_resource_get_in_and_nothing_else_doe
 #[test]
 fn jwks_options_that_cannot_check_a_token_are_refused_at_start_up() {
     let dir = tempfile::tempdir().expect("tempdir");
-    issuer(dir.path(), &["keys"]);
+    peers::issuer(dir.path(), &["keys"]);
     let jwks = dir.path().join("jwks.json");
     let jwks = jwks.to_str().expect("utf-8");
     let tokens = token_file(dir.path(), &["alice"]);
