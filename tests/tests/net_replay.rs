@@ -1005,3 +1005,114 @@ fn a_refused_wasi_sockets_connect_is_recorded_as_failed_and_fails_the_same_in_th
         "{stderr}"
     );
 }
+
+/// curl through both kinds of tunnel of the native plugin's proxy (`tests/peers/net/tunnel.sh`:
+/// HTTP `CONNECT` with `--proxytunnel`, then SOCKS5 with the name left to the proxy), each
+/// carrying plain HTTP: recorded as the bytes each way, then played back as those bytes with
+/// the server gone; a tunnel whose plugin bytes differ from the recording's diverges there.
+#[test]
+fn curl_through_connect_and_socks5_tunnels_replays_offline_as_the_tunnels_bytes() {
+    let server = WebServer::http();
+    let port = server.port;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("tunnels.transcript");
+    let url = format!("http://api.test:{port}/text");
+    let script = peers::source("net/tunnel.sh").display().to_string();
+    let args: Vec<String> = [
+        "run",
+        "--framing",
+        "lines",
+        "--record",
+        &file.display().to_string(),
+        "--allow-net",
+        &format!("api.test:{port}"),
+        "--resolve",
+        "api.test=127.0.0.1",
+        &script,
+        &url,
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let out = sandpipe(&args, &[], "");
+    assert!(out.status.success(), "{}", cli::text(&out.stderr));
+    let got = answers(&out);
+    assert_eq!(
+        got,
+        [
+            serde_json::json!({"connect": SENTENCE}),
+            serde_json::json!({"socks5": SENTENCE})
+        ],
+        "{}",
+        cli::text(&out.stderr)
+    );
+    drop(server);
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+
+    let text = std::fs::read_to_string(&file).expect("the recording");
+    let request = hex(format!("GET /text HTTP/1.1\r\nHost: api.test:{port}\r\n").as_bytes());
+    for conn in 0..2 {
+        let open = format!(
+            r#"@{conn} open {{"via":"proxy","host":"api.test","port":{port},"kind":"bytes","addr":"127.0.0.1:{port}","rule":"api.test:{port}"}}"#
+        );
+        assert!(text.lines().any(|l| l == open), "no line {open} in\n{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("@{conn} >x {request}"))),
+            "tunnel {conn}'s request is not its first bytes out in\n{text}"
+        );
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("@{conn} <x ")))
+                && text.contains(&hex(SENTENCE.as_bytes())),
+            "tunnel {conn}'s answer is not in\n{text}"
+        );
+    }
+    assert!(!text.contains("opaque"), "{text}");
+
+    // Offline: the proxy answers that each tunnel is open and plays its bytes back.
+    let replay = |file: &Path| {
+        sandpipe(
+            &[
+                "replay".to_owned(),
+                file.display().to_string(),
+                "--plugin".to_owned(),
+                script.clone(),
+            ],
+            &[],
+            "",
+        )
+    };
+    let out = replay(&file);
+    let stderr = cli::text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("replay matched all 2 frames and 2 network exchanges"),
+        "{stderr}"
+    );
+
+    // The recording's second tunnel asked for another path: curl's bytes differ there.
+    let changed = dir.path().join("changed.transcript");
+    let other = hex(format!("GET /tex2 HTTP/1.1\r\nHost: api.test:{port}\r\n").as_bytes());
+    let edited: String = text
+        .lines()
+        .map(|l| match l.strip_prefix("@1 >x ") {
+            Some(bytes) => format!("@1 >x {}\n", bytes.replacen(&request, &other, 1)),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    assert_ne!(edited, text);
+    std::fs::write(&changed, edited).expect("write");
+    let out = replay(&changed);
+    let stderr = cli::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "first divergence at network exchange 1 (proxy api.test:{port}): the plugin sent a different request"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("\n- GET /tex2 HTTP/1.1\n+ GET /text HTTP/1.1\n"),
+        "{stderr}"
+    );
+}

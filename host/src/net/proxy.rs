@@ -26,8 +26,10 @@
 //! TLS one (its first byte a TLS handshake record), whose bytes are useless to a replay (its
 //! keys are fresh each run): it is marked `opaque`, with why. In a replay nothing is
 //! connected: a plain request is answered from the recording when its method, URL and body
-//! are the recorded ones, and everything else is refused (`403`, SOCKS5 "not allowed") and
-//! reported.
+//! are the recorded ones; a recorded tunnel is played back as its bytes (the plugin's checked
+//! against the recording, the server's sent in their order, by [`ByteTape`]); everything else
+//! (an `opaque` tunnel, a connection the recording lacks) is refused (`403`, SOCKS5 "not
+//! allowed") and reported.
 //!
 //! What it does not do: `https://` in a plain request (clients tunnel https with CONNECT),
 //! keep-alive across requests (each plain request gets `Connection: close`, because the next
@@ -50,7 +52,7 @@ use sandpipe_proto::transcript::{
 };
 
 use super::intercept;
-use super::tape::{NetSink, tape_host};
+use super::tape::{ByteRead, ByteTape, NetSink, PlayedBytes, tape_host};
 use super::{Admitted, AuditEvent, NetReplay, NetTape, Refused, Resolver, Via};
 
 /// The largest request head (request line and header fields) the proxy reads; past it the
@@ -364,6 +366,84 @@ async fn tunnel(
     }
 }
 
+/// How a replayed tunnel starts: its recorded bytes, or why there are none to play.
+enum Claimed {
+    /// The recorded tunnel, played as the plugin reads and writes.
+    Play(ByteTape),
+    /// The connection failed when recorded, with why.
+    Failed(String),
+    /// The recording has no more tunnels there, or cannot play this one back (a TLS tunnel
+    /// recorded without `--tls-intercept`): the problem is kept for the replay's report.
+    Refused,
+}
+
+/// Claim the next recorded tunnel to `host:port` in the replay `replay`.
+fn claim_tunnel(replay: &Arc<NetReplay>, host: &str, port: u16) -> Claimed {
+    let Some(conn) = replay.claim(NetVia::Proxy, &tape_host(host), port) else {
+        return Claimed::Refused;
+    };
+    match replay.play_bytes(conn) {
+        Some(PlayedBytes::Connected(tape)) => Claimed::Play(tape),
+        Some(PlayedBytes::Failed(why)) => Claimed::Failed(why),
+        None => Claimed::Refused,
+    }
+}
+
+/// A recorded tunnel played back with nothing connected: `first` (what came with the
+/// request head) and everything the plugin writes after it must be the bytes it wrote when
+/// recorded, and the server's recorded bytes are written to it in their order, each once the
+/// plugin has sent what it had sent before the server spoke. It ends once the server's side
+/// has ended and the plugin's too, or at the first difference (the plugin's connection
+/// closes; the replay reports the divergence).
+async fn play_tunnel(mut client: TcpStream, first: &[u8], mut tape: ByteTape) {
+    if !first.is_empty() && tape.write(first).is_err() {
+        return;
+    }
+    let mut buf = vec![0u8; 16 * 1024];
+    let (mut theirs_ended, mut ours_ended) = (false, false);
+    loop {
+        if !theirs_ended {
+            match tape.read(buf.len()) {
+                ByteRead::Data(bytes) => {
+                    if client.write_all(&bytes).await.is_err() {
+                        tape.end_writing();
+                        return;
+                    }
+                    continue;
+                }
+                ByteRead::End => {
+                    theirs_ended = true;
+                    let _ = client.shutdown().await;
+                }
+                ByteRead::Failed(why) => {
+                    tracing::debug!(
+                        "replay: tunnel {} failed here when recorded: {why}",
+                        tape.conn()
+                    );
+                    return;
+                }
+                // The server answered only after bytes the plugin has yet to send.
+                ByteRead::Wait => {}
+            }
+        }
+        // The plugin sends no more: nothing else can come of the recording.
+        if ours_ended {
+            return;
+        }
+        match client.read(&mut buf).await {
+            Ok(0) | Err(_) => {
+                tape.end_writing();
+                ours_ended = true;
+            }
+            Ok(n) => {
+                if tape.write(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
 /// A stream that counts the bytes written to it (what was delivered, not merely read) and,
 /// when the connection is recorded, writes them into the recording, `dir` being which way
 /// they go.
@@ -538,21 +618,31 @@ mod http {
                         let client = intercept::Rewind::new(rest, client);
                         return intercept::serve(client, None, &host, port, resolver.clone()).await;
                     }
-                    if let Some(conn) = replay.claim(NetVia::Proxy, &tape_host(&host), port) {
-                        replay.not_replayable(conn);
+                    return match claim_tunnel(replay, &host, port) {
+                        Claimed::Play(tape) => play_tunnel(client, &rest, tape).await,
+                        Claimed::Failed(_) | Claimed::Refused => close_after_answer(client).await,
+                    };
+                }
+                // A tunnel played back as its bytes; a TLS one without the intercept cannot be.
+                let answer = match claim_tunnel(replay, &host, port) {
+                    Claimed::Play(tape) => {
+                        if client.write_all(ESTABLISHED).await.is_ok() {
+                            play_tunnel(client, &rest, tape).await;
+                        }
+                        return;
                     }
-                    return close_after_answer(client).await;
-                }
-                // A tunnel's bytes are not played back: claimed (or missed) and reported.
-                if let Some(conn) = replay.claim(NetVia::Proxy, &tape_host(&host), port) {
-                    replay.not_replayable(conn);
-                }
-                let refused = Refused {
-                    host: host.clone(),
-                    port: Some(port),
-                    reason: "replay: the recording cannot play this tunnel back".into(),
+                    Claimed::Failed(why) => response(
+                        "502 Bad Gateway",
+                        None,
+                        &format!("sandpipe: {host}:{port}: {why} (when recorded)"),
+                    ),
+                    Claimed::Refused => refusal(&Refused {
+                        host: host.clone(),
+                        port: Some(port),
+                        reason: "replay: the recording cannot play this tunnel back".into(),
+                    }),
                 };
-                let _ = client.write_all(&refusal(&refused)).await;
+                let _ = client.write_all(&answer).await;
                 return close_after_answer(client).await;
             }
             let Some((server, to)) = open(&mut client, &host, port, resolver).await else {
@@ -949,6 +1039,8 @@ mod socks {
         /// A replay under `--tls-intercept`: nothing connected, the tunnel served from the
         /// recording.
         Replayed { host: String, port: u16 },
+        /// A replay: nothing connected, the recorded tunnel played back as its bytes.
+        Played(ByteTape),
     }
 
     pub(super) async fn serve(mut client: TcpStream, resolver: &Arc<Resolver>) {
@@ -970,12 +1062,13 @@ mod socks {
                 if first_is_tls(&client, &[], None).await {
                     intercept::serve(client, None, &host, port, resolver.clone()).await;
                 } else if let Some(replay) = resolver.replaying() {
-                    if let Some(conn) = replay.claim(NetVia::Proxy, &tape_host(&host), port) {
-                        replay.not_replayable(conn);
+                    match claim_tunnel(replay, &host, port) {
+                        Claimed::Play(tape) => play_tunnel(client, &[], tape).await,
+                        Claimed::Failed(_) | Claimed::Refused => close_after_answer(client).await,
                     }
-                    close_after_answer(client).await;
                 }
             }
+            Ok(Some(Negotiated::Played(tape))) => play_tunnel(client, &[], tape).await,
             _ => {}
         }
     }
@@ -1065,11 +1158,15 @@ mod socks {
                 reply(client, Reply::Succeeded, None).await?;
                 return Ok(Some(Negotiated::Replayed { host, port }));
             }
-            // A tunnel's bytes are not played back: claimed (or missed) and reported.
-            if let Some(conn) = replay.claim(NetVia::Proxy, &tape_host(&host), port) {
-                replay.not_replayable(conn);
-            }
-            return answer(client, Reply::NotAllowed).await;
+            // A tunnel played back as its bytes; a TLS one without the intercept cannot be.
+            return match claim_tunnel(replay, &host, port) {
+                Claimed::Play(tape) => {
+                    reply(client, Reply::Succeeded, None).await?;
+                    Ok(Some(Negotiated::Played(tape)))
+                }
+                Claimed::Failed(_) => answer(client, Reply::GeneralFailure).await,
+                Claimed::Refused => answer(client, Reply::NotAllowed).await,
+            };
         }
         let targets = match resolver.targets(&host, port, Via::Proxy).await {
             Ok(t) => t,

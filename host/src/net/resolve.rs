@@ -94,7 +94,7 @@ impl Resolver {
     }
 
     /// The recording being replayed, when this session's network is one.
-    pub fn replaying(&self) -> Option<&NetReplay> {
+    pub fn replaying(&self) -> Option<&Arc<NetReplay>> {
         match &self.tape {
             Some(NetTape::Replay(r)) => Some(r),
             _ => None,

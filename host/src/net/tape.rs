@@ -385,8 +385,9 @@ impl NetReplay {
         })
     }
 
-    /// Play claimed connection `conn` back as bytes (a `wasi:sockets` TCP stream): `None`,
-    /// with the problem kept, when the recording cannot (it is `opaque`, or an HTTP exchange).
+    /// Play claimed connection `conn` back as bytes (a `wasi:sockets` TCP stream, a proxy's
+    /// tunnel): `None`, with the problem kept, when the recording cannot (it is `opaque`, or
+    /// an HTTP exchange).
     pub fn play_bytes(self: &Arc<Self>, conn: u64) -> Option<PlayedBytes> {
         let recorded = self.get(conn)?;
         let bytes = recorded.request.is_none()
@@ -413,14 +414,12 @@ impl NetReplay {
     }
 
     /// Keep, for claimed connection `conn`, that it cannot be played back: the recorded reason
-    /// (`opaque`), or that only HTTP exchanges and `wasi:sockets` streams are played.
+    /// (`opaque`), or that only HTTP exchanges and byte streams are played.
     pub fn not_replayable(&self, conn: u64) {
         let reason = self
             .get(conn)
             .and_then(|c| c.opaque.clone())
-            .unwrap_or_else(|| {
-                "only HTTP exchanges and wasi:sockets streams are played back".to_owned()
-            });
+            .unwrap_or_else(|| "only HTTP exchanges and byte streams are played back".to_owned());
         self.state()
             .problems
             .push(NetProblem::NotReplayable { conn, reason });
@@ -620,7 +619,8 @@ impl ByteTape {
 }
 
 /// The line of `bytes` holding byte `at` (at most [`DIFF_WINDOW`] bytes each side of it), as
-/// a divergence shows it: verbatim when UTF-8, else `x HEX`; `(no more bytes)` past the end.
+/// a divergence shows it: verbatim when UTF-8 (a CRLF line without its CR), else `x HEX`;
+/// `(no more bytes)` past the end.
 fn line_at(bytes: &[u8], at: usize) -> String {
     if at >= bytes.len() {
         return "(no more bytes)".to_owned();
@@ -635,7 +635,11 @@ fn line_at(bytes: &[u8], at: usize) -> String {
         .position(|b| *b == b'\n')
         .map_or(bytes.len(), |i| at + i)
         .min(at + DIFF_WINDOW);
-    let line = &bytes[start..end];
+    let mut line = &bytes[start..end];
+    // A CRLF line (HTTP, SMTP, …) is shown without its CR, unless that is where it differs.
+    if end < bytes.len() && bytes[end] == b'\n' && at + 1 < end && line.ends_with(b"\r") {
+        line = &line[..line.len() - 1];
+    }
     let cut = |text: String| {
         format!(
             "{}{text}{}",
@@ -856,5 +860,9 @@ mod tests {
             )
         );
         assert_eq!(line_at(b"one\ntwo\nthree", 5), "two");
+        // A CRLF line without its CR; with it (in hex) when the CR is what differs.
+        let head = b"GET /a HTTP/1.1\r\nHost: x\r\n";
+        assert_eq!(line_at(head, 5), "GET /a HTTP/1.1");
+        assert_eq!(line_at(head, 15), "x 474554202f6120485454502f312e310d");
     }
 }
