@@ -196,7 +196,13 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
         machine::kernel(),
         machine::now_utc(),
     );
-    for c in &contenders {
+    // SANDPIPE_BENCH_SERVE_ONLY=TEXT: only the contenders whose label has TEXT (a rerun of one
+    // row while looking into it; the section is then printed, not written).
+    let only = std::env::var("SANDPIPE_BENCH_SERVE_ONLY").ok();
+    for c in contenders
+        .iter()
+        .filter(|c| only.as_deref().is_none_or(|o| c.label.contains(o)))
+    {
         for &clients in levels {
             if clients > c.most_clients {
                 text.push_str(&format!(
@@ -260,7 +266,7 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
     }
     text.push_str(&format!("\n{END}\n"));
     print!("{text}");
-    if !quick {
+    if !quick && only.is_none() {
         crate::report::write_section(BEGIN, END, &text)?;
     }
     Ok(())
