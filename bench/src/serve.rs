@@ -236,9 +236,11 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
          `sandpipe serve --auth-token-file` with {rounds} principals; one client at a time on a \
          new connection sends one 2026-07-28 `tools/call` (no `initialize`): from connecting to \
          the answer. Cold: the principal's first request, which starts its instance (the \
-         server's start and, for a 2025 server, the `initialize` sandpipe makes for it). Warm: a \
-         second client of the same principal, served by the instance kept warm for it.\n\n\
-         | server behind `serve` | cold p50 / p99 ms | warm p50 / p99 ms |\n|---|---:|---:|\n"
+         server's start and, for a 2025 server, the `initialize` sandpipe makes for it). Warm \
+         pool: the same first request to `serve --warm 1`, which claims an instance started \
+         ahead (the pool refilled, by `/metrics`, before each new principal). Kept: a second \
+         client of the same principal, served by the instance kept for it.\n\n\
+         | server behind `serve` | cold p50 / p99 ms | warm pool p50 / p99 ms | kept p50 / p99 ms |\n|---|---:|---:|---:|\n"
     ));
     for (label, server, tool) in [
         (
@@ -253,15 +255,20 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
         ),
     ] {
         eprintln!("sandpipe-bench: serve: 2026-07-28 first answers of {label}");
-        let mut f = runtime
-            .block_on(first_answers_2026(sandpipe, server, tool, rounds))
+        let mut cold = runtime
+            .block_on(first_answers_2026(sandpipe, server, tool, rounds, 0))
             .with_context(|| format!("2026-07-28 first answers of {label}"))?;
+        let mut pool = runtime
+            .block_on(first_answers_2026(sandpipe, server, tool, rounds, 1))
+            .with_context(|| format!("2026-07-28 first answers of {label} from the warm pool"))?;
         text.push_str(&format!(
-            "| {label} | {:.1} / {:.1} | {:.1} / {:.1} |\n",
-            quantile(&mut f.cold, 0.50),
-            quantile(&mut f.cold, 0.99),
-            quantile(&mut f.warm, 0.50),
-            quantile(&mut f.warm, 0.99),
+            "| {label} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} |\n",
+            quantile(&mut cold.first, 0.50),
+            quantile(&mut cold.first, 0.99),
+            quantile(&mut pool.first, 0.50),
+            quantile(&mut pool.first, 0.99),
+            quantile(&mut cold.kept, 0.50),
+            quantile(&mut cold.kept, 0.99),
         ));
     }
     text.push_str(&format!("\n{END}\n"));
@@ -586,20 +593,23 @@ async fn post(
 /// principal's first `tools/call` (its instance started for it: cold) and then another
 /// client of that principal (its instance kept warm), in ms.
 struct FirstAnswers {
-    cold: Vec<f64>,
-    warm: Vec<f64>,
+    first: Vec<f64>,
+    kept: Vec<f64>,
 }
 
-/// `rounds` principals in a token file; a cold and a warm first answer of each from `sandpipe
-/// serve SERVER`.
+/// `rounds` principals in a token file, each sending two 2026-07-28 calls, on new
+/// connections, to `sandpipe serve --warm WARM SERVER`: its first answer, and its second (from
+/// the instance kept for it). With a pool, each principal's first call waits until the pool
+/// holds an instance again.
 async fn first_answers_2026(
     sandpipe: &Path,
     server: &Path,
     tool: &(&'static str, serde_json::Value),
     rounds: usize,
+    warm: usize,
 ) -> anyhow::Result<FirstAnswers> {
     let tokens = std::env::temp_dir().join(format!(
-        "sandpipe-bench-serve-{}.tokens",
+        "sandpipe-bench-serve-{}-{warm}.tokens",
         std::process::id()
     ));
     let lines: String = (0..rounds)
@@ -615,7 +625,9 @@ async fn first_answers_2026(
             let (sp, server, tokens) = (sandpipe.to_owned(), server.to_owned(), tokens.clone());
             move |_| {
                 let mut c = Command::new(&sp);
-                c.args(["serve", "--listen", "127.0.0.1:0", "--auth-token-file"])
+                c.args(["serve", "--listen", "127.0.0.1:0", "--warm"])
+                    .arg(warm.to_string())
+                    .arg("--auth-token-file")
                     .arg(&tokens)
                     .arg(&server);
                 c
@@ -625,14 +637,27 @@ async fn first_answers_2026(
     };
     let (mut child, port) = start(&contender)?;
     let mut out = FirstAnswers {
-        cold: Vec::with_capacity(rounds),
-        warm: Vec::with_capacity(rounds),
+        first: Vec::with_capacity(rounds),
+        kept: Vec::with_capacity(rounds),
     };
     let result = async {
         for i in 0..rounds {
+            if warm > 0 {
+                // The pool's instance has started, and its server has had time to be ready:
+                // what is measured is the claim, not the server's start.
+                let ready = Instant::now();
+                while warm_instances(port).await? < 1 {
+                    ensure!(
+                        ready.elapsed() < Duration::from_secs(60),
+                        "no warm instance in 60 s"
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
             let token = format!("token-{i}");
-            out.cold.push(first_2026_call(port, &token, tool).await?);
-            out.warm.push(first_2026_call(port, &token, tool).await?);
+            out.first.push(first_2026_call(port, &token, tool).await?);
+            out.kept.push(first_2026_call(port, &token, tool).await?);
         }
         anyhow::Ok(())
     }
@@ -642,6 +667,24 @@ async fn first_answers_2026(
     kill_tree(child.id());
     let _ = std::fs::remove_file(&tokens);
     result.map(|()| out)
+}
+
+/// `sandpipe_serve_instances{state="warm"}` of the endpoint at `port`.
+async fn warm_instances(port: u16) -> anyhow::Result<u64> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
+    stream
+        .write_all(
+            format!("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await?;
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix("sandpipe_serve_instances{state=\"warm\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0))
 }
 
 /// A new connection's 2026-07-28 `tools/call` with `token`, answered with a result: how long

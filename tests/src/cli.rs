@@ -49,3 +49,45 @@ pub fn path(bin: &str, target: Target) -> String {
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// A `sandpipe serve` started from `cmd` (its stdin and stdout null, its stderr read here):
+/// the child, the address its start-up line names, and its stderr so far, kept growing by a
+/// thread. Panics if it ends before the start-up line.
+pub fn serving(
+    mut cmd: Command,
+) -> (
+    Child,
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<String>>,
+) {
+    use std::io::{BufRead, BufReader};
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting sandpipe serve");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr"));
+    let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let addr = loop {
+        let mut line = String::new();
+        let n = lines.read_line(&mut line).expect("reading serve's stderr");
+        stderr.lock().expect("lock").push_str(&line);
+        assert!(
+            n > 0,
+            "serve ended before its start-up line:\n{}",
+            stderr.lock().expect("lock")
+        );
+        if let Some(rest) = line.split("serving MCP at http://").nth(1) {
+            let addr = rest.split('/').next().expect("address");
+            break addr.parse().expect("a socket address");
+        }
+    };
+    let sink = stderr.clone();
+    std::thread::spawn(move || {
+        for line in lines.lines().map_while(Result::ok) {
+            sink.lock().expect("lock").push_str(&(line + "\n"));
+        }
+    });
+    (child, addr, stderr)
+}

@@ -19,6 +19,7 @@ pub mod cli;
 pub mod guests;
 pub mod peers;
 pub mod registry;
+pub mod serve_fuzz;
 pub mod soak;
 pub mod stand_in;
 pub mod web;

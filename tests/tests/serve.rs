@@ -33,38 +33,12 @@ struct Serve {
 
 impl Serve {
     fn start(args: &[&str], server: &[PathBuf]) -> Serve {
-        let mut child = Command::new(peers::sandpipe())
-            .arg("serve")
+        let mut cmd = Command::new(peers::sandpipe());
+        cmd.arg("serve")
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
-            .args(server)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting sandpipe serve");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr"));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let addr = loop {
-            let mut line = String::new();
-            let n = lines.read_line(&mut line).expect("reading serve's stderr");
-            stderr.lock().expect("lock").push_str(&line);
-            assert!(
-                n > 0,
-                "serve ended before its start-up line:\n{}",
-                stderr.lock().expect("lock")
-            );
-            if let Some(rest) = line.split("serving MCP at http://").nth(1) {
-                let addr = rest.split('/').next().expect("address");
-                break addr.parse().expect("a socket address");
-            }
-        };
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in lines.lines().map_while(Result::ok) {
-                sink.lock().expect("lock").push_str(&(line + "\n"));
-            }
-        });
+            .args(server);
+        let (child, addr, stderr) = sandpipe_tests::cli::serving(cmd);
         Serve {
             child,
             addr,
@@ -595,6 +569,348 @@ fn a_principals_own_tool_filter_narrows_the_endpoints_and_never_widens_it() {
     );
     assert_eq!(r.json()["result"]["content"][0]["text"], "0.5", "{r:?}");
     assert_eq!(serve.terminate().code(), Some(0));
+}
+
+#[test]
+fn mcp_server_fetch_behind_serve_fetches_the_allowed_site_as_it_does_over_stdio() {
+    // PyPI mcp-server-fetch, a native server that needs the network, behind `serve` with the
+    // same allow-list as behind `run`: a loopback site it may reach and one it may not.
+    let site = sandpipe_tests::web::WebServer::http();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let audit = dir.path().join("audit.jsonl");
+    let net = [
+        "--allow-net".to_owned(),
+        format!("api.test:{}", site.port),
+        "--resolve".to_owned(),
+        "api.test=127.0.0.1".to_owned(),
+        "--audit".to_owned(),
+        audit.display().to_string(),
+    ];
+    // A text page (an HTML one goes through readabilipy, which tries to run Node's npm).
+    let allowed = format!("fetch:http://api.test:{}/text", site.port);
+    let refused = format!("fetch:http://evil.test:{}/page", site.port);
+    let cases = [allowed.as_str(), refused.as_str()];
+    let net_args: Vec<&str> = net.iter().map(String::as_str).collect();
+    let serve = Serve::start(&net_args, &[peers::mcp_server_fetch()]);
+    let mut stdio: Vec<String> = vec![
+        "stdio".into(),
+        peers::sandpipe().display().to_string(),
+        "run".into(),
+        "--protocol".into(),
+        "mcp".into(),
+    ];
+    stdio.extend(net.iter().cloned());
+    stdio.push(peers::mcp_server_fetch().display().to_string());
+    for mode in ["legacy", "auto"] {
+        let over_http = drive(mode, &cases, &[serve.url()]);
+        let over_stdio = drive(mode, &cases, &stdio);
+        let fetched = &over_http["fetch"];
+        assert!(
+            fetched[0]["result"]["text"][0]
+                .as_str()
+                .is_some_and(|t| t.contains(sandpipe_tests::web::SENTENCE))
+                && fetched[0]["result"]["isError"] == false,
+            "{mode}: {over_http}"
+        );
+        assert!(
+            fetched[1]["result"]["isError"] == true
+                && fetched[1]["result"]["text"][0]
+                    .as_str()
+                    .is_some_and(|t| t.contains("403")),
+            "{mode}: {over_http}"
+        );
+        assert_eq!(over_http["fetch"], over_stdio["fetch"], "{mode}");
+    }
+    let log = std::fs::read_to_string(&audit).expect("audit log");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("\"refuse\"") && l.contains("evil.test")),
+        "{log}"
+    );
+    let stderr = serve.stderr();
+    assert_eq!(serve.terminate().code(), Some(0), "{stderr}");
+}
+
+#[test]
+fn a_policy_files_limits_refuse_a_principal_past_them_with_429_and_no_one_else() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    token_file(dir.path(), &["alice", "bob"]);
+    let policy = dir.path().join("server.toml");
+    let start = |limits: &str| {
+        std::fs::write(
+            &policy,
+            format!(
+                "protocol = \"mcp\"\n[plugin]\nsource = {:?}\n\
+                 [serve]\nauth-token-file = \"tokens\"\n{limits}",
+                sandpipe_tests::mcp_tools().display().to_string()
+            ),
+        )
+        .expect("policy");
+        Serve::start(&[], std::slice::from_ref(&policy))
+    };
+    let add = modern(
+        1,
+        "tools/call",
+        json!({"name": "add", "arguments": {"a": 1, "b": 2}}),
+    );
+    let call = |serve: &Serve, who: &str| {
+        let mut auth = String::new();
+        let token = format!("token-{who}");
+        http(
+            serve.addr,
+            "POST",
+            "/mcp",
+            &modern_heads("add", Some(&token), &mut auth),
+            &add,
+        )
+    };
+    // One request a minute per principal (a burst of one): alice's second waits; bob's first
+    // does not. The minute is a bound the test stays far inside, not a measure.
+    let serve = start("rate-limit = 1\n");
+    assert_eq!(
+        call(&serve, "alice").json()["result"]["content"][0]["text"],
+        "3"
+    );
+    let over = call(&serve, "alice");
+    assert_eq!(over.status, 429, "{over:?}");
+    let wait: u64 = over
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After in seconds");
+    assert!((1..=60).contains(&wait), "{over:?}");
+    assert_eq!(
+        call(&serve, "bob").json()["result"]["content"][0]["text"],
+        "3"
+    );
+    assert_eq!(
+        serve.metric("sandpipe_serve_refusals_total{reason=\"rate\"}"),
+        1
+    );
+    assert_eq!(serve.terminate().code(), Some(0));
+
+    // One instance per principal: alice's second session is refused until her first ends.
+    let serve = start("max-instances = 1\n");
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    .to_string();
+    let open = |who: &str| {
+        let auth = format!("Bearer token-{who}");
+        http(
+            serve.addr,
+            "POST",
+            "/mcp",
+            &[
+                LEGACY_ACCEPT,
+                ("Content-Type", "application/json"),
+                ("Authorization", &auth),
+            ],
+            &init,
+        )
+    };
+    let first = open("alice");
+    assert_eq!(first.status, 200, "{first:?}");
+    let session = first
+        .header("mcp-session-id")
+        .expect("a session")
+        .to_owned();
+    let refused = open("alice");
+    assert_eq!(refused.status, 429, "{refused:?}");
+    assert!(
+        refused.json()["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("--max-instances")),
+        "{refused:?}"
+    );
+    assert_eq!(open("bob").status, 200);
+    let mut heads = session_heads(&session).to_vec();
+    heads.push(("Authorization", "Bearer token-alice"));
+    assert_eq!(http(serve.addr, "DELETE", "/mcp", &heads, "").status, 200);
+    assert_eq!(open("alice").status, 200);
+    assert_eq!(
+        serve.metric("sandpipe_serve_refusals_total{reason=\"instances\"}"),
+        1
+    );
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+#[test]
+fn warm_instances_serve_new_clients_and_are_replaced_each_its_own() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = token_file(dir.path(), &["alice", "bob"]);
+    let serve = Serve::start(
+        &[
+            "--warm",
+            "2",
+            "--auth-token-file",
+            tokens.to_str().expect("utf-8"),
+        ],
+        &tools_server(),
+    );
+    assert!(
+        serve.stderr().contains("2 kept warm for new clients"),
+        "{}",
+        serve.stderr()
+    );
+    let warm = |n: u64, running: u64| {
+        wait_for(&format!("{n} warm of {running} running"), || {
+            serve.metric("sandpipe_serve_instances{state=\"warm\"}") == n
+                && serve.metric("sandpipe_serve_instances{state=\"running\"}") == running
+        });
+    };
+    warm(2, 2);
+    let count = |who: &str| {
+        let mut auth = String::new();
+        let token = format!("token-{who}");
+        let r = http(
+            serve.addr,
+            "POST",
+            "/mcp",
+            &modern_heads("count", Some(&token), &mut auth),
+            &modern(1, "tools/call", json!({"name": "count", "arguments": {}})),
+        );
+        r.json()["result"]["content"][0]["text"].clone()
+    };
+    // alice's first request takes a warm instance; another is started in its place.
+    assert_eq!(count("alice"), "1");
+    warm(2, 3);
+    assert_eq!(count("alice"), "2");
+    // bob's takes another: a warm instance is nobody's until claimed, and then only his.
+    assert_eq!(count("bob"), "1");
+    warm(2, 4);
+    assert_eq!(count("alice"), "3");
+    assert_eq!(serve.metric("sandpipe_serve_instances{state=\"ended\"}"), 0);
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+#[test]
+fn a_warm_native_instance_audits_for_the_principal_that_claimed_it() {
+    // mcp-server-fetch started warm, before anyone asked: the network decisions it makes for
+    // alice name alice.
+    let site = sandpipe_tests::web::WebServer::http();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = token_file(dir.path(), &["alice"]);
+    let audit = dir.path().join("audit.jsonl");
+    let allow = format!("api.test:{}", site.port);
+    let serve = Serve::start(
+        &[
+            "--warm",
+            "1",
+            "--auth-token-file",
+            tokens.to_str().expect("utf-8"),
+            "--allow-net",
+            &allow,
+            "--resolve",
+            "api.test=127.0.0.1",
+            "--audit",
+            audit.to_str().expect("utf-8"),
+        ],
+        &[peers::mcp_server_fetch()],
+    );
+    wait_for("a warm instance", || {
+        serve.metric("sandpipe_serve_instances{state=\"warm\"}") == 1
+    });
+    let refused = format!("fetch:http://evil.test:{}/page", site.port);
+    let report = drive(
+        "2026-07-28",
+        &[&refused],
+        &[serve.url(), "token-alice".into()],
+    );
+    assert_eq!(report["fetch"][0]["result"]["isError"], true, "{report}");
+    assert_eq!(
+        serve.metric("sandpipe_serve_instances{state=\"running\"}"),
+        2,
+        "the claimed instance and its replacement"
+    );
+    let log = std::fs::read_to_string(&audit).expect("audit log");
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an audit line"))
+        .collect();
+    let evil = lines
+        .iter()
+        .find(|l| l["name"] == "evil.test")
+        .unwrap_or_else(|| panic!("no line for evil.test: {log}"));
+    assert_eq!(evil["principal"], "alice", "{log}");
+    assert_eq!(evil["decision"], "refuse", "{log}");
+    assert_eq!(serve.terminate().code(), Some(0));
+}
+
+#[test]
+fn inspect_shows_what_serve_makes_of_a_policy_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    token_file(dir.path(), &["alice", "bob"]);
+    let policy = dir.path().join("server.toml");
+    let write = |listen: &str, auth: &str| {
+        std::fs::write(
+            &policy,
+            format!(
+                "protocol = \"mcp\"\n[plugin]\nsource = {:?}\n[tools]\ndeny = [\"greet\"]\n\
+                 [serve]\nlisten = \"{listen}\"\n{auth}max-instances = 3\nrate-limit = 60\n\
+                 max-body = \"1MiB\"\nidle-timeout = \"90s\"\n\
+                 [principals.alice.tools]\ndeny = [\"divide\"]\n",
+                sandpipe_tests::mcp_tools().display().to_string()
+            ),
+        )
+        .expect("policy");
+    };
+    let inspect = |json: bool| {
+        let mut cmd = Command::new(peers::sandpipe());
+        cmd.arg("inspect").arg(&policy);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.output().expect("sandpipe inspect")
+    };
+    write("127.0.0.1:8931", "auth-token-file = \"tokens\"\n");
+    let out = inspect(true);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let serve = &report["serve"];
+    assert_eq!(serve["endpoint"], "http://127.0.0.1:8931/mcp", "{serve}");
+    assert_eq!(
+        serve["isolation"],
+        "an instance per 2025 session and per 2026-07-28 principal"
+    );
+    assert_eq!(serve["auth"], "bearer tokens (2 principals)");
+    assert_eq!(
+        (
+            &serve["max_instances"],
+            &serve["rate_per_minute"],
+            &serve["max_body"],
+            &serve["idle_timeout"]
+        ),
+        (&json!(3), &json!(60), &json!("1.0 MiB"), &json!("1m 30s"))
+    );
+    assert_eq!(serve["tools"], "all but greet");
+    // alice's own filter narrows the file's; bob has none of his own.
+    assert_eq!(
+        serve["principals"],
+        json!({"alice": "all but greet, divide"})
+    );
+    // No token is shown, only how many principals have one.
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("token-alice"));
+    let out = inspect(false);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        format!(
+            "serve:     http://127.0.0.1:8931/mcp (sandpipe serve {})",
+            policy.display()
+        ),
+        "  limits   per principal: 3 instances, 60 requests a minute; bodies up to 1.0 MiB".into(),
+        "  alice    tools: all but greet, divide".into(),
+    ] {
+        assert!(text.contains(&line), "{line:?} not in:\n{text}");
+    }
+    // An address anyone can reach, with nobody asked who they are: serve would refuse it, and
+    // inspect says so (exit 1) before anyone tries.
+    write("0.0.0.0:8931", "");
+    let out = inspect(false);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("  error    serve would not start: listening on 0.0.0.0:8931 (not a loopback address) needs --auth-token-file or --jwks"),
+        "{text}"
+    );
 }
 
 /// A bad request: what it is, its headers and body, the status it gets and its error code.

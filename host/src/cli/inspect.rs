@@ -1,10 +1,13 @@
 //! `sandpipe inspect`: what a plugin is, what it asks for, and (with a protocol) what it says
 //! about itself.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::Result;
 use serde_json::{Value, json};
+
+use sandpipe_proto::mcp::ToolFilter;
 
 use super::sandbox_args::SandboxArgs;
 use crate::speak::protocols::Protocol;
@@ -51,6 +54,17 @@ pub struct InspectArgs {
     /// The policy file the report shows (set from --policy or PLUGIN).
     #[arg(skip)]
     pub(super) policy_file: Option<PathBuf>,
+    /// A policy file's `[serve]` and `[principals]`, when it has either: what `sandpipe serve`
+    /// would make of the file.
+    #[arg(skip)]
+    pub(super) serve: Option<Box<ServeSection>>,
+}
+
+/// A policy file's `[serve]` and its principals' own tool filters.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ServeSection {
+    pub(super) serve: crate::policy::sections::Serve,
+    pub(super) principals: BTreeMap<String, ToolFilter>,
 }
 
 pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
@@ -131,6 +145,9 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
         };
         report["native"]["startup_grants"] = Value::Array(grants);
     }
+    if let Some(section) = &args.serve {
+        report["serve"] = serve_report(section, &policy, args.policy_file.as_deref());
+    }
     if let Some(protocol) = args.protocol {
         let tools = super::tool_filter(&args.tools, protocol)?;
         let mut options =
@@ -161,11 +178,16 @@ pub(crate) async fn inspect(args: InspectArgs) -> Result<i32> {
     } else {
         print_text(&report);
     }
-    Ok(if report.get("self_description_error").is_some() {
-        1
-    } else {
-        0
-    })
+    // A report that says the plugin could not describe itself, or that `serve` would not
+    // start with this file, exits 1, so a script can check a policy before it deploys it.
+    Ok(
+        if report.get("self_description_error").is_some() || report["serve"].get("error").is_some()
+        {
+            1
+        } else {
+            0
+        },
+    )
 }
 
 fn print_text(r: &Value) {
@@ -332,6 +354,9 @@ fn print_text(r: &Value) {
             limit("open_files", &|n| n.to_string()),
         );
     }
+    if let Some(serve) = r.get("serve") {
+        print_serve(serve);
+    }
     if let Some(p) = r.get("protocol") {
         println!("protocol:  {}", p.as_str().unwrap_or_default());
         if let Some(d) = r.get("self_description") {
@@ -340,6 +365,123 @@ fn print_text(r: &Value) {
         if let Some(e) = r.get("self_description_error") {
             println!("error:     {}", e.as_str().unwrap_or_default());
         }
+    }
+}
+
+/// What `sandpipe serve FILE` would make of the file's `[serve]` and `[principals]`: the
+/// endpoint, who shares an instance, who gets in, the limits per principal, each principal's
+/// tools; or why it would refuse to start.
+fn serve_report(section: &ServeSection, policy: &Policy, file: Option<&std::path::Path>) -> Value {
+    let endpoint = policy.tools.filter();
+    let principals: serde_json::Map<String, Value> = section
+        .principals
+        .iter()
+        .map(|(name, own)| {
+            (
+                name.clone(),
+                Value::from(tool_words(&endpoint.narrowed(own))),
+            )
+        })
+        .collect();
+    let mut r = json!({
+        "command": match file {
+            Some(f) => format!("sandpipe serve {}", f.display()),
+            None => "sandpipe serve".to_owned(),
+        },
+        "tools": tool_words(&endpoint),
+        "principals": principals,
+        "record_dir": section.serve.record_dir.as_ref().map(|d| d.display().to_string()),
+    });
+    let grace = super::parse_duration(super::serve::DEFAULT_GRACE).unwrap_or_default();
+    let options = super::serve::options(&section.serve, grace).and_then(|o| {
+        super::serve::refusal(&o, &section.principals)?;
+        if let crate::serve::Auth::Jwt(jwt) = &o.auth {
+            jwt.bound(o.listen)?;
+        }
+        Ok(o)
+    });
+    match options {
+        Ok(o) => {
+            let size = |n: u64| bytesize::ByteSize(n).display().iec().to_string();
+            r["endpoint"] = Value::from(format!("http://{}/mcp", o.listen));
+            r["isolation"] = Value::from(super::serve::isolation(&o));
+            r["auth"] = Value::from(o.auth.describe());
+            r["max_instances"] = Value::from(o.max_instances);
+            r["warm"] = Value::from(o.warm);
+            r["rate_per_minute"] = json!(o.rate_per_minute);
+            r["max_body"] = Value::from(size(u64::try_from(o.max_body).unwrap_or(u64::MAX)));
+            r["idle_timeout"] = Value::from(humantime::format_duration(o.idle_timeout).to_string());
+            r["header_timeout"] =
+                Value::from(humantime::format_duration(o.header_timeout).to_string());
+            r["allow_hosts"] = json!(o.allow_hosts);
+            r["allow_origins"] = json!(o.allow_origins);
+        }
+        Err(e) => r["error"] = Value::from(format!("{e:#}")),
+    }
+    r
+}
+
+/// A tool filter in words: `all`, `all but a, b`, `only a, b` (`only a but not b`).
+fn tool_words(f: &ToolFilter) -> String {
+    match (f.allow.is_empty(), f.deny.is_empty()) {
+        (true, true) => "all".to_owned(),
+        (true, false) => format!("all but {}", f.deny.join(", ")),
+        (false, true) => format!("only {}", f.allow.join(", ")),
+        (false, false) => format!("only {} but not {}", f.allow.join(", "), f.deny.join(", ")),
+    }
+}
+
+fn print_serve(s: &Value) {
+    let text = |k: &str| s[k].as_str().unwrap_or_default().to_owned();
+    match s.get("endpoint") {
+        Some(e) => println!(
+            "serve:     {} ({})",
+            e.as_str().unwrap_or_default(),
+            text("command")
+        ),
+        None => println!("serve:     ({})", text("command")),
+    }
+    if s.get("isolation").is_some() {
+        println!("  isolation {}", text("isolation"));
+        println!("  auth     {}", text("auth"));
+        let rate = match s["rate_per_minute"].as_u64() {
+            Some(n) => format!("{n} requests a minute"),
+            None => "requests unlimited".to_owned(),
+        };
+        println!(
+            "  limits   per principal: {} instances, {rate}; bodies up to {}; idle instances end after {}; request heads within {}",
+            s["max_instances"],
+            text("max_body"),
+            text("idle_timeout"),
+            text("header_timeout")
+        );
+        if let Some(n) = s["warm"].as_u64().filter(|n| *n > 0) {
+            println!("  warm     {n} instances started ahead for new clients");
+        }
+        for (title, key) in [("hosts", "allow_hosts"), ("origins", "allow_origins")] {
+            let list: Vec<&str> = s[key]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            if !list.is_empty() {
+                println!("  {title:8} also {}", list.join(", "));
+            }
+        }
+    }
+    println!("  tools    {}", text("tools"));
+    for (name, tools) in s["principals"].as_object().into_iter().flatten() {
+        println!("  {name:8} tools: {}", tools.as_str().unwrap_or_default());
+    }
+    if let Some(dir) = s["record_dir"].as_str() {
+        println!("  record   {dir}/instance-N.transcript");
+    }
+    if let Some(e) = s.get("error") {
+        println!(
+            "  error    serve would not start: {}",
+            e.as_str().unwrap_or_default()
+        );
     }
 }
 

@@ -129,6 +129,16 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 args.tools.overlay(&m.tools, &env, &mut note);
                 // inspect has no request flags: the file's budgets, as given.
                 args.requests = m.requests;
+                if m.serve != Default::default() || !m.principals.is_empty() {
+                    args.serve = Some(Box::new(super::inspect::ServeSection {
+                        serve: m.serve,
+                        principals: m
+                            .principals
+                            .iter()
+                            .map(|(name, p)| (name.clone(), p.tools.filter()))
+                            .collect(),
+                    }));
+                }
             }
         }
         _ => {}

@@ -17,6 +17,9 @@ use crate::{PluginKind, SessionOptions, StderrMode};
 /// `--listen`'s default.
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
+/// `--grace`'s default.
+pub(super) const DEFAULT_GRACE: &str = "2s";
+
 /// The protocols `serve` speaks over HTTP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(super) enum ServeProtocol {
@@ -45,7 +48,7 @@ pub struct ServeArgs {
     pub(super) tools: crate::policy_file::Tools,
     /// How long an ending instance has to exit after its stdin closed before it is killed,
     /// and how long SIGTERM waits for requests in flight.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = DEFAULT_GRACE)]
     grace: Duration,
     /// The MCP server: a .wasm component (a stdio server, or one exporting functions served
     /// as tools), an oci:// reference, a policy file (*.toml) naming one, or any other
@@ -68,11 +71,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<i32> {
             .policy(super::plugin_args(&args.args), &args.requests, &args.tools)?;
     warn_if_native(&plugin, &policy);
     let options = options(&args.serve, args.grace)?;
-    if options.share && !args.principals.is_empty() {
-        anyhow::bail!(
-            "--share and [principals.NAME.tools]: a shared instance serves every principal, so it cannot hide a tool from one of them"
-        );
-    }
+    refusal(&options, &args.principals)?;
     let budgets = super::supervised::budgets(&plugin, &policy);
     let session = SessionOptions::default()
         .frame_limits(args.sandbox.frame_limits())
@@ -94,12 +93,10 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<i32> {
             args.sandbox.limits.max_record(),
         );
     }
-    let isolation = if options.share {
-        "an instance per 2025 session; every 2026-07-28 request shares one instance (--share: whatever state the server keeps, every client sees)"
-    } else if options.auth.identifies() {
-        "an instance per 2025 session and per 2026-07-28 principal"
-    } else {
-        "an instance per 2025 session and per 2026-07-28 connection"
+    let isolation = isolation(&options);
+    let confined = match options.warm {
+        0 => confined,
+        n => format!("{confined}, {n} kept warm for new clients"),
     };
     let server = Server::bind(options, launch).await?;
     let addr = server.local_addr();
@@ -116,8 +113,41 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// Who shares an instance under `o`, in words (the start-up line's and `inspect`'s).
+pub(super) fn isolation(o: &ServeOptions) -> &'static str {
+    if o.share {
+        "an instance per 2025 session; every 2026-07-28 request shares one instance (--share: whatever state the server keeps, every client sees)"
+    } else if o.auth.identifies() {
+        "an instance per 2025 session and per 2026-07-28 principal"
+    } else {
+        "an instance per 2025 session and per 2026-07-28 connection"
+    }
+}
+
+/// Why `serve` would refuse to start with `o` and these principals' own tool filters, if it
+/// would; the checks `Server::bind` makes too, so that `inspect` can say so before a start.
+pub(super) fn refusal(
+    o: &ServeOptions,
+    principals: &std::collections::BTreeMap<String, sandpipe_proto::mcp::ToolFilter>,
+) -> Result<()> {
+    if o.share && !principals.is_empty() {
+        anyhow::bail!(
+            "--share and [principals.NAME.tools]: a shared instance serves every principal, so it cannot hide a tool from one of them"
+        );
+    }
+    if !o.listen.ip().is_loopback() && !o.auth.identifies() {
+        return Err(crate::ServeError::OpenWithoutAuth { addr: o.listen }.into());
+    }
+    if o.warm > 0 && !principals.is_empty() {
+        anyhow::bail!(
+            "--warm and [principals.NAME.tools]: a warm instance starts before its principal is known, so it cannot start with that principal's tools"
+        );
+    }
+    Ok(())
+}
+
 /// The endpoint's options from `[serve]` and its flags.
-fn options(s: &Serve, grace: Duration) -> Result<ServeOptions> {
+pub(super) fn options(s: &Serve, grace: Duration) -> Result<ServeOptions> {
     let default_listen: SocketAddr = DEFAULT_LISTEN.parse().context("the default address")?;
     let mut o = ServeOptions::new(s.listen.unwrap_or(default_listen));
     o.auth = match (&s.auth_token_file, &s.jwks) {
@@ -153,6 +183,9 @@ fn options(s: &Serve, grace: Duration) -> Result<ServeOptions> {
         o.max_instances = n;
     }
     o.share = s.share;
+    if let Some(n) = s.warm {
+        o.warm = n;
+    }
     if let Some(d) = s.idle_timeout {
         o.idle_timeout = d;
     }

@@ -140,8 +140,11 @@ struct Line<'a> {
 #[derive(Clone)]
 pub struct AuditLog {
     inner: Arc<Inner>,
-    principal: Option<Arc<str>>,
+    principal: Option<PrincipalSlot>,
 }
+
+/// Where a log learns its principal later ([`AuditLog::for_principal_later`]): set once.
+pub type PrincipalSlot = Arc<std::sync::OnceLock<Arc<str>>>;
 
 struct Inner {
     path: PathBuf,
@@ -173,8 +176,22 @@ impl AuditLog {
     pub fn for_principal(&self, principal: &str) -> Self {
         Self {
             inner: self.inner.clone(),
-            principal: Some(principal.into()),
+            principal: Some(Arc::new(std::sync::OnceLock::from(Arc::from(principal)))),
         }
+    }
+
+    /// The same file, each line naming the principal set in the returned slot, once it is
+    /// set (a warm `sandpipe serve` instance learns whom it serves when a client claims it;
+    /// its lines before then name nobody).
+    pub fn for_principal_later(&self) -> (Self, PrincipalSlot) {
+        let slot = PrincipalSlot::default();
+        (
+            Self {
+                inner: self.inner.clone(),
+                principal: Some(slot.clone()),
+            },
+            slot,
+        )
     }
 
     /// The file's path.
@@ -187,7 +204,7 @@ impl AuditLog {
     pub fn record(&self, event: &AuditEvent) {
         let line = Line {
             ts: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
-            principal: self.principal.as_deref(),
+            principal: self.principal.as_ref().and_then(|p| p.get()).map(|p| &**p),
             event,
         };
         let Ok(mut text) = serde_json::to_vec(&line) else {

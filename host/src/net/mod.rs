@@ -40,7 +40,7 @@ use std::str::FromStr;
 use ipnet::IpNet;
 
 pub(crate) use audit::limit_of;
-pub use audit::{AuditEvent, AuditLog, Decision, Via};
+pub use audit::{AuditEvent, AuditLog, Decision, PrincipalSlot, Via};
 pub(crate) use intercept::{HyperIo, header_list};
 pub use proxy::{MAX_CONNECTIONS, MAX_HEAD_BYTES, MAX_HEADERS, ProxyHandle, spawn as spawn_proxy};
 pub use resolve::{Admitted, Refused, Resolver, is_public};

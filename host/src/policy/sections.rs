@@ -622,6 +622,14 @@ section! {
         #[serde(default, with = "duration")]
         #[cfg_attr(feature = "cli", arg(value_name = "DURATION", value_parser = parse_duration))]
         header_timeout: Option<Duration> = "header-timeout", flag "header-timeout";
+        /// Keep N instances started for nobody: a new client's first request (a 2025
+        /// `initialize`, a principal's first 2026-07-28 request) takes one rather than waiting
+        /// for a server to start, and another starts in its place. Each costs what an idle
+        /// instance costs (a native server's process). Not with [principals.NAME.tools]
+        /// [default: 0].
+        #[serde(default)]
+        #[cfg_attr(feature = "cli", arg(value_name = "N"))]
+        warm: Option<usize> = "warm", flag "warm";
         /// Record each instance (every frame both ways, the policy, the outcome) as
         /// DIR/instance-N.transcript, for `sandpipe replay`.
         #[serde(default)]

@@ -6,6 +6,9 @@
 //!  Body::events(rx, on_end)           each message from rx as `event: message\ndata: JSON\n\n`,
 //!                                     the end after the one marked last; on_end(finished)
 //!                                     runs once, also when the client drops the response
+//!  Lingering::new(request body)       a request body that, dropped before its end (a request
+//!                                     refused before it was read), is read to its end by a
+//!                                     task of its own, up to LINGER bytes
 //! ```
 
 use std::convert::Infallible;
@@ -172,5 +175,78 @@ impl Drop for Body {
         {
             f(false);
         }
+    }
+}
+
+/// How much of a refused request's body is read after its answer, so that the client gets the
+/// answer: a connection closed with unread bytes is reset, and a reset throws away what the
+/// client had not read yet (the `413` for a body it is still sending, a `401` or `403` that
+/// came before its body). nginx's "lingering close" does the same.
+const LINGER: usize = 1 << 20;
+
+/// A request body that reads the rest of itself, up to [`LINGER`] bytes, when it is dropped
+/// before its end. hyper goes on reading the connection for the task that holds it, and keeps
+/// the connection for the next request once the body is whole; past `LINGER` the body is
+/// dropped and hyper closes the connection.
+pub(super) struct Lingering<B: http_body::Body + Unpin + Send + 'static> {
+    inner: Option<B>,
+}
+
+impl<B: http_body::Body + Unpin + Send + 'static> Lingering<B> {
+    pub(super) fn new(inner: B) -> Self {
+        Lingering { inner: Some(inner) }
+    }
+}
+
+impl<B: http_body::Body + Unpin + Send + 'static> http_body::Body for Lingering<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        match self.inner.as_mut() {
+            Some(b) => Pin::new(b).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(B::is_end_stream)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner
+            .as_ref()
+            .map_or_else(|| http_body::SizeHint::with_exact(0), B::size_hint)
+    }
+}
+
+impl<B: http_body::Body + Unpin + Send + 'static> Drop for Lingering<B> {
+    fn drop(&mut self) {
+        let Some(mut body) = self.inner.take() else {
+            return;
+        };
+        if body.is_end_stream() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            use bytes::Buf;
+            use http_body_util::BodyExt;
+            let mut left = LINGER;
+            while let Some(Ok(frame)) = body.frame().await {
+                let Some(n) = frame.data_ref().map(Buf::remaining) else {
+                    continue;
+                };
+                if n >= left {
+                    return;
+                }
+                left -= n;
+            }
+        });
     }
 }

@@ -47,6 +47,8 @@ pub(super) struct State {
     sessions: Mutex<HashMap<String, Arc<Instance>>>,
     /// 2026-07-28 instances by owner: the principal, or the connection without tokens.
     pools: Mutex<HashMap<String, Arc<Instance>>>,
+    /// Instances started for nobody yet (`--warm`), the next client's first request's.
+    warm: Mutex<Vec<Arc<Instance>>>,
     rates: Option<Mutex<Rates>>,
     next_instance: AtomicU64,
     next_stream: AtomicU64,
@@ -70,6 +72,7 @@ impl State {
             metrics: Arc::default(),
             sessions: Mutex::default(),
             pools: Mutex::default(),
+            warm: Mutex::default(),
             rates,
             next_instance: AtomicU64::new(0),
             next_stream: AtomicU64::new(0),
@@ -105,7 +108,29 @@ impl State {
     pub(super) fn take_all(&self) -> Vec<Arc<Instance>> {
         let mut all: Vec<Arc<Instance>> = lock(&self.sessions).drain().map(|(_, i)| i).collect();
         all.extend(lock(&self.pools).drain().map(|(_, i)| i));
+        all.append(&mut lock(&self.warm));
         all
+    }
+
+    /// Start warm instances until `--warm` of them wait (none once stopping). A warm instance
+    /// counts against nobody's `--max-instances`, and is not idle before it is claimed.
+    pub(super) fn refill(self: &Arc<Self>) {
+        loop {
+            if self.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            {
+                let mut warm = lock(&self.warm);
+                warm.retain(|i| !i.has_ended());
+                if warm.len() >= self.options.warm {
+                    return;
+                }
+            }
+            let instance = self.instance(None);
+            let mut warm = lock(&self.warm);
+            warm.push(instance);
+            self.metrics.set_warm(warm.len());
+        }
     }
 
     /// The instances idle for longer than the idle timeout, taken out of the tables.
@@ -143,17 +168,37 @@ impl State {
     }
 
     fn instances_of(&self, principal: &str) -> usize {
-        let live = |i: &&Arc<Instance>| &*i.principal == principal && !i.has_ended();
+        let live = |i: &&Arc<Instance>| i.serves(principal) && !i.has_ended();
         lock(&self.sessions).values().filter(live).count()
             + lock(&self.pools).values().filter(live).count()
     }
 
-    /// A new instance for `principal`, unless it already has its most (`None`; see
-    /// [`State::too_many`]).
+    /// An instance for `principal`, unless it already has its most (`None`; see
+    /// [`State::too_many`]): a warm one if one waits (and another is started in its place),
+    /// else a new one.
     fn start(self: &Arc<Self>, principal: &str, era: Era) -> Option<Arc<Instance>> {
         if self.instances_of(principal) >= self.options.max_instances {
             return None;
         }
+        loop {
+            let Some(warm) = ({
+                let mut all = lock(&self.warm);
+                let one = all.pop();
+                self.metrics.set_warm(all.len());
+                one
+            }) else {
+                break;
+            };
+            if !warm.has_ended() && warm.claim(principal, era) {
+                self.refill();
+                return Some(warm);
+            }
+        }
+        Some(self.instance(Some((principal, era))))
+    }
+
+    /// A new instance for `owner`, or warm.
+    fn instance(self: &Arc<Self>, owner: Option<(&str, Era)>) -> Arc<Instance> {
         let number = self.next_instance.fetch_add(1, Ordering::SeqCst) + 1;
         let weak = Arc::downgrade(self);
         let on_gone = Box::new(move |i: &Instance| {
@@ -163,16 +208,12 @@ impl State {
                 let number = i.number;
                 lock(&state.sessions).retain(|_, s| s.number != number);
                 lock(&state.pools).retain(|_, s| s.number != number);
+                let mut warm = lock(&state.warm);
+                warm.retain(|s| s.number != number);
+                state.metrics.set_warm(warm.len());
             }
         });
-        Some(Instance::start(
-            &self.launch,
-            number,
-            principal,
-            era,
-            self.metrics.clone(),
-            on_gone,
-        ))
+        Instance::start(&self.launch, number, owner, self.metrics.clone(), on_gone)
     }
 
     /// The answer when `principal` already holds its most instances.
@@ -387,7 +428,7 @@ where
             let removed = {
                 let mut sessions = lock(&state.sessions);
                 match sessions.get(&id) {
-                    Some(i) if *i.principal == *principal => sessions.remove(&id),
+                    Some(i) if i.serves(&principal) => sessions.remove(&id),
                     _ => None,
                 }
             };
@@ -419,7 +460,7 @@ fn session_of(state: &State, id: Option<&str>, principal: &str) -> Option<Arc<In
     let sessions = lock(&state.sessions);
     sessions
         .get(id?)
-        .filter(|i| *i.principal == *principal && !i.has_ended())
+        .filter(|i| i.serves(principal) && !i.has_ended())
         .cloned()
 }
 

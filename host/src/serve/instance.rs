@@ -12,7 +12,7 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use sandpipe_proto::mcp::http::{Routed, Router};
@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use super::Launch;
 use super::body::Event;
 use super::metrics::{Metrics, Outcome};
+use crate::net::PrincipalSlot;
 use crate::run::session::SessionGroup;
 use crate::speak::protocols::Protocol;
 use crate::speak::supervise::Supervisor;
@@ -58,10 +59,12 @@ struct Inner {
 pub(super) struct Instance {
     /// Its number, from 1, in the order instances started.
     pub(super) number: u64,
-    /// The principal it serves.
-    pub(super) principal: Arc<str>,
-    /// The era it serves.
-    pub(super) era: Era,
+    /// The principal it serves; unset while it is warm (started before a client claimed it).
+    principal: Arc<OnceLock<Arc<str>>>,
+    /// The era it serves; unset while it is warm.
+    era: OnceLock<Era>,
+    /// Where its audit lines learn the principal, while it is warm.
+    audit_principal: Option<PrincipalSlot>,
     input: Mutex<Option<mpsc::Sender<Vec<u8>>>>,
     inner: Mutex<Inner>,
     group: SessionGroup,
@@ -74,8 +77,8 @@ impl std::fmt::Debug for Instance {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Instance")
             .field("number", &self.number)
-            .field("principal", &self.principal)
-            .field("era", &self.era)
+            .field("principal", &self.principal.get())
+            .field("era", &self.era.get())
             .finish_non_exhaustive()
     }
 }
@@ -92,23 +95,42 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Instance {
-    /// Start instance `number` for `principal`: the supervisor (which starts the server) and
-    /// the pump that routes what it says. `on_gone` runs once the instance has ended.
+    /// Start instance `number` for `owner` (a principal and the era it serves), or warm
+    /// (`None`: for [`Instance::claim`] by the first client that needs one): the supervisor
+    /// (which starts the server) and the pump that routes what it says. `on_gone` runs once the
+    /// instance has ended. A warm instance's server runs with the endpoint's tool filter: the
+    /// endpoint keeps none warm when principals have their own.
     pub(super) fn start(
         launch: &Arc<Launch>,
         number: u64,
-        principal: &str,
-        era: Era,
+        owner: Option<(&str, Era)>,
         metrics: Arc<Metrics>,
         on_gone: OnGone,
     ) -> Arc<Self> {
         let (in_tx, in_rx) = mpsc::channel::<Vec<u8>>(64);
         let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(64);
         let group = SessionGroup::new();
+        let principal: Arc<OnceLock<Arc<str>>> = Arc::default();
+        let era = OnceLock::new();
+        if let Some((p, e)) = owner {
+            let _ = principal.set(p.into());
+            let _ = era.set(e);
+        }
+        let mut policy = launch.policy.clone();
+        let mut audit_principal = None;
+        policy.audit = policy.audit.map(|a| match owner {
+            Some((p, _)) => a.for_principal(p),
+            None => {
+                let (a, slot) = a.for_principal_later();
+                audit_principal = Some(slot);
+                a
+            }
+        });
         let instance = Arc::new(Instance {
             number,
-            principal: principal.into(),
+            principal: principal.clone(),
             era,
+            audit_principal,
             input: Mutex::new(Some(in_tx)),
             inner: Mutex::new(Inner {
                 router: Router::default(),
@@ -123,17 +145,19 @@ impl Instance {
             on_gone: Mutex::new(Some(on_gone)),
         });
         metrics.started();
-        tracing::info!(instance = number, principal, ?era, "instance starting");
+        match owner {
+            Some((principal, era)) => {
+                tracing::info!(instance = number, principal, ?era, "instance starting");
+            }
+            None => tracing::info!(instance = number, "warm instance starting"),
+        }
         let launch = launch.clone();
         let me = Arc::downgrade(&instance);
-        let principal_name = principal.to_owned();
+        let filter = launch.tool_filter(owner.map_or("", |(p, _)| p));
         let supervisor = tokio::spawn(async move {
-            let mut policy = launch.policy.clone();
-            policy.audit = policy.audit.map(|a| a.for_principal(&principal_name));
             let mut options = launch.options.clone();
             options.group = Some(group);
             options.record = launch.recorder(number, &policy);
-            let filter = launch.tool_filter(&principal_name);
             let mut sup = Supervisor::new(
                 &launch.host,
                 &launch.plugin,
@@ -145,7 +169,7 @@ impl Instance {
             .on_incident(move |i| {
                 tracing::warn!(
                     instance = number,
-                    principal = %principal_name,
+                    principal = principal.get().map_or("", |p| &**p),
                     "request {} failed: {}",
                     i.request,
                     i.reason
@@ -175,6 +199,37 @@ impl Instance {
             }
         });
         instance
+    }
+
+    /// The principal it serves (empty while warm).
+    pub(super) fn principal(&self) -> &str {
+        self.principal.get().map_or("", |p| p)
+    }
+
+    /// Whether it serves `principal` (a warm instance serves nobody yet).
+    pub(super) fn serves(&self, principal: &str) -> bool {
+        self.principal.get().is_some_and(|p| **p == *principal)
+    }
+
+    /// A client's first request takes this warm instance for `principal` and `era`: its
+    /// audit lines name the principal from now on, and its idle time starts now. `false`
+    /// (and nothing changed) if it was not warm.
+    pub(super) fn claim(&self, principal: &str, era: Era) -> bool {
+        if self.principal.set(principal.into()).is_err() {
+            return false;
+        }
+        let _ = self.era.set(era);
+        if let Some(slot) = &self.audit_principal {
+            let _ = slot.set(principal.into());
+        }
+        lock(&self.inner).last_used = Instant::now();
+        tracing::info!(
+            instance = self.number,
+            principal,
+            ?era,
+            "warm instance claimed"
+        );
+        true
     }
 
     /// Send `message`, a message of the HTTP request `stream`, to the server; a request's
@@ -244,7 +299,7 @@ impl Instance {
                     self.metrics.request(&w.method, outcome, w.since.elapsed());
                 }
             }
-            Routed::Unrouted(message) if self.era == Era::Session => {
+            Routed::Unrouted(message) if self.era.get() == Some(&Era::Session) => {
                 // A request of the server's, a log line, a list change: the session's GET
                 // stream, else the latest request stream still open.
                 let tx = inner
@@ -373,7 +428,11 @@ impl Instance {
         }
         let on_gone = lock(&self.on_gone).take();
         if let Some(f) = on_gone {
-            tracing::info!(instance = self.number, principal = %self.principal, "instance ended: {why}");
+            tracing::info!(
+                instance = self.number,
+                principal = self.principal(),
+                "instance ended: {why}"
+            );
             self.metrics.ended();
             f(self);
         }

@@ -94,7 +94,7 @@ impl AccessTokens {
 
     /// The endpoint is bound at `addr`: without a resource given, its URL is the resource when
     /// `addr` is loopback; elsewhere clients reach it by a name only the operator knows.
-    pub(super) fn bound(&self, addr: std::net::SocketAddr) -> Result<(), ServeError> {
+    pub fn bound(&self, addr: std::net::SocketAddr) -> Result<(), ServeError> {
         if self.resource.get().is_some() {
             return Ok(());
         }

@@ -1,7 +1,8 @@
 //! `/metrics`: the endpoint's counters in the Prometheus text format (version 0.0.4).
 //!
 //! ```text
-//! sandpipe_serve_instances{state="running"} 2        instances serving now
+//! sandpipe_serve_instances{state="running"} 2        instances serving now (warm ones too)
+//! sandpipe_serve_instances{state="warm"} 1           of them, those no client has claimed yet
 //! sandpipe_serve_instances{state="ended"} 5          instances ended since start-up
 //! sandpipe_serve_requests_total{method="tools/call",outcome="result"} 12
 //! sandpipe_serve_refusals_total{reason="auth"} 3     answered before reaching an instance
@@ -132,6 +133,7 @@ pub struct Metrics {
 #[derive(Debug, Default)]
 struct Inner {
     running: u64,
+    warm: u64,
     ended: u64,
     requests: BTreeMap<(&'static str, Outcome), u64>,
     refusals: BTreeMap<Refusal, u64>,
@@ -207,6 +209,11 @@ impl Metrics {
         *self.inner().refusals.entry(reason).or_default() += 1;
     }
 
+    /// `n` instances wait warm (`--warm`).
+    pub fn set_warm(&self, n: usize) {
+        self.inner().warm = n as u64;
+    }
+
     /// How many instances serve now.
     pub fn running(&self) -> u64 {
         self.inner().running
@@ -223,6 +230,7 @@ impl Metrics {
             "sandpipe_serve_instances{{state=\"running\"}} {}",
             m.running
         );
+        let _ = writeln!(out, "sandpipe_serve_instances{{state=\"warm\"}} {}", m.warm);
         let _ = writeln!(
             out,
             "sandpipe_serve_instances{{state=\"ended\"}} {}",

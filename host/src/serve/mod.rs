@@ -88,6 +88,10 @@ pub struct ServeOptions {
     /// How long an ending instance has to exit after its stdin closes, and how long a stop
     /// waits for requests in flight.
     pub grace: Duration,
+    /// How many instances wait started for nobody (`--warm`): a new client's first request
+    /// (a 2025 `initialize`, a principal's first 2026-07-28 request) takes one instead of
+    /// waiting for a server to start, and another is started in its place. 0: none.
+    pub warm: usize,
 }
 
 impl ServeOptions {
@@ -105,6 +109,7 @@ impl ServeOptions {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             grace: Duration::from_secs(2),
+            warm: 0,
         }
     }
 }
@@ -240,15 +245,18 @@ impl Server {
         if !addr.ip().is_loopback() && !options.auth.identifies() {
             return Err(ServeError::OpenWithoutAuth { addr });
         }
+        if options.warm > 0 && !launch.principal_tools.is_empty() {
+            return Err(ServeError::AuthOptions(
+                "--warm and [principals.NAME.tools]: a warm instance starts before its principal is known, so it cannot start with that principal's tools".into(),
+            ));
+        }
         if let Some(dir) = &launch.record_dir {
             std::fs::create_dir_all(dir).map_err(|source| ServeError::RecordDir {
                 path: dir.clone(),
                 source,
             })?;
         }
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServeError::Bind { addr, source })?;
+        let listener = listen(addr).map_err(|source| ServeError::Bind { addr, source })?;
         let addr = listener
             .local_addr()
             .map_err(|source| ServeError::Bind { addr, source })?;
@@ -283,6 +291,7 @@ impl Server {
         let (closing, closing_rx) = watch::channel(false);
         let mut connections = tokio::task::JoinSet::new();
         let reaper = tokio::spawn(reap_idle(state.clone(), idle));
+        state.refill();
         let mut next_conn = 0u64;
         tokio::pin!(stop);
         loop {
@@ -333,6 +342,24 @@ impl Server {
     }
 }
 
+/// How many connections the kernel holds for `accept` (it caps this at `net.core.somaxconn`).
+/// Tokio's `TcpListener::bind` asks for 1,024: 1,000 clients connecting at once overflowed
+/// that queue, and a connection the kernel dropped from it was later reset (`sandpipe-bench
+/// --serve` at 1,000 sessions lost some at their first request).
+const BACKLOG: u32 = 4096;
+
+/// A listener on `addr`, as `TcpListener::bind` makes one (`SO_REUSEADDR`) but with [`BACKLOG`].
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
 /// Await every future of `ends`, concurrently.
 async fn futures_join<F: Future<Output = ()>>(ends: impl Iterator<Item = F>) {
     let mut set: Vec<std::pin::Pin<Box<F>>> = ends.map(Box::pin).collect();
@@ -357,6 +384,7 @@ async fn connection(
     let service_state = state.clone();
     let service = hyper::service::service_fn(move |req| {
         let state = service_state.clone();
+        let req = req.map(body::Lingering::new);
         async move { Ok::<_, Infallible>(front::handle(state, conn, req).await) }
     });
     // The connection (and with it a response still streaming, whose request is then

@@ -16,7 +16,8 @@ examples/mcp-tools (a component's exports as tools), or for `time` PyPI mcp-serv
 - basic: `add`, `greet` with and without its option, `divide` by zero (the tool's own error),
   `convert`, and a tool the server does not have;
 - count: `count` three times (the component's counter: state kept by its instance);
-- hold:MS: `sleep` for MS milliseconds (for a client killed mid-call).
+- hold:MS: `sleep` for MS milliseconds (for a client killed mid-call);
+- fetch:URL: PyPI mcp-server-fetch's `fetch` of URL (its result, or the tool's own error).
 """
 
 import json
@@ -94,6 +95,9 @@ async def main(mode, cases, target):
                 # Say so on stdout first: the test kills this client once it reads the line.
                 print("holding", flush=True)
                 await c.call_tool("sleep", {"ms": int(name.split(":", 1)[1])})
+                continue
+            if name.startswith("fetch:"):
+                report.setdefault("fetch", []).append(await call(c, "fetch", {"url": name.split(":", 1)[1]}))
                 continue
             report[name] = {}
             await CASES[name](c, report[name])
