@@ -196,6 +196,9 @@ pub enum ServeError {
     /// `--jwks` without what a token is checked against, or with `--auth-token-file` too.
     #[error("{0}")]
     AuthOptions(String),
+    /// Options that do not go together (`--share` or `--warm` with principals' own tools).
+    #[error("{0}")]
+    Conflict(String),
     /// The record directory could not be created.
     #[error("creating the record directory {}: {source}", path.display())]
     RecordDir {

@@ -166,6 +166,16 @@ pub enum PolicyFileError {
 }
 
 impl PolicyFile {
+    /// Each `[principals.NAME.tools]` as its filter, by principal.
+    pub fn principal_tools(
+        &self,
+    ) -> std::collections::BTreeMap<String, sandpipe_proto::mcp::ToolFilter> {
+        self.principals
+            .iter()
+            .map(|(name, p)| (name.clone(), p.tools.filter()))
+            .collect()
+    }
+
     /// Read and check the policy file at `path`, resolving its relative paths against its
     /// directory.
     pub fn load(path: &Path) -> Result<PolicyFile, PolicyFileError> {

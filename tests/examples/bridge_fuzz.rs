@@ -17,37 +17,13 @@ use std::time::{Duration, Instant};
 use sandpipe_tests::bridge_fuzz::{Bins, generate, run_many};
 
 fn main() {
-    let mut seconds = 60u64;
-    let mut seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let mut jobs = 2usize;
-    let mut cases = u64::MAX;
-    let mut sandpipe = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let mut value = || {
-            args.next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("{flag} needs a number"))
-        };
-        match flag.as_str() {
-            "--sandpipe" => {
-                sandpipe = Some(std::path::PathBuf::from(
-                    args.next().expect("--sandpipe needs a path"),
-                ));
-            }
-            "--seconds" => seconds = value(),
-            "--seed" => seed = value(),
-            "--jobs" => jobs = value() as usize,
-            "--cases" => cases = value(),
-            other => {
-                panic!(
-                    "unknown argument {other} (--seconds N, --seed S, --jobs J, --cases N, --sandpipe PATH)"
-                )
-            }
-        }
-    }
+    let sandpipe_tests::long_run::Args {
+        seconds,
+        seed,
+        jobs,
+        cases,
+        sandpipe,
+    } = sandpipe_tests::long_run::Args::parse(2);
     let cache = std::env::temp_dir().join(format!("sandpipe-bridge-fuzz-{}", std::process::id()));
     let mut bins = Bins::build(&cache);
     // A copy of the binary, for a long run that must not test a binary rebuilt under it.

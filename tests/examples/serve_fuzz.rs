@@ -15,33 +15,15 @@ use std::time::{Duration, Instant};
 use sandpipe_tests::serve_fuzz::{bins, generate, run_many};
 
 fn main() {
-    let mut seconds = 60u64;
-    let mut seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let mut jobs = 3usize;
-    let mut cases = u64::MAX;
-    let (mut sandpipe, server) = bins();
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let mut value = || {
-            args.next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("{flag} needs a number"))
-        };
-        match flag.as_str() {
-            "--sandpipe" => {
-                sandpipe = std::path::PathBuf::from(args.next().expect("--sandpipe needs a path"));
-            }
-            "--seconds" => seconds = value(),
-            "--seed" => seed = value(),
-            "--jobs" => jobs = value() as usize,
-            "--cases" => cases = value(),
-            other => panic!(
-                "unknown argument {other} (--seconds N, --seed S, --jobs J, --cases N, --sandpipe PATH)"
-            ),
-        }
-    }
+    let sandpipe_tests::long_run::Args {
+        seconds,
+        seed,
+        jobs,
+        cases,
+        sandpipe,
+    } = sandpipe_tests::long_run::Args::parse(3);
+    let (built, server) = bins();
+    let sandpipe = sandpipe.unwrap_or(built);
     let cache = tempfile::tempdir().expect("cache dir");
     if cases == 1 {
         println!("{:#?}", generate(seed));

@@ -17,6 +17,7 @@ use std::sync::OnceLock;
 pub mod bridge_fuzz;
 pub mod cli;
 pub mod guests;
+pub mod long_run;
 pub mod peers;
 pub mod registry;
 pub mod serve_fuzz;

@@ -394,7 +394,7 @@ fn serve_report(section: &ServeSection, policy: &Policy, file: Option<&std::path
     });
     let grace = super::parse_duration(super::serve::DEFAULT_GRACE).unwrap_or_default();
     let options = super::serve::options(&section.serve, grace).and_then(|o| {
-        super::serve::refusal(&o, &section.principals)?;
+        o.refusal(&section.principals)?;
         if let crate::serve::Auth::Jwt(jwt) = &o.auth {
             jwt.bound(o.listen)?;
         }

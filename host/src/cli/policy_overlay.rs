@@ -88,11 +88,7 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
             args.requests.overlay(&m.requests, &env, &mut note);
             args.tools.overlay(&m.tools, &env, &mut note);
             args.serve.overlay(&m.serve, &env, &mut note);
-            args.principals = m
-                .principals
-                .iter()
-                .map(|(name, p)| (name.clone(), p.tools.filter()))
-                .collect();
+            args.principals = m.principal_tools();
         }
         Command::Call(args) => {
             let folded = fold(
@@ -127,18 +123,14 @@ pub(crate) fn apply(command: &mut Command, matches: &ArgMatches) -> Result<()> {
                 args.policy_file = Some(path);
                 let env = |id: &str| from_env(sub, id);
                 args.tools.overlay(&m.tools, &env, &mut note);
-                // inspect has no request flags: the file's budgets, as given.
-                args.requests = m.requests;
                 if m.serve != Default::default() || !m.principals.is_empty() {
                     args.serve = Some(Box::new(super::inspect::ServeSection {
-                        serve: m.serve,
-                        principals: m
-                            .principals
-                            .iter()
-                            .map(|(name, p)| (name.clone(), p.tools.filter()))
-                            .collect(),
+                        principals: m.principal_tools(),
+                        serve: m.serve.clone(),
                     }));
                 }
+                // inspect has no request flags: the file's budgets, as given.
+                args.requests = m.requests;
             }
         }
         _ => {}

@@ -71,7 +71,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<i32> {
             .policy(super::plugin_args(&args.args), &args.requests, &args.tools)?;
     warn_if_native(&plugin, &policy);
     let options = options(&args.serve, args.grace)?;
-    refusal(&options, &args.principals)?;
+    options.refusal(&args.principals)?;
     let budgets = super::supervised::budgets(&plugin, &policy);
     let session = SessionOptions::default()
         .frame_limits(args.sandbox.frame_limits())
@@ -122,28 +122,6 @@ pub(super) fn isolation(o: &ServeOptions) -> &'static str {
     } else {
         "an instance per 2025 session and per 2026-07-28 connection"
     }
-}
-
-/// Why `serve` would refuse to start with `o` and these principals' own tool filters, if it
-/// would; the checks `Server::bind` makes too, so that `inspect` can say so before a start.
-pub(super) fn refusal(
-    o: &ServeOptions,
-    principals: &std::collections::BTreeMap<String, sandpipe_proto::mcp::ToolFilter>,
-) -> Result<()> {
-    if o.share && !principals.is_empty() {
-        anyhow::bail!(
-            "--share and [principals.NAME.tools]: a shared instance serves every principal, so it cannot hide a tool from one of them"
-        );
-    }
-    if !o.listen.ip().is_loopback() && !o.auth.identifies() {
-        return Err(crate::ServeError::OpenWithoutAuth { addr: o.listen }.into());
-    }
-    if o.warm > 0 && !principals.is_empty() {
-        anyhow::bail!(
-            "--warm and [principals.NAME.tools]: a warm instance starts before its principal is known, so it cannot start with that principal's tools"
-        );
-    }
-    Ok(())
 }
 
 /// The endpoint's options from `[serve]` and its flags.

@@ -143,7 +143,8 @@ pub struct AuditLog {
     principal: Option<PrincipalSlot>,
 }
 
-/// Where a log learns its principal later ([`AuditLog::for_principal_later`]): set once.
+/// Where a log reads its principal ([`AuditLog::for_principal_in`]): set once, maybe after
+/// the log was made.
 pub type PrincipalSlot = Arc<std::sync::OnceLock<Arc<str>>>;
 
 struct Inner {
@@ -180,18 +181,14 @@ impl AuditLog {
         }
     }
 
-    /// The same file, each line naming the principal set in the returned slot, once it is
-    /// set (a warm `sandpipe serve` instance learns whom it serves when a client claims it;
-    /// its lines before then name nobody).
-    pub fn for_principal_later(&self) -> (Self, PrincipalSlot) {
-        let slot = PrincipalSlot::default();
-        (
-            Self {
-                inner: self.inner.clone(),
-                principal: Some(slot.clone()),
-            },
-            slot,
-        )
+    /// The same file, each line naming the principal in `slot` once it is set (a warm
+    /// `sandpipe serve` instance learns whom it serves when a client claims it; its lines
+    /// before then name nobody).
+    pub fn for_principal_in(&self, slot: PrincipalSlot) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            principal: Some(slot),
+        }
     }
 
     /// The file's path.

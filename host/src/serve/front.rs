@@ -127,9 +127,7 @@ impl State {
                 }
             }
             let instance = self.instance(None);
-            let mut warm = lock(&self.warm);
-            warm.push(instance);
-            self.metrics.set_warm(warm.len());
+            lock(&self.warm).push(instance);
         }
     }
 
@@ -181,12 +179,7 @@ impl State {
             return None;
         }
         loop {
-            let Some(warm) = ({
-                let mut all = lock(&self.warm);
-                let one = all.pop();
-                self.metrics.set_warm(all.len());
-                one
-            }) else {
+            let Some(warm) = lock(&self.warm).pop() else {
                 break;
             };
             if !warm.has_ended() && warm.claim(principal, era) {
@@ -208,9 +201,7 @@ impl State {
                 let number = i.number;
                 lock(&state.sessions).retain(|_, s| s.number != number);
                 lock(&state.pools).retain(|_, s| s.number != number);
-                let mut warm = lock(&state.warm);
-                warm.retain(|s| s.number != number);
-                state.metrics.set_warm(warm.len());
+                lock(&state.warm).retain(|s| s.number != number);
             }
         });
         Instance::start(&self.launch, number, owner, self.metrics.clone(), on_gone)
@@ -319,7 +310,7 @@ where
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => return plain(StatusCode::OK, "ok"),
         (&Method::GET, "/metrics") => {
-            let mut r = Response::new(Body::full(state.metrics.render()));
+            let mut r = Response::new(Body::full(state.metrics.render(lock(&state.warm).len())));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 header::HeaderValue::from_static("text/plain; version=0.0.4"),

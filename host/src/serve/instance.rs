@@ -60,11 +60,10 @@ pub(super) struct Instance {
     /// Its number, from 1, in the order instances started.
     pub(super) number: u64,
     /// The principal it serves; unset while it is warm (started before a client claimed it).
-    principal: Arc<OnceLock<Arc<str>>>,
+    /// Its audit lines read it from here.
+    principal: PrincipalSlot,
     /// The era it serves; unset while it is warm.
     era: OnceLock<Era>,
-    /// Where its audit lines learn the principal, while it is warm.
-    audit_principal: Option<PrincipalSlot>,
     input: Mutex<Option<mpsc::Sender<Vec<u8>>>>,
     inner: Mutex<Inner>,
     group: SessionGroup,
@@ -110,27 +109,18 @@ impl Instance {
         let (in_tx, in_rx) = mpsc::channel::<Vec<u8>>(64);
         let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(64);
         let group = SessionGroup::new();
-        let principal: Arc<OnceLock<Arc<str>>> = Arc::default();
+        let principal = PrincipalSlot::default();
         let era = OnceLock::new();
         if let Some((p, e)) = owner {
             let _ = principal.set(p.into());
             let _ = era.set(e);
         }
         let mut policy = launch.policy.clone();
-        let mut audit_principal = None;
-        policy.audit = policy.audit.map(|a| match owner {
-            Some((p, _)) => a.for_principal(p),
-            None => {
-                let (a, slot) = a.for_principal_later();
-                audit_principal = Some(slot);
-                a
-            }
-        });
+        policy.audit = policy.audit.map(|a| a.for_principal_in(principal.clone()));
         let instance = Arc::new(Instance {
             number,
             principal: principal.clone(),
             era,
-            audit_principal,
             input: Mutex::new(Some(in_tx)),
             inner: Mutex::new(Inner {
                 router: Router::default(),
@@ -219,9 +209,6 @@ impl Instance {
             return false;
         }
         let _ = self.era.set(era);
-        if let Some(slot) = &self.audit_principal {
-            let _ = slot.set(principal.into());
-        }
         lock(&self.inner).last_used = Instant::now();
         tracing::info!(
             instance = self.number,

@@ -133,7 +133,6 @@ pub struct Metrics {
 #[derive(Debug, Default)]
 struct Inner {
     running: u64,
-    warm: u64,
     ended: u64,
     requests: BTreeMap<(&'static str, Outcome), u64>,
     refusals: BTreeMap<Refusal, u64>,
@@ -209,18 +208,13 @@ impl Metrics {
         *self.inner().refusals.entry(reason).or_default() += 1;
     }
 
-    /// `n` instances wait warm (`--warm`).
-    pub fn set_warm(&self, n: usize) {
-        self.inner().warm = n as u64;
-    }
-
     /// How many instances serve now.
     pub fn running(&self) -> u64 {
         self.inner().running
     }
 
-    /// The Prometheus text.
-    pub fn render(&self) -> String {
+    /// The Prometheus text, with `warm` instances waiting unclaimed (`--warm`).
+    pub fn render(&self, warm: usize) -> String {
         let m = self.inner();
         let mut out = String::new();
         out.push_str("# HELP sandpipe_serve_instances Sandboxed server instances by state.\n");
@@ -230,7 +224,7 @@ impl Metrics {
             "sandpipe_serve_instances{{state=\"running\"}} {}",
             m.running
         );
-        let _ = writeln!(out, "sandpipe_serve_instances{{state=\"warm\"}} {}", m.warm);
+        let _ = writeln!(out, "sandpipe_serve_instances{{state=\"warm\"}} {warm}");
         let _ = writeln!(
             out,
             "sandpipe_serve_instances{{state=\"ended\"}} {}",
@@ -294,7 +288,7 @@ mod tests {
         m.request("tools/call", Outcome::Result, Duration::from_secs(60));
         m.request("made/up", Outcome::Error, Duration::from_millis(1));
         m.refused(Refusal::Auth);
-        let text = m.render();
+        let text = m.render(0);
         for line in [
             "sandpipe_serve_instances{state=\"running\"} 1",
             "sandpipe_serve_instances{state=\"ended\"} 1",

@@ -112,6 +112,33 @@ impl ServeOptions {
             warm: 0,
         }
     }
+
+    /// Why an endpoint with these options, and principals with these tool filters of their
+    /// own, must not start: an address off loopback that asks nobody who they are, or one
+    /// instance (`--share`) or warm instances (`--warm`) that cannot know a principal's
+    /// filter. [`Server::bind`] checks this; `inspect` shows it.
+    pub fn refusal(
+        &self,
+        principal_tools: &std::collections::BTreeMap<String, sandpipe_proto::mcp::ToolFilter>,
+    ) -> Result<(), ServeError> {
+        if !self.listen.ip().is_loopback() && !self.auth.identifies() {
+            return Err(ServeError::OpenWithoutAuth { addr: self.listen });
+        }
+        if principal_tools.is_empty() {
+            return Ok(());
+        }
+        if self.share {
+            return Err(ServeError::Conflict(
+                "--share and [principals.NAME.tools]: a shared instance serves every principal, so it cannot hide a tool from one of them".into(),
+            ));
+        }
+        if self.warm > 0 {
+            return Err(ServeError::Conflict(
+                "--warm and [principals.NAME.tools]: a warm instance starts before its principal is known, so it cannot start with that principal's tools".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// What each instance is: the server, its policy and session options (as `run --protocol mcp`
@@ -242,14 +269,7 @@ impl Server {
     /// directory.
     pub async fn bind(options: ServeOptions, launch: Launch) -> Result<Server, ServeError> {
         let addr = options.listen;
-        if !addr.ip().is_loopback() && !options.auth.identifies() {
-            return Err(ServeError::OpenWithoutAuth { addr });
-        }
-        if options.warm > 0 && !launch.principal_tools.is_empty() {
-            return Err(ServeError::AuthOptions(
-                "--warm and [principals.NAME.tools]: a warm instance starts before its principal is known, so it cannot start with that principal's tools".into(),
-            ));
-        }
+        options.refusal(&launch.principal_tools)?;
         if let Some(dir) = &launch.record_dir {
             std::fs::create_dir_all(dir).map_err(|source| ServeError::RecordDir {
                 path: dir.clone(),
