@@ -118,7 +118,7 @@ const USAGE: &str = "usage: sandpipe-bench [--quick] [--process-only] [--net] [-
     \x20      --profile-start: `sandpipe run /bin/true` against bubblewrap with the same namespaces, alternated, and where sandpipe's native start goes, phase by phase; printed, and written into BENCHMARKS.md unless --quick\n\
     \x20      --process-only: only the process-level section (`sandpipe run` over pipes), printed, not written\n\
     \x20      --net: only the network section (the allow-list's proxy per connection and per request, a native start), printed\n\
-    \x20      --net-record: a native plugin's requests live, under --record and replayed, and --tls-intercept against a CONNECT tunnel; printed, and written into BENCHMARKS.md unless --quick\n\
+    \x20      --net-record: a plugin's requests (native through the proxy, wasm through wasi:http) live, under --record and replayed, and --tls-intercept against a CONNECT tunnel; printed, and written into BENCHMARKS.md unless --quick\n\
     \x20      --serve: `sandpipe serve` against supergateway, mcp-proxy and the server's own HTTP mode at 1 to 1,000 concurrent sessions (calls/s, latency, first answer, memory per client); printed, and written into BENCHMARKS.md unless --quick\n\
     \x20      --static: also build the static non-PIE sandpipe and measure its start (a full build of its own)\n\
     \x20      (internal) sandpipe-bench --phase pinned|unpinned --wasm PATH --native PATH [--quick]\n\

@@ -1,11 +1,13 @@
-//! `sandpipe-bench --net-record`: what recording a native plugin's network costs, what a
-//! replay saves, and what `--tls-intercept` costs against a plain `CONNECT` tunnel. One client
-//! (this binary, re-run as `--net-record-client`) fetches a body from a server on 127.0.0.1,
-//! one connection per request, and times each request itself, so process start is not in the
-//! figures; it prints them on stderr, so its stdout (what a recording compares) stays empty
-//! and a replay of the recording matches.
+//! `sandpipe-bench --net-record`: what recording a plugin's network costs, what a replay
+//! saves, and what `--tls-intercept` costs against a plain `CONNECT` tunnel. A client fetches
+//! a body from a server on 127.0.0.1, one connection per request, and times each request
+//! itself, so process start is not in the figures; it prints them on stderr, so what a
+//! recording compares stays the same and a replay of the recording matches. The native client
+//! is this binary, re-run as `--net-record-client`; the wasm one is the `http-client` test
+//! component (`bench N URL`, through `wasi:http`).
 //!
 //! ```text
+//!   wasm:     http-client ─ wasi:http ─► sandpipe ─► server
 //!   live:     client ─► sandpipe's proxy ─► server
 //!   --record: the same, every exchange written into the recording
 //!   replay:   client ─► sandpipe's proxy ─► the recording (the server is not asked)
@@ -187,9 +189,20 @@ fn serve(ca: &sandpipe::net::SessionCa) -> anyhow::Result<(u16, u16)> {
     Ok(ports)
 }
 
-/// Run `cmd` (sandpipe with the client behind it); the client's median, in microseconds.
-fn timed(cmd: &mut Command, what: &str) -> anyhow::Result<f64> {
-    let out = cmd.output().with_context(|| format!("running {what}"))?;
+/// Run `cmd` (sandpipe with the client behind it) with `stdin`; the client's median, in
+/// microseconds.
+fn timed(cmd: &mut Command, stdin: Option<&str>, what: &str) -> anyhow::Result<f64> {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {what}"))?;
+    let mut input = child.stdin.take().context("stdin")?;
+    input.write_all(stdin.unwrap_or_default().as_bytes())?;
+    drop(input);
+    let out = child.wait_with_output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(out.status.success(), "{what}: {}\n{stderr}", out.status);
     let line = stderr
@@ -205,6 +218,13 @@ struct Contender {
     label: &'static str,
     args: Vec<String>,
     replay: bool,
+}
+
+/// The client behind sandpipe: its command line (the program first) and what it reads on
+/// stdin (the wasm client's command; a replay sends the recorded one itself).
+struct Client {
+    args: Vec<String>,
+    stdin: Option<String>,
 }
 
 /// The whole `--net-record` section: print it, and write it into BENCHMARKS.md unless `quick`.
@@ -236,9 +256,11 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
         a
     };
     let mut text = format!(
-        "{BEGIN}\n\n### Recording and replaying a native plugin's network\n\n\
-         A native client behind `sandpipe run` fetching a body from a server on 127.0.0.1, one \
-         connection per request, timing each request itself; {rounds} rounds alternated in one run \
+        "{BEGIN}\n\n### Recording and replaying a plugin's network\n\n\
+         A client behind `sandpipe run` fetching a body from a server on 127.0.0.1, one \
+         connection per request, timing each request itself (native: a client through \
+         sandpipe's proxy; wasm: the `http-client` test component through `wasi:http`, timed by \
+         its own clock); {rounds} rounds alternated in one run \
          on {}, {} cores, {}, {}. Median per request in microseconds, the median of the rounds. \
          Replay: `sandpipe replay FILE --plugin` of the `--record` run's file, the server not asked.\n\n",
         machine::cpu_model(),
@@ -246,62 +268,84 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
         machine::kernel(),
         machine::now_utc(),
     );
-    text.push_str("| request | live µs | `--record` µs | ratio | replay µs | ratio |\n");
-    text.push_str("|---|---:|---:|---:|---:|---:|\n");
+    text.push_str("| request | plugin | live µs | `--record` µs | ratio | replay µs | ratio |\n");
+    text.push_str("|---|---|---:|---:|---:|---:|---:|\n");
     let record_file = dir.join("bench.transcript");
-    for (size, n) in [
-        (64usize << 10, if quick { 20 } else { 200 }),
-        (1 << 20, if quick { 5 } else { 40 }),
-    ] {
-        let url = format!("http://{NAME}:{http}/{size}");
-        let client = [
-            exe.display().to_string(),
-            CLIENT_FLAG.to_owned(),
-            "http".to_owned(),
-            n.to_string(),
-            url,
-        ];
-        let contenders = [
-            Contender {
-                label: "live",
-                args: run_args(http, None, &[]),
-                replay: false,
-            },
-            Contender {
-                label: "record",
-                args: run_args(http, Some(&record_file), &[]),
-                replay: false,
-            },
-            Contender {
-                label: "replay",
-                args: vec![
-                    "replay".into(),
-                    record_file.display().to_string(),
-                    "--plugin".into(),
-                    exe.display().to_string(),
-                ],
-                replay: true,
-            },
-        ];
-        let figures = alternate(sandpipe, &contenders, &client, rounds, &[])?;
-        let (live, rec, replay) = (figures[0], figures[1], figures[2]);
-        text.push_str(&format!(
-            "| {} KiB over http | {live:.0} | {rec:.0} | {:.2}× | {replay:.0} | {:.2}× |\n",
-            size >> 10,
-            rec / live,
-            replay / live
-        ));
+    let wasm = sandpipe_tests::plugin("http-client", sandpipe_tests::Target::Wasm);
+    for wasm_client in [false, true] {
+        for (size, n) in [
+            (64usize << 10, if quick { 20 } else { 200 }),
+            (1 << 20, if quick { 5 } else { 40 }),
+        ] {
+            let url = format!("http://{NAME}:{http}/{size}");
+            let (plugin, client) = if wasm_client {
+                (
+                    "wasm, `wasi:http`",
+                    Client {
+                        args: vec![wasm.display().to_string()],
+                        stdin: Some(format!("bench {n} {url}\n")),
+                    },
+                )
+            } else {
+                (
+                    "native, the proxy",
+                    Client {
+                        args: vec![
+                            exe.display().to_string(),
+                            CLIENT_FLAG.to_owned(),
+                            "http".to_owned(),
+                            n.to_string(),
+                            url,
+                        ],
+                        stdin: None,
+                    },
+                )
+            };
+            let contenders = [
+                Contender {
+                    label: "live",
+                    args: run_args(http, None, &[]),
+                    replay: false,
+                },
+                Contender {
+                    label: "record",
+                    args: run_args(http, Some(&record_file), &[]),
+                    replay: false,
+                },
+                Contender {
+                    label: "replay",
+                    args: vec![
+                        "replay".into(),
+                        record_file.display().to_string(),
+                        "--plugin".into(),
+                        client.args[0].clone(),
+                    ],
+                    replay: true,
+                },
+            ];
+            let figures = alternate(sandpipe, &contenders, &client, rounds, &[])?;
+            let (live, rec, replay) = (figures[0], figures[1], figures[2]);
+            text.push_str(&format!(
+                "| {} KiB over http | {plugin} | {live:.0} | {rec:.0} | {:.2}× | {replay:.0} | {:.2}× |\n",
+                size >> 10,
+                rec / live,
+                replay / live
+            ));
+        }
     }
     let size = 64usize << 10;
     let n = if quick { 20 } else { 200 };
     let url = format!("https://{NAME}:{https}/{size}");
-    let client = [
-        exe.display().to_string(),
-        CLIENT_FLAG.to_owned(),
-        "https".to_owned(),
-        n.to_string(),
-        url,
-    ];
+    let client = Client {
+        args: vec![
+            exe.display().to_string(),
+            CLIENT_FLAG.to_owned(),
+            "https".to_owned(),
+            n.to_string(),
+            url,
+        ],
+        stdin: None,
+    };
     let ca_dir = format!("{}:ro", dir.display());
     let ca_env = format!("SSL_CERT_FILE={}", ca_file.display());
     let contenders = [
@@ -361,7 +405,7 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
 fn alternate(
     sandpipe: &Path,
     contenders: &[Contender],
-    client: &[String],
+    client: &Client,
     rounds: usize,
     env: &[(&str, &std::ffi::OsStr)],
 ) -> anyhow::Result<Vec<f64>> {
@@ -370,13 +414,17 @@ fn alternate(
         for (c, out) in contenders.iter().zip(&mut figures) {
             let mut cmd = Command::new(sandpipe);
             cmd.args(&c.args);
-            if !c.replay {
-                cmd.args(client);
-            }
+            let stdin = match c.replay {
+                true => None,
+                false => {
+                    cmd.args(&client.args);
+                    client.stdin.as_deref()
+                }
+            };
             for (k, v) in env {
                 cmd.env(k, v);
             }
-            out.push(timed(&mut cmd, c.label)?);
+            out.push(timed(&mut cmd, stdin, c.label)?);
         }
     }
     Ok(figures.into_iter().map(median).collect())

@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use sandpipe_proto::frame::Framing;
 use sandpipe_proto::supervise::{FromEngine, FromPlugin, SupervisedProtocol};
-use sandpipe_proto::transcript::{Direction, Recording, Transcript};
+use sandpipe_proto::transcript::{Direction, HttpResponse, Recording, Transcript};
 
 use crate::error::Exit;
-use crate::net::{NetProblem, NetReplay};
+use crate::net::{AnswerHead, NetProblem, NetReplay};
 use crate::policy::document::Dir;
 use crate::policy::value::Cap;
 use crate::policy::{Policy, PolicyDocument};
@@ -327,7 +327,7 @@ pub async fn check_recording(
 /// UTF-8 is base64 (`encoding`). Tunnels are left out: they are bytes, not HTTP.
 pub fn har(recording: &Recording) -> serde_json::Value {
     use base64::Engine as _;
-    use sandpipe_proto::transcript::{NetDir, NetEvent, NetKind};
+    use sandpipe_proto::transcript::{NetDir, NetEvent, NetKind, NetVia};
     use serde_json::json;
     let headers = |list: &[(String, String)]| -> Vec<serde_json::Value> {
         list.iter()
@@ -380,11 +380,31 @@ pub fn har(recording: &Recording) -> serde_json::Value {
         if open.kind() != NetKind::Http {
             continue;
         }
-        // Through the proxy the answer is recorded as it came: split its head off here.
-        let (status, response_headers, body) = match response {
-            Some(r) => (r.status, r.headers.clone(), inn),
+        // A recording made before the proxy read answers' heads holds the whole answer as
+        // bytes: its head is split off here.
+        let (head, mut body) = match response {
+            Some(r) => (r.clone(), inn),
             None => split_response(&inn),
         };
+        // Only a plain request through the proxy keeps its body's transfer coding: wasi:http
+        // and --tls-intercept record what hyper decoded.
+        let on_the_wire = open.via == NetVia::Proxy && request.url.starts_with("http://");
+        let chunked = on_the_wire
+            && head.headers.iter().any(|(n, v)| {
+                n.eq_ignore_ascii_case("transfer-encoding")
+                    && v.to_ascii_lowercase().contains("chunked")
+            });
+        if chunked && let Some(plain) = unchunk(&body) {
+            body = plain;
+        }
+        let status_text = head.reason.clone().unwrap_or_else(|| {
+            http::StatusCode::from_u16(head.status)
+                .ok()
+                .and_then(|s| s.canonical_reason())
+                .unwrap_or("")
+                .to_owned()
+        });
+        let (status, response_headers) = (head.status, head.headers);
         let mut req = json!({
             "method": request.method,
             "url": request.url,
@@ -414,7 +434,7 @@ pub fn har(recording: &Recording) -> serde_json::Value {
             "request": req,
             "response": {
                 "status": status,
-                "statusText": "",
+                "statusText": status_text,
                 "httpVersion": "HTTP/1.1",
                 "cookies": [],
                 "headers": headers(&response_headers),
@@ -438,27 +458,38 @@ pub fn har(recording: &Recording) -> serde_json::Value {
     })
 }
 
-/// A raw HTTP/1.x response (what the proxy recorded): its status, headers and body; status 0
-/// and everything as the body when the head does not parse.
-fn split_response(raw: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let mut fields = [httparse::EMPTY_HEADER; 100];
-    let mut response = httparse::Response::new(&mut fields);
-    match response.parse(raw) {
-        Ok(httparse::Status::Complete(len)) => (
-            response.code.unwrap_or(0),
-            response
-                .headers
-                .iter()
-                .map(|h| {
-                    (
-                        h.name.to_owned(),
-                        String::from_utf8_lossy(h.value).into_owned(),
-                    )
-                })
-                .collect(),
-            raw[len..].to_vec(),
+/// A raw HTTP/1.x response (what the proxy recorded before it read answers' heads): its
+/// head, and the body; status 0 and everything as the body when the head does not parse.
+fn split_response(raw: &[u8]) -> (HttpResponse, Vec<u8>) {
+    match crate::net::answer_head(raw, raw.len()) {
+        AnswerHead::Head(head, len) => (head, raw[len..].to_vec()),
+        _ => (
+            HttpResponse {
+                status: 0,
+                headers: Vec::new(),
+                reason: None,
+            },
+            raw.to_vec(),
         ),
-        _ => (0, Vec::new(), raw.to_vec()),
+    }
+}
+
+/// A body sent with `Transfer-Encoding: chunked` (the proxy records it as it came) without
+/// its chunks' framing; `None` when it is not well framed.
+fn unchunk(mut raw: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let line = raw.windows(2).position(|w| w == b"\r\n")?;
+        let size = std::str::from_utf8(&raw[..line]).ok()?;
+        let size = size.split(';').next()?.trim();
+        let size = usize::from_str_radix(size, 16).ok()?;
+        raw = &raw[line + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        let chunk = raw.get(..size)?;
+        out.extend_from_slice(chunk);
+        raw = raw.get(size..)?.strip_prefix(b"\r\n")?;
     }
 }
 
@@ -768,6 +799,35 @@ impl Drop for ScratchDirs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A proxied exchange in HAR: from an older recording (the answer's bytes, head and all)
+    /// and from one whose head is a `response` line with a chunked body as it came.
+    #[test]
+    fn har_holds_a_proxied_answer_recorded_either_way() {
+        let open = |n: u8| {
+            format!(
+                "@{n} open {{\"via\":\"proxy\",\"host\":\"api.test\",\"port\":80,\"kind\":\"http\"}}\n\
+                 @{n} request {{\"method\":\"GET\",\"url\":\"http://api.test/\"}}\n"
+            )
+        };
+        let text = format!(
+            "{}@0 <x {}\n@0 <end\n@0 close\n{}{}",
+            open(0),
+            "485454502f312e3120323030204f4b0d0a436f6e74656e742d4c656e6774683a20320d0a0d0a6869",
+            open(1),
+            "@1 response {\"status\":418,\"headers\":[[\"transfer-encoding\",\"chunked\"]],\"reason\":\"Teapot\"}\n\
+             @1 <x 320d0a68690d0a300d0a0d0a\n@1 <end\n@1 close\n"
+        );
+        let recording = Recording::parse(&text).expect("a recording");
+        let har = har(&recording);
+        let entries = &har["log"]["entries"];
+        assert_eq!(entries[0]["response"]["status"], 200, "{har}");
+        assert_eq!(entries[0]["response"]["statusText"], "OK");
+        assert_eq!(entries[0]["response"]["content"]["text"], "hi");
+        assert_eq!(entries[1]["response"]["status"], 418, "{har}");
+        assert_eq!(entries[1]["response"]["statusText"], "Teapot");
+        assert_eq!(entries[1]["response"]["content"]["text"], "hi");
+    }
 
     fn transcript(protocol: &str, lines: &[&str]) -> Transcript {
         let text = format!(

@@ -475,6 +475,7 @@ mod tests {
     const RECORDINGS: &[&str] = &[
         "# sandpipe transcript 1\n# framing: lines\n> \"get\"\n@0 open {\"via\":\"wasi-http\",\"host\":\"api.test\",\"port\":80,\"addr\":\"127.0.0.1:80\",\"rule\":\"api.test\"}\n@0 request {\"method\":\"GET\",\"url\":\"http://api.test/\",\"headers\":[[\"a\",\"b\"]],\"added\":[{\"name\":\"k\",\"from\":\"env:K\"}]}\n@0 >end\n@0 response {\"status\":200,\"headers\":[]}\n@0 < hello\n@0 <x 0a0d\n@0 <end\n@0 close\n< {\"ok\":true}\n# outcome: exit 0\n",
         "@0 open {\"via\":\"proxy\",\"host\":\"a.test\",\"port\":443,\"kind\":\"bytes\"}\n@0 opaque {\"reason\":\"tls\"}\n@1 open {\"via\":\"wasi-sockets\",\"host\":\"127.0.0.1\",\"port\":9}\n@1 > ping\n@1 failed {\"reason\":\"reset\"}\n@0 close\n",
+        "@0 open {\"via\":\"proxy\",\"host\":\"a.test\",\"port\":80,\"kind\":\"http\"}\n@0 request {\"method\":\"GET\",\"url\":\"http://a.test/\"}\n@0 response {\"status\":200,\"headers\":[[\"Transfer-Encoding\",\"chunked\"]],\"reason\":\"Fine\"}\n@0 <x 350d0a68656c6c6f0d0a300d0a0d0a\n@0 >end\n@0 <end\n@0 close\n",
         "@1 open {}\n@0 < x\n@0 open {\"via\":\"proxy\",\"host\":\"a\",\"port\":1}\n@0 close\n@0 close\n@ 0\n@x open\n@0 bogus\n@0 >x zz\n",
     ];
 

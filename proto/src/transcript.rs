@@ -282,6 +282,10 @@ pub struct HttpResponse {
     /// Its headers, in order.
     #[serde(default)]
     pub headers: Vec<(String, String)>,
+    /// The reason phrase of a response read off the wire (a plain request through the proxy),
+    /// when it is not the status code's usual one; a replay sends the usual one otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Why a connection ended without its exchange, or cannot be replayed.

@@ -380,6 +380,9 @@ fn python_urllib_through_the_proxy_replays_offline() {
         text.contains(&format!(r#"@0 request {{"method":"GET","url":"{url}""#)),
         "{text}"
     );
+    // The answer's head is its `response` line; only the body is bytes.
+    assert!(text.contains(r#"@0 response {"status":200,"#), "{text}");
+    assert!(!text.contains("HTTP/1."), "{text}");
     let out = sandpipe(
         &[
             "replay".to_owned(),
@@ -396,7 +399,7 @@ fn python_urllib_through_the_proxy_replays_offline() {
         stderr.contains("replay matched all 1 frames and 1 network exchanges"),
         "{stderr}"
     );
-    // The proxy's answer is recorded as it came; the HAR splits its head off.
+    // The HAR has the exchange, its head from the `response` line.
     let out = sandpipe(
         &[
             "replay".to_owned(),

@@ -782,6 +782,81 @@ fn warm_instances_serve_new_clients_and_are_replaced_each_its_own() {
     assert_eq!(serve.terminate().code(), Some(0));
 }
 
+/// SIGKILL every process running `script`, but `serve`; how many there were.
+fn kill_running(script: &Path, serve: &Serve) -> usize {
+    let needle = script.as_os_str().as_encoded_bytes();
+    let own = serve.child.id().to_string();
+    let mut killed = 0;
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == own || !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline.windows(needle.len()).any(|w| w == needle) {
+            let pid: i32 = name.parse().expect("a pid");
+            // SAFETY: kill(2) of a server process this test's serve started.
+            #[allow(unsafe_code)]
+            let sent = unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed += usize::from(sent == 0);
+        }
+    }
+    killed
+}
+
+#[test]
+fn a_warm_instance_that_dies_unclaimed_is_replaced_but_not_in_a_loop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = native_server(dir.path());
+    let serve = Serve::start(&["--warm", "1"], &server);
+    let state = |warm: u64, running: u64, ended: u64| {
+        serve.metric("sandpipe_serve_instances{state=\"warm\"}") == warm
+            && serve.metric("sandpipe_serve_instances{state=\"running\"}") == running
+            && serve.metric("sandpipe_serve_instances{state=\"ended\"}") == ended
+    };
+    wait_for("a warm instance", || {
+        state(1, 1, 0) && processes_running(&server[1], Some(&serve)) > 0
+    });
+    // Killed unclaimed, a warm server is replaced, three times in a row.
+    for ended in 1..=3 {
+        assert!(kill_running(&server[1], &serve) > 0, "a server to kill");
+        wait_for(&format!("replacement {ended}"), || {
+            state(1, 1, ended) && processes_running(&server[1], Some(&serve)) > 0
+        });
+    }
+    assert!(
+        serve.stderr().contains("another starts in its place"),
+        "{}",
+        serve.stderr()
+    );
+    // The fourth in a row is not: a server that cannot stay up is not restarted in a loop.
+    assert!(kill_running(&server[1], &serve) > 0, "a server to kill");
+    wait_for("the pool left empty", || state(0, 0, 4));
+    wait_for("the warning", || serve.stderr().contains("3 in a row did"));
+    // A client's request starts an instance as without --warm, and the pool is refilled.
+    let mut auth = String::new();
+    let r = http(
+        serve.addr,
+        "POST",
+        "/mcp",
+        &modern_heads("add", None, &mut auth),
+        &modern(
+            1,
+            "tools/call",
+            json!({"name": "add", "arguments": {"a": 2, "b": 3}}),
+        ),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["result"]["content"][0]["text"], "5", "{r:?}");
+    wait_for("the pool refilled", || {
+        serve.metric("sandpipe_serve_instances{state=\"warm\"}") == 1
+    });
+    assert_eq!(serve.terminate().code(), Some(0));
+    assert_eq!(processes_running(&server[1], None), 0, "no server left");
+}
+
 #[test]
 fn a_warm_native_instance_audits_for_the_principal_that_claimed_it() {
     // mcp-server-fetch started warm, before anyone asked: the network decisions it makes for

@@ -479,6 +479,7 @@ async fn exchange(tunnel: &Tunnel, request: http::Request<Incoming>) -> Reply {
         let head = HttpResponse {
             status: response.status().as_u16(),
             headers: header_list(response.headers()),
+            reason: None,
         };
         let written = sink
             .event(*conn, &NetEvent::End { dir: NetDir::Out })

@@ -21,15 +21,18 @@
 //! and two fixed relay buffers per connection.
 //!
 //! Under `--record` each admitted connection is written into the recording: a plain request
-//! as its `request` (method, URL, headers as the plugin sent them), its body, and the
-//! server's answer as the bytes it sent; a tunnel as its bytes each way, in order, except a
+//! as its `request` (method, URL, headers as the plugin sent them), its body, the server's
+//! answer head as its `response` (status, headers, and the reason phrase when it is not the
+//! usual one) and the answer's body as the bytes that came (a chunked body with its chunks'
+//! framing; an answer whose head is not a final response's, such as a `101` switch, stays
+//! bytes, head and all); a tunnel as its bytes each way, in order, except a
 //! TLS one (its first byte a TLS handshake record), whose bytes are useless to a replay (its
 //! keys are fresh each run): it is marked `opaque`, with why. In a replay nothing is
 //! connected: a plain request is answered from the recording when its method, URL and body
-//! are the recorded ones; a recorded tunnel is played back as its bytes (the plugin's checked
-//! against the recording, the server's sent in their order, by [`ByteTape`]); everything else
-//! (an `opaque` tunnel, a connection the recording lacks) is refused (`403`, SOCKS5 "not
-//! allowed") and reported.
+//! are the recorded ones (the head rebuilt from the `response` line as HTTP/1.1); a recorded
+//! tunnel is played back as its bytes (the plugin's checked against the recording, the
+//! server's sent in their order, by [`ByteTape`]); everything else (an `opaque` tunnel, a
+//! connection the recording lacks) is refused (`403`, SOCKS5 "not allowed") and reported.
 //!
 //! What it does not do: `https://` in a plain request (clients tunnel https with CONNECT),
 //! keep-alive across requests (each plain request gets `Connection: close`, because the next
@@ -52,7 +55,7 @@ use sandpipe_proto::transcript::{
 };
 
 use super::intercept;
-use super::tape::{ByteRead, ByteTape, NetSink, PlayedBytes, tape_host};
+use super::tape::{self, AnswerHead, ByteRead, ByteTape, NetSink, PlayedBytes, tape_host};
 use super::{Admitted, AuditEvent, NetReplay, NetTape, Refused, Resolver, Via};
 
 /// The largest request head (request line and header fields) the proxy reads; past it the
@@ -228,7 +231,14 @@ struct Taped {
     seen_out: Arc<std::sync::atomic::AtomicBool>,
     /// Whether this is a tunnel, whose first byte out tells TLS.
     tunnel: bool,
+    /// A plain request's answer while its head is read (`None` once it is written as the
+    /// `response` line, or as bytes when it is not a head one can hold; always for a tunnel).
+    answer: Arc<std::sync::Mutex<Option<Vec<u8>>>>,
 }
+
+/// The largest answer head a plain request's recording reads into a `response` line; past
+/// it, the answer is recorded as its bytes.
+const MAX_ANSWER_HEAD: usize = 64 * 1024;
 
 /// Why a TLS tunnel's bytes are not in the recording.
 const TLS_TUNNEL: &str = "a TLS tunnel: its keys are fresh each run, so its bytes cannot be \
@@ -269,6 +279,7 @@ fn record_open(
         opaque: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         seen_out: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         tunnel,
+        answer: Arc::new(std::sync::Mutex::new((!tunnel).then(Vec::new))),
     }))
 }
 
@@ -309,9 +320,11 @@ async fn relay(
         ),
     }
     if let Some(t) = taped {
-        let _ = t
-            .sink
-            .event(t.conn, &NetEvent::End { dir: NetDir::Out })
+        // An answer that ended inside its head is kept as the bytes that came.
+        let partial = lock(&t.answer).take().filter(|head| !head.is_empty());
+        let _ = partial
+            .map_or(Ok(()), |head| t.sink.data(t.conn, NetDir::In, &head))
+            .and_then(|()| t.sink.event(t.conn, &NetEvent::End { dir: NetDir::Out }))
             .and_then(|()| t.sink.event(t.conn, &NetEvent::End { dir: NetDir::In }))
             .and_then(|()| t.sink.event(t.conn, &NetEvent::Close));
     }
@@ -473,12 +486,37 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
     }
 }
 
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Record `bytes`, written `dir`'s way on `t`; a tunnel whose first byte out opens a TLS
-/// handshake is marked opaque instead, and nothing more of it is written.
+/// handshake is marked opaque instead, and nothing more of it is written. A plain request's
+/// answer is read for its head first: the head becomes the `response` line, and what follows
+/// it the body's data.
 fn tape_bytes(t: &Taped, dir: NetDir, bytes: &[u8]) -> io::Result<()> {
     use std::sync::atomic::Ordering;
     if t.opaque.load(Ordering::Relaxed) || bytes.is_empty() {
         return Ok(());
+    }
+    if dir == NetDir::In {
+        let mut answer = lock(&t.answer);
+        if let Some(head) = answer.as_mut() {
+            head.extend_from_slice(bytes);
+            let written = match tape::answer_head(head, MAX_ANSWER_HEAD) {
+                AnswerHead::Partial => return Ok(()),
+                AnswerHead::Head(response, len) => t
+                    .sink
+                    .event(t.conn, &NetEvent::Response(response))
+                    .and_then(|()| match head.len() > len {
+                        true => t.sink.data(t.conn, dir, &head[len..]),
+                        false => Ok(()),
+                    }),
+                AnswerHead::Bytes => t.sink.data(t.conn, dir, head),
+            };
+            *answer = None;
+            return written.map_err(io::Error::other);
+        }
     }
     let first_out = dir == NetDir::Out && t.tunnel && !t.seen_out.swap(true, Ordering::Relaxed);
     let result = if first_out && bytes[0] == 0x16 {
@@ -734,6 +772,16 @@ mod http {
         body.truncate(want);
         match replay.http(conn, &request, &body) {
             Some(played) if played.failed.is_none() => {
+                // The head as recorded (`response`); a recording made before heads were read
+                // holds the whole answer as its bytes.
+                if let Some(head) = &played.response
+                    && client
+                        .write_all(&tape::render_answer_head(head))
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
                 for chunk in &played.body {
                     if client.write_all(chunk).await.is_err() {
                         return;
@@ -1432,6 +1480,113 @@ mod tests {
         }
         assert_eq!(lines[0]["name"], "evil.test");
         assert_eq!(lines[0]["port"], 443);
+    }
+
+    /// A recording in memory: the network lines as the session's recorder writes them.
+    #[derive(Default)]
+    struct Lines(std::sync::Mutex<(u64, String)>);
+
+    impl NetSink for Lines {
+        fn open(&self, open: &NetOpen) -> Result<u64, crate::error::RecordError> {
+            let mut lines = lock(&self.0);
+            let conn = lines.0;
+            lines.0 += 1;
+            let line = sandpipe_proto::transcript::render_net(conn, &NetEvent::Open(open.clone()));
+            lines.1.push_str(&line);
+            Ok(conn)
+        }
+
+        fn event(&self, conn: u64, event: &NetEvent) -> Result<(), crate::error::RecordError> {
+            let line = sandpipe_proto::transcript::render_net(conn, event);
+            lock(&self.0).1.push_str(&line);
+            Ok(())
+        }
+
+        fn data(
+            &self,
+            conn: u64,
+            dir: NetDir,
+            bytes: &[u8],
+        ) -> Result<(), crate::error::RecordError> {
+            let line = sandpipe_proto::transcript::render_net_data(conn, dir, bytes);
+            lock(&self.0).1.push_str(&line);
+            Ok(())
+        }
+    }
+
+    /// A plain request's answer is recorded as its head (`response`, with the reason phrase
+    /// the server gave) and its body as it came (chunked); the replay sends the plugin the
+    /// very bytes the live answer had, with nothing connected.
+    #[tokio::test]
+    async fn a_plain_answer_is_recorded_as_its_head_and_body_and_replayed_byte_for_byte() {
+        const ANSWER: &str = "HTTP/1.1 200 Fine\r\nTransfer-Encoding: chunked\r\nX-Kind: test\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.expect("accept");
+            read_head(&mut conn).await;
+            // The head arrives in pieces, cut inside its status line and inside the body.
+            for piece in [&ANSWER[..12], &ANSWER[12..60], &ANSWER[60..]] {
+                conn.write_all(piece.as_bytes()).await.expect("answer");
+                conn.flush().await.expect("flush");
+            }
+        });
+        let policy = NetPolicy::default()
+            .resolve("api.test", &[IpAddr::V4(Ipv4Addr::LOCALHOST)])
+            .expect("pin")
+            .allow(&format!("api.test:{port}"))
+            .expect("rule");
+        let lines = Arc::new(Lines::default());
+        let resolver = Arc::new(
+            Resolver::new(policy.clone(), None).with_tape(Some(NetTape::Record(lines.clone()))),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let proxy = spawn(listener, resolver).expect("spawn");
+        let request = format!("GET http://api.test:{port}/a HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        let mut conn = send(&proxy, request.as_bytes()).await;
+        let live = read_all(&mut conn).await;
+        assert_eq!(live, ANSWER);
+        // Every relay has ended, and written its lines, once the plugin's side is closed.
+        drop(conn);
+        proxy.close().await;
+
+        let text = lock(&lines.0).1.clone();
+        let recording = sandpipe_proto::transcript::Recording::parse(&text).expect(&text);
+        let events: Vec<&NetEvent> = recording.connection(0).collect();
+        assert!(
+            events.contains(&&NetEvent::Response(
+                sandpipe_proto::transcript::HttpResponse {
+                    status: 200,
+                    headers: vec![
+                        ("Transfer-Encoding".into(), "chunked".into()),
+                        ("X-Kind".into(), "test".into())
+                    ],
+                    reason: Some("Fine".into()),
+                }
+            )),
+            "{text}"
+        );
+        let body: Vec<u8> = events
+            .iter()
+            .filter_map(|e| match e {
+                NetEvent::Data {
+                    dir: NetDir::In,
+                    bytes,
+                } => Some(bytes.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(body, b"5\r\nhello\r\n0\r\n\r\n", "{text}");
+
+        let replay = Arc::new(NetReplay::new(&recording));
+        let resolver =
+            Arc::new(Resolver::new(policy, None).with_tape(Some(NetTape::Replay(replay.clone()))));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let proxy = spawn(listener, resolver).expect("spawn");
+        let mut conn = send(&proxy, request.as_bytes()).await;
+        assert_eq!(read_all(&mut conn).await, ANSWER);
+        assert!(replay.problems().is_empty(), "{:?}", replay.problems());
     }
 
     #[tokio::test]

@@ -13,8 +13,7 @@
 //! ```
 //!
 //! [`ByteTape`] is the one player of a bytes connection, with no IO: the sandbox's
-//! `wasi:sockets` streams drive it. The proxy's tunnels are recorded as bytes too but not yet
-//! played back (they are claimed and reported as not replayable).
+//! `wasi:sockets` streams and the proxy's tunnels drive it.
 //!
 //! What a replay saw go wrong is kept as [`NetProblem`]s, in order, for `replay` to report
 //! like a frame divergence; nothing here reaches the network.
@@ -664,6 +663,78 @@ fn line_at(bytes: &[u8], at: usize) -> String {
     }
 }
 
+/// The head of a server's HTTP/1.x answer read off the wire, so far.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum AnswerHead {
+    /// Not all of it yet.
+    Partial,
+    /// A final response's head, and how many bytes it took; what follows is the body as it
+    /// came (a `Transfer-Encoding` left as it is).
+    Head(HttpResponse, usize),
+    /// Not a head a recording can hold as a `response` line: not HTTP, an interim `1xx`
+    /// answer, a `101` protocol switch, or a head over `max` bytes. It stays bytes.
+    Bytes,
+}
+
+/// Read `raw`, the start of a server's answer, for its head (at most `max` bytes of it).
+pub(crate) fn answer_head(raw: &[u8], max: usize) -> AnswerHead {
+    let mut fields = [httparse::EMPTY_HEADER; super::MAX_HEADERS];
+    let mut parsed = httparse::Response::new(&mut fields);
+    match parsed.parse(raw) {
+        Ok(httparse::Status::Complete(len)) => {
+            let status = parsed.code.unwrap_or(0);
+            if status < 200 || len > max {
+                return AnswerHead::Bytes;
+            }
+            let usual = http::StatusCode::from_u16(status)
+                .ok()
+                .and_then(|s| s.canonical_reason());
+            let reason = parsed
+                .reason
+                .filter(|r| Some(*r) != usual)
+                .map(str::to_owned);
+            let headers = parsed
+                .headers
+                .iter()
+                .map(|h| {
+                    (
+                        h.name.to_owned(),
+                        String::from_utf8_lossy(h.value).into_owned(),
+                    )
+                })
+                .collect();
+            AnswerHead::Head(
+                HttpResponse {
+                    status,
+                    headers,
+                    reason,
+                },
+                len,
+            )
+        }
+        Ok(httparse::Status::Partial) if raw.len() <= max => AnswerHead::Partial,
+        _ => AnswerHead::Bytes,
+    }
+}
+
+/// A recorded response head as the HTTP/1.1 bytes a replay sends: the status line (the
+/// recorded reason phrase, else the status code's usual one), the headers, the blank line.
+pub(crate) fn render_answer_head(head: &HttpResponse) -> Vec<u8> {
+    let usual = http::StatusCode::from_u16(head.status)
+        .ok()
+        .and_then(|s| s.canonical_reason());
+    let reason = head.reason.as_deref().or(usual).unwrap_or("");
+    let mut out = format!("HTTP/1.1 {} {reason}\r\n", head.status).into_bytes();
+    for (name, value) in &head.headers {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
 /// A request as the lines a divergence shows: `METHOD URL`, then the body.
 fn describe(request: &HttpRequest, body: &[u8]) -> Vec<String> {
     let mut lines = vec![format!("{} {}", request.method, request.url)];
@@ -752,6 +823,37 @@ mod tests {
             &problems[1],
             NetProblem::NotRecorded { port: 80, .. }
         ));
+    }
+
+    #[test]
+    fn an_answer_head_is_read_whole_and_what_is_not_a_final_head_stays_bytes() {
+        let raw = b"HTTP/1.1 404 Gone Fishing\r\nContent-Length: 2\r\n\r\nno";
+        for cut in 0..raw.len() - 2 {
+            assert_eq!(answer_head(&raw[..cut], 1024), AnswerHead::Partial, "{cut}");
+        }
+        let AnswerHead::Head(head, len) = answer_head(raw, 1024) else {
+            panic!("a head");
+        };
+        assert_eq!(&raw[len..], b"no");
+        assert_eq!(head.reason.as_deref(), Some("Gone Fishing"));
+        assert_eq!(render_answer_head(&head), &raw[..len]);
+        // The usual reason phrase is not kept, and comes back in the replay.
+        let AnswerHead::Head(head, _) = answer_head(b"HTTP/1.1 200 OK\r\n\r\n", 1024) else {
+            panic!("a head");
+        };
+        assert_eq!(head.reason, None);
+        assert_eq!(render_answer_head(&head), b"HTTP/1.1 200 OK\r\n\r\n");
+        for bytes in [
+            &b"HTTP/1.1 100 Continue\r\n\r\n"[..],
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
+            b"SSH-2.0-OpenSSH\r\n",
+        ] {
+            assert_eq!(answer_head(bytes, 1024), AnswerHead::Bytes);
+        }
+        assert_eq!(
+            answer_head(b"HTTP/1.1 200 OK\r\nA: b", 8),
+            AnswerHead::Bytes
+        );
     }
 
     fn bytes_recording() -> Arc<NetReplay> {

@@ -49,6 +49,8 @@ pub(super) struct State {
     pools: Mutex<HashMap<String, Arc<Instance>>>,
     /// Instances started for nobody yet (`--warm`), the next client's first request's.
     warm: Mutex<Vec<Arc<Instance>>>,
+    /// Warm instances that ended unclaimed since a client last started or claimed one.
+    warm_deaths: AtomicUsize,
     rates: Option<Mutex<Rates>>,
     next_instance: AtomicU64,
     next_stream: AtomicU64,
@@ -73,6 +75,7 @@ impl State {
             sessions: Mutex::default(),
             pools: Mutex::default(),
             warm: Mutex::default(),
+            warm_deaths: AtomicUsize::new(0),
             rates,
             next_instance: AtomicU64::new(0),
             next_stream: AtomicU64::new(0),
@@ -183,11 +186,41 @@ impl State {
                 break;
             };
             if !warm.has_ended() && warm.claim(principal, era) {
+                self.warm_deaths.store(0, Ordering::SeqCst);
                 self.refill();
                 return Some(warm);
             }
         }
-        Some(self.instance(Some((principal, era))))
+        let instance = self.instance(Some((principal, era)));
+        // A client's request started a server: a pool that stopped being refilled (below)
+        // gets its chances again.
+        if self.options.warm > 0 && self.warm_deaths.swap(0, Ordering::SeqCst) > MAX_WARM_DEATHS {
+            self.refill();
+        }
+        Some(instance)
+    }
+
+    /// Warm instance `number` ended before any client claimed it (`why`): another starts in
+    /// its place, so the pool keeps `--warm` instances; but not after [`MAX_WARM_DEATHS`] of
+    /// them in a row, so a server that cannot stay up is not restarted in a loop. Then none
+    /// is kept warm until a client's request starts an instance.
+    fn warm_died(self: &Arc<Self>, number: u64, why: &str) {
+        let deaths = self.warm_deaths.fetch_add(1, Ordering::SeqCst) + 1;
+        if deaths > MAX_WARM_DEATHS {
+            if deaths == MAX_WARM_DEATHS + 1 {
+                tracing::warn!(
+                    instance = number,
+                    "warm instance ended before any client claimed it ({why}); {MAX_WARM_DEATHS} \
+                     in a row did, so none is kept warm until a client's request starts an instance"
+                );
+            }
+            return;
+        }
+        tracing::warn!(
+            instance = number,
+            "warm instance ended before any client claimed it ({why}); another starts in its place"
+        );
+        self.refill();
     }
 
     /// A new instance for `owner`, or warm.
@@ -201,7 +234,15 @@ impl State {
                 let number = i.number;
                 lock(&state.sessions).retain(|_, s| s.number != number);
                 lock(&state.pools).retain(|_, s| s.number != number);
-                lock(&state.warm).retain(|s| s.number != number);
+                let was_warm = {
+                    let mut warm = lock(&state.warm);
+                    let before = warm.len();
+                    warm.retain(|s| s.number != number);
+                    warm.len() < before
+                };
+                if was_warm {
+                    state.warm_died(number, &i.why_ended());
+                }
             }
         });
         Instance::start(&self.launch, number, owner, self.metrics.clone(), on_gone)
@@ -231,6 +272,9 @@ impl State {
         plain(status, text)
     }
 }
+
+/// How many warm instances may end unclaimed in a row before the pool stops replacing them.
+const MAX_WARM_DEATHS: usize = 3;
 
 /// The owner, and the pool's key, of the one instance `--share` serves every 2026-07-28
 /// request with (what audit lines name; a token file's principal cannot be it: it has a space).

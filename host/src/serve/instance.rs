@@ -353,6 +353,11 @@ impl Instance {
         lock(&self.inner).ended.is_some()
     }
 
+    /// Why it ended (empty while it runs).
+    pub(super) fn why_ended(&self) -> String {
+        lock(&self.inner).ended.clone().unwrap_or_default()
+    }
+
     /// End the instance: its input closes (so the server's stdin does), its GET stream ends,
     /// and the server is killed if it has not exited after `grace`. Resolves once the server
     /// is gone (every process of it reaped).

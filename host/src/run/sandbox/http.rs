@@ -248,6 +248,7 @@ async fn send(
         let head = HttpResponse {
             status: response.status().as_u16(),
             headers: header_list(response.headers()),
+            reason: None,
         };
         tape.sink
             .event(tape.conn, &NetEvent::End { dir: NetDir::Out })

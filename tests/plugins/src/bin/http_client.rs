@@ -7,6 +7,11 @@
 //!   `{"ok":true,"status":200,"body":"…","sent_headers":[…],"env":[…]}`, or
 //!   `{"ok":false,"error":"…"}` with the `error-code` the host gave.
 //!
+//! - `bench N URL`: N GETs one after another, each timed by the guest from its request to the
+//!   end of its body (`wasi:clocks`); the median in microseconds goes to stderr as
+//!   `net-record-client: {"median_us":…}`, the line `sandpipe-bench --net-record` reads, and the
+//!   answer is `{"ok":true,"n":N,"bytes":…}`, the same every run, so a recording of it replays.
+//!
 //! `sent_headers` are the request's headers as the guest can read them; `env` is every
 //! environment variable the guest sees. Only a `wasm32-wasip2` build has `wasi:http`: the
 //! others answer every command with an error.
@@ -21,6 +26,19 @@ use serde_json::{Value, json};
 
 #[cfg(all(target_os = "wasi", target_env = "p2"))]
 fn get(url: &str) -> Result<Value, String> {
+    let (status, body, sent_headers) = fetch(url)?;
+    let env: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
+    Ok(json!({
+        "status": status,
+        "body": String::from_utf8_lossy(&body),
+        "sent_headers": sent_headers,
+        "env": env,
+    }))
+}
+
+/// A GET of `url`: the status, the whole body, and the headers the guest sent.
+#[cfg(all(target_os = "wasi", target_env = "p2"))]
+fn fetch(url: &str) -> Result<(u16, Vec<u8>, Vec<String>), String> {
     use wasip2::http::outgoing_handler;
     use wasip2::http::types::{Fields, OutgoingRequest, Scheme};
     use wasip2::io::streams::StreamError;
@@ -74,18 +92,38 @@ fn get(url: &str) -> Result<Value, String> {
             Err(e) => return Err(format!("reading the body: {e:?}")),
         }
     }
-    let env: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
-    Ok(json!({
-        "status": status,
-        "body": String::from_utf8_lossy(&body),
-        "sent_headers": sent_headers,
-        "env": env,
-    }))
+    Ok((status, body, sent_headers))
 }
 
 #[cfg(not(all(target_os = "wasi", target_env = "p2")))]
 fn get(_url: &str) -> Result<Value, String> {
     Err("wasi:http needs a wasm32-wasip2 build".to_owned())
+}
+
+#[cfg(not(all(target_os = "wasi", target_env = "p2")))]
+fn fetch(_url: &str) -> Result<(u16, Vec<u8>, Vec<String>), String> {
+    Err("wasi:http needs a wasm32-wasip2 build".to_owned())
+}
+
+/// `bench N URL` (see the top).
+fn bench(args: &str) -> Result<Value, String> {
+    let (n, url) = args.split_once(' ').ok_or("bench N URL")?;
+    let n: usize = n.parse().map_err(|e| format!("N: {e}"))?;
+    let mut times = Vec::with_capacity(n);
+    let mut bytes = 0;
+    for _ in 0..n {
+        let start = std::time::Instant::now();
+        let (status, body, _) = fetch(url)?;
+        times.push(start.elapsed().as_secs_f64() * 1e6);
+        if status != 200 {
+            return Err(format!("status {status}"));
+        }
+        bytes += body.len();
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times.get(n / 2).copied().unwrap_or(0.0);
+    eprintln!("net-record-client: {{\"median_us\":{median:.1}}}");
+    Ok(json!({ "n": n, "bytes": bytes }))
 }
 
 fn main() {
@@ -98,6 +136,10 @@ fn main() {
         };
         let mut answer = match cmd.split_once(' ') {
             Some(("get", url)) => match get(url) {
+                Ok(v) => v,
+                Err(e) => json!({ "ok": false, "error": e }),
+            },
+            Some(("bench", args)) => match bench(args) {
                 Ok(v) => v,
                 Err(e) => json!({ "ok": false, "error": e }),
             },
