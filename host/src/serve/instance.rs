@@ -144,6 +144,7 @@ impl Instance {
         let launch = launch.clone();
         let me = Arc::downgrade(&instance);
         let filter = launch.tool_filter(owner.map_or("", |(p, _)| p));
+        let unclaimed = principal.clone();
         let supervisor = tokio::spawn(async move {
             let mut options = launch.options.clone();
             options.group = Some(group);
@@ -168,6 +169,10 @@ impl Instance {
             if !filter.is_open() {
                 sup = sup.rules(Box::new(sandpipe_proto::mcp::Supervised::new(filter)));
             }
+            // A warm server that stops before a client claims it ends its instance, so the
+            // pool replaces it, rather than handing the next client a server already gone.
+            let unclaimed = unclaimed.clone();
+            sup = sup.end_if_stopped_unused(move || unclaimed.get().is_none());
             let why = match sup.run(in_rx, out_tx).await {
                 Ok(report) if report.stopped => format!("the server stopped ({:?})", report.exit),
                 Ok(_) => "the instance ended".to_owned(),

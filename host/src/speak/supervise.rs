@@ -53,10 +53,16 @@ pub struct Supervisor<'a> {
     on_incident: Option<IncidentHook<'a>>,
     /// The protocol's rules when they are not its defaults (an MCP tool filter).
     rules: Option<Box<dyn machine::SupervisedProtocol>>,
+    /// Whether a plugin that stops before anything of the engine's reached it ends the run
+    /// (asked when it happens); by default the engine's first request gets the stopped answer.
+    end_unused: Option<UnusedHook<'a>>,
 }
 
 /// Called for each request the supervisor fails.
 type IncidentHook<'a> = Box<dyn FnMut(&Incident) + Send + 'a>;
+
+/// Asked when the plugin stopped before its first request.
+type UnusedHook<'a> = Box<dyn Fn() -> bool + Send + 'a>;
 
 /// How an instance starts.
 enum Start<'a> {
@@ -171,6 +177,7 @@ impl<'a> Supervisor<'a> {
             budgets,
             on_incident: None,
             rules: None,
+            end_unused: None,
         }
     }
 
@@ -178,6 +185,15 @@ impl<'a> Supervisor<'a> {
     /// an MCP tool filter.
     pub fn rules(mut self, rules: Box<dyn machine::SupervisedProtocol>) -> Self {
         self.rules = Some(rules);
+        self
+    }
+
+    /// End the run, its report saying the plugin stopped, when the plugin stops before
+    /// anything of the engine's reached it and `when()` says so then; otherwise (and by
+    /// default) the session waits for the engine, whose first request gets the stopped answer.
+    /// For a server kept warm for a client that may never come (`sandpipe serve --warm`).
+    pub fn end_if_stopped_unused(mut self, when: impl Fn() -> bool + Send + 'a) -> Self {
+        self.end_unused = Some(Box::new(when));
         self
     }
 
@@ -275,6 +291,13 @@ impl<'a> Supervisor<'a> {
                             framing_error: error.map(|e| e.to_string()),
                         };
                         sup.handle_plugin_stopped(id, ended, now());
+                        if sup.stopped_before_use().is_some()
+                            && self.end_unused.as_ref().is_some_and(|when| when())
+                        {
+                            let mut report = sup.into_report();
+                            report.stopped = true;
+                            return Ok(report);
+                        }
                     }
                 },
                 () = timer => sup.handle_timeout(now()),

@@ -656,6 +656,13 @@ impl Supervisor {
         self.done && self.actions.is_empty()
     }
 
+    /// The plugin stopped before anything of the engine's reached it, and no restart follows:
+    /// the engine's next request would get the stopped answer. A host whose engine may never
+    /// ask (a server kept warm for a client yet to come) can end the session here instead.
+    pub fn stopped_before_use(&self) -> Option<&Stopped> {
+        self.dead.as_ref()
+    }
+
     /// How the session went so far.
     pub fn report(&self) -> &Report {
         &self.report
