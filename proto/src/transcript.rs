@@ -365,18 +365,29 @@ pub fn render_net(conn: u64, event: &NetEvent) -> String {
     }
 }
 
-/// One network data line, without building a [`NetEvent`] (recorders call this per chunk).
+/// One network data line, without building a [`NetEvent`] (recorders call this per chunk,
+/// on every byte a plugin's connections carry: the line is built in one allocation).
 pub fn render_net_data(conn: u64, dir: NetDir, bytes: &[u8]) -> String {
-    match std::str::from_utf8(bytes) {
-        Ok(s)
-            if !s.is_empty()
-                && !bytes.iter().any(|b| matches!(b, b'\n' | b'\r'))
-                && !s.starts_with("x ") =>
-        {
-            format!("@{conn} {dir} {s}\n")
+    use std::fmt::Write as _;
+    let text = simdutf8::basic::from_utf8(bytes).ok().filter(|s| {
+        !s.is_empty() && memchr::memchr2(b'\n', b'\r', bytes).is_none() && !s.starts_with("x ")
+    });
+    let body = text.map_or(bytes.len() * 2 + 1, str::len);
+    let mut out = String::with_capacity(body + 24);
+    // Writing to a String cannot fail.
+    let _ = write!(out, "@{conn} {dir}");
+    match text {
+        Some(s) => {
+            out.push(' ');
+            out.push_str(s);
         }
-        _ => format!("@{conn} {dir}x {}\n", to_hex(bytes)),
+        None => {
+            out.push_str("x ");
+            push_hex(&mut out, bytes);
+        }
     }
+    out.push('\n');
+    out
 }
 
 /// What the reader knows of each connection, to check its lines' order.
@@ -634,13 +645,17 @@ impl Transcript {
 }
 
 fn to_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
+    push_hex(&mut out, bytes);
+    out
+}
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
         out.push(char::from(DIGITS[usize::from(b >> 4)]));
         out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
-    out
 }
 
 fn from_hex(s: &str) -> Option<Vec<u8>> {

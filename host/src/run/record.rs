@@ -3,7 +3,9 @@
 //!
 //! Frames are appended as they pass, one line each and flushed, so a session that dies still
 //! leaves everything up to its last frame; the outcome is appended as a `# outcome:` comment
-//! once the plugin has ended.
+//! once the plugin has ended. Network data lines are buffered ([`BUFFER`]) and written with
+//! the next line that is not data (a frame, a connection's `open`, `response`, `close`, …) or
+//! when the buffer fills: a body of a MiB is then a handful of writes, not one per line.
 //!
 //! The recorder is also the session's [`NetSink`]: each admitted `wasi:http` exchange is
 //! written among the frames as network lines (`@N …`), its bodies chunk by chunk as they pass,
@@ -32,6 +34,9 @@ use crate::policy::sections::DEFAULT_MAX_RECORD;
 
 /// The most bytes one data line holds (8 KiB of hex).
 pub const DATA_CHUNK: usize = 4096;
+
+/// How much of the recording may wait in memory before it is written (data lines only).
+const BUFFER: usize = 64 * 1024;
 
 /// Writes one session's transcript.
 #[derive(Debug)]
@@ -72,11 +77,18 @@ impl Inner {
             .remove(&conn)
             .unwrap_or_else(|| (dir, Vec::with_capacity(DATA_CHUNK)));
         while !bytes.is_empty() {
+            if buf.is_empty() && bytes.len() >= DATA_CHUNK {
+                // A whole chunk is written from where it lies.
+                let (chunk, rest) = bytes.split_at(DATA_CHUNK);
+                self.write(&render_net_data(conn, dir, chunk), false)?;
+                bytes = rest;
+                continue;
+            }
             let take = (DATA_CHUNK - buf.len()).min(bytes.len());
             buf.extend_from_slice(&bytes[..take]);
             bytes = &bytes[take..];
             if buf.len() == DATA_CHUNK {
-                self.append(&render_net_data(conn, dir, &buf))?;
+                self.write(&render_net_data(conn, dir, &buf), false)?;
                 buf.clear();
             }
         }
@@ -86,17 +98,23 @@ impl Inner {
         Ok(())
     }
 
-    /// Write what `conn` has pending.
+    /// Write what `conn` has pending (buffered, as data lines are).
     fn flush(&mut self, conn: u64) -> Result<(), RecordError> {
         match self.pending.remove(&conn) {
-            Some((dir, buf)) => self.append(&render_net_data(conn, dir, &buf)),
+            Some((dir, buf)) => self.write(&render_net_data(conn, dir, &buf), false),
             None => Ok(()),
         }
     }
 
-    /// Append `line` whole and flush, or, past the cap or on a write error, nothing: the
-    /// recording then ends with a `# stopped:` line, and this and every later line is refused.
+    /// Append `line` whole and flush (with every data line buffered before it).
     fn append(&mut self, line: &str) -> Result<(), RecordError> {
+        self.write(line, true)
+    }
+
+    /// Append `line` whole, flushed or left in the buffer, or, past the cap or on a write
+    /// error, nothing: the recording then ends with a `# stopped:` line, and this and every
+    /// later line is refused.
+    fn write(&mut self, line: &str, flush: bool) -> Result<(), RecordError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -109,7 +127,7 @@ impl Inner {
         } else {
             self.out
                 .write_all(line.as_bytes())
-                .and_then(|()| self.out.flush())
+                .and_then(|()| if flush { self.out.flush() } else { Ok(()) })
                 .map_err(|e| RecordError::Write {
                     message: e.to_string(),
                 })
@@ -169,7 +187,7 @@ impl Recorder {
         doc.limits.max_record = header.max_record;
         let policy = serde_json::to_string(&doc).map_err(std::io::Error::other)?;
         writeln!(out, "# policy: {policy}")?;
-        let mut file = BufWriter::new(File::create(path)?);
+        let mut file = BufWriter::with_capacity(BUFFER, File::create(path)?);
         file.write_all(&out)?;
         file.flush()?;
         Ok(Recorder {
