@@ -220,6 +220,22 @@ struct Contender {
     replay: bool,
 }
 
+impl Contender {
+    /// `sandpipe replay FILE --plugin PLUGIN`: the recording the contender before it made.
+    fn replay(file: &Path, plugin: &str) -> Contender {
+        Contender {
+            label: "replay",
+            args: vec![
+                "replay".into(),
+                file.display().to_string(),
+                "--plugin".into(),
+                plugin.to_owned(),
+            ],
+            replay: true,
+        }
+    }
+}
+
 /// The client behind sandpipe: its command line (the program first) and what it reads on
 /// stdin (the wasm client's command; a replay sends the recorded one itself).
 struct Client {
@@ -312,16 +328,7 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
                     args: run_args(http, Some(&record_file), &[]),
                     replay: false,
                 },
-                Contender {
-                    label: "replay",
-                    args: vec![
-                        "replay".into(),
-                        record_file.display().to_string(),
-                        "--plugin".into(),
-                        client.args[0].clone(),
-                    ],
-                    replay: true,
-                },
+                Contender::replay(&record_file, &client.args[0]),
             ];
             let figures = alternate(sandpipe, &contenders, &client, rounds, &[])?;
             let (live, rec, replay) = (figures[0], figures[1], figures[2]);
@@ -364,16 +371,7 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
             args: run_args(https, Some(&record_file), &["--tls-intercept"]),
             replay: false,
         },
-        Contender {
-            label: "replay",
-            args: vec![
-                "replay".into(),
-                record_file.display().to_string(),
-                "--plugin".into(),
-                exe.display().to_string(),
-            ],
-            replay: true,
-        },
+        Contender::replay(&record_file, &exe.display().to_string()),
     ];
     let sandpipe_env = [("SSL_CERT_FILE", ca_file.as_os_str())];
     let f = alternate(sandpipe, &contenders, &client, rounds, &sandpipe_env)?;

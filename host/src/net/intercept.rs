@@ -612,7 +612,7 @@ async fn replayed(tunnel: &Tunnel, seen: HttpRequest, mut body: Incoming) -> Rep
     response
 }
 
-/// A recorded response body, played back in the chunks it was recorded in.
+/// A recorded response body, played back in the chunks the replay keeps it in.
 struct Recorded(std::collections::VecDeque<Bytes>);
 
 impl http_body::Body for Recorded {

@@ -82,7 +82,7 @@ struct Recorded {
     /// What the plugin sent (a request body, a socket's writes), whole.
     out: Vec<u8>,
     response: Option<HttpResponse>,
-    /// What the server sent, in the chunks it came in.
+    /// What the server sent (an HTTP body), in chunks of up to [`PLAY_CHUNK`].
     inn: Vec<Vec<u8>>,
     failed: Option<String>,
     opaque: Option<String>,
@@ -209,13 +209,16 @@ fn via_name(via: NetVia) -> &'static str {
     }
 }
 
+/// The largest chunk a replayed HTTP body is played in.
+const PLAY_CHUNK: usize = 64 * 1024;
+
 /// A recorded HTTP exchange to play back: the response head and its body's chunks.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Played {
     /// The recorded response head, or `None` when the exchange failed (`failed` line).
     pub response: Option<HttpResponse>,
-    /// The body, in the chunks it was recorded in.
+    /// The body, its recorded lines joined into chunks of up to 64 KiB.
     pub body: Vec<Vec<u8>>,
     /// Why the exchange failed, when it did.
     pub failed: Option<String>,
@@ -270,7 +273,14 @@ impl NetReplay {
                     dir: NetDir::In,
                     bytes,
                 } => {
-                    c.inn.push(bytes.clone());
+                    // An HTTP body is a stream: its recorded lines are played in chunks of
+                    // up to PLAY_CHUNK, so a large body is a few writes, not one a line.
+                    match c.inn.last_mut() {
+                        Some(last) if last.len() + bytes.len() <= PLAY_CHUNK => {
+                            last.extend_from_slice(bytes);
+                        }
+                        _ => c.inn.push(bytes.clone()),
+                    }
                     c.flow.push(Flow::Data(NetDir::In, bytes.clone()));
                 }
                 NetEvent::End { dir } => c.flow.push(Flow::End(*dir)),
@@ -790,7 +800,7 @@ mod tests {
             .http(conn, &request("POST", "http://api.test/a"), b"hi")
             .expect("matched");
         assert_eq!(played.response.expect("a response").status, 201);
-        assert_eq!(played.body, [b"one".to_vec(), b"two".to_vec()]);
+        assert_eq!(played.body, [b"onetwo".to_vec()], "the lines joined");
         assert!(
             replay
                 .problems()

@@ -369,7 +369,7 @@ async fn replayed(
     Ok((response, Box::new(async { Ok::<(), Error>(()) })))
 }
 
-/// A recorded response body, played back in the chunks it was recorded in.
+/// A recorded response body, played back in the chunks the replay keeps it in.
 struct Played {
     chunks: std::collections::VecDeque<bytes::Bytes>,
 }
