@@ -174,12 +174,16 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
         ]
     };
     let levels: &[usize] = if quick { &[1, 10] } else { &[1, 10, 100, 1000] };
-    let calls = if quick { 5 } else { 50 };
+    // At least 50 calls a client, and at least 1,000 calls at each level, so a p99 is the
+    // 99th percentile of many calls, not the slowest of 50.
+    let (least, total): (usize, usize) = if quick { (5, 10) } else { (50, 1000) };
+    let calls_for = |clients: usize| least.max(total.div_ceil(clients));
     let runtime = tokio::runtime::Runtime::new()?;
     let mut text = format!(
         "{BEGIN}\n\n### `sandpipe serve` against the gateways users pick\n\n\
          Each client a 2025-06-18 session on a kept-alive connection of its own (`initialize`, \
-         then {calls} `tools/call`s one after another); all clients at once; every contender \
+         then `tools/call`s one after another: at least {total} calls at each level, and at least {least} \
+         a client); all clients at once; every contender \
          started afresh for each number of clients, in front of npm `server-everything` \
          2026.8.31 (its `echo` tool) but for the last, which serves examples/mcp-tools (`add`) as \
          a wasm component. One run on {}, {} cores, {}, {}; client and contenders on the same \
@@ -213,7 +217,7 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
             }
             eprintln!("sandpipe-bench: serve: {} at {clients} clients", c.label);
             let f = runtime
-                .block_on(measure(c, clients, calls))
+                .block_on(measure(c, clients, calls_for(clients)))
                 .with_context(|| format!("{} at {clients} clients", c.label))?;
             text.push_str(&format!(
                 "| {} | {} | {clients} | {:.0} | {:.2} | {:.2} | {:.0} / {:.0} | {:.2} | {:.0} | {} |\n",

@@ -686,9 +686,13 @@ pub(crate) enum AnswerHead {
     Bytes,
 }
 
-/// Read `raw`, the start of a server's answer, for its head (at most `max` bytes of it).
+/// The most header fields an answer head read here may have (past it: bytes).
+const ANSWER_HEADERS: usize = 128;
+
+/// Read `raw`, the start of a server's answer, for its head (at most `max` bytes of it, at
+/// most [`ANSWER_HEADERS`] fields).
 pub(crate) fn answer_head(raw: &[u8], max: usize) -> AnswerHead {
-    let mut fields = [httparse::EMPTY_HEADER; super::MAX_HEADERS];
+    let mut fields = [httparse::EMPTY_HEADER; ANSWER_HEADERS];
     let mut parsed = httparse::Response::new(&mut fields);
     match parsed.parse(raw) {
         Ok(httparse::Status::Complete(len)) => {
