@@ -397,13 +397,7 @@ pub fn har(recording: &Recording) -> serde_json::Value {
         if chunked && let Some(plain) = unchunk(&body) {
             body = plain;
         }
-        let status_text = head.reason.clone().unwrap_or_else(|| {
-            http::StatusCode::from_u16(head.status)
-                .ok()
-                .and_then(|s| s.canonical_reason())
-                .unwrap_or("")
-                .to_owned()
-        });
+        let status_text = crate::net::reason_phrase(&head).to_owned();
         let (status, response_headers) = (head.status, head.headers);
         let mut req = json!({
             "method": request.method,

@@ -44,7 +44,7 @@ pub use audit::{AuditEvent, AuditLog, Decision, PrincipalSlot, Via};
 pub(crate) use intercept::{HyperIo, header_list};
 pub use proxy::{MAX_CONNECTIONS, MAX_HEAD_BYTES, MAX_HEADERS, ProxyHandle, spawn as spawn_proxy};
 pub use resolve::{Admitted, Refused, Resolver, is_public};
-pub(crate) use tape::{AnswerHead, answer_head};
+pub(crate) use tape::{AnswerHead, answer_head, reason_phrase};
 pub use tape::{
     ByteRead, ByteTape, NetProblem, NetReplay, NetSink, NetTape, Played, PlayedBytes, Strayed,
 };

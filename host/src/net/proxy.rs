@@ -231,9 +231,6 @@ struct Taped {
     seen_out: Arc<std::sync::atomic::AtomicBool>,
     /// Whether this is a tunnel, whose first byte out tells TLS.
     tunnel: bool,
-    /// A plain request's answer while its head is read (`None` once it is written as the
-    /// `response` line, or as bytes when it is not a head one can hold; always for a tunnel).
-    answer: Arc<std::sync::Mutex<Option<Vec<u8>>>>,
 }
 
 /// The largest answer head a plain request's recording reads into a `response` line; past
@@ -279,7 +276,6 @@ fn record_open(
         opaque: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         seen_out: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         tunnel,
-        answer: Arc::new(std::sync::Mutex::new((!tunnel).then(Vec::new))),
     }))
 }
 
@@ -295,6 +291,8 @@ async fn relay(
     taped: Option<Taped>,
 ) {
     let mut client = Counted::new(client, taped.clone().map(|t| (t, NetDir::In)));
+    // A plain request's answer is read for its head on its way to the plugin.
+    client.answer = taped.as_ref().filter(|t| !t.tunnel).map(|_| Vec::new());
     let mut server = Counted::new(server, taped.clone().map(|t| (t, NetDir::Out)));
     let result = match server.inner.write_all(head).await {
         Ok(()) => {
@@ -321,7 +319,7 @@ async fn relay(
     }
     if let Some(t) = taped {
         // An answer that ended inside its head is kept as the bytes that came.
-        let partial = lock(&t.answer).take().filter(|head| !head.is_empty());
+        let partial = client.answer.take().filter(|head| !head.is_empty());
         let _ = partial
             .map_or(Ok(()), |head| t.sink.data(t.conn, NetDir::In, &head))
             .and_then(|()| t.sink.event(t.conn, &NetEvent::End { dir: NetDir::Out }))
@@ -464,6 +462,9 @@ struct Counted<S> {
     inner: S,
     written: u64,
     taped: Option<(Taped, NetDir)>,
+    /// A plain request's answer while its head is read, on the plugin's side (`None` once it
+    /// is written as the `response` line, or as bytes when it is not a head one can hold).
+    answer: Option<Vec<u8>>,
 }
 
 impl<S> Counted<S> {
@@ -472,6 +473,7 @@ impl<S> Counted<S> {
             inner,
             written: 0,
             taped,
+            answer: None,
         }
     }
 }
@@ -486,37 +488,35 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
     }
 }
 
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// Record `bytes`, written `dir`'s way on `t`; a tunnel whose first byte out opens a TLS
-/// handshake is marked opaque instead, and nothing more of it is written. A plain request's
-/// answer is read for its head first: the head becomes the `response` line, and what follows
-/// it the body's data.
-fn tape_bytes(t: &Taped, dir: NetDir, bytes: &[u8]) -> io::Result<()> {
+/// handshake is marked opaque instead, and nothing more of it is written. While `answer`
+/// holds a plain request's answer whose head is not whole yet, `bytes` join it: the head
+/// becomes the `response` line, and what follows it the body's data.
+fn tape_bytes(
+    t: &Taped,
+    dir: NetDir,
+    answer: &mut Option<Vec<u8>>,
+    bytes: &[u8],
+) -> io::Result<()> {
     use std::sync::atomic::Ordering;
     if t.opaque.load(Ordering::Relaxed) || bytes.is_empty() {
         return Ok(());
     }
-    if dir == NetDir::In {
-        let mut answer = lock(&t.answer);
-        if let Some(head) = answer.as_mut() {
-            head.extend_from_slice(bytes);
-            let written = match tape::answer_head(head, MAX_ANSWER_HEAD) {
-                AnswerHead::Partial => return Ok(()),
-                AnswerHead::Head(response, len) => t
-                    .sink
-                    .event(t.conn, &NetEvent::Response(response))
-                    .and_then(|()| match head.len() > len {
-                        true => t.sink.data(t.conn, dir, &head[len..]),
-                        false => Ok(()),
-                    }),
-                AnswerHead::Bytes => t.sink.data(t.conn, dir, head),
-            };
-            *answer = None;
-            return written.map_err(io::Error::other);
-        }
+    if let Some(head) = answer {
+        head.extend_from_slice(bytes);
+        let written = match tape::answer_head(head, MAX_ANSWER_HEAD) {
+            AnswerHead::Partial => return Ok(()),
+            AnswerHead::Head(response, len) => t
+                .sink
+                .event(t.conn, &NetEvent::Response(response))
+                .and_then(|()| match head.len() > len {
+                    true => t.sink.data(t.conn, dir, &head[len..]),
+                    false => Ok(()),
+                }),
+            AnswerHead::Bytes => t.sink.data(t.conn, dir, head),
+        };
+        *answer = None;
+        return written.map_err(io::Error::other);
     }
     let first_out = dir == NetDir::Out && t.tunnel && !t.seen_out.swap(true, Ordering::Relaxed);
     let result = if first_out && bytes[0] == 0x16 {
@@ -544,7 +544,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
         if let Poll::Ready(Ok(n)) = result {
             this.written += n as u64;
             if let Some((t, dir)) = &this.taped
-                && let Err(e) = tape_bytes(t, *dir, &buf[..n])
+                && let Err(e) = tape_bytes(t, *dir, &mut this.answer, &buf[..n])
             {
                 // The recording stopped (`--max-record`): so does the connection.
                 return Poll::Ready(Err(e));
@@ -1482,38 +1482,6 @@ mod tests {
         assert_eq!(lines[0]["port"], 443);
     }
 
-    /// A recording in memory: the network lines as the session's recorder writes them.
-    #[derive(Default)]
-    struct Lines(std::sync::Mutex<(u64, String)>);
-
-    impl NetSink for Lines {
-        fn open(&self, open: &NetOpen) -> Result<u64, crate::error::RecordError> {
-            let mut lines = lock(&self.0);
-            let conn = lines.0;
-            lines.0 += 1;
-            let line = sandpipe_proto::transcript::render_net(conn, &NetEvent::Open(open.clone()));
-            lines.1.push_str(&line);
-            Ok(conn)
-        }
-
-        fn event(&self, conn: u64, event: &NetEvent) -> Result<(), crate::error::RecordError> {
-            let line = sandpipe_proto::transcript::render_net(conn, event);
-            lock(&self.0).1.push_str(&line);
-            Ok(())
-        }
-
-        fn data(
-            &self,
-            conn: u64,
-            dir: NetDir,
-            bytes: &[u8],
-        ) -> Result<(), crate::error::RecordError> {
-            let line = sandpipe_proto::transcript::render_net_data(conn, dir, bytes);
-            lock(&self.0).1.push_str(&line);
-            Ok(())
-        }
-    }
-
     /// A plain request's answer is recorded as its head (`response`, with the reason phrase
     /// the server gave) and its body as it came (chunked); the replay sends the plugin the
     /// very bytes the live answer had, with nothing connected.
@@ -1536,9 +1504,21 @@ mod tests {
             .expect("pin")
             .allow(&format!("api.test:{port}"))
             .expect("rule");
-        let lines = Arc::new(Lines::default());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("plain.transcript");
+        let header = crate::run::record::RecordHeader {
+            plugin: "plugin",
+            sha256: "",
+            framing: sandpipe_proto::frame::Framing::JsonLines,
+            protocol: None,
+            policy: &crate::policy::Policy::default(),
+            max_frame: None,
+            max_record: None,
+        };
+        let recorder = crate::run::record::Recorder::create(&file, &header).expect("recorder");
         let resolver = Arc::new(
-            Resolver::new(policy.clone(), None).with_tape(Some(NetTape::Record(lines.clone()))),
+            Resolver::new(policy.clone(), None)
+                .with_tape(Some(NetTape::Record(Arc::new(recorder)))),
         );
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let proxy = spawn(listener, resolver).expect("spawn");
@@ -1546,11 +1526,12 @@ mod tests {
         let mut conn = send(&proxy, request.as_bytes()).await;
         let live = read_all(&mut conn).await;
         assert_eq!(live, ANSWER);
-        // Every relay has ended, and written its lines, once the plugin's side is closed.
+        // Every relay has ended, and written its lines, once the plugin's side is closed; the
+        // recorder (held by the proxy's resolver) is then dropped, its file whole.
         drop(conn);
         proxy.close().await;
 
-        let text = lock(&lines.0).1.clone();
+        let text = std::fs::read_to_string(&file).expect("the recording");
         let recording = sandpipe_proto::transcript::Recording::parse(&text).expect(&text);
         let events: Vec<&NetEvent> = recording.connection(0).collect();
         assert!(

@@ -700,12 +700,9 @@ pub(crate) fn answer_head(raw: &[u8], max: usize) -> AnswerHead {
             if status < 200 || len > max {
                 return AnswerHead::Bytes;
             }
-            let usual = http::StatusCode::from_u16(status)
-                .ok()
-                .and_then(|s| s.canonical_reason());
             let reason = parsed
                 .reason
-                .filter(|r| Some(*r) != usual)
+                .filter(|r| Some(*r) != usual_reason(status))
                 .map(str::to_owned);
             let headers = parsed
                 .headers
@@ -731,14 +728,26 @@ pub(crate) fn answer_head(raw: &[u8], max: usize) -> AnswerHead {
     }
 }
 
-/// A recorded response head as the HTTP/1.1 bytes a replay sends: the status line (the
-/// recorded reason phrase, else the status code's usual one), the headers, the blank line.
-pub(crate) fn render_answer_head(head: &HttpResponse) -> Vec<u8> {
-    let usual = http::StatusCode::from_u16(head.status)
+/// The reason phrase status code `status` usually has (`OK` for 200), if it has one.
+fn usual_reason(status: u16) -> Option<&'static str> {
+    http::StatusCode::from_u16(status)
         .ok()
-        .and_then(|s| s.canonical_reason());
-    let reason = head.reason.as_deref().or(usual).unwrap_or("");
-    let mut out = format!("HTTP/1.1 {} {reason}\r\n", head.status).into_bytes();
+        .and_then(|s| s.canonical_reason())
+}
+
+/// A recorded response head's reason phrase: the one recorded, else the status code's usual
+/// one (a recording keeps only a phrase that is not the usual one).
+pub(crate) fn reason_phrase(head: &HttpResponse) -> &str {
+    head.reason
+        .as_deref()
+        .or(usual_reason(head.status))
+        .unwrap_or("")
+}
+
+/// A recorded response head as the HTTP/1.1 bytes a replay sends: the status line, the
+/// headers, the blank line.
+pub(crate) fn render_answer_head(head: &HttpResponse) -> Vec<u8> {
+    let mut out = format!("HTTP/1.1 {} {}\r\n", head.status, reason_phrase(head)).into_bytes();
     for (name, value) in &head.headers {
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");

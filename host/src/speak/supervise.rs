@@ -291,12 +291,8 @@ impl<'a> Supervisor<'a> {
                             framing_error: error.map(|e| e.to_string()),
                         };
                         sup.handle_plugin_stopped(id, ended, now());
-                        if sup.stopped_before_use().is_some()
-                            && self.end_unused.as_ref().is_some_and(|when| when())
-                        {
-                            let mut report = sup.into_report();
-                            report.stopped = true;
-                            return Ok(report);
+                        if let Some(when) = &self.end_unused {
+                            sup.end_if_stopped_unused(when);
                         }
                     }
                 },

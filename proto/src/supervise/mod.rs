@@ -656,11 +656,17 @@ impl Supervisor {
         self.done && self.actions.is_empty()
     }
 
-    /// The plugin stopped before anything of the engine's reached it, and no restart follows:
-    /// the engine's next request would get the stopped answer. A host whose engine may never
-    /// ask (a server kept warm for a client yet to come) can end the session here instead.
-    pub fn stopped_before_use(&self) -> Option<&Stopped> {
-        self.dead.as_ref()
+    /// If the plugin stopped before anything of the engine's reached it (and no restart
+    /// follows, so the engine's next request would get the stopped answer), end the session
+    /// instead when `end()` says so: the report says the plugin stopped, and the session is
+    /// done. For a host whose engine may never ask: a server kept warm for a client yet to
+    /// come. Otherwise nothing changes.
+    pub fn end_if_stopped_unused(&mut self, end: impl FnOnce() -> bool) {
+        if self.dead.is_some() && end() {
+            self.dead = None;
+            self.report.stopped = true;
+            self.done = true;
+        }
     }
 
     /// How the session went so far.
