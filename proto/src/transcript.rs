@@ -365,15 +365,23 @@ pub fn render_net(conn: u64, event: &NetEvent) -> String {
     }
 }
 
-/// One network data line, without building a [`NetEvent`] (recorders call this per chunk,
-/// on every byte a plugin's connections carry: the line is built in one allocation).
+/// One network data line, without building a [`NetEvent`].
 pub fn render_net_data(conn: u64, dir: NetDir, bytes: &[u8]) -> String {
+    let mut out = String::new();
+    push_net_data(&mut out, conn, dir, bytes);
+    out
+}
+
+/// Append one network data line to `out` (recorders call this per chunk, on every byte a
+/// plugin's connections carry: the line goes straight into the recorder's buffer, with at most
+/// one reallocation of it).
+pub fn push_net_data(out: &mut String, conn: u64, dir: NetDir, bytes: &[u8]) {
     use std::fmt::Write as _;
     let text = simdutf8::basic::from_utf8(bytes).ok().filter(|s| {
         !s.is_empty() && memchr::memchr2(b'\n', b'\r', bytes).is_none() && !s.starts_with("x ")
     });
     let body = text.map_or(bytes.len() * 2 + 1, str::len);
-    let mut out = String::with_capacity(body + 24);
+    out.reserve(body + 24);
     // Writing to a String cannot fail.
     let _ = write!(out, "@{conn} {dir}");
     match text {
@@ -383,11 +391,10 @@ pub fn render_net_data(conn: u64, dir: NetDir, bytes: &[u8]) -> String {
         }
         None => {
             out.push_str("x ");
-            push_hex(&mut out, bytes);
+            push_hex(out, bytes);
         }
     }
     out.push('\n');
-    out
 }
 
 /// What the reader knows of each connection, to check its lines' order.
@@ -652,9 +659,14 @@ fn to_hex(bytes: &[u8]) -> String {
 
 fn push_hex(out: &mut String, bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    let mut digits = [0u8; 256];
+    for chunk in bytes.chunks(digits.len() / 2) {
+        for (pair, b) in digits.chunks_exact_mut(2).zip(chunk) {
+            pair[0] = DIGITS[usize::from(b >> 4)];
+            pair[1] = DIGITS[usize::from(b & 0x0f)];
+        }
+        // Hex digits are ASCII: this never gives the empty default.
+        out.push_str(std::str::from_utf8(&digits[..2 * chunk.len()]).unwrap_or_default());
     }
 }
 

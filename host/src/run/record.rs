@@ -1,11 +1,14 @@
 //! Recording a session as a transcript (`--record FILE`), in the format of
 //! `tests/transcripts` (see `sandpipe_proto::transcript`).
 //!
-//! Frames are appended as they pass, one line each and flushed, so a session that dies still
+//! Frames are appended as they pass, one line each and written, so a session that dies still
 //! leaves everything up to its last frame; the outcome is appended as a `# outcome:` comment
-//! once the plugin has ended. Network data lines are buffered ([`BUFFER`]) and written with
-//! the next line that is not data (a frame, a connection's `open`, `response`, `close`, …) or
-//! when the buffer fills: a body of a MiB is then a handful of writes, not one per line.
+//! once the plugin has ended. Network data lines are rendered into a buffer ([`BUFFER`]);
+//! a full buffer is handed to a writer thread (started with the first one), so a body's bytes
+//! reach the plugin while the file takes the ones before them, instead of waiting for it. The
+//! next line that is not data (a frame, a connection's `open`, `response`, `close`, …) waits
+//! until every line before it is written, and is written itself, before it returns: what a
+//! frame guarantees is unchanged, and a recording of frames alone never starts the thread.
 //!
 //! The recorder is also the session's [`NetSink`]: each admitted `wasi:http` exchange is
 //! written among the frames as network lines (`@N …`), its bodies chunk by chunk as they pass,
@@ -18,13 +21,16 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use sandpipe_proto::frame::Framing;
 use sandpipe_proto::transcript::{
-    Direction, NetDir, NetEvent, NetOpen, render_line, render_net, render_net_data,
+    Direction, NetDir, NetEvent, NetOpen, push_net_data, render_line, render_net,
 };
 
 use crate::error::{Exit, RecordError};
@@ -35,8 +41,12 @@ use crate::policy::sections::DEFAULT_MAX_RECORD;
 /// The most bytes one data line holds (8 KiB of hex).
 pub const DATA_CHUNK: usize = 4096;
 
-/// How much of the recording may wait in memory before it is written (data lines only).
+/// How much of the recording waits in memory before it is handed to the writer thread.
 const BUFFER: usize = 64 * 1024;
+
+/// How many full buffers may wait for the writer thread before a data line waits for it in
+/// turn (a MiB: a disk slower than the network holds the connection back, not the memory).
+const QUEUE: usize = 16;
 
 /// Writes one session's transcript.
 #[derive(Debug)]
@@ -47,7 +57,7 @@ pub struct Recorder {
 
 #[derive(Debug)]
 struct Inner {
-    out: BufWriter<File>,
+    out: Out,
     frames: usize,
     finished: bool,
     /// Bytes written so far, the header included.
@@ -80,7 +90,7 @@ impl Inner {
             if buf.is_empty() && bytes.len() >= DATA_CHUNK {
                 // A whole chunk is written from where it lies.
                 let (chunk, rest) = bytes.split_at(DATA_CHUNK);
-                self.write(&render_net_data(conn, dir, chunk), false)?;
+                self.data(conn, dir, chunk)?;
                 bytes = rest;
                 continue;
             }
@@ -88,7 +98,7 @@ impl Inner {
             buf.extend_from_slice(&bytes[..take]);
             bytes = &bytes[take..];
             if buf.len() == DATA_CHUNK {
-                self.write(&render_net_data(conn, dir, &buf), false)?;
+                self.data(conn, dir, &buf)?;
                 buf.clear();
             }
         }
@@ -101,47 +111,244 @@ impl Inner {
     /// Write what `conn` has pending (buffered, as data lines are).
     fn flush(&mut self, conn: u64) -> Result<(), RecordError> {
         match self.pending.remove(&conn) {
-            Some((dir, buf)) => self.write(&render_net_data(conn, dir, &buf), false),
+            Some((dir, buf)) => self.data(conn, dir, &buf),
             None => Ok(()),
         }
     }
 
-    /// Append `line` whole and flush (with every data line buffered before it).
-    fn append(&mut self, line: &str) -> Result<(), RecordError> {
-        self.write(line, true)
+    /// One data line, left in the buffer.
+    fn data(&mut self, conn: u64, dir: NetDir, bytes: &[u8]) -> Result<(), RecordError> {
+        self.put(false, |buf| push_net_data(buf, conn, dir, bytes))
     }
 
-    /// Append `line` whole, flushed or left in the buffer, or, past the cap or on a write
-    /// error, nothing: the recording then ends with a `# stopped:` line, and this and every
-    /// later line is refused.
-    fn write(&mut self, line: &str, flush: bool) -> Result<(), RecordError> {
+    /// Append `line` whole and write it (with every data line buffered before it).
+    fn append(&mut self, line: &str) -> Result<(), RecordError> {
+        self.put(true, |buf| buf.push_str(line))
+    }
+
+    /// Append the line `render` adds to the buffer, and write it (`sync`) or leave it there;
+    /// or, past the cap or after a write error, nothing: the recording then ends with a
+    /// `# stopped:` line, and this and every later line is refused.
+    fn put(&mut self, sync: bool, render: impl FnOnce(&mut String)) -> Result<(), RecordError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        let got = self.written + line.len() as u64;
+        let start = self.out.buf.len();
+        render(&mut self.out.buf);
+        let got = self.written + (self.out.buf.len() - start) as u64;
         let result = if got > self.limit {
+            self.out.buf.truncate(start);
             Err(RecordError::TooLarge {
                 limit: self.limit,
                 got,
             })
+        } else if sync {
+            self.out.sync()
         } else {
-            self.out
-                .write_all(line.as_bytes())
-                .and_then(|()| if flush { self.out.flush() } else { Ok(()) })
-                .map_err(|e| RecordError::Write {
-                    message: e.to_string(),
-                })
+            self.out.hand_off()
         };
         match result {
             Ok(()) => {
                 self.written = got;
                 Ok(())
             }
-            Err(e) => {
-                tracing::error!("{e}; the recording stops here");
-                let _ = writeln!(self.out, "# stopped: {e}").and_then(|()| self.out.flush());
-                self.failed = Some(e.clone());
-                Err(e)
+            Err(e) => Err(self.stop(e)),
+        }
+    }
+
+    /// Write what waits and report a write error the writer thread met since, which then
+    /// stops the recording.
+    fn sync(&mut self) {
+        if self.failed.is_none()
+            && let Err(e) = self.out.sync()
+        {
+            self.stop(e);
+        }
+    }
+
+    /// The recording stops with `e`: a `# stopped:` line says why (as far as the file takes
+    /// it), and every later line is refused with `e`.
+    fn stop(&mut self, e: RecordError) -> RecordError {
+        tracing::error!("{e}; the recording stops here");
+        self.out.buf.push_str(&format!("# stopped: {e}\n"));
+        let _ = self.out.sync();
+        self.failed = Some(e.clone());
+        e
+    }
+}
+
+/// Where a recording's lines go: a buffer, handed to a writer thread when it is full, and
+/// written on the caller's thread when a line must be in the file before the call returns and
+/// nothing waits for the thread.
+#[derive(Debug)]
+struct Out {
+    file: Arc<File>,
+    /// Lines not yet handed on.
+    buf: String,
+    /// The writer thread, once a full buffer started it.
+    writer: Option<Writer>,
+}
+
+#[derive(Debug)]
+struct Writer {
+    jobs: SyncSender<Job>,
+    shared: Arc<Shared>,
+    thread: JoinHandle<()>,
+}
+
+/// What the writer thread and the recorder share.
+#[derive(Debug, Default)]
+struct Shared {
+    /// Buffers handed over and not yet written.
+    queued: AtomicUsize,
+    /// The write error that stopped the thread's writing, if one did.
+    error: Mutex<Option<String>>,
+}
+
+#[derive(Debug)]
+enum Job {
+    Write(String),
+    /// Answer once every buffer handed over before is written.
+    Sync(SyncSender<()>),
+}
+
+impl Out {
+    fn new(file: File) -> Self {
+        Self {
+            file: Arc::new(file),
+            buf: String::with_capacity(BUFFER),
+            writer: None,
+        }
+    }
+
+    /// Hand the buffer to the writer thread once it is full.
+    fn hand_off(&mut self) -> Result<(), RecordError> {
+        if self.buf.len() < BUFFER {
+            return Ok(());
+        }
+        self.failure()?;
+        let buf = std::mem::replace(&mut self.buf, String::with_capacity(BUFFER));
+        if self.writer.is_none() {
+            self.writer = Writer::start(&self.file);
+        }
+        match &self.writer {
+            Some(w) => {
+                w.shared.queued.fetch_add(1, Ordering::Relaxed);
+                if let Err(unsent) = w.jobs.send(Job::Write(buf)) {
+                    // The thread is gone (it never ends before the recorder): write here.
+                    w.shared.queued.fetch_sub(1, Ordering::Relaxed);
+                    if let Job::Write(buf) = unsent.0 {
+                        self.buf = buf;
+                    }
+                    return self.write_here();
+                }
+                Ok(())
+            }
+            // No thread could be started: the caller writes.
+            None => {
+                self.buf = buf;
+                self.write_here()
+            }
+        }
+    }
+
+    /// Every line so far in the file: written here when nothing waits for the writer thread,
+    /// else handed over, and waited for.
+    fn sync(&mut self) -> Result<(), RecordError> {
+        self.failure()?;
+        match &self.writer {
+            Some(w) if w.shared.queued.load(Ordering::Acquire) > 0 => {
+                let (done, wait) = sync_channel(1);
+                let buf = std::mem::take(&mut self.buf);
+                if !buf.is_empty() {
+                    w.shared.queued.fetch_add(1, Ordering::Relaxed);
+                    let _ = w.jobs.send(Job::Write(buf));
+                }
+                if w.jobs.send(Job::Sync(done)).is_ok() {
+                    let _ = wait.recv();
+                }
+                self.failure()
+            }
+            _ => self.write_here(),
+        }
+    }
+
+    /// Write the buffer on this thread (nothing waits for the writer thread).
+    fn write_here(&mut self) -> Result<(), RecordError> {
+        let result = (&*self.file).write_all(self.buf.as_bytes());
+        self.buf.clear();
+        result.map_err(|e| RecordError::Write {
+            message: e.to_string(),
+        })
+    }
+
+    /// The write error the writer thread met, if it met one.
+    fn failure(&self) -> Result<(), RecordError> {
+        let error = self.writer.as_ref().and_then(|w| {
+            w.shared
+                .error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        });
+        match error {
+            Some(message) => Err(RecordError::Write { message }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Out {
+    /// What is left is written, and the writer thread ends once it has written its queue.
+    fn drop(&mut self) {
+        if !self.buf.is_empty() {
+            let _ = self.sync();
+        }
+        if let Some(Writer { jobs, thread, .. }) = self.writer.take() {
+            drop(jobs);
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Writer {
+    /// Start the thread that writes `file`; `None` if no thread could be started.
+    fn start(file: &Arc<File>) -> Option<Self> {
+        let (jobs, queue) = sync_channel(QUEUE);
+        let shared = Arc::new(Shared::default());
+        let thread = std::thread::Builder::new()
+            .name("sandpipe-record".into())
+            .stack_size(64 * 1024)
+            .spawn({
+                let (file, shared) = (file.clone(), shared.clone());
+                move || Self::run(&file, &queue, &shared)
+            })
+            .inspect_err(|e| tracing::debug!("record: no writer thread ({e}); writing inline"))
+            .ok()?;
+        Some(Self {
+            jobs,
+            shared,
+            thread,
+        })
+    }
+
+    /// Write each buffer handed over, in order; after a write error, none (the recorder
+    /// reports it with its next line).
+    fn run(file: &File, queue: &Receiver<Job>, shared: &Shared) {
+        let mut failed = false;
+        for job in queue {
+            match job {
+                Job::Write(buf) => {
+                    if !failed && let Err(e) = { file }.write_all(buf.as_bytes()) {
+                        failed = true;
+                        *shared.error.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some(e.to_string());
+                    }
+                    shared.queued.fetch_sub(1, Ordering::Release);
+                }
+                Job::Sync(done) => {
+                    let _ = done.send(());
+                }
             }
         }
     }
@@ -187,12 +394,11 @@ impl Recorder {
         doc.limits.max_record = header.max_record;
         let policy = serde_json::to_string(&doc).map_err(std::io::Error::other)?;
         writeln!(out, "# policy: {policy}")?;
-        let mut file = BufWriter::with_capacity(BUFFER, File::create(path)?);
-        file.write_all(&out)?;
-        file.flush()?;
+        let file = File::create(path)?;
+        (&file).write_all(&out)?;
         Ok(Recorder {
             inner: Mutex::new(Inner {
-                out: file,
+                out: Out::new(file),
                 frames: 0,
                 finished: false,
                 written: out.len() as u64,
@@ -240,7 +446,9 @@ impl Recorder {
     /// Why the recording stopped before its end, if it did: it is then incomplete, and the
     /// caller should say so (the CLI exits with status 125).
     pub fn failure(&self) -> Option<RecordError> {
-        self.lock().failed.clone()
+        let mut inner = self.lock();
+        inner.sync();
+        inner.failed.clone()
     }
 
     /// Append the outcome (once).
@@ -251,8 +459,10 @@ impl Recorder {
         }
         inner.finished = true;
         let frames = inner.frames;
-        let _ = writeln!(inner.out, "# outcome: {exit} ({frames} frames)")
-            .and_then(|()| inner.out.flush());
+        let line = format!("# outcome: {exit} ({frames} frames)\n");
+        // Not counted against the cap: the outcome is always written.
+        inner.out.buf.push_str(&line);
+        inner.sync();
     }
 }
 
@@ -273,5 +483,136 @@ impl NetSink for Recorder {
 
     fn data(&self, conn: u64, dir: NetDir, bytes: &[u8]) -> Result<(), RecordError> {
         self.lock().pend(conn, dir, bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandpipe_proto::transcript::{NetVia, Recording};
+
+    fn recorder(file: &Path, max_record: Option<u64>) -> Recorder {
+        let header = RecordHeader {
+            plugin: "plugin",
+            sha256: "",
+            framing: Framing::JsonLines,
+            protocol: None,
+            policy: &Policy::default(),
+            max_frame: None,
+            max_record,
+        };
+        Recorder::create(file, &header).expect("recorder")
+    }
+
+    fn open(r: &Recorder) -> u64 {
+        r.open(&NetOpen {
+            via: NetVia::WasiSockets,
+            host: "api.test".into(),
+            port: 80,
+            kind: None,
+            addr: None,
+            rule: None,
+        })
+        .expect("open")
+    }
+
+    /// A body of several buffers goes through the writer thread; the frame written after it
+    /// is in the file, after every line of the body, when `frame` returns (the recorder still
+    /// alive), and the file reads back as the bytes that passed.
+    #[test]
+    fn a_frame_after_a_body_is_in_the_file_after_all_of_it_when_it_returns() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("t");
+        let r = recorder(&file, None);
+        let conn = open(&r);
+        // Not text (it has newlines): hex, 2 bytes a byte, so 3 MiB of lines.
+        let body: Vec<u8> = (0..1_500_000u32).map(|i| (i % 251) as u8).collect();
+        for piece in body.chunks(8192) {
+            r.data(conn, NetDir::In, piece).expect("data");
+        }
+        assert!(
+            r.lock().out.writer.is_some(),
+            "a body of many buffers starts the writer thread"
+        );
+        r.frame(Direction::FromPlugin, b"{\"done\":true}");
+        let text = std::fs::read_to_string(&file).expect("read");
+        assert!(
+            text.ends_with("{\"done\":true}\n"),
+            "{}",
+            &text[text.len() - 200..]
+        );
+        let recording = Recording::parse(&text).expect("parse");
+        let got: Vec<u8> = recording
+            .net
+            .iter()
+            .filter_map(|e| match &e.event {
+                NetEvent::Data { bytes, .. } => Some(bytes.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(got.len(), body.len());
+        assert!(got == body, "the recorded bytes differ from the body");
+        assert_eq!(r.failure(), None);
+    }
+
+    /// A recording of frames alone never starts the thread.
+    #[test]
+    fn frames_alone_are_written_on_the_callers_thread() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("t");
+        let r = recorder(&file, None);
+        for i in 0..1000 {
+            r.frame(Direction::ToPlugin, format!("{{\"n\":{i}}}").as_bytes());
+        }
+        assert!(r.lock().out.writer.is_none());
+        let text = std::fs::read_to_string(&file).expect("read");
+        assert!(text.ends_with("{\"n\":999}\n"));
+    }
+
+    /// Past the cap, the line is not written, the data call fails with the cap, and the file
+    /// ends with every line before it and the `# stopped:` line.
+    #[test]
+    fn a_body_past_the_cap_stops_the_recording_with_the_lines_before_it_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("t");
+        let r = recorder(&file, Some(300_000));
+        let conn = open(&r);
+        let chunk = vec![b'a'; DATA_CHUNK];
+        let err = (0..1000)
+            .find_map(|_| r.data(conn, NetDir::In, &chunk).err())
+            .expect("the cap is reached");
+        assert!(
+            matches!(err, RecordError::TooLarge { limit: 300_000, .. }),
+            "{err}"
+        );
+        assert_eq!(r.failure(), Some(err.clone()));
+        let text = std::fs::read_to_string(&file).expect("read");
+        let stopped = format!("# stopped: {err}\n");
+        assert!(text.ends_with(&stopped), "{}", &text[text.len() - 200..]);
+        let lines = text.lines().filter(|l| l.starts_with("@0 < ")).count();
+        let written = (text.len() - stopped.len()) as u64;
+        assert!(written <= 300_000 && written + DATA_CHUNK as u64 + 10 > 300_000);
+        assert!(lines > 60, "{lines} data lines");
+        // Every later line is refused with the same error.
+        assert_eq!(r.data(conn, NetDir::In, b"more"), Err(err));
+    }
+
+    /// A write error the writer thread meets is the recorder's next answer.
+    #[test]
+    fn a_write_error_of_the_writer_thread_stops_the_recording() {
+        let full = File::options()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full");
+        let mut out = Out::new(full);
+        out.buf.push_str(&"a".repeat(BUFFER));
+        out.hand_off().expect("handed over");
+        assert!(out.writer.is_some());
+        let err = out.sync().expect_err("ENOSPC");
+        assert!(
+            matches!(&err, RecordError::Write { message } if message.contains("No space left")),
+            "{err}"
+        );
     }
 }
