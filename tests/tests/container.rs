@@ -945,6 +945,13 @@ fn the_kubernetes_manifest_serves_mcp_from_an_image_whose_entry_point_is_serve()
     let manifest = dir.path().join("sandpipe-serve.yaml");
     std::fs::write(&manifest, k8s_manifest(&image.tag, &jwks.to_string(), port)).expect("write");
     let manifest = manifest.to_string_lossy().into_owned();
+    // The Deployment's pods have the manifest's names: a run that died before its `kube down`,
+    // or whose `kube down` podman failed, leaves them, and `kube play` would then fail with
+    // "pod already exists". They go first.
+    for pod in deployment_pods() {
+        let rm = podman_removing(&["pod", "rm", "--force", "--time", "0", &pod]);
+        assert!(rm.status.success(), "podman pod rm {pod}: {}", text_of(&rm));
+    }
     let play = podman(&["kube", "play", "--network", "host", &manifest]);
     // Whatever fails, `kube down` runs before the test ends.
     let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -1013,6 +1020,24 @@ fn the_kubernetes_manifest_serves_mcp_from_an_image_whose_entry_point_is_serve()
         "",
         "containers left"
     );
+    assert_eq!(deployment_pods(), Vec::<String>::new(), "pods left");
+}
+
+/// The pods of docs/k8s's Deployment (`sandpipe-mcp-pod-N`) that podman has.
+fn deployment_pods() -> Vec<String> {
+    let ls = podman(&[
+        "pod",
+        "ls",
+        "--filter",
+        "name=^sandpipe-mcp-pod-",
+        "--format",
+        "{{.Name}}",
+    ]);
+    assert!(ls.status.success(), "podman pod ls: {}", text_of(&ls));
+    String::from_utf8_lossy(&ls.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
 }
 
 // --- signals, memory, reproducibility ------------------------------------------------------
