@@ -278,14 +278,18 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
          sandpipe's proxy; wasm: the `http-client` test component through `wasi:http`, timed by \
          its own clock); {rounds} rounds alternated in one run \
          on {}, {} cores, {}, {}. Median per request in microseconds, the median of the rounds. \
-         Replay: `sandpipe replay FILE --plugin` of the `--record` run's file, the server not asked.\n\n",
+         Replay: `sandpipe replay FILE --plugin` of the `--record` run's file, the server not asked. \
+         \"To `/dev/null`\": `--record /dev/null`, the recorder's whole work without the file's \
+         writes (the rest of `--record`'s cost is the kernel putting the bytes in the page cache).\n\n",
         machine::cpu_model(),
         machine::cpus(),
         machine::kernel(),
         machine::now_utc(),
     );
-    text.push_str("| request | plugin | live µs | `--record` µs | ratio | replay µs | ratio |\n");
-    text.push_str("|---|---|---:|---:|---:|---:|---:|\n");
+    text.push_str(
+        "| request | plugin | live µs | `--record` µs | ratio | to `/dev/null` | replay µs | ratio |\n",
+    );
+    text.push_str("|---|---|---:|---:|---:|---:|---:|---:|\n");
     let record_file = dir.join("bench.transcript");
     let wasm = sandpipe_tests::plugin("http-client", sandpipe_tests::Target::Wasm);
     for wasm_client in [false, true] {
@@ -324,6 +328,11 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
                     replay: false,
                 },
                 Contender {
+                    label: "record to /dev/null",
+                    args: run_args(http, Some(Path::new("/dev/null")), &[]),
+                    replay: false,
+                },
+                Contender {
                     label: "record",
                     args: run_args(http, Some(&record_file), &[]),
                     replay: false,
@@ -331,11 +340,12 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
                 Contender::replay(&record_file, &client.args[0]),
             ];
             let figures = alternate(sandpipe, &contenders, &client, rounds, &[])?;
-            let (live, rec, replay) = (figures[0], figures[1], figures[2]);
+            let (live, null, rec, replay) = (figures[0], figures[1], figures[2], figures[3]);
             text.push_str(&format!(
-                "| {} KiB over http | {plugin} | {live:.0} | {rec:.0} | {:.2}× | {replay:.0} | {:.2}× |\n",
+                "| {} KiB over http | {plugin} | {live:.0} | {rec:.0} | {:.2}× | {:.2}× | {replay:.0} | {:.2}× |\n",
                 size >> 10,
                 rec / live,
+                null / live,
                 replay / live
             ));
         }

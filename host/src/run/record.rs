@@ -1,14 +1,12 @@
 //! Recording a session as a transcript (`--record FILE`), in the format of
 //! `tests/transcripts` (see `sandpipe_proto::transcript`).
 //!
-//! Frames are appended as they pass, one line each and written, so a session that dies still
-//! leaves everything up to its last frame; the outcome is appended as a `# outcome:` comment
-//! once the plugin has ended. Network data lines are rendered into a buffer ([`BUFFER`]);
-//! a full buffer is handed to a writer thread (started with the first one), so a body's bytes
-//! reach the plugin while the file takes the ones before them, instead of waiting for it. The
-//! next line that is not data (a frame, a connection's `open`, `response`, `close`, …) waits
-//! until every line before it is written, and is written itself, before it returns: what a
-//! frame guarantees is unchanged, and a recording of frames alone never starts the thread.
+//! Frames are appended as they pass, each written (with every line before it) before the
+//! call returns, so a session that dies still leaves everything up to its last frame; the
+//! outcome is appended as a `# outcome:` comment
+//! once the plugin has ended. Network lines are rendered into a buffer ([`BUFFER`]) and
+//! written when it fills or with the next frame: a body of a MiB is a handful of writes, and
+//! a request's lines cost no write of their own.
 //!
 //! The recorder is also the session's [`NetSink`]: each admitted `wasi:http` exchange is
 //! written among the frames as network lines (`@N …`), its bodies chunk by chunk as they pass,
@@ -23,10 +21,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Mutex;
 
 use sandpipe_proto::frame::Framing;
 use sandpipe_proto::transcript::{
@@ -41,12 +36,8 @@ use crate::policy::sections::DEFAULT_MAX_RECORD;
 /// The most bytes one data line holds (8 KiB of hex).
 pub const DATA_CHUNK: usize = 4096;
 
-/// How much of the recording waits in memory before it is handed to the writer thread.
+/// How much of the recording waits in memory before it is written.
 const BUFFER: usize = 64 * 1024;
-
-/// How many full buffers may wait for the writer thread before a data line waits for it in
-/// turn (a MiB: a disk slower than the network holds the connection back, not the memory).
-const QUEUE: usize = 16;
 
 /// Writes one session's transcript.
 #[derive(Debug)]
@@ -116,19 +107,24 @@ impl Inner {
         }
     }
 
-    /// One data line, left in the buffer.
+    /// One data line, in the buffer.
     fn data(&mut self, conn: u64, dir: NetDir, bytes: &[u8]) -> Result<(), RecordError> {
         self.put(false, |buf| push_net_data(buf, conn, dir, bytes))
     }
 
-    /// Append `line` whole and write it (with every data line buffered before it).
+    /// Append `line` whole, in the buffer (a network line).
+    fn line(&mut self, line: &str) -> Result<(), RecordError> {
+        self.put(false, |buf| buf.push_str(line))
+    }
+
+    /// Append `line` whole and write it, with every line buffered before it (a frame).
     fn append(&mut self, line: &str) -> Result<(), RecordError> {
         self.put(true, |buf| buf.push_str(line))
     }
 
-    /// Append the line `render` adds to the buffer, and write it (`sync`) or leave it there;
-    /// or, past the cap or after a write error, nothing: the recording then ends with a
-    /// `# stopped:` line, and this and every later line is refused.
+    /// Append the line `render` adds to the buffer, and write it (`sync`) or leave it there
+    /// until the buffer is full; or, past the cap or after a write error, nothing: the
+    /// recording then ends with a `# stopped:` line, and this and every later line is refused.
     fn put(&mut self, sync: bool, render: impl FnOnce(&mut String)) -> Result<(), RecordError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
@@ -145,7 +141,7 @@ impl Inner {
         } else if sync {
             self.out.sync()
         } else {
-            self.out.hand_off()
+            self.out.write_if_full()
         };
         match result {
             Ok(()) => {
@@ -156,8 +152,7 @@ impl Inner {
         }
     }
 
-    /// Write what waits and report a write error the writer thread met since, which then
-    /// stops the recording.
+    /// Write what waits; a write error stops the recording.
     fn sync(&mut self) {
         if self.failed.is_none()
             && let Err(e) = self.out.sync()
@@ -177,179 +172,47 @@ impl Inner {
     }
 }
 
-/// Where a recording's lines go: a buffer, handed to a writer thread when it is full, and
-/// written on the caller's thread when a line must be in the file before the call returns and
-/// nothing waits for the thread.
+/// Where a recording's lines go: a buffer, written to the file when it is full or when a line
+/// must be in the file before the call returns. It is one buffer for the whole recording,
+/// reallocated only for a line longer than a chunk's hex (a request's headers can be).
 #[derive(Debug)]
 struct Out {
-    file: Arc<File>,
-    /// Lines not yet handed on.
+    file: File,
+    /// Lines not yet written.
     buf: String,
-    /// The writer thread, once a full buffer started it.
-    writer: Option<Writer>,
-}
-
-#[derive(Debug)]
-struct Writer {
-    jobs: SyncSender<Job>,
-    shared: Arc<Shared>,
-    thread: JoinHandle<()>,
-}
-
-/// What the writer thread and the recorder share.
-#[derive(Debug, Default)]
-struct Shared {
-    /// Buffers handed over and not yet written.
-    queued: AtomicUsize,
-    /// The write error that stopped the thread's writing, if one did.
-    error: Mutex<Option<String>>,
-}
-
-#[derive(Debug)]
-enum Job {
-    Write(String),
-    /// Answer once every buffer handed over before is written.
-    Sync(SyncSender<()>),
 }
 
 impl Out {
     fn new(file: File) -> Self {
         Self {
-            file: Arc::new(file),
-            buf: String::with_capacity(BUFFER),
-            writer: None,
+            file,
+            buf: String::with_capacity(BUFFER + 2 * DATA_CHUNK + 64),
         }
     }
 
-    /// Hand the buffer to the writer thread once it is full.
-    fn hand_off(&mut self) -> Result<(), RecordError> {
-        if self.buf.len() < BUFFER {
-            return Ok(());
-        }
-        self.failure()?;
-        let buf = std::mem::replace(&mut self.buf, String::with_capacity(BUFFER));
-        if self.writer.is_none() {
-            self.writer = Writer::start(&self.file);
-        }
-        match &self.writer {
-            Some(w) => {
-                w.shared.queued.fetch_add(1, Ordering::Relaxed);
-                if let Err(unsent) = w.jobs.send(Job::Write(buf)) {
-                    // The thread is gone (it never ends before the recorder): write here.
-                    w.shared.queued.fetch_sub(1, Ordering::Relaxed);
-                    if let Job::Write(buf) = unsent.0 {
-                        self.buf = buf;
-                    }
-                    return self.write_here();
-                }
-                Ok(())
-            }
-            // No thread could be started: the caller writes.
-            None => {
-                self.buf = buf;
-                self.write_here()
-            }
+    /// Write the buffer once it is full.
+    fn write_if_full(&mut self) -> Result<(), RecordError> {
+        match self.buf.len() < BUFFER {
+            true => Ok(()),
+            false => self.sync(),
         }
     }
 
-    /// Every line so far in the file: written here when nothing waits for the writer thread,
-    /// else handed over, and waited for.
+    /// Every line so far in the file.
     fn sync(&mut self) -> Result<(), RecordError> {
-        self.failure()?;
-        match &self.writer {
-            Some(w) if w.shared.queued.load(Ordering::Acquire) > 0 => {
-                let (done, wait) = sync_channel(1);
-                let buf = std::mem::take(&mut self.buf);
-                if !buf.is_empty() {
-                    w.shared.queued.fetch_add(1, Ordering::Relaxed);
-                    let _ = w.jobs.send(Job::Write(buf));
-                }
-                if w.jobs.send(Job::Sync(done)).is_ok() {
-                    let _ = wait.recv();
-                }
-                self.failure()
-            }
-            _ => self.write_here(),
-        }
-    }
-
-    /// Write the buffer on this thread (nothing waits for the writer thread).
-    fn write_here(&mut self) -> Result<(), RecordError> {
-        let result = (&*self.file).write_all(self.buf.as_bytes());
+        let result = self.file.write_all(self.buf.as_bytes());
         self.buf.clear();
         result.map_err(|e| RecordError::Write {
             message: e.to_string(),
         })
     }
-
-    /// The write error the writer thread met, if it met one.
-    fn failure(&self) -> Result<(), RecordError> {
-        let error = self.writer.as_ref().and_then(|w| {
-            w.shared
-                .error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-        });
-        match error {
-            Some(message) => Err(RecordError::Write { message }),
-            None => Ok(()),
-        }
-    }
 }
 
 impl Drop for Out {
-    /// What is left is written, and the writer thread ends once it has written its queue.
+    /// What is left is written.
     fn drop(&mut self) {
         if !self.buf.is_empty() {
             let _ = self.sync();
-        }
-        if let Some(Writer { jobs, thread, .. }) = self.writer.take() {
-            drop(jobs);
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Writer {
-    /// Start the thread that writes `file`; `None` if no thread could be started.
-    fn start(file: &Arc<File>) -> Option<Self> {
-        let (jobs, queue) = sync_channel(QUEUE);
-        let shared = Arc::new(Shared::default());
-        let thread = std::thread::Builder::new()
-            .name("sandpipe-record".into())
-            .stack_size(64 * 1024)
-            .spawn({
-                let (file, shared) = (file.clone(), shared.clone());
-                move || Self::run(&file, &queue, &shared)
-            })
-            .inspect_err(|e| tracing::debug!("record: no writer thread ({e}); writing inline"))
-            .ok()?;
-        Some(Self {
-            jobs,
-            shared,
-            thread,
-        })
-    }
-
-    /// Write each buffer handed over, in order; after a write error, none (the recorder
-    /// reports it with its next line).
-    fn run(file: &File, queue: &Receiver<Job>, shared: &Shared) {
-        let mut failed = false;
-        for job in queue {
-            match job {
-                Job::Write(buf) => {
-                    if !failed && let Err(e) = { file }.write_all(buf.as_bytes()) {
-                        failed = true;
-                        *shared.error.lock().unwrap_or_else(|p| p.into_inner()) =
-                            Some(e.to_string());
-                    }
-                    shared.queued.fetch_sub(1, Ordering::Release);
-                }
-                Job::Sync(done) => {
-                    let _ = done.send(());
-                }
-            }
         }
     }
 }
@@ -470,7 +333,7 @@ impl NetSink for Recorder {
     fn open(&self, open: &NetOpen) -> Result<u64, RecordError> {
         let mut inner = self.lock();
         let conn = inner.conns;
-        inner.append(&render_net(conn, &NetEvent::Open(open.clone())))?;
+        inner.line(&render_net(conn, &NetEvent::Open(open.clone())))?;
         inner.conns += 1;
         Ok(conn)
     }
@@ -478,7 +341,7 @@ impl NetSink for Recorder {
     fn event(&self, conn: u64, event: &NetEvent) -> Result<(), RecordError> {
         let mut inner = self.lock();
         inner.flush(conn)?;
-        inner.append(&render_net(conn, event))
+        inner.line(&render_net(conn, event))
     }
 
     fn data(&self, conn: u64, dir: NetDir, bytes: &[u8]) -> Result<(), RecordError> {
@@ -516,9 +379,9 @@ mod tests {
         .expect("open")
     }
 
-    /// A body of several buffers goes through the writer thread; the frame written after it
-    /// is in the file, after every line of the body, when `frame` returns (the recorder still
-    /// alive), and the file reads back as the bytes that passed.
+    /// A body of many buffers, then a frame: the frame is in the file, after every line of
+    /// the body, when `frame` returns (the recorder still alive), and the file reads back as
+    /// the bytes that passed.
     #[test]
     fn a_frame_after_a_body_is_in_the_file_after_all_of_it_when_it_returns() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -530,10 +393,6 @@ mod tests {
         for piece in body.chunks(8192) {
             r.data(conn, NetDir::In, piece).expect("data");
         }
-        assert!(
-            r.lock().out.writer.is_some(),
-            "a body of many buffers starts the writer thread"
-        );
         r.frame(Direction::FromPlugin, b"{\"done\":true}");
         let text = std::fs::read_to_string(&file).expect("read");
         assert!(
@@ -556,18 +415,20 @@ mod tests {
         assert_eq!(r.failure(), None);
     }
 
-    /// A recording of frames alone never starts the thread.
+    /// A network line waits in the buffer; the next frame writes it, before itself.
     #[test]
-    fn frames_alone_are_written_on_the_callers_thread() {
+    fn network_lines_wait_for_the_next_frame_which_writes_them_first() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("t");
         let r = recorder(&file, None);
-        for i in 0..1000 {
-            r.frame(Direction::ToPlugin, format!("{{\"n\":{i}}}").as_bytes());
-        }
-        assert!(r.lock().out.writer.is_none());
+        let size = std::fs::metadata(&file).expect("stat").len();
+        let conn = open(&r);
+        r.data(conn, NetDir::Out, b"GET").expect("data");
+        r.event(conn, &NetEvent::Close).expect("close");
+        assert_eq!(std::fs::metadata(&file).expect("stat").len(), size);
+        r.frame(Direction::FromPlugin, b"{}");
         let text = std::fs::read_to_string(&file).expect("read");
-        assert!(text.ends_with("{\"n\":999}\n"));
+        assert!(text.ends_with("@0 > GET\n@0 close\n< {}\n"), "{text}");
     }
 
     /// Past the cap, the line is not written, the data call fails with the cap, and the file
@@ -598,21 +459,24 @@ mod tests {
         assert_eq!(r.data(conn, NetDir::In, b"more"), Err(err));
     }
 
-    /// A write error the writer thread meets is the recorder's next answer.
+    /// A write error stops the recording: its answer, and every later line's.
     #[test]
-    fn a_write_error_of_the_writer_thread_stops_the_recording() {
-        let full = File::options()
+    fn a_write_error_stops_the_recording() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let r = recorder(&dir.path().join("t"), None);
+        r.lock().out.file = File::options()
             .write(true)
             .open("/dev/full")
             .expect("/dev/full");
-        let mut out = Out::new(full);
-        out.buf.push_str(&"a".repeat(BUFFER));
-        out.hand_off().expect("handed over");
-        assert!(out.writer.is_some());
-        let err = out.sync().expect_err("ENOSPC");
+        let conn = open(&r);
+        let err = (0..100)
+            .find_map(|_| r.data(conn, NetDir::In, &[b'a'; DATA_CHUNK]).err())
+            .expect("ENOSPC once the buffer is written");
         assert!(
             matches!(&err, RecordError::Write { message } if message.contains("No space left")),
             "{err}"
         );
+        assert_eq!(r.failure(), Some(err.clone()));
+        assert_eq!(r.data(conn, NetDir::In, b"more"), Err(err));
     }
 }
