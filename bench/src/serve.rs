@@ -16,8 +16,11 @@
 //! clients, every contender starts afresh; all clients open their sessions at once (the time
 //! to a new client's first answer: `initialize` sent to the first call answered), then make
 //! their calls at once (calls a second over the whole batch, latency per call), and the
-//! contender's memory (the resident sets of its process tree, less what it held before the
-//! first client) is divided by the clients. A failed request is counted, never retried.
+//! contender's memory (the proportional set sizes of its process tree, less what it held
+//! before the first client) is divided by the clients. A failed request is counted, never
+//! retried. PSS, not RSS: a library or binary that every session's process maps counts once,
+//! shared among them, not once a process; the sum is the memory the tree holds, for a
+//! contender that runs one process as for one that runs a process per session.
 //!
 //! supergateway and mcp-proxy are installed from npm and PyPI at the versions pinned in
 //! `bench/serve-peers/` into `$SANDPIPE_PEERS_DIR/serve-bench` (`.ci/setup`'s directory) on the
@@ -188,8 +191,9 @@ pub fn run(sandpipe: &Path, quick: bool) -> anyhow::Result<()> {
          2026.8.31 (its `echo` tool) but for the last, which serves examples/mcp-tools (`add`) as \
          a wasm component. One run on {}, {} cores, {}, {}; client and contenders on the same \
          machine. First answer: from a new client's `initialize` to its first call answered. \
-         Memory: the resident sets of the contender's processes with every session open, less \
-         what it held before the first, divided by the clients; own MiB: the resident set of \
+         Memory: the proportional set sizes (PSS: a page shared by n processes counts 1/n to \
+         each) of the contender's processes with every session open, less what they held \
+         before the first, divided by the clients; own MiB: the resident set of \
          the contender's first process alone (sandpipe itself, for `serve`: at 1,000 wasm \
          sessions, everything). A dash: a process per session, which at that many clients does \
          not fit in the machine's memory.\n\n\
@@ -301,7 +305,7 @@ async fn load(
     clients: usize,
     calls: usize,
 ) -> anyhow::Result<Figures> {
-    let idle = tree_rss(child.id());
+    let idle = tree_pss(child.id());
     let started = Instant::now();
     let sessions: Vec<_> = (0..clients)
         .map(|_| tokio::spawn(Session::open(port, c.tool.clone())))
@@ -331,7 +335,7 @@ async fn load(
         "no session opened ({:?})",
         started.elapsed()
     );
-    let held = tree_rss(child.id());
+    let held = tree_pss(child.id());
     let own = sandpipe_tests::soak::usage(child.id()).map_or(0, |(rss, _)| rss);
     let t = Instant::now();
     let runs: Vec<_> = open
@@ -734,12 +738,23 @@ fn tree(root: u32) -> Vec<u32> {
     out
 }
 
-/// The resident set, in bytes, of `root`'s process tree.
-fn tree_rss(root: u32) -> u64 {
-    tree(root)
-        .into_iter()
-        .filter_map(|pid| sandpipe_tests::soak::usage(pid).map(|(rss, _)| rss))
-        .sum()
+/// The proportional set size, in bytes, of `root`'s process tree: the memory it holds.
+fn tree_pss(root: u32) -> u64 {
+    tree(root).into_iter().filter_map(pss).sum()
+}
+
+/// `Pss:` of `/proc/PID/smaps_rollup`, in bytes.
+fn pss(pid: u32) -> Option<u64> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let kb: u64 = rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
 }
 
 /// SIGKILL whatever is left of `root`'s tree (a gateway's session processes).
