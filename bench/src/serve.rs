@@ -740,21 +740,10 @@ fn tree(root: u32) -> Vec<u32> {
 
 /// The proportional set size, in bytes, of `root`'s process tree: the memory it holds.
 fn tree_pss(root: u32) -> u64 {
-    tree(root).into_iter().filter_map(pss).sum()
-}
-
-/// `Pss:` of `/proc/PID/smaps_rollup`, in bytes.
-fn pss(pid: u32) -> Option<u64> {
-    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    let kb: u64 = rollup
-        .lines()
-        .find_map(|l| l.strip_prefix("Pss:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
+    tree(root)
+        .into_iter()
+        .filter_map(sandpipe_tests::soak::pss)
+        .sum()
 }
 
 /// SIGKILL whatever is left of `root`'s tree (a gateway's session processes).

@@ -373,17 +373,26 @@ pub fn render_net_data(conn: u64, dir: NetDir, bytes: &[u8]) -> String {
 }
 
 /// Append one network data line to `out` (recorders call this per chunk, on every byte a
-/// plugin's connections carry: the line goes straight into the recorder's buffer, with at most
-/// one reallocation of it).
+/// plugin's connections carry: the line goes straight into the recorder's buffer).
 pub fn push_net_data(out: &mut String, conn: u64, dir: NetDir, bytes: &[u8]) {
     use std::fmt::Write as _;
-    let text = simdutf8::basic::from_utf8(bytes).ok().filter(|s| {
-        !s.is_empty() && memchr::memchr2(b'\n', b'\r', bytes).is_none() && !s.starts_with("x ")
-    });
-    let body = text.map_or(bytes.len() * 2 + 1, str::len);
-    out.reserve(body + 24);
+    out.reserve(bytes.len() * 2 + 24);
     // Writing to a String cannot fail.
     let _ = write!(out, "@{conn} {dir}");
+    push_payload(out, as_text(bytes), bytes);
+    out.push('\n');
+}
+
+/// `bytes` as they stand on a line as text: UTF-8, not empty, no line break, and not
+/// starting like a hex payload; `None` when they go as hex.
+fn as_text(bytes: &[u8]) -> Option<&str> {
+    simdutf8::basic::from_utf8(bytes).ok().filter(|s| {
+        !s.is_empty() && memchr::memchr2(b'\n', b'\r', bytes).is_none() && !s.starts_with("x ")
+    })
+}
+
+/// A line's payload after its prefix: ` TEXT`, or `x HEX` of `bytes`.
+fn push_payload(out: &mut String, text: Option<&str>, bytes: &[u8]) {
     match text {
         Some(s) => {
             out.push(' ');
@@ -394,7 +403,6 @@ pub fn push_net_data(out: &mut String, conn: u64, dir: NetDir, bytes: &[u8]) {
             push_hex(out, bytes);
         }
     }
-    out.push('\n');
 }
 
 /// What the reader knows of each connection, to check its lines' order.
@@ -592,28 +600,27 @@ impl Entry {
 /// One line of the text format for a frame, without building an [`Entry`] (no copy of the
 /// frame: recorders call this once per frame).
 pub fn render_line(dir: Direction, frame: &[u8], note: Option<&str>) -> String {
-    let arrow = match dir {
+    let mut line = String::new();
+    push_line(&mut line, dir, frame, note);
+    line
+}
+
+/// Append one frame's line to `out` ([`render_line`] without a `String` of its own: a
+/// recorder renders each frame straight into its buffer).
+pub fn push_line(out: &mut String, dir: Direction, frame: &[u8], note: Option<&str>) {
+    out.reserve(frame.len() * 2 + note.map_or(0, str::len) + 8);
+    out.push(match dir {
         Direction::ToPlugin => '>',
         Direction::FromPlugin => '<',
-    };
-    match std::str::from_utf8(frame) {
-        Ok(s)
-            if !s.is_empty()
-                && !s.contains(['\n', '\r'])
-                && note.is_none()
-                && !s.starts_with("x ") =>
-        {
-            format!("{arrow} {s}\n")
-        }
-        _ => {
-            let mut line = format!("{arrow}x {}", to_hex(frame));
-            if let Some(note) = note {
-                line.push_str(&format!(" ; {}", note.replace(['\n', '\r'], " ")));
-            }
-            line.push('\n');
-            line
-        }
+    });
+    // A note goes with hex only.
+    let text = as_text(frame).filter(|_| note.is_none());
+    push_payload(out, text, frame);
+    if let (None, Some(note)) = (text, note) {
+        out.push_str(" ; ");
+        out.push_str(&note.replace(['\n', '\r'], " "));
     }
+    out.push('\n');
 }
 
 impl Transcript {
@@ -649,12 +656,6 @@ impl Transcript {
             .filter(move |e| e.dir == dir)
             .map(|e| e.frame.as_slice())
     }
-}
-
-fn to_hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    push_hex(&mut out, bytes);
-    out
 }
 
 fn push_hex(out: &mut String, bytes: &[u8]) {

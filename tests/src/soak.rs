@@ -51,17 +51,29 @@ pub struct Sample {
 
 /// `VmRSS` of `pid` in bytes, and its open descriptors.
 pub fn usage(pid: u32) -> Option<(u64, usize)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: u64 = status
+    let rss = proc_kb(pid, "status", "VmRSS:")?;
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count();
+    Some((rss, fds))
+}
+
+/// The proportional set size of `pid` in bytes (`Pss:` of `/proc/PID/smaps_rollup`): a page
+/// shared by n processes counts 1/n to each, so a process tree's sum is the memory it holds.
+pub fn pss(pid: u32) -> Option<u64> {
+    proc_kb(pid, "smaps_rollup", "Pss:")
+}
+
+/// The `KEY  N kB` line of `/proc/PID/FILE`, in bytes.
+fn proc_kb(pid: u32, file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
+    let kb: u64 = text
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .find_map(|l| l.strip_prefix(key))?
         .trim()
         .trim_end_matches("kB")
         .trim()
         .parse()
         .ok()?;
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count();
-    Some((kb * 1024, fds))
+    Some(kb * 1024)
 }
 
 /// The children of `pid` (every thread's), from `/proc`.

@@ -18,6 +18,7 @@
 //! [`RecordError`] from then on, and [`Recorder::failure`] has it for the caller to report.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
@@ -25,7 +26,7 @@ use std::sync::Mutex;
 
 use sandpipe_proto::frame::Framing;
 use sandpipe_proto::transcript::{
-    Direction, NetDir, NetEvent, NetOpen, push_net_data, render_line, render_net,
+    Direction, NetDir, NetEvent, NetOpen, push_line, push_net_data, render_net,
 };
 
 use crate::error::{Exit, RecordError};
@@ -117,11 +118,6 @@ impl Inner {
         self.put(false, |buf| buf.push_str(line))
     }
 
-    /// Append `line` whole and write it, with every line buffered before it (a frame).
-    fn append(&mut self, line: &str) -> Result<(), RecordError> {
-        self.put(true, |buf| buf.push_str(line))
-    }
-
     /// Append the line `render` adds to the buffer, and write it (`sync`) or leave it there
     /// until the buffer is full; or, past the cap or after a write error, nothing: the
     /// recording then ends with a `# stopped:` line, and this and every later line is refused.
@@ -165,7 +161,7 @@ impl Inner {
     /// it), and every later line is refused with `e`.
     fn stop(&mut self, e: RecordError) -> RecordError {
         tracing::error!("{e}; the recording stops here");
-        self.out.buf.push_str(&format!("# stopped: {e}\n"));
+        let _ = writeln!(self.out.buf, "# stopped: {e}");
         let _ = self.out.sync();
         self.failed = Some(e.clone());
         e
@@ -280,7 +276,6 @@ impl Recorder {
             Framing::CborSeq => Some(crate::run::cbor_note::render(frame)),
             _ => None,
         };
-        let line = render_line(dir, frame, note.as_deref());
         let mut inner = self.lock();
         // Bytes that passed before the plugin wrote this frame are written before it, in
         // connection order, so the network lines stay in order with what the plugin did. (An
@@ -296,8 +291,10 @@ impl Recorder {
             }
         }
         // A recording that cannot be written does not stop the session's frames: it is
-        // logged once (`append`) and reported at the end (`failure`).
-        if inner.append(&line).is_ok() {
+        // logged once (`stop`) and reported at the end (`failure`). The line is rendered
+        // straight into the buffer, and written with what waits before it.
+        let line = |buf: &mut String| push_line(buf, dir, frame, note.as_deref());
+        if inner.put(true, line).is_ok() {
             inner.frames += 1;
         }
     }
@@ -322,9 +319,8 @@ impl Recorder {
         }
         inner.finished = true;
         let frames = inner.frames;
-        let line = format!("# outcome: {exit} ({frames} frames)\n");
         // Not counted against the cap: the outcome is always written.
-        inner.out.buf.push_str(&line);
+        let _ = writeln!(inner.out.buf, "# outcome: {exit} ({frames} frames)");
         inner.sync();
     }
 }
